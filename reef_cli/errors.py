@@ -1,0 +1,50 @@
+"""One exception hierarchy for every domain; the CLI edge maps each type to an exit code once."""
+
+from __future__ import annotations
+
+import enum
+
+
+class ExitCode(enum.IntEnum):
+    OK = 0
+    ERROR = 1
+    USAGE = 2
+    CONFLICT = 3
+    INVALID = 4
+    INTERRUPTED = 130
+
+
+class ReefError(Exception):
+    """A user-facing failure: the message is one sentence naming the file, field or id at fault."""
+
+    exit_code = ExitCode.ERROR
+
+
+class NotFound(ReefError):
+    exit_code = ExitCode.ERROR
+
+
+class StoreError(ReefError):
+    """Corruption or an unreadable state file: stop and change nothing."""
+
+    exit_code = ExitCode.ERROR
+
+
+class ConflictError(ReefError):
+    """Lost a compare-and-swap, an id reused with other content, a scenario bound to another recipe."""
+
+    exit_code = ExitCode.CONFLICT
+
+
+class InvalidInput(ReefError):
+    exit_code = ExitCode.INVALID
+
+
+class PolicyError(ReefError):
+    """Blocked by the zone guard or another safety policy."""
+
+    exit_code = ExitCode.INVALID
+
+
+class UsageError(ReefError):
+    exit_code = ExitCode.USAGE
