@@ -1,0 +1,3 @@
+from reef_cli.cli.main import main
+
+main()

@@ -1,0 +1,1 @@
+"""Thin typer commands over the core; every command parses, calls one core function, renders."""

@@ -1,0 +1,55 @@
+"""What every command needs: the project, the scenario, output streams and --json; built once per process."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..errors import NotFound
+from ..project import Project, find_project
+
+
+@dataclass
+class Env:
+    cwd: Path = field(default_factory=Path.cwd)
+    scenario_name: str | None = None
+    environ: dict = field(default_factory=lambda: dict(os.environ))
+
+    def project(self) -> Project:
+        return find_project(self.cwd)
+
+    def scenario(self) -> str:
+        return self.scenario_name or self.environ.get("REEF_SCENARIO") or self.project().default_scenario()
+
+    def store(self):
+        from ..store import HarnessStore
+
+        project = self.project()
+        store = HarnessStore(project, self.scenario())
+        if not store.exists():
+            known = ", ".join(project.scenarios()) or "none"
+            raise NotFound(
+                f"scenario '{store.scenario}' does not exist in {project.root} (known: {known}); "
+                f"create it with 'reef init --scenario {store.scenario}'"
+            )
+        return store
+
+
+def emit_json(obj) -> None:
+    sys.stdout.write(json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
+
+
+def console(stderr: bool = False):
+    from rich.console import Console
+
+    stream = sys.stderr if stderr else sys.stdout
+    width = None if stream.isatty() else 200  # pipes and logs get full ids rather than ellipses
+    return Console(stderr=stderr, highlight=False, width=width)
+
+
+def note(message: str) -> None:
+    """A one-line notice on stderr (keeps stdout clean for pipes)."""
+    sys.stderr.write(f"reef: {message}\n")

@@ -1,0 +1,111 @@
+"""The `reef` entry point and the one place that turns exceptions into messages and exit codes."""
+
+from __future__ import annotations
+
+import os
+import sys
+import traceback
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from ..errors import ExitCode, ReefError
+from .context import Env
+
+app = typer.Typer(
+    name="reef",
+    help="reef: make coding agents better the more they are used — a Git-backed, gated, self-improving harness.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+
+def _print_version() -> None:
+    from .. import __version__
+
+    print(f"reef {__version__}")
+    raise typer.Exit(0)
+
+
+@app.callback()
+def _root(
+    ctx: typer.Context,
+    version: bool = typer.Option(False, "--version", help="Print reef's version and exit.", is_eager=True,
+                                 callback=lambda v: _print_version() if v else None),
+    directory: Optional[Path] = typer.Option(None, "-C", help="Run as if reef was started in DIR."),
+    scenario: Optional[str] = typer.Option(None, "--scenario", "-s", help="Scenario to use (default: the project's default; env REEF_SCENARIO)."),
+) -> None:
+    cwd = Path.cwd()
+    if directory is not None:
+        cwd = (cwd / directory).resolve()
+        if not cwd.is_dir():
+            raise ReefError(f"-C {directory}: not a directory")
+    ctx.obj = Env(cwd=cwd, scenario_name=scenario)
+
+
+def _register() -> None:
+    from . import harness_cmds, store_cmds
+
+    store_cmds.register(app)
+    app.add_typer(harness_cmds.app, name="harness")
+
+
+_register()
+
+
+def _crash_log(exc: BaseException) -> Path:
+    base = Path(os.environ.get("XDG_STATE_HOME") or (Path.home() / ".local" / "state")) / "reef"
+    try:
+        base.mkdir(parents=True, exist_ok=True)
+        path = base / "crash.log"
+        with open(path, "a") as f:
+            f.write("".join(traceback.format_exception(exc)))
+        return path
+    except OSError:
+        import tempfile
+
+        path = Path(tempfile.gettempdir()) / "reef-crash.log"
+        with open(path, "a") as f:
+            f.write("".join(traceback.format_exception(exc)))
+        return path
+
+
+def run(argv: list[str] | None = None) -> int:
+    """Run the CLI and return its exit code (tests call this in-process)."""
+    from typer import main as typer_main
+
+    click_cmd = typer_main.get_command(app)
+    try:  # typer >= 0.20 vendors click; older typer uses the click package (the one shim for that internal)
+        from typer._click import exceptions as click_exc
+    except ImportError:  # pragma: no cover
+        import click.exceptions as click_exc
+    try:
+        rv = click_cmd.main(args=argv, prog_name="reef", standalone_mode=False)
+        return int(rv) if isinstance(rv, int) else 0
+    except ReefError as exc:
+        sys.stderr.write(f"reef: error: {exc}\n")
+        return int(exc.exit_code)
+    except (getattr(click_exc, "Exit", typer.Exit), typer.Exit) as exc:
+        return int(exc.exit_code)
+    except (getattr(click_exc, "Abort", typer.Abort), typer.Abort):
+        sys.stderr.write("reef: interrupted\n")
+        return int(ExitCode.INTERRUPTED)
+    except click_exc.ClickException as exc:
+        exc.show()
+        return int(ExitCode.USAGE) if isinstance(exc, click_exc.UsageError) else int(ExitCode.ERROR)
+    except KeyboardInterrupt:
+        sys.stderr.write("reef: interrupted\n")
+        return int(ExitCode.INTERRUPTED)
+    except BrokenPipeError:
+        return int(ExitCode.OK)
+    except Exception as exc:  # a bug, not a user error: short line here, traceback in a file
+        path = _crash_log(exc)
+        sys.stderr.write(f"reef: unexpected error: {type(exc).__name__}: {exc} (traceback in {path})\n")
+        return int(ExitCode.ERROR)
+
+
+def main() -> None:
+    sys.exit(run())

@@ -1,0 +1,178 @@
+"""Commands over the harness store: init, status, publish, log, show, diff, checkout, rollback."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from .context import Env, console, emit_json, note
+
+JSON = typer.Option(False, "--json", help="Print machine-readable JSON.")
+
+
+def _release_row(r) -> dict:
+    return r.to_json()
+
+
+def init(
+    ctx: typer.Context,
+    template: Optional[str] = typer.Option(None, "--template", "-t", help="Starter harness: claude, agents or minimal."),
+    import_path: Optional[Path] = typer.Option(None, "--import", help="Adopt the harness found in PATH (CLAUDE.md, AGENTS.md, .claude/, skills)."),
+    scenario: Optional[str] = typer.Option(None, "--scenario", "-s", help="Scenario to create (default: 'default')."),
+    recipe: Optional[str] = typer.Option(None, "--recipe", help="Learning recipe bound to the scenario (default: harness.yaml's)."),
+    as_json: bool = JSON,
+) -> None:
+    """Create .reef/ here and publish release 1 of the harness (idempotent)."""
+    from ..bootstrap import init_project
+
+    env: Env = ctx.obj
+    if import_path is not None and not import_path.is_absolute():
+        import_path = env.cwd / import_path
+    res = init_project(env.cwd, template=template, import_path=import_path, scenario=scenario or env.scenario_name, recipe=recipe)
+    rel = res.publish.release
+    if as_json:
+        emit_json({"project": str(res.project.root), "scenario": res.scenario, "recipe": res.recipe,
+                   "created": res.publish.created, "source": res.source, "release": rel.to_json(),
+                   "warnings": list(res.warnings)})
+        return
+    for w in res.warnings:
+        note(f"warning: {w}")
+    if res.publish.created:
+        print(f"Initialised reef in {res.project.state} (scenario '{res.scenario}', recipe '{res.recipe}', from {res.source})")
+        print(f"Published release {rel.release_id} (step {rel.step}, content {rel.content_id[:12]})")
+    else:
+        print(f"Already initialised: scenario '{res.scenario}' (recipe '{res.recipe}') is at step {rel.step} ({rel.release_id})")
+
+
+def status(ctx: typer.Context, as_json: bool = JSON) -> None:
+    """Show the head release and working-tree changes to the harness, like `git status`."""
+    env: Env = ctx.obj
+    store = env.store()
+    info = store.info()
+    head, changes = store.status()
+    if as_json:
+        emit_json({"project": str(store.project.root), "scenario": store.scenario, "recipe": info.recipe,
+                   "head": head.to_json(), "ledger_path": str(store.ledger_path), "clean": not changes,
+                   "changes": [c.to_json() for c in changes]})
+        return
+    print(f"scenario {store.scenario} (recipe {info.recipe}) at step {head.step}: {head.release_id} [{head.operation}]")
+    if not changes:
+        print("harness clean: working tree matches the head release")
+        return
+    print("Unpublished changes (publish with: reef publish -m MESSAGE):")
+    for c in changes:
+        print(f"  {c.change:9} {c.path}  [{c.zone}]")
+
+
+def publish(
+    ctx: typer.Context,
+    message: str = typer.Option(..., "-m", "--message", help="Why this change is published."),
+    expect_head: Optional[str] = typer.Option(None, "--expect-head", help="Publish only if the head is still this release id."),
+    as_json: bool = JSON,
+) -> None:
+    """Publish the working tree's harness changes as a new release (a human publish)."""
+    env: Env = ctx.obj
+    store = env.store()
+    expected = ...
+    if expect_head is not None:
+        expected = store.find(expect_head).release_id if expect_head else None
+        head = store.head()
+        if head is not None and expected != head.release_id:
+            from ..errors import ConflictError
+
+            raise ConflictError(
+                f"--expect-head {expect_head} is not the head of scenario '{store.scenario}' (the head is "
+                f"{head.release_id}, step {head.step}); nothing was published"
+            )
+    res = store.publish(reason=message, expected_head=expected)
+    if as_json:
+        emit_json({"created": res.created, "release": res.release.to_json(), "changes": [c.to_json() for c in res.changes]})
+        return
+    if not res.created:
+        print(f"nothing to publish: the working tree matches release {res.release.release_id} (step {res.release.step})")
+        return
+    print(f"Published release {res.release.release_id} (step {res.release.step}): {len(res.changes)} file(s) changed")
+    for c in res.changes:
+        print(f"  {c.change:9} {c.path}  [{c.zone}]")
+
+
+def log(ctx: typer.Context, limit: int = typer.Option(0, "-n", help="Show at most N releases (0: all)."), as_json: bool = JSON) -> None:
+    """List releases, newest first."""
+    store = ctx.obj.store()
+    releases = list(reversed(store.releases()))
+    if limit:
+        releases = releases[:limit]
+    if as_json:
+        emit_json([r.to_json() for r in releases])
+        return
+    from rich.table import Table
+
+    table = Table(title=f"releases of scenario '{store.scenario}'", show_lines=False)
+    table.add_column("step", justify="right")
+    table.add_column("release", no_wrap=True)
+    table.add_column("operation")
+    table.add_column("content", no_wrap=True)
+    table.add_column("created", no_wrap=True)
+    table.add_column("reason", overflow="fold")
+    for r in releases:
+        table.add_row(str(r.step), r.release_id, r.operation, r.content_id[:12], r.created_at[:19].replace("T", " "), r.reason)
+    console().print(table)
+
+
+def show(ctx: typer.Context, release: str = typer.Argument(..., help="Release id, unique prefix, or step number."), as_json: bool = JSON) -> None:
+    """Show one release and the files it holds."""
+    store = ctx.obj.store()
+    rel = store.find(release)
+    files = store.files_of(rel)
+    if as_json:
+        emit_json({**rel.to_json(), "files": {p: {"bytes": len(e.data), "mode": f"{e.mode:o}"} for p, e in files.items()}})
+        return
+    for k, v in rel.to_json().items():
+        print(f"{k:18} {v}")
+    print("files:")
+    for p, e in files.items():
+        print(f"  {e.mode:o} {len(e.data):8d}  {p}")
+
+
+def diff(ctx: typer.Context, a: str = typer.Argument(...), b: str = typer.Argument(...)) -> None:
+    """Unified diff per file between two releases."""
+    store = ctx.obj.store()
+    sys.stdout.write(store.diff(store.find(a), store.find(b)))
+
+
+def checkout(ctx: typer.Context, release: str = typer.Argument(...), dest: Path = typer.Argument(..., help="Directory to write the release into.")) -> None:
+    """Write a release byte-for-byte into DIR (never through symlinks)."""
+    from ..store import write_files
+
+    store = ctx.obj.store()
+    rel = store.find(release)
+    files = store.files_of(rel)
+    write_files(dest if dest.is_absolute() else ctx.obj.cwd / dest, files)
+    print(f"Wrote {len(files)} file(s) of release {rel.release_id} (step {rel.step}) to {dest}")
+
+
+def rollback(
+    ctx: typer.Context,
+    release: str = typer.Argument(..., help="Release to return to (id, prefix or step)."),
+    force: bool = typer.Option(False, "--force", help="Overwrite unpublished working-tree changes."),
+    as_json: bool = JSON,
+) -> None:
+    """Publish an earlier release's content as a new release; history is never rewritten."""
+    store = ctx.obj.store()
+    res = store.rollback(release, force=force)
+    if as_json:
+        emit_json({"created": res.created, "release": res.release.to_json()})
+        return
+    if not res.created:
+        print(f"nothing to do: the head (step {res.release.step}) already has that content")
+        return
+    r = res.release
+    print(f"Rolled back: release {r.release_id} (step {r.step}) republishes {r.meta['rollback_target_release_id']}")
+
+
+def register(app: typer.Typer) -> None:
+    for fn in (init, status, publish, log, show, diff, checkout, rollback):
+        app.command(fn.__name__)(fn)

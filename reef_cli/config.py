@@ -1,0 +1,221 @@
+"""harness.yaml: the frozen contract between a human and reef's automatic writers.
+
+Read and written with ruamel.yaml round-trip so users' comments survive; validated against the JSON Schema shipped in
+the package; an error names the file, the field and the line.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from .errors import InvalidInput
+
+CONFIG_NAME = "harness.yaml"
+DEFAULT_RECIPE = "harness-curate"
+DEFAULT_TIERS = ((1, "memory"), (3, "notes"), (5, "block"), (10, "skill"))
+DEFAULT_SURFACES = {
+    "memory": "reef/memory/patterns.json",
+    "notes": "CLAUDE.local.md",
+    "block": "CLAUDE.md",
+    "skill": ".claude/skills/{slug}/SKILL.md",
+}
+
+
+@dataclass(frozen=True)
+class GateConfig:
+    tasks: tuple[str, ...] = ("canary/*.yaml",)
+    evaluators: tuple[str, ...] = ("evaluators/**",)
+    policy: str = "paired"
+    repeats: int = 3
+    confidence: float = 0.9
+    tolerance: float = 0.2
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class ReflectorConfig:
+    backend: str = "builtin"
+    model_url: str | None = None
+    model: str | None = None
+    api_key_env: str = "OPENAI_API_KEY"
+    similarity: float = 0.6
+
+
+@dataclass(frozen=True)
+class HarnessConfig:
+    include: tuple[str, ...]
+    exclude: tuple[str, ...] = ()
+    recipe: str = DEFAULT_RECIPE
+    zones: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    tiers: tuple[tuple[int, str], ...] = DEFAULT_TIERS
+    surfaces: dict[str, str] = field(default_factory=lambda: dict(DEFAULT_SURFACES))
+    max_bullets: int = 20
+    max_chars: int = 4000
+    expiry_days: int = 90
+    reearn: int | str = "tier"
+    reflector: ReflectorConfig = ReflectorConfig()
+    gate: GateConfig = GateConfig()
+    agent: tuple[str, ...] = ()
+    observe_only: tuple[dict[str, str], ...] = ()
+    store_content: bool = False
+
+    def zone_map(self):
+        from .zones import ZoneMap
+
+        return ZoneMap(
+            frozen=self.zones.get("frozen", ()),
+            evolvable=self.zones.get("evolvable", ()),
+            learned=self.zones.get("learned", ()),
+            managed=self.zones.get("managed", ()),
+            always_frozen=tuple(self.gate.tasks) + tuple(self.gate.evaluators),
+        )
+
+
+@lru_cache(maxsize=1)
+def _schema() -> dict:
+    return json.loads((Path(__file__).parent / "schemas" / "harness.schema.json").read_text())
+
+
+def _yaml():
+    from ruamel.yaml import YAML
+
+    y = YAML(typ="rt")
+    y.preserve_quotes = True
+    return y
+
+
+def _line_of(doc: Any, path: list) -> int | None:
+    """1-based line of the deepest node on `path` that ruamel kept position info for."""
+    line = None
+    node = doc
+    for part in path:
+        lc = getattr(node, "lc", None)
+        try:
+            if lc is not None:
+                if isinstance(part, int):
+                    line = lc.item(part)[0] + 1
+                else:
+                    line = lc.key(part)[0] + 1
+            node = node[part]
+        except (KeyError, IndexError, TypeError, AttributeError):
+            break
+    return line
+
+
+def _plain(obj: Any) -> Any:
+    if isinstance(obj, dict):
+        return {str(k): _plain(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_plain(v) for v in obj]
+    return obj
+
+
+def parse_config(text: str | bytes, source: str = CONFIG_NAME) -> HarnessConfig:
+    from ruamel.yaml import YAMLError
+
+    if isinstance(text, bytes):
+        try:
+            text = text.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise InvalidInput(f"{source}: not valid UTF-8 ({exc.reason} at byte {exc.start})") from None
+    try:
+        doc = _yaml().load(text)
+    except YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise InvalidInput(f"{source}:{where}: invalid YAML: {problem}") from None
+    if not isinstance(doc, dict):
+        raise InvalidInput(f"{source}: expected a mapping at the top level")
+    data = _plain(doc)
+    import jsonschema
+
+    validator = jsonschema.Draft202012Validator(_schema())
+    errors = sorted(validator.iter_errors(data), key=lambda e: (len(e.absolute_path), list(map(str, e.absolute_path))))
+    if errors:
+        err = errors[0]
+        path = list(err.absolute_path)
+        if err.validator == "additionalProperties":
+            extra = sorted(set(err.instance) - set(err.schema.get("properties", {})))
+            if extra:
+                path = path + [extra[0]]
+        field_name = ".".join(str(p) for p in path) or "(top level)"
+        line = _line_of(doc, path)
+        where = f" line {line}" if line else ""
+        message = err.message
+        if err.validator == "additionalProperties" and path:
+            message = f"unknown field '{path[-1]}'"
+        raise InvalidInput(f"{source}:{where}: field '{field_name}': {message}")
+    return _from_data(data)
+
+
+def _from_data(data: dict) -> HarnessConfig:
+    zones = {k: tuple(v) for k, v in (data.get("zones") or {}).items()}
+    tiers = tuple((t["threshold"], t["surface"]) for t in data.get("tiers", [])) or DEFAULT_TIERS
+    thresholds = [t for t, _ in tiers]
+    if thresholds != sorted(set(thresholds)):
+        raise InvalidInput(f"{CONFIG_NAME}: field 'tiers': thresholds must be strictly increasing, got {thresholds}")
+    surfaces = dict(DEFAULT_SURFACES)
+    surfaces.update(data.get("surfaces") or {})
+    budgets = data.get("budgets") or {}
+    gate = data.get("gate") or {}
+    gate_cfg = GateConfig(**{k: (tuple(v) if isinstance(v, list) else v) for k, v in gate.items()})
+    refl = data.get("reflector") or {}
+    return HarnessConfig(
+        include=tuple(data["include"]),
+        exclude=tuple(data.get("exclude") or ()),
+        recipe=data.get("recipe", DEFAULT_RECIPE),
+        zones=zones,
+        tiers=tiers,
+        surfaces=surfaces,
+        max_bullets=budgets.get("max_bullets", 20),
+        max_chars=budgets.get("max_chars", 4000),
+        expiry_days=data.get("expiry_days", 90),
+        reearn=(data.get("negative_evidence") or {}).get("reearn", "tier"),
+        reflector=ReflectorConfig(**refl),
+        gate=gate_cfg,
+        agent=tuple(data.get("agent") or ()),
+        observe_only=tuple(data.get("observe_only") or ()),
+        store_content=bool((data.get("ledger") or {}).get("store_content", False)),
+    )
+
+
+def load_config(path: Path) -> HarnessConfig:
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise InvalidInput(f"{path}: missing; every reef harness needs a {CONFIG_NAME}") from None
+    return parse_config(raw, source=str(path))
+
+
+def edit_zones(text: str, path_glob: str, target: str, *, source: str = CONFIG_NAME) -> str:
+    """Move `path_glob` into zone `target` (removing it from the others), keeping comments and layout."""
+    from ruamel.yaml.comments import CommentedMap, CommentedSeq
+
+    y = _yaml()
+    doc = y.load(text)
+    zones = doc.get("zones")
+    if zones is None:
+        zones = CommentedMap()
+        doc["zones"] = zones
+    for name in ("frozen", "evolvable", "learned", "managed"):
+        seq = zones.get(name)
+        if seq is None:
+            continue
+        while path_glob in seq:
+            seq.remove(path_glob)
+    seq = zones.get(target)
+    if seq is None:
+        seq = CommentedSeq()
+        zones[target] = seq
+    seq.append(path_glob)
+    out = io.StringIO()
+    y.dump(doc, out)
+    new = out.getvalue()
+    parse_config(new, source=source)
+    return new

@@ -1,0 +1,104 @@
+"""The only module that imports pygit2: reef's private object store under `.reef/git` (never the user's repo)."""
+
+from __future__ import annotations
+
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import StoreError
+
+MODE_FILE = 0o100644
+MODE_EXEC = 0o100755
+MODE_LINK = 0o120000
+
+
+@dataclass(frozen=True)
+class Entry:
+    data: bytes
+    mode: int = MODE_FILE
+
+
+def mode_of(st_mode: int) -> int:
+    if stat.S_ISLNK(st_mode):
+        return MODE_LINK
+    return MODE_EXEC if st_mode & 0o111 else MODE_FILE
+
+
+class GitStore:
+    def __init__(self, path: Path):
+        import pygit2
+
+        self._pygit2 = pygit2
+        self.path = path
+        try:
+            if (path / "HEAD").exists():
+                self.repo = pygit2.Repository(str(path))
+            else:
+                path.mkdir(parents=True, exist_ok=True)
+                self.repo = pygit2.init_repository(str(path), bare=True)
+        except pygit2.GitError as exc:
+            raise StoreError(f"{path}: cannot open reef's object store: {exc}") from None
+
+    def write_tree(self, files: dict[str, Entry]) -> str:
+        """Hash a flat {posix path: Entry} map into a tree; returns the tree id (the release's content_id)."""
+        pygit2 = self._pygit2
+        index = pygit2.Index()
+        for rel, entry in files.items():
+            oid = self.repo.create_blob(entry.data)
+            index.add(pygit2.IndexEntry(rel, oid, entry.mode))
+        return str(index.write_tree(self.repo))
+
+    def read_tree(self, tree_id: str) -> dict[str, Entry]:
+        out: dict[str, Entry] = {}
+        try:
+            tree = self.repo[tree_id]
+        except (KeyError, ValueError):
+            raise StoreError(f"{self.path}: tree {tree_id} is missing from reef's object store") from None
+        self._walk(tree, "", out)
+        return out
+
+    def _walk(self, tree, prefix: str, out: dict[str, Entry]) -> None:
+        for item in tree:
+            rel = f"{prefix}{item.name}"
+            if item.filemode == 0o040000:
+                self._walk(self.repo[item.id], rel + "/", out)
+            else:
+                out[rel] = Entry(self.repo[item.id].data, int(item.filemode))
+
+    def blob_ids(self, tree_id: str) -> dict[str, str]:
+        """{path: blob id} without reading blob contents (cheap status checks)."""
+        out: dict[str, str] = {}
+
+        def walk(tree, prefix):
+            for item in tree:
+                if item.filemode == 0o040000:
+                    walk(self.repo[item.id], f"{prefix}{item.name}/")
+                else:
+                    out[f"{prefix}{item.name}"] = f"{int(item.filemode):o}:{item.id}"
+
+        walk(self.repo[tree_id], "")
+        return out
+
+    def hash_blob(self, data: bytes) -> str:
+        return str(self._pygit2.hash(data))
+
+    def commit(self, tree_id: str, parent: str | None, message: str, when: int) -> str:
+        pygit2 = self._pygit2
+        sig = pygit2.Signature("reef", "reef@localhost", when, 0)
+        parents = [pygit2.Oid(hex=parent)] if parent else []
+        oid = self.repo.create_commit(None, sig, sig, message, pygit2.Oid(hex=tree_id), parents)
+        return str(oid)
+
+    def set_ref(self, name: str, commit_id: str) -> None:
+        self.repo.references.create(name, self._pygit2.Oid(hex=commit_id), force=True)
+
+    def get_ref(self, name: str) -> str | None:
+        ref = self.repo.references.get(name)
+        return str(ref.target) if ref is not None else None
+
+    def has(self, oid: str) -> bool:
+        try:
+            return oid in self.repo
+        except ValueError:
+            return False

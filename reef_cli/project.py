@@ -1,0 +1,81 @@
+"""Finding a reef project the way git finds a repository, and the layout of its state directory."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import InvalidInput, NotFound, StoreError
+
+STATE_DIR = ".reef"
+PROJECT_FILE = "project.json"
+DEFAULT_SCENARIO = "default"
+_SCENARIO_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
+
+
+def check_scenario_name(name: str) -> str:
+    if not _SCENARIO_RE.match(name or ""):
+        raise InvalidInput(
+            f"scenario name '{name}' is invalid: use 1-64 lowercase letters, digits, '.', '_' or '-', starting with a letter or digit"
+        )
+    return name
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Temp file, fsync, rename, fsync the directory: readers see the old or the new file, never half of one."""
+    from .releases import fsync_dir
+
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        os.write(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    fsync_dir(path.parent)
+
+
+@dataclass(frozen=True)
+class Project:
+    root: Path
+
+    @property
+    def state(self) -> Path:
+        return self.root / STATE_DIR
+
+    @property
+    def git_dir(self) -> Path:
+        return self.state / "git"
+
+    def scenario_dir(self, name: str) -> Path:
+        return self.state / "scenarios" / check_scenario_name(name)
+
+    def settings(self) -> dict:
+        try:
+            return json.loads((self.state / PROJECT_FILE).read_text())
+        except FileNotFoundError:
+            return {}
+        except ValueError:
+            raise StoreError(f"{self.state / PROJECT_FILE}: corrupt project file") from None
+
+    def default_scenario(self) -> str:
+        return self.settings().get("default_scenario", DEFAULT_SCENARIO)
+
+    def scenarios(self) -> list[str]:
+        base = self.state / "scenarios"
+        if not base.is_dir():
+            return []
+        return sorted(p.name for p in base.iterdir() if (p / "scenario.json").exists())
+
+
+def find_project(start: Path) -> Project:
+    """Walk up from `start` to the first directory holding `.reef/project.json`."""
+    here = Path(os.path.abspath(start))
+    for candidate in (here, *here.parents):
+        if (candidate / STATE_DIR / PROJECT_FILE).is_file():
+            return Project(candidate)
+    raise NotFound(f"not a reef project (or any parent up to /): {here}; run 'reef init' first")

@@ -1,0 +1,179 @@
+"""The release chain: an append-only JSONL log per scenario whose fsync'd line is the commit point.
+
+Git commits on `refs/reef/scenarios/<name>` mirror the log; the log is authoritative and the ref is repaired from it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from .errors import NotFound, StoreError
+
+OPERATIONS = ("init", "publish", "rollback", "promote", "freeze", "unfreeze", "evolve", "weights")
+
+
+def canonical(obj) -> bytes:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+
+@dataclass(frozen=True)
+class Release:
+    release_id: str
+    scenario: str
+    content_id: str
+    commit_id: str
+    parent_release_id: str | None
+    step: int
+    operation: str
+    reason: str
+    evidence: tuple[str, ...] = ()
+    created_at: str = ""
+    runtime_load_id: str | None = None
+    meta: dict = field(default_factory=dict)
+
+    def to_json(self) -> dict:
+        d = asdict(self)
+        d["evidence"] = list(self.evidence)
+        return d
+
+    @classmethod
+    def from_json(cls, d: dict) -> "Release":
+        return cls(
+            release_id=d["release_id"],
+            scenario=d["scenario"],
+            content_id=d["content_id"],
+            commit_id=d["commit_id"],
+            parent_release_id=d.get("parent_release_id"),
+            step=int(d["step"]),
+            operation=d["operation"],
+            reason=d.get("reason", ""),
+            evidence=tuple(d.get("evidence") or ()),
+            created_at=d.get("created_at", ""),
+            runtime_load_id=d.get("runtime_load_id"),
+            meta=dict(d.get("meta") or {}),
+        )
+
+
+def fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class ReleaseLog:
+    """Reads tolerate a torn last line (a crash mid-append); `repair()` truncates it under the writer's lock."""
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    def _lines(self) -> list[bytes]:
+        try:
+            return self.path.read_bytes().split(b"\n")
+        except FileNotFoundError:
+            return [b""]
+
+    def read(self) -> list[Release]:
+        parts = self._lines()
+        complete, tail = parts[:-1], parts[-1]
+        out: list[Release] = []
+        for n, line in enumerate(complete, 1):
+            try:
+                rel = Release.from_json(json.loads(line))
+            except (ValueError, KeyError, TypeError) as exc:
+                raise StoreError(
+                    f"{self.path}: line {n} is corrupt ({type(exc).__name__}); nothing was changed — "
+                    "restore the file from a backup or inspect it by hand"
+                ) from None
+            if rel.step != len(out) + 1 or (out and rel.parent_release_id != out[-1].release_id):
+                raise StoreError(f"{self.path}: line {n} breaks the chain (step {rel.step} after {len(out)})")
+            out.append(rel)
+        del tail  # a torn tail is ignored here and truncated by repair()
+        return out
+
+    def head(self) -> Release | None:
+        """The last complete line, read from the end of the file (cheap on long logs)."""
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(0, os.SEEK_END)
+                size = f.tell()
+                if size == 0:
+                    return None
+                block = min(size, 65536)
+                while True:
+                    f.seek(size - block)
+                    chunk = f.read(block)
+                    end = chunk.rfind(b"\n")
+                    if end == -1:
+                        if block == size:
+                            return None
+                        block = min(size, block * 4)
+                        continue
+                    start = chunk.rfind(b"\n", 0, end)
+                    if start == -1 and block < size:
+                        block = min(size, block * 4)
+                        continue
+                    line = chunk[start + 1 : end]
+                    break
+        except FileNotFoundError:
+            return None
+        try:
+            return Release.from_json(json.loads(line))
+        except (ValueError, KeyError, TypeError):
+            raise StoreError(f"{self.path}: the last complete line is corrupt; nothing was changed") from None
+
+    def repair(self) -> bool:
+        """Truncate a torn last line; call with the scenario lock held. Returns True if it truncated."""
+        try:
+            with open(self.path, "rb+") as f:
+                f.seek(0, os.SEEK_END)
+                size = f.tell()
+                if size == 0:
+                    return False
+                f.seek(size - 1)
+                if f.read(1) == b"\n":
+                    return False
+                data = self.path.read_bytes()
+                keep = data.rfind(b"\n") + 1
+                f.truncate(keep)
+                f.flush()
+                os.fsync(f.fileno())
+                return True
+        except FileNotFoundError:
+            return False
+
+    def append(self, release: Release) -> None:
+        line = canonical(release.to_json()) + b"\n"
+        new = not self.path.exists()
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, line)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        if new:
+            fsync_dir(self.path.parent)
+
+    def find(self, ref: str) -> Release:
+        """By full id, unique id prefix, or step number."""
+        releases = self.read()
+        ref = ref.strip()
+        if ref.isdigit():
+            step = int(ref)
+            for r in releases:
+                if r.step == step:
+                    return r
+            raise NotFound(f"release step {step} does not exist (head is step {len(releases)})")
+        exact = [r for r in releases if r.release_id == ref]
+        if exact:
+            return exact[0]
+        matches = [r for r in releases if r.release_id.startswith(ref) or r.release_id.startswith("rel_" + ref)]
+        if len(matches) == 1 and len(ref) >= 4:
+            return matches[0]
+        if len(matches) > 1:
+            raise NotFound(f"release id prefix '{ref}' is ambiguous ({len(matches)} releases match)")
+        raise NotFound(f"release '{ref}' does not exist in this scenario")

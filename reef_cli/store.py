@@ -1,0 +1,462 @@
+"""The harness store of one scenario: working tree <-> Git trees, publishing by compare-and-swap, rollback.
+
+Order of a publish: objects first (orphans are harmless), then the fsync'd release-log line (the commit point), then
+the Git ref (derived; repaired from the log on open). The scenario lock serialises writers across processes.
+"""
+
+from __future__ import annotations
+
+import difflib
+import errno
+import json
+import os
+import stat
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Callable
+
+from .config import CONFIG_NAME, HarnessConfig, parse_config
+from .errors import ConflictError, InvalidInput, NotFound, StoreError
+from .gitstore import MODE_EXEC, MODE_LINK, Entry, GitStore, mode_of
+from .ids import new_id
+from .project import Project, check_scenario_name, write_atomic
+from .releases import Release, ReleaseLog, canonical
+
+SKIP_DIRS = {".reef", ".git"}
+
+
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def iso(ts: datetime) -> str:
+    return ts.astimezone(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+@dataclass(frozen=True)
+class ScenarioInfo:
+    name: str
+    recipe: str
+    created_at: str
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "recipe": self.recipe, "created_at": self.created_at}
+
+
+@dataclass(frozen=True)
+class Change:
+    path: str
+    change: str  # added | modified | deleted
+    zone: str
+
+    def to_json(self) -> dict:
+        return {"path": self.path, "change": self.change, "zone": self.zone}
+
+
+@dataclass(frozen=True)
+class PublishResult:
+    release: Release
+    created: bool
+    changes: tuple[Change, ...] = field(default_factory=tuple)
+
+
+def _may_contain(dir_rel: str, patterns: tuple[str, ...]) -> bool:
+    """Could any pattern match something under `dir_rel`? Lets the walk skip node_modules and friends."""
+    parts = dir_rel.split("/")
+    for pat in patterns:
+        segs = pat.split("/")
+        ok = True
+        for i, part in enumerate(parts):
+            if i >= len(segs):
+                ok = False
+                break
+            seg = segs[i]
+            if seg == "**":
+                break
+            if any(c in seg for c in "*?["):
+                from .zones import glob_match
+
+                if not glob_match(seg, part):
+                    ok = False
+                    break
+            elif seg != part:
+                ok = False
+                break
+        else:
+            ok = ok and len(segs) > len(parts)
+        if ok:
+            return True
+    return False
+
+
+def collect_files(root: Path, include: tuple[str, ...], exclude: tuple[str, ...] = ()) -> dict[str, Entry]:
+    """The harness files in a working tree: every regular file or in-tree symlink matched by `include`."""
+    from .zones import glob_match
+
+    out: dict[str, Entry] = {}
+    root_real = os.path.realpath(root)
+
+    def walk(dir_abs: str, dir_rel: str) -> None:
+        try:
+            entries = list(os.scandir(dir_abs))
+        except OSError as exc:
+            raise StoreError(f"{dir_abs}: cannot read directory: {exc.strerror}") from None
+        for e in entries:
+            rel = f"{dir_rel}{e.name}"
+            if e.is_dir(follow_symlinks=False):
+                if e.name in SKIP_DIRS or not _may_contain(rel, include):
+                    continue
+                walk(e.path, rel + "/")
+                continue
+            if not any(glob_match(p, rel) for p in include) or any(glob_match(p, rel) for p in exclude):
+                continue
+            st = e.stat(follow_symlinks=False)
+            if stat.S_ISLNK(st.st_mode):
+                target = os.readlink(e.path)
+                resolved = os.path.realpath(e.path)
+                if not (resolved == root_real or resolved.startswith(root_real + os.sep)):
+                    raise InvalidInput(
+                        f"{rel} is a symlink to '{target}' outside the harness; reef stores links only within the harness"
+                    )
+                out[rel] = Entry(os.fsencode(target), MODE_LINK)
+            elif stat.S_ISREG(st.st_mode):
+                with open(e.path, "rb") as f:
+                    out[rel] = Entry(f.read(), mode_of(st.st_mode))
+
+    walk(str(root), "")
+    return dict(sorted(out.items()))
+
+
+def _check_no_symlink_components(dest: Path, rel: str) -> None:
+    cur = dest
+    for part in rel.split("/")[:-1]:
+        cur = cur / part
+        try:
+            st = os.lstat(cur)
+        except FileNotFoundError:
+            return
+        if stat.S_ISLNK(st.st_mode):
+            raise InvalidInput(f"{cur} is a symlink; reef never writes through symlinks")
+        if not stat.S_ISDIR(st.st_mode):
+            raise InvalidInput(f"{cur} is not a directory; cannot write {rel} under it")
+
+
+def write_files(dest: Path, files: dict[str, Entry], *, read_only: bool = False) -> None:
+    """Byte-exact materialisation that refuses to write through symlinks (O_NOFOLLOW on every file)."""
+    dest.mkdir(parents=True, exist_ok=True)
+    for rel, entry in files.items():
+        if rel.startswith("/") or ".." in rel.split("/"):
+            raise StoreError(f"release holds an unsafe path '{rel}'")
+        _check_no_symlink_components(dest, rel)
+        target = dest / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if entry.mode == MODE_LINK:
+            try:
+                st = os.lstat(target)
+                if not stat.S_ISLNK(st.st_mode):
+                    raise InvalidInput(f"{target} exists and is not a symlink; refusing to replace it")
+                os.unlink(target)
+            except FileNotFoundError:
+                pass
+            os.symlink(os.fsdecode(entry.data), target)
+            continue
+        try:
+            if os.path.exists(target) and read_only:
+                os.chmod(target, 0o644, follow_symlinks=False)
+            fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise InvalidInput(f"{target} is a symlink; reef never writes through symlinks") from None
+            raise
+        try:
+            os.write(fd, entry.data)
+        finally:
+            os.close(fd)
+        mode = 0o755 if entry.mode == MODE_EXEC else 0o644
+        if read_only:
+            mode &= 0o555
+        os.chmod(target, mode)
+
+
+class HarnessStore:
+    """One scenario's release chain over the project's working tree."""
+
+    def __init__(self, project: Project, scenario: str, *, now: Callable[[], datetime] = utcnow):
+        self.project = project
+        self.scenario = check_scenario_name(scenario)
+        self.dir = project.scenario_dir(scenario)
+        self.log = ReleaseLog(self.dir / "releases.jsonl")
+        self.now = now
+        self._git: GitStore | None = None
+
+    # -- layout -------------------------------------------------------------------------------------------------
+    @property
+    def ref(self) -> str:
+        return f"refs/reef/scenarios/{self.scenario}"
+
+    @property
+    def ledger_path(self) -> Path:
+        return self.dir / "ledger.jsonl"
+
+    @property
+    def git(self) -> GitStore:
+        if self._git is None:
+            self._git = GitStore(self.project.git_dir)
+        return self._git
+
+    def lock(self):
+        from filelock import FileLock
+
+        return FileLock(str(self.dir / "lock"))
+
+    def exists(self) -> bool:
+        return (self.dir / "scenario.json").is_file()
+
+    def info(self) -> ScenarioInfo:
+        try:
+            d = json.loads((self.dir / "scenario.json").read_text())
+        except FileNotFoundError:
+            known = ", ".join(self.project.scenarios()) or "none"
+            raise NotFound(f"scenario '{self.scenario}' does not exist (known: {known}); create it with 'reef init --scenario {self.scenario}'") from None
+        except ValueError:
+            raise StoreError(f"{self.dir / 'scenario.json'}: corrupt scenario file") from None
+        return ScenarioInfo(d["name"], d["recipe"], d["created_at"])
+
+    def create(self, recipe: str) -> ScenarioInfo:
+        """Bind a recipe to the scenario once; asking again with another recipe is a conflict."""
+        self.dir.mkdir(parents=True, exist_ok=True)
+        with self.lock():
+            if self.exists():
+                info = self.info()
+                if info.recipe != recipe:
+                    raise ConflictError(
+                        f"scenario '{self.scenario}' is bound to recipe '{info.recipe}', not '{recipe}'; "
+                        "a scenario's recipe never changes — use another --scenario name"
+                    )
+                return info
+            info = ScenarioInfo(self.scenario, recipe, iso(self.now()))
+            write_atomic(self.dir / "scenario.json", canonical(info.to_json()) + b"\n")
+            return info
+
+    # -- reading ------------------------------------------------------------------------------------------------
+    def head(self) -> Release | None:
+        return self.log.head()
+
+    def require_head(self) -> Release:
+        head = self.head()
+        if head is None:
+            raise NotFound(f"scenario '{self.scenario}' has no release yet; run 'reef init'")
+        return head
+
+    def releases(self) -> list[Release]:
+        return self.log.read()
+
+    def find(self, ref: str) -> Release:
+        return self.log.find(ref)
+
+    def files_of(self, release: Release) -> dict[str, Entry]:
+        return self.git.read_tree(release.content_id)
+
+    def config_of(self, release: Release) -> HarnessConfig:
+        files = self.files_of(release)
+        if CONFIG_NAME not in files:
+            raise InvalidInput(f"release {release.release_id} has no {CONFIG_NAME}")
+        return parse_config(files[CONFIG_NAME].data, source=f"{CONFIG_NAME} (release step {release.step})")
+
+    def worktree_config(self) -> HarnessConfig:
+        path = self.project.root / CONFIG_NAME
+        try:
+            raw = path.read_bytes()
+        except FileNotFoundError:
+            raise InvalidInput(f"{path}: missing; restore it with 'reef checkout HEAD .' or re-run 'reef init'") from None
+        return parse_config(raw, source=str(path))
+
+    def worktree_files(self, config: HarnessConfig | None = None) -> dict[str, Entry]:
+        config = config or self.worktree_config()
+        include = tuple(config.include) + (CONFIG_NAME,)
+        return collect_files(self.project.root, include, config.exclude)
+
+    def changes(self, base: dict[str, Entry], new: dict[str, Entry], config: HarnessConfig) -> tuple[Change, ...]:
+        from .zones import decide
+
+        zones = config.zone_map()
+        out = []
+        for rel in sorted(set(base) | set(new)):
+            if rel not in new:
+                kind = "deleted"
+            elif rel not in base:
+                kind = "added"
+            elif base[rel] != new[rel]:
+                kind = "modified"
+            else:
+                continue
+            out.append(Change(rel, kind, decide(self.project.root, zones, rel).zone))
+        return tuple(out)
+
+    def status(self) -> tuple[Release, tuple[Change, ...]]:
+        head = self.require_head()
+        config = self.worktree_config()
+        return head, self.changes(self.files_of(head), self.worktree_files(config), config)
+
+    # -- writing ------------------------------------------------------------------------------------------------
+    def publish(
+        self,
+        *,
+        reason: str,
+        operation: str = "publish",
+        files: dict[str, Entry] | None = None,
+        expected_head: str | None | type(...) = ...,
+        evidence: tuple[str, ...] = (),
+        meta: dict | None = None,
+        allow_empty: bool = False,
+        runtime_load_id: str | None = None,
+    ) -> PublishResult:
+        """Publish `files` (default: the working tree) as the next release if the head is still `expected_head`.
+
+        `expected_head=...` means "the head as read now", which still catches a racing writer between our read and
+        the commit point because the check is repeated under the scenario lock.
+        """
+        if expected_head is ...:
+            current = self.head()
+            expected_head = current.release_id if current else None
+        if files is None:
+            files = self.worktree_files()
+        if CONFIG_NAME not in files:
+            raise InvalidInput(f"the harness has no {CONFIG_NAME}; it is required in every release")
+        config = parse_config(files[CONFIG_NAME].data, source=str(self.project.root / CONFIG_NAME))
+        tree_id = self.git.write_tree(files)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        with self.lock():
+            self.log.repair()
+            chain = self.log.read()  # validates every line: corruption anywhere stops the publish
+            head = chain[-1] if chain else None
+            head_id = head.release_id if head else None
+            if head_id != expected_head:
+                raise ConflictError(
+                    f"the head of scenario '{self.scenario}' moved: expected {expected_head or 'no release'} but it is "
+                    f"{head_id} (step {head.step if head else 0}); nothing was published — re-read and retry"
+                )
+            base = self.git.read_tree(head.content_id) if head else {}
+            changes = self.changes(base, files, config)
+            if head is not None and head.content_id == tree_id and not allow_empty:
+                return PublishResult(head, False, ())
+            when = self.now()
+            release = Release(
+                release_id=new_id("rel"),
+                scenario=self.scenario,
+                content_id=tree_id,
+                commit_id="",
+                parent_release_id=head_id,
+                step=(head.step + 1) if head else 1,
+                operation=operation,
+                reason=reason,
+                evidence=tuple(evidence),
+                created_at=iso(when),
+                runtime_load_id=runtime_load_id,
+                meta=dict(meta or {}),
+            )
+            body = {k: v for k, v in release.to_json().items() if k != "commit_id"}
+            message = f"{operation}: {reason}\n\nreef-release: {json.dumps(body, sort_keys=True)}\n"
+            commit_id = self.git.commit(tree_id, head.commit_id if head else None, message, int(when.timestamp()))
+            release = Release.from_json({**release.to_json(), "commit_id": commit_id})
+            self.log.append(release)
+            self.git.set_ref(self.ref, commit_id)
+        return PublishResult(release, True, changes)
+
+    def repair_ref(self) -> None:
+        head = self.head()
+        if head is not None and self.git.get_ref(self.ref) != head.commit_id:
+            with self.lock():
+                head = self.head()
+                self.git.set_ref(self.ref, head.commit_id)
+
+    def dirty_paths(self) -> list[str]:
+        _, changes = self.status()
+        return [c.path for c in changes]
+
+    def sync_worktree(self, old: dict[str, Entry], new: dict[str, Entry]) -> None:
+        """Make the working tree's harness files equal `new`, touching only paths that differ from `old`."""
+        root = self.project.root
+        for rel in sorted(set(old) - set(new)):
+            _check_no_symlink_components(root, rel)
+            try:
+                os.unlink(root / rel)
+            except FileNotFoundError:
+                pass
+        write_files(root, {rel: e for rel, e in new.items() if old.get(rel) != e})
+
+    def rollback(self, ref: str, *, expected_head: str | None | type(...) = ..., force: bool = False) -> PublishResult:
+        target = self.find(ref)
+        head = self.require_head()
+        if expected_head is ...:
+            expected_head = head.release_id
+        dirty = [] if force else self.dirty_paths()
+        if dirty:
+            raise ConflictError(
+                f"the working tree has unpublished changes ({', '.join(dirty[:5])}); publish them or pass --force"
+            )
+        if target.content_id == head.content_id:
+            return PublishResult(head, False, ())
+        new_files = self.files_of(target)
+        result = self.publish(
+            reason=f"rollback to step {target.step} ({target.release_id})",
+            operation="rollback",
+            files=new_files,
+            expected_head=expected_head,
+            meta={"rollback_target_release_id": target.release_id, "rolled_back_release_id": head.release_id},
+        )
+        self.sync_worktree(self.files_of(head), new_files)
+        return result
+
+    def diff(self, a: Release, b: Release) -> str:
+        return unified_diff(self.files_of(a), self.files_of(b), f"step {a.step}", f"step {b.step}")
+
+    def materialise(self, release: Release) -> Path:
+        """A read-only copy of a release, cached by content id (run directories share it)."""
+        cache = self.project.state / "trees" / release.content_id
+        if (cache / ".reef-complete").exists():
+            return cache
+        tmp = cache.with_name(f"{cache.name}.{os.getpid()}.tmp")
+        if tmp.exists():
+            _rmtree(tmp)
+        write_files(tmp, self.files_of(release), read_only=True)
+        (tmp / ".reef-complete").write_text(release.content_id + "\n")
+        try:
+            os.rename(tmp, cache)
+        except OSError:
+            _rmtree(tmp)  # another process won the race; its copy is identical
+        return cache
+
+
+def _rmtree(path: Path) -> None:
+    """Remove a tree that materialise() made read-only."""
+    import shutil
+
+    for dirpath, dirnames, _ in os.walk(path):
+        os.chmod(dirpath, 0o755)
+    shutil.rmtree(path)
+
+
+def unified_diff(old: dict[str, Entry], new: dict[str, Entry], a_label: str, b_label: str) -> str:
+    out: list[str] = []
+    for rel in sorted(set(old) | set(new)):
+        a, b = old.get(rel), new.get(rel)
+        if a == b:
+            continue
+        a_data = a.data if a else b""
+        b_data = b.data if b else b""
+        try:
+            a_text = a_data.decode("utf-8").splitlines(keepends=True)
+            b_text = b_data.decode("utf-8").splitlines(keepends=True)
+        except UnicodeDecodeError:
+            out.append(f"Binary file {rel} differs\n")
+            continue
+        a_name = f"a/{rel}" if a else "/dev/null"
+        b_name = f"b/{rel}" if b else "/dev/null"
+        lines = list(difflib.unified_diff(a_text, b_text, a_name, b_name, f"({a_label})", f"({b_label})"))
+        for line in lines:
+            out.append(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n")
+        if a and b and a.mode != b.mode:
+            out.append(f"mode change {a.mode:o} => {b.mode:o} {rel}\n")
+    return "".join(out)

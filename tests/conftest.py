@@ -1,0 +1,81 @@
+"""Shared fixtures. No test may touch the real home directory: HOME points into tmp_path and an audit hook turns
+any open() under the real home (outside the Python installation itself) into an error."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+REAL_HOME = os.path.realpath(os.path.expanduser("~"))
+_ALLOWED = tuple(
+    os.path.realpath(p)
+    for p in {sys.prefix, sys.base_prefix, sys.exec_prefix, *[p for p in sys.path if p]}
+    if p
+)
+_guard = {"on": False}
+
+
+def _audit(event: str, args: tuple) -> None:
+    if not _guard["on"] or event != "open" or not args or not isinstance(args[0], (str, bytes, os.PathLike)):
+        return
+    path = os.fsdecode(args[0])
+    if not os.path.isabs(path):
+        return
+    real = os.path.realpath(path)
+    if (real == REAL_HOME or real.startswith(REAL_HOME + os.sep)) and not real.startswith(_ALLOWED):
+        raise PermissionError(f"test touched the real home directory: {real}")
+
+
+sys.addaudithook(_audit)
+
+
+@pytest.fixture(autouse=True)
+def no_real_home(tmp_path_factory, monkeypatch):
+    home = tmp_path_factory.mktemp("home")
+    monkeypatch.setenv("HOME", str(home))
+    for var, sub in (("XDG_DATA_HOME", ".local/share"), ("XDG_STATE_HOME", ".local/state"),
+                     ("XDG_CONFIG_HOME", ".config"), ("XDG_CACHE_HOME", ".cache")):
+        monkeypatch.setenv(var, str(home / sub))
+    monkeypatch.delenv("REEF_SCENARIO", raising=False)
+    _guard["on"] = True
+    yield home
+    _guard["on"] = False
+
+
+@dataclass
+class Result:
+    code: int
+    out: str
+    err: str
+
+
+@pytest.fixture
+def reef(capsys, monkeypatch):
+    """Run the CLI in-process: reef(args..., cwd=DIR) -> Result(code, out, err)."""
+    from reef_cli.cli.main import run
+
+    def call(*args: str, cwd: Path | None = None) -> Result:
+        capsys.readouterr()
+        if cwd is not None:
+            monkeypatch.chdir(cwd)
+        code = run(list(args))
+        cap = capsys.readouterr()
+        return Result(code, cap.out, cap.err)
+
+    return call
+
+
+def reef_exe() -> str:
+    return str(Path(sys.executable).parent / "reef")
+
+
+def run_reef(*args: str, cwd: Path, env: dict | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
+    """The installed `reef` console script in a real subprocess."""
+    return subprocess.run([reef_exe(), *args], cwd=cwd, env={**os.environ, **(env or {})}, capture_output=True,
+                          text=True, timeout=timeout)

@@ -1,0 +1,339 @@
+"""The harness store through the CLI: init, status, publish by CAS, rollback, log/show/diff/checkout, zones."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, run_reef
+
+REAL = Path(os.environ.get("REEF_SHARED", REPO.parent / "shared")) / "data" / "real-harnesses"
+
+
+def init(reef, path: Path, *extra: str):
+    r = reef("-C", str(path), "init", *extra)
+    assert r.code == 0, r.err
+    return r
+
+
+def head(reef, path: Path) -> dict:
+    r = reef("-C", str(path), "status", "--json")
+    assert r.code == 0, r.err
+    return json.loads(r.out)["head"]
+
+
+@pytest.mark.parametrize("template", ["claude", "agents", "minimal"])
+def test_init_templates_publish_release_one(reef, tmp_path, template):
+    r = init(reef, tmp_path, "--template", template, "--json")
+    data = json.loads(r.out)
+    assert data["created"] is True
+    rel = data["release"]
+    assert rel["step"] == 1 and rel["operation"] == "init" and rel["parent_release_id"] is None
+    assert rel["runtime_load_id"] is None and rel["evidence"] == []
+    assert len(rel["content_id"]) == 40
+    assert (tmp_path / "harness.yaml").is_file()
+    st = json.loads(reef("-C", str(tmp_path), "status", "--json").out)
+    assert st["clean"] is True and st["ledger_path"].endswith("ledger.jsonl")
+
+
+def test_init_is_idempotent(reef, tmp_path):
+    first = json.loads(init(reef, tmp_path, "--json").out)["release"]
+    again = init(reef, tmp_path, "--json")
+    data = json.loads(again.out)
+    assert data["created"] is False and data["release"] == first
+    assert len(json.loads(reef("-C", str(tmp_path), "log", "--json").out)) == 1
+
+
+def test_init_never_overwrites_user_files(reef, tmp_path):
+    (tmp_path / "CLAUDE.md").write_text("mine\n")
+    r = reef("-C", str(tmp_path), "init", "--template", "claude")
+    assert r.code == 3
+    assert "CLAUDE.md already exists" in r.err and r.err.startswith("reef: error: ")
+    assert (tmp_path / "CLAUDE.md").read_text() == "mine\n"
+    assert not (tmp_path / ".reef").exists() or not (tmp_path / ".reef" / "project.json").exists()
+
+
+def test_unknown_template(reef, tmp_path):
+    r = reef("-C", str(tmp_path), "init", "--template", "nope")
+    assert r.code == 1 and "no harness template 'nope'" in r.err and "claude" in r.err
+
+
+def test_status_shows_changes_with_zones_and_publish(reef, tmp_path):
+    init(reef, tmp_path)
+    (tmp_path / "CLAUDE.local.md").write_text("notes\n")
+    skill = tmp_path / ".claude/skills/code-review/SKILL.md"
+    skill.write_text(skill.read_text() + "\n4. Be kind.\n")
+    (tmp_path / ".claude/rules/safety.md").unlink()
+    (tmp_path / "unrelated.txt").write_text("not harness\n")
+    st = json.loads(reef("-C", str(tmp_path), "status", "--json").out)
+    changes = {c["path"]: (c["change"], c["zone"]) for c in st["changes"]}
+    assert changes == {
+        ".claude/rules/safety.md": ("deleted", "frozen"),
+        ".claude/skills/code-review/SKILL.md": ("modified", "evolvable"),
+        "CLAUDE.local.md": ("added", "learned"),
+    }
+    before = head(reef, tmp_path)
+    r = reef("-C", str(tmp_path), "publish", "-m", "human edits", "--json")
+    assert r.code == 0, r.err
+    rel = json.loads(r.out)["release"]
+    assert rel["step"] == 2 and rel["parent_release_id"] == before["release_id"] and rel["reason"] == "human edits"
+    assert json.loads(reef("-C", str(tmp_path), "status", "--json").out)["clean"] is True
+    r = reef("-C", str(tmp_path), "publish", "-m", "again")
+    assert r.code == 0 and "nothing to publish" in r.out
+
+
+def test_publish_expect_head_conflict(reef, tmp_path):
+    init(reef, tmp_path)
+    first = head(reef, tmp_path)["release_id"]
+    (tmp_path / "CLAUDE.local.md").write_text("a\n")
+    assert reef("-C", str(tmp_path), "publish", "-m", "a", "--expect-head", first).code == 0
+    (tmp_path / "CLAUDE.local.md").write_text("b\n")
+    r = reef("-C", str(tmp_path), "publish", "-m", "b", "--expect-head", first)
+    assert r.code == 3
+    assert first in r.err and "nothing was published" in r.err
+    assert len(json.loads(reef("-C", str(tmp_path), "log", "--json").out)) == 2
+
+
+RACE = r"""
+import sys, time
+from pathlib import Path
+from reef_cli.project import Project
+from reef_cli.store import HarnessStore
+from reef_cli.gitstore import Entry
+from reef_cli.errors import ConflictError
+root, tag, go = Path(sys.argv[1]), sys.argv[2], float(sys.argv[3])
+store = HarnessStore(Project(root), "default")
+head = store.head()
+files = store.files_of(head)
+files["CLAUDE.local.md"] = Entry(f"from {tag}\n".encode())
+while time.time() < go:
+    time.sleep(0.001)
+try:
+    r = store.publish(reason=tag, files=files, expected_head=head.release_id)
+    print("WON", r.release.release_id)
+except ConflictError as e:
+    print("LOST", e)
+    sys.exit(3)
+"""
+
+
+def test_two_processes_race_exactly_one_wins(reef, tmp_path):
+    import time
+
+    init(reef, tmp_path)
+    script = tmp_path / "race.py"
+    script.write_text(RACE)
+    for attempt in range(3):
+        go = time.time() + 1.0
+        procs = [subprocess.Popen([sys.executable, str(script), str(tmp_path), tag, str(go)], stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True) for tag in ("p1", "p2")]
+        outs = [(p.wait(timeout=60), p.stdout.read(), p.stderr.read()) for p in procs]
+        codes = sorted(code for code, _, _ in outs)
+        assert codes == [0, 3], outs
+        loser = next(out for code, out, _ in outs if code == 3)
+        assert "moved: expected rel_" in loser and "but it is rel_" in loser
+        log = json.loads(reef("-C", str(tmp_path), "log", "--json").out)
+        assert [r["step"] for r in log] == list(range(len(log), 0, -1))
+        assert len(log) == 2 + attempt
+        (tmp_path / "CLAUDE.local.md").write_text("")
+        reef("-C", str(tmp_path), "checkout", "HEAD", str(tmp_path)) if False else None
+        break
+
+
+def test_torn_tail_is_repaired_and_corruption_is_refused(reef, tmp_path):
+    init(reef, tmp_path)
+    log_path = tmp_path / ".reef/scenarios/default/releases.jsonl"
+    good = log_path.read_bytes()
+    with open(log_path, "ab") as f:
+        f.write(b'{"release_id": "rel_torn", "ste')
+    assert reef("-C", str(tmp_path), "log", "--json").code == 0
+    (tmp_path / "CLAUDE.local.md").write_text("x\n")
+    r = reef("-C", str(tmp_path), "publish", "-m", "after crash", "--json")
+    assert r.code == 0, r.err
+    lines = log_path.read_bytes().splitlines()
+    assert len(lines) == 2 and lines[0] == good.rstrip(b"\n")
+    assert json.loads(lines[1])["step"] == 2
+    corrupted = b"{not json}\n" + log_path.read_bytes()
+    log_path.write_bytes(corrupted)
+    r = reef("-C", str(tmp_path), "log")
+    assert r.code == 1 and "line 1 is corrupt" in r.err and str(log_path) in r.err
+    (tmp_path / "CLAUDE.local.md").write_text("y\n")
+    assert reef("-C", str(tmp_path), "publish", "-m", "refused").code == 1
+    assert log_path.read_bytes() == corrupted
+
+
+def test_rollback_republishes_and_restores_worktree(reef, tmp_path):
+    init(reef, tmp_path)
+    one = head(reef, tmp_path)
+    (tmp_path / "CLAUDE.local.md").write_text("learned a bad thing\n")
+    reef("-C", str(tmp_path), "publish", "-m", "two")
+    r = reef("-C", str(tmp_path), "rollback", "1", "--json")
+    assert r.code == 0, r.err
+    rel = json.loads(r.out)["release"]
+    assert rel["step"] == 3 and rel["operation"] == "rollback" and rel["content_id"] == one["content_id"]
+    assert rel["meta"]["rollback_target_release_id"] == one["release_id"]
+    assert not (tmp_path / "CLAUDE.local.md").exists()
+    assert json.loads(reef("-C", str(tmp_path), "status", "--json").out)["clean"] is True
+    r = reef("-C", str(tmp_path), "rollback", one["release_id"])
+    assert r.code == 0 and "nothing to do" in r.out
+    r = reef("-C", str(tmp_path), "rollback", "99")
+    assert r.code == 1 and "release step 99 does not exist" in r.err
+
+
+def test_rollback_refuses_dirty_worktree(reef, tmp_path):
+    init(reef, tmp_path)
+    (tmp_path / "CLAUDE.local.md").write_text("a\n")
+    reef("-C", str(tmp_path), "publish", "-m", "two")
+    (tmp_path / "CLAUDE.local.md").write_text("unpublished\n")
+    r = reef("-C", str(tmp_path), "rollback", "1")
+    assert r.code == 3 and "unpublished changes (CLAUDE.local.md)" in r.err
+    assert (tmp_path / "CLAUDE.local.md").read_text() == "unpublished\n"
+
+
+def test_scenario_recipe_binding_conflict(reef, tmp_path):
+    init(reef, tmp_path, "--scenario", "alpha", "--recipe", "harness-curate")
+    r = reef("-C", str(tmp_path), "init", "--scenario", "alpha", "--recipe", "weights-grpo")
+    assert r.code == 3 and "bound to recipe 'harness-curate'" in r.err
+    r = reef("-C", str(tmp_path), "init", "--scenario", "beta", "--recipe", "weights-grpo", "--json")
+    assert r.code == 0 and json.loads(r.out)["recipe"] == "weights-grpo"
+    r = reef("-C", str(tmp_path), "--scenario", "gamma", "status")
+    assert r.code == 1 and "scenario 'gamma' does not exist" in r.err and "alpha" in r.err
+    r = reef("-C", str(tmp_path), "--scenario", "Bad Name", "status")
+    assert r.code == 4 and "scenario name 'Bad Name' is invalid" in r.err
+
+
+def test_log_show_diff_checkout(reef, tmp_path):
+    init(reef, tmp_path)
+    (tmp_path / "CLAUDE.local.md").write_text("hello\n")
+    reef("-C", str(tmp_path), "publish", "-m", "notes")
+    log = json.loads(reef("-C", str(tmp_path), "log", "--json").out)
+    assert [r["step"] for r in log] == [2, 1]
+    shown = json.loads(reef("-C", str(tmp_path), "show", log[0]["release_id"][:20], "--json").out)
+    assert shown["release_id"] == log[0]["release_id"] and "CLAUDE.local.md" in shown["files"]
+    d = reef("-C", str(tmp_path), "diff", "1", "2")
+    assert "--- /dev/null" in d.out and "+++ b/CLAUDE.local.md" in d.out and "+hello" in d.out
+    out = tmp_path / "out"
+    assert reef("-C", str(tmp_path), "checkout", "1", str(out)).code == 0
+    for p in (tmp_path / "harness.yaml", tmp_path / "CLAUDE.md", tmp_path / ".claude/settings.json"):
+        assert (out / p.relative_to(tmp_path)).read_bytes() == p.read_bytes()
+    assert not (out / "CLAUDE.local.md").exists()
+    table = reef("-C", str(tmp_path), "log")
+    assert table.code == 0 and "notes" in table.out
+
+
+def test_checkout_refuses_to_write_through_symlinks(reef, tmp_path):
+    proj = tmp_path / "p"
+    proj.mkdir()
+    init(reef, proj)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    dest = tmp_path / "dest"
+    dest.mkdir()
+    (dest / ".claude").symlink_to(outside)
+    r = reef("-C", str(proj), "checkout", "1", str(dest))
+    assert r.code == 4 and "symlink" in r.err and ".claude" in r.err
+    assert list(outside.iterdir()) == []
+    dest2 = tmp_path / "dest2"
+    dest2.mkdir()
+    (dest2 / "CLAUDE.md").symlink_to(outside / "victim.md")
+    r = reef("-C", str(proj), "checkout", "1", str(dest2))
+    assert r.code == 4 and not (outside / "victim.md").exists()
+
+
+def test_not_a_project(reef, tmp_path):
+    r = reef("-C", str(tmp_path), "status")
+    assert r.code == 1 and "not a reef project" in r.err and "reef init" in r.err
+
+
+def test_project_found_from_subdirectory(reef, tmp_path):
+    init(reef, tmp_path)
+    sub = tmp_path / "src" / "deep"
+    sub.mkdir(parents=True)
+    r = reef("status", "--json", cwd=sub)
+    assert r.code == 0 and json.loads(r.out)["project"] == str(tmp_path)
+
+
+def test_invalid_harness_yaml_names_field_and_line(reef, tmp_path):
+    init(reef, tmp_path)
+    cfg = tmp_path / "harness.yaml"
+    cfg.write_text(cfg.read_text().replace("max_bullets: 20", "max_bullets: lots"))
+    r = reef("-C", str(tmp_path), "publish", "-m", "bad")
+    assert r.code == 4
+    line = next(i for i, l in enumerate(cfg.read_text().splitlines(), 1) if "max_bullets" in l)
+    assert f"line {line}" in r.err and "budgets.max_bullets" in r.err and "Traceback" not in r.err
+    cfg.write_text("version: 1\ninclude: [a\n")
+    r = reef("-C", str(tmp_path), "status")
+    assert r.code == 4 and "invalid YAML" in r.err
+
+
+def test_freeze_and_unfreeze_are_releases_and_keep_comments(reef, tmp_path):
+    init(reef, tmp_path)
+    r = reef("-C", str(tmp_path), "harness", "zone", ".claude/skills/code-review/SKILL.md", "--json")
+    assert json.loads(r.out)[0]["zone"] == "evolvable"
+    r = reef("-C", str(tmp_path), "harness", "freeze", ".claude/skills/code-review/**", "--json")
+    assert r.code == 0, r.err
+    assert json.loads(r.out)["release"]["operation"] == "freeze"
+    r = reef("-C", str(tmp_path), "harness", "zone", ".claude/skills/code-review/SKILL.md", "--json")
+    assert json.loads(r.out)[0] | {"reason": ""} == {"path": ".claude/skills/code-review/SKILL.md", "normalized": ".claude/skills/code-review/SKILL.md",
+                                                      "zone": "frozen", "automatic_write": "blocked", "reason": ""}
+    text = (tmp_path / "harness.yaml").read_text()
+    assert "# the human's rules, permissions and hooks" in text
+    r = reef("-C", str(tmp_path), "harness", "unfreeze", ".claude/skills/code-review/**", "--to", "evolvable", "--json")
+    assert json.loads(r.out)["release"]["operation"] == "unfreeze"
+    log = json.loads(reef("-C", str(tmp_path), "log", "--json").out)
+    assert [r["operation"] for r in log] == ["unfreeze", "freeze", "init"]
+    assert json.loads(reef("-C", str(tmp_path), "status", "--json").out)["clean"] is True
+
+
+def _copy_real(name: str, dest: Path) -> Path:
+    src = REAL / name
+    shutil.copytree(src, dest / name)
+    return dest / name
+
+
+@pytest.mark.skipif(not REAL.is_dir(), reason="shared/data/real-harnesses not present")
+@pytest.mark.parametrize("name", sorted(p.name for p in REAL.iterdir() if p.is_dir()) if REAL.is_dir() else [])
+def test_import_every_real_harness(reef, tmp_path, name):
+    src = _copy_real(name, tmp_path / "src")
+    proj = tmp_path / "proj"
+    proj.mkdir()
+    r = reef("-C", str(proj), "init", "--import", str(src), "--json")
+    assert r.code == 0, r.err
+    data = json.loads(r.out)
+    rel = data["release"]
+    show = json.loads(reef("-C", str(proj), "show", rel["release_id"], "--json").out)
+    harness_like = [p for p in (str(f.relative_to(src)) for f in src.rglob("*") if f.is_file())
+                    if p.endswith(("CLAUDE.md", "AGENTS.md", "SKILL.md")) or "/.claude/" in f"/{p}"]
+    for p in harness_like:
+        assert p in show["files"], p
+        assert (proj / p).read_bytes() == (src / p).read_bytes()
+    assert json.loads(reef("-C", str(proj), "status", "--json").out)["clean"] is True
+    # in-place adoption gives the same files
+    r2 = reef("-C", str(src), "init", "--import", ".", "--json")
+    assert r2.code == 0, r2.err
+    assert json.loads(r2.out)["release"]["content_id"] == rel["content_id"]
+
+
+@pytest.mark.skipif(not REAL.is_dir(), reason="shared/data/real-harnesses not present")
+def test_import_warns_about_broken_frontmatter(reef, tmp_path):
+    src = _copy_real("badlogic__pi-mono", tmp_path)
+    proj = tmp_path / "proj"
+    proj.mkdir()
+    data = json.loads(reef("-C", str(proj), "init", "--import", str(src), "--json").out)
+    warned = "\n".join(data["warnings"])
+    assert "invalid-yaml/SKILL.md" in warned and "no-frontmatter/SKILL.md" in warned
+
+
+def test_installed_console_script_runs(tmp_path):
+    r = run_reef("init", "--json", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    r = run_reef("status", cwd=tmp_path)
+    assert r.returncode == 0 and "harness clean" in r.stdout
+    r = run_reef("rollback", cwd=tmp_path)
+    assert r.returncode == 2 and "Missing argument" in r.stderr
