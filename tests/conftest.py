@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+pytest_plugins = ["fakes.llm_plugin"]  # the `fake_llm` fixture: a fake Anthropic/OpenAI server
+
 REPO = Path(__file__).resolve().parent.parent
 REAL_HOME = os.path.realpath(os.path.expanduser("~"))
 _ALLOWED = tuple(
