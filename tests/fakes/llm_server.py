@@ -324,10 +324,8 @@ def _make_handler(llm: FakeLLM):
             req.reply = reply
             if reply.delay:
                 time.sleep(reply.delay)
-            try:
-                self._answer(req, reply)
-            finally:
-                llm._record(req)  # after answering, so wait_for() returns only once the reply has gone out
+            llm._record(req)  # before answering: a client that has its reply must find its request recorded
+            self._answer(req, reply)
 
         def _answer(self, req: Request, reply: Reply) -> None:
             anthropic = req.route == "anthropic.messages"
