@@ -115,28 +115,41 @@ def _plain(obj: Any) -> Any:
     return obj
 
 
-def parse_config(text: str | bytes, source: str = CONFIG_NAME) -> HarnessConfig:
+def _load_rt(text: str, source: str):
     from ruamel.yaml import YAMLError
 
-    if isinstance(text, bytes):
-        try:
-            text = text.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise InvalidInput(f"{source}: not valid UTF-8 ({exc.reason} at byte {exc.start})") from None
     try:
-        doc = _yaml().load(text)
+        return _yaml().load(text)
     except YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark is not None else ""
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         raise InvalidInput(f"{source}:{where}: invalid YAML: {problem}") from None
-    if not isinstance(doc, dict):
-        raise InvalidInput(f"{source}: expected a mapping at the top level")
-    data = _plain(doc)
+
+
+@lru_cache(maxsize=1)
+def _validator():
     import jsonschema
 
-    validator = jsonschema.Draft202012Validator(_schema())
-    errors = sorted(validator.iter_errors(data), key=lambda e: (len(e.absolute_path), list(map(str, e.absolute_path))))
+    return jsonschema.Draft202012Validator(_schema())
+
+
+@lru_cache(maxsize=64)
+def _parse_cached(raw: bytes, source: str) -> HarnessConfig:
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InvalidInput(f"{source}: not valid UTF-8 ({exc.reason} at byte {exc.start})") from None
+    from ruamel.yaml import YAML, YAMLError
+
+    try:
+        data = YAML(typ="safe").load(text)  # the C loader when ruamel.yaml.clib is present
+    except YAMLError:
+        data = _load_rt(text, source)  # re-parse only to report the line
+    if not isinstance(data, dict):
+        raise InvalidInput(f"{source}: expected a mapping at the top level")
+    data = _plain(data)
+    errors = sorted(_validator().iter_errors(data), key=lambda e: (len(e.absolute_path), list(map(str, e.absolute_path))))
     if errors:
         err = errors[0]
         path = list(err.absolute_path)
@@ -145,13 +158,18 @@ def parse_config(text: str | bytes, source: str = CONFIG_NAME) -> HarnessConfig:
             if extra:
                 path = path + [extra[0]]
         field_name = ".".join(str(p) for p in path) or "(top level)"
-        line = _line_of(doc, path)
+        line = _line_of(_load_rt(text, source), path)
         where = f" line {line}" if line else ""
         message = err.message
         if err.validator == "additionalProperties" and path:
             message = f"unknown field '{path[-1]}'"
         raise InvalidInput(f"{source}:{where}: field '{field_name}': {message}")
     return _from_data(data)
+
+
+def parse_config(text: str | bytes, source: str = CONFIG_NAME) -> HarnessConfig:
+    raw = text.encode("utf-8") if isinstance(text, str) else bytes(text)
+    return _parse_cached(raw, source)
 
 
 def _from_data(data: dict) -> HarnessConfig:

@@ -31,6 +31,7 @@ class GitStore:
 
         self._pygit2 = pygit2
         self.path = path
+        self._blob_ids: dict[str, dict[str, str]] = {}
         try:
             if (path / "HEAD").exists():
                 self.repo = pygit2.Repository(str(path))
@@ -40,14 +41,53 @@ class GitStore:
         except pygit2.GitError as exc:
             raise StoreError(f"{path}: cannot open reef's object store: {exc}") from None
 
-    def write_tree(self, files: dict[str, Entry]) -> str:
-        """Hash a flat {posix path: Entry} map into a tree; returns the tree id (the release's content_id)."""
+    def write_tree(self, files: dict[str, Entry], known: dict[str, str] | None = None) -> str:
+        """Hash a flat {posix path: Entry} map into a tree; returns the tree id (the release's content_id).
+
+        `known` ({path: "mode:blob id"} of a tree already stored) lets unchanged blobs skip the object write.
+        """
         pygit2 = self._pygit2
         index = pygit2.Index()
+        stored = {v.split(":", 1)[1] for v in known.values()} if known else set()
         for rel, entry in files.items():
-            oid = self.repo.create_blob(entry.data)
+            oid = pygit2.hash(entry.data)
+            if str(oid) not in stored:
+                oid = self.repo.create_blob(entry.data)
             index.add(pygit2.IndexEntry(rel, oid, entry.mode))
         return str(index.write_tree(self.repo))
+
+    def update_tree(self, base_tree_id: str, changes: dict[str, Entry | None]) -> str:
+        """A new tree from `base_tree_id` with `changes` applied (None deletes); untouched subtrees are reused."""
+        pygit2 = self._pygit2
+        repo = self.repo
+
+        def build(tree_oid, sub: dict[str, Entry | None]):
+            tb = repo.TreeBuilder(repo[tree_oid]) if tree_oid is not None else repo.TreeBuilder()
+            nested: dict[str, dict[str, Entry | None]] = {}
+            for rel, entry in sub.items():
+                head, _, rest = rel.partition("/")
+                if rest:
+                    nested.setdefault(head, {})[rest] = entry
+                elif entry is None:
+                    if tb.get(head) is not None:
+                        tb.remove(head)
+                else:
+                    tb.insert(head, repo.create_blob(entry.data), entry.mode)
+            for name, sub_changes in nested.items():
+                existing = tb.get(name)
+                existing_oid = existing.id if existing is not None and existing.filemode == 0o040000 else None
+                new_oid = build(existing_oid, sub_changes)
+                if new_oid is None:
+                    if existing is not None:
+                        tb.remove(name)
+                else:
+                    tb.insert(name, new_oid, pygit2.enums.FileMode.TREE)
+            return tb.write() if len(tb) else None
+
+        oid = build(pygit2.Oid(hex=base_tree_id), changes)
+        if oid is None:
+            oid = repo.TreeBuilder().write()
+        return str(oid)
 
     def read_tree(self, tree_id: str) -> dict[str, Entry]:
         out: dict[str, Entry] = {}
@@ -67,7 +107,10 @@ class GitStore:
                 out[rel] = Entry(self.repo[item.id].data, int(item.filemode))
 
     def blob_ids(self, tree_id: str) -> dict[str, str]:
-        """{path: blob id} without reading blob contents (cheap status checks)."""
+        """{path: "mode:blob id"} without reading blob contents (cheap status checks); cached per tree id."""
+        cached = self._blob_ids.get(tree_id)
+        if cached is not None:
+            return cached
         out: dict[str, str] = {}
 
         def walk(tree, prefix):
@@ -78,6 +121,9 @@ class GitStore:
                     out[f"{prefix}{item.name}"] = f"{int(item.filemode):o}:{item.id}"
 
         walk(self.repo[tree_id], "")
+        if len(self._blob_ids) > 16:
+            self._blob_ids.clear()
+        self._blob_ids[tree_id] = out
         return out
 
     def hash_blob(self, data: bytes) -> str:

@@ -92,8 +92,9 @@ def _may_contain(dir_rel: str, patterns: tuple[str, ...]) -> bool:
 
 def collect_files(root: Path, include: tuple[str, ...], exclude: tuple[str, ...] = ()) -> dict[str, Entry]:
     """The harness files in a working tree: every regular file or in-tree symlink matched by `include`."""
-    from .zones import glob_match
+    from .zones import glob_matcher
 
+    included, excluded = glob_matcher(tuple(include)), glob_matcher(tuple(exclude))
     out: dict[str, Entry] = {}
     root_real = os.path.realpath(root)
 
@@ -109,7 +110,7 @@ def collect_files(root: Path, include: tuple[str, ...], exclude: tuple[str, ...]
                     continue
                 walk(e.path, rel + "/")
                 continue
-            if not any(glob_match(p, rel) for p in include) or any(glob_match(p, rel) for p in exclude):
+            if not included(rel) or excluded(rel):
                 continue
             st = e.stat(follow_symlinks=False)
             if stat.S_ISLNK(st.st_mode):
@@ -294,10 +295,27 @@ class HarnessStore:
             out.append(Change(rel, kind, decide(self.project.root, zones, rel).zone))
         return tuple(out)
 
+    def changes_by_id(self, base: Release | None, files: dict[str, Entry], config: HarnessConfig) -> tuple[Change, ...]:
+        """Like changes(), comparing blob ids instead of reading the base release's blobs."""
+        from .zones import classify_many
+
+        old = self.git.blob_ids(base.content_id) if base else {}
+        new = {rel: f"{e.mode:o}:{self.git.hash_blob(e.data)}" for rel, e in files.items()}
+        kinds = []
+        for rel in sorted(set(old) | set(new)):
+            if rel not in new:
+                kinds.append((rel, "deleted"))
+            elif rel not in old:
+                kinds.append((rel, "added"))
+            elif old[rel] != new[rel]:
+                kinds.append((rel, "modified"))
+        zones = classify_many(self.project.root, config.zone_map(), [rel for rel, _ in kinds])
+        return tuple(Change(rel, kind, z.zone) for (rel, kind), z in zip(kinds, zones))
+
     def status(self) -> tuple[Release, tuple[Change, ...]]:
         head = self.require_head()
         config = self.worktree_config()
-        return head, self.changes(self.files_of(head), self.worktree_files(config), config)
+        return head, self.changes_by_id(head, self.worktree_files(config), config)
 
     # -- writing ------------------------------------------------------------------------------------------------
     def publish(
@@ -325,7 +343,8 @@ class HarnessStore:
         if CONFIG_NAME not in files:
             raise InvalidInput(f"the harness has no {CONFIG_NAME}; it is required in every release")
         config = parse_config(files[CONFIG_NAME].data, source=str(self.project.root / CONFIG_NAME))
-        tree_id = self.git.write_tree(files)
+        current = self.head()
+        tree_id = self._tree_for(current, files)
         self.dir.mkdir(parents=True, exist_ok=True)
         with self.lock():
             self.log.repair()
@@ -337,10 +356,9 @@ class HarnessStore:
                     f"the head of scenario '{self.scenario}' moved: expected {expected_head or 'no release'} but it is "
                     f"{head_id} (step {head.step if head else 0}); nothing was published — re-read and retry"
                 )
-            base = self.git.read_tree(head.content_id) if head else {}
-            changes = self.changes(base, files, config)
             if head is not None and head.content_id == tree_id and not allow_empty:
                 return PublishResult(head, False, ())
+            changes = self.changes_by_id(head, files, config)
             when = self.now()
             release = Release(
                 release_id=new_id("rel"),
@@ -363,6 +381,19 @@ class HarnessStore:
             self.log.append(release)
             self.git.set_ref(self.ref, commit_id)
         return PublishResult(release, True, changes)
+
+    def _tree_for(self, base: Release | None, files: dict[str, Entry]) -> str:
+        """Write only what differs from `base`: hashing is cheap, object writes and tree rebuilds are not."""
+        if base is None:
+            return self.git.write_tree(files)
+        old = self.git.blob_ids(base.content_id)
+        changed: dict[str, Entry | None] = {rel: None for rel in old.keys() - files.keys()}
+        for rel, entry in files.items():
+            if old.get(rel) != f"{entry.mode:o}:{self.git.hash_blob(entry.data)}":
+                changed[rel] = entry
+        if not changed:
+            return base.content_id
+        return self.git.update_tree(base.content_id, changed)
 
     def repair_ref(self) -> None:
         head = self.head()

@@ -159,6 +159,15 @@ def glob_match(pattern: str, relpath: str, *, casefold: bool = False) -> bool:
     return _compile(pattern, casefold).fullmatch(path) is not None
 
 
+@functools.lru_cache(maxsize=256)
+def glob_matcher(patterns: tuple[str, ...]):
+    """One compiled alternation for many globs (same semantics as glob_match): walking a tree stays cheap."""
+    if not patterns:
+        return lambda relpath: False
+    combined = re.compile("|".join(f"(?:{_compile(p, False).pattern})" for p in patterns), re.DOTALL)
+    return lambda relpath: combined.fullmatch(relpath) is not None
+
+
 @functools.lru_cache(maxsize=1024)
 def _compile(pattern: str, casefold: bool) -> re.Pattern[str]:
     source = pattern.casefold() if casefold else pattern

@@ -337,3 +337,31 @@ def test_installed_console_script_runs(tmp_path):
     assert r.returncode == 0 and "harness clean" in r.stdout
     r = run_reef("rollback", cwd=tmp_path)
     assert r.returncode == 2 and "Missing argument" in r.stderr
+
+
+def test_incremental_tree_equals_full_tree(tmp_path):
+    """Publishing reuses unchanged subtrees; the content id must equal hashing the whole tree from scratch."""
+    import random
+
+    from reef_cli.gitstore import Entry, GitStore
+
+    git = GitStore(tmp_path / "git")
+    rng = random.Random(7)
+    names = ["a.md", "b/c.md", "b/d/e.md", "b/d/f.md", "g/h/i/j.md", "k", "b/x.sh"]
+    files = {n: Entry(f"{n} v0\n".encode()) for n in names}
+    tree = git.write_tree(files)
+    for step in range(60):
+        changes: dict = {}
+        for n in rng.sample(names + [f"new/{step}/n.md"], 3):
+            if n in files and rng.random() < 0.3:
+                changes[n] = None
+            else:
+                changes[n] = Entry(f"{n} v{step}\n".encode(), 0o100755 if n.endswith(".sh") else 0o100644)
+        for n, e in changes.items():
+            if e is None:
+                files.pop(n, None)
+            else:
+                files[n] = e
+        tree = git.update_tree(tree, changes)
+        assert tree == git.write_tree(files), step
+        assert git.read_tree(tree) == files
