@@ -81,3 +81,8 @@ def unfreeze(ctx: typer.Context, path: str = typer.Argument(..., help="Path or g
     if to not in ("evolvable", "learned", "managed"):
         raise InvalidInput(f"--to {to}: expected evolvable, learned or managed")
     _zone_change(ctx, path, to, "unfreeze", as_json)
+
+
+from . import adapter_cmds  # noqa: E402  compile and install, registered on this sub-app
+
+adapter_cmds.register(app)

@@ -1,0 +1,126 @@
+"""`reef harness compile` and `reef harness install`: one harness, compiled and installed for each agent."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from .context import Env, emit_json, note
+
+
+def _release(store, ref: str | None):
+    return store.find(ref) if ref else store.require_head()
+
+
+def compile_cmd(
+    ctx: typer.Context,
+    agent: str = typer.Option(..., "--agent", "-a", help="claude, opencode, pi or codex."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write the compiled tree here (default: only list it)."),
+    release: Optional[str] = typer.Option(None, "--release", help="Release to compile (default: the head)."),
+    worktree: bool = typer.Option(False, "--worktree", help="Compile the working tree instead of a release."),
+    layout: str = typer.Option("project", "--layout", help="project (CLAUDE.md, .claude/...) or config (the agent's config dir)."),
+    as_json: bool = typer.Option(False, "--json", help="Print machine-readable JSON."),
+) -> None:
+    """Compile the harness for one agent, honouring its file precedence, size caps and frontmatter rules."""
+    from ..adapters import load
+    from ..compile import compile_harness
+    from ..errors import InvalidInput
+
+    env: Env = ctx.obj
+    store = env.store()
+    if worktree and release:
+        raise InvalidInput("--worktree and --release are mutually exclusive")
+    adapter = load(agent)
+    rel = None if worktree else _release(store, release)
+    files = store.worktree_files() if worktree else store.files_of(rel)
+    result = compile_harness(files, adapter, layout=layout)
+    written = removed = ()
+    if out is not None:
+        written, removed = _write_out(out if out.is_absolute() else env.cwd / out, result, rel)
+    if as_json:
+        emit_json({**result.to_json(), "release": rel.to_json() if rel else None, "out": str(out) if out else None,
+                   "written": list(written), "removed": list(removed)})
+        return
+    for w in result.warnings:
+        note(f"warning: {w}")
+    what = "the working tree" if rel is None else f"release {rel.release_id} (step {rel.step})"
+    print(f"{adapter.title} ({adapter.name}, {layout} layout) from {what}:")
+    for path, entry in result.files.items():
+        print(f"  {len(entry.data):8d}  {path}  <- {', '.join(result.sources.get(path, ()))}")
+    if out is not None:
+        print(f"wrote {len(written)} file(s), removed {len(removed)} stale file(s) in {out}")
+
+
+def _write_out(dest: Path, result, rel) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """Write a compiled tree; a non-empty DIR must be an earlier compile output (its manifest lists what to prune)."""
+    import json
+    import os
+
+    from ..errors import ConflictError
+    from ..install import COMPILED_MANIFEST, sync_tree
+    from ..gitstore import Entry
+    from ..releases import canonical
+
+    previous: set[str] = set()
+    if os.path.isdir(dest) and not os.path.islink(dest) and any(os.scandir(dest)):
+        try:
+            previous = set(json.loads((dest / COMPILED_MANIFEST).read_text())["files"])
+        except (FileNotFoundError, ValueError, KeyError, TypeError):
+            raise ConflictError(f"{dest} is not empty and was not written by 'reef harness compile'; "
+                                "choose an empty or new directory") from None
+    manifest = {"agent": result.agent, "layout": result.layout, "release_id": rel.release_id if rel else None,
+                "files": sorted(result.files)}
+    files = {**result.files, COMPILED_MANIFEST: Entry(canonical(manifest) + b"\n")}
+    synced = sync_tree(dest, files, previous | {COMPILED_MANIFEST})
+    return tuple(p for p in synced.written if p != COMPILED_MANIFEST), tuple(synced.removed)
+
+
+def install_cmd(
+    ctx: typer.Context,
+    adapter_name: str = typer.Option(..., "--adapter", help="claude, opencode or pi."),
+    dest: Optional[Path] = typer.Option(None, "--dest", help="Install root (default: under your data directory)."),
+    bin_dir: Optional[Path] = typer.Option(None, "--bin-dir", help="Where to put the reef-<adapter> wrapper (default: ~/.local/bin; env REEF_BIN_DIR)."),
+    release: Optional[str] = typer.Option(None, "--release", help="Release to install (default: the head)."),
+    print_script: bool = typer.Option(False, "--print", help="Print a self-contained shell script instead (pipe it to bash)."),
+    as_json: bool = typer.Option(False, "--json", help="Print machine-readable JSON."),
+) -> None:
+    """Install the compiled harness and the reef-<adapter> wrapper, bound to this project and scenario."""
+    from ..adapters import find_binary, load
+    from ..install import install, shell_script
+
+    env: Env = ctx.obj
+    store = env.store()
+    adapter = load(adapter_name)
+    rel = _release(store, release)
+    root = None if dest is None else (dest if dest.is_absolute() else env.cwd / dest)
+    bins = None if bin_dir is None else (bin_dir if bin_dir.is_absolute() else env.cwd / bin_dir)
+    if print_script:
+        sys.stdout.write(shell_script(store, adapter, release=rel, root=root, bin_dir=bins, environ=env.environ))
+        return
+    res = install(store, adapter, release=rel, root=root, bin_dir=bins, environ=env.environ)
+    binary = find_binary(adapter, env.environ)
+    if as_json:
+        emit_json({**res.to_json(), "agent_binary": binary})
+        return
+    r = res.record
+    if res.current:
+        print(f"already current: {adapter.name} harness at release {r.release_id} (step {r.step}) in {r.agent_dir}")
+    else:
+        print(f"installed release {r.release_id} (step {r.step}) for {adapter.title} in {r.agent_dir}: "
+              f"{len(res.written)} written, {len(res.removed)} removed")
+    for link in res.replaced_links:
+        note(f"replaced a symlink at {link} (reef never writes through links)")
+    if r.wrapper:
+        print(f"wrapper: {r.wrapper} (run it from any directory: reef-{adapter.name} [{adapter.binary} args...])")
+    if binary is None:
+        spec = adapter.npm_spec or adapter.binary
+        note(f"{adapter.binary} not found; install it with: npm install -g {spec} "
+             f"(or set {adapter.bin_env()}=/path/to/{adapter.binary})")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("compile")(compile_cmd)
+    app.command("install")(install_cmd)
