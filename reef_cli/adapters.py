@@ -157,3 +157,9 @@ def find_binary(adapter: Adapter, environ: dict | None = None) -> str | None:
     if os.access(pinned, os.X_OK):
         return str(pinned)
     return shutil.which(adapter.binary, path=env.get("PATH"))
+
+
+def install_hint(adapter: Adapter) -> str:
+    return (f"{adapter.binary} ({adapter.title}) not found: install it with 'adapters/install-agents.sh {adapter.name}' "
+            f"from reef's checkout, or 'npm install -g {adapter.npm_spec}', or set {adapter.bin_env()}="
+            f"/path/to/{adapter.binary}")

@@ -283,6 +283,8 @@ def install(
     release = release or store.require_head()
     root = Path(os.path.abspath(root or default_root(store.project, store.scenario, environ)))
     agent_dir = root / adapter.config_dir
+    if os.path.islink(root):
+        raise InvalidInput(f"{root} is a symlink; reef never installs through symlinks — point --dest at a real directory")
     files = compiled_for_install(store, adapter, release)
     if MARKER in files:
         raise InvalidInput(f"the compiled harness has a file named {MARKER}, which reef reserves")

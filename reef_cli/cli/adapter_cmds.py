@@ -88,7 +88,7 @@ def install_cmd(
     as_json: bool = typer.Option(False, "--json", help="Print machine-readable JSON."),
 ) -> None:
     """Install the compiled harness and the reef-<adapter> wrapper, bound to this project and scenario."""
-    from ..adapters import find_binary, load
+    from ..adapters import find_binary, install_hint, load
     from ..install import install, shell_script
 
     env: Env = ctx.obj
@@ -116,9 +116,7 @@ def install_cmd(
     if r.wrapper:
         print(f"wrapper: {r.wrapper} (run it from any directory: reef-{adapter.name} [{adapter.binary} args...])")
     if binary is None:
-        spec = adapter.npm_spec or adapter.binary
-        note(f"{adapter.binary} not found; install it with: npm install -g {spec} "
-             f"(or set {adapter.bin_env()}=/path/to/{adapter.binary})")
+        note(f"warning: {install_hint(adapter)}")
 
 
 def register(app: typer.Typer) -> None:
