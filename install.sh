@@ -2,17 +2,24 @@
 # Install reef from this checkout into a virtual environment and put `reef` on PATH.
 #   ./install.sh            reef and its runtime dependencies
 #   ./install.sh --dev      plus the test dependencies
+#   ./install.sh --adapter claude|opencode|pi
+#                           plus that agent's CLI (if missing) and its reef-<agent> wrapper, bound to the reef
+#                           project of the current directory (`reef harness install --adapter NAME`)
 # Idempotent: re-running upgrades in place. Env: REEF_VENV (default ./.venv), REEF_BIN_DIR (default ~/.local/bin).
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 dev=0
-for arg in "$@"; do
-  case "$arg" in
+adapter=""
+while [ "$#" -gt 0 ]; do
+  case "$1" in
     --dev) dev=1 ;;
-    -h|--help) sed -n '2,5p' "$0"; exit 0 ;;
-    *) echo "install.sh: unknown option '$arg' (try --help)" >&2; exit 2 ;;
+    --adapter) [ "$#" -ge 2 ] || { echo "install.sh: --adapter needs a name" >&2; exit 2; }; adapter="$2"; shift ;;
+    --adapter=*) adapter="${1#--adapter=}" ;;
+    -h|--help) sed -n '2,8p' "$0"; exit 0 ;;
+    *) echo "install.sh: unknown option '$1' (try --help)" >&2; exit 2 ;;
   esac
+  shift
 done
 
 py="${PYTHON:-}"
@@ -45,6 +52,8 @@ bin_dir="${REEF_BIN_DIR:-$HOME/.local/bin}"
 mkdir -p "$bin_dir"
 for exe in "$venv"/bin/reef "$venv"/bin/reef-*; do
   [ -e "$exe" ] || continue
+  # keep a reef-<agent> wrapper that `reef harness install` bound to a project
+  if [ ! -L "$bin_dir/$(basename "$exe")" ] && grep -qs "reef harness install" "$bin_dir/$(basename "$exe")"; then continue; fi
   ln -sf "$exe" "$bin_dir/$(basename "$exe")"
 done
 echo "reef installed in $venv; linked into $bin_dir"
@@ -52,3 +61,9 @@ case ":$PATH:" in
   *":$bin_dir:"*) ;;
   *) echo "note: $bin_dir is not on your PATH; add it, or run $venv/bin/reef" ;;
 esac
+if [ -n "$adapter" ]; then
+  if ! "$venv/bin/python" -c 'import sys; from reef_cli.adapters import find_binary, load; sys.exit(find_binary(load(sys.argv[1])) is None)' "$adapter" 2>/dev/null; then
+    "$here/adapters/install-agents.sh" "$adapter" || echo "note: could not install the $adapter CLI; reef-$adapter needs it" >&2
+  fi
+  "$venv/bin/reef" harness install --adapter "$adapter" --bin-dir "$bin_dir"
+fi
