@@ -86,3 +86,7 @@ def unfreeze(ctx: typer.Context, path: str = typer.Argument(..., help="Path or g
 from . import adapter_cmds  # noqa: E402  compile and install, registered on this sub-app
 
 adapter_cmds.register(app)
+
+from . import evolve_cmds  # noqa: E402  reflect/evolve/promote/reject/demote/proposals/patterns
+
+evolve_cmds.register(app)

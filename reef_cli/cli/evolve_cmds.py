@@ -1,0 +1,245 @@
+"""`reef harness reflect|evolve|promote|reject|demote|proposals|patterns` and `reef demo`: thin shells over
+reef_cli.evolve and reef_cli.demo."""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from datetime import datetime, timezone
+from typing import Optional
+
+import typer
+
+from .context import Env, console, emit_json, note
+
+JSON = typer.Option(False, "--json", help="Print machine-readable JSON.")
+BACKEND = typer.Option(None, "--backend", help="Reflector backend: builtin (offline) or llm (default: harness.yaml).")
+MODEL_URL = typer.Option(None, "--model-url", help="OpenAI-compatible base URL for the llm backend (e.g. http://127.0.0.1:8000/v1).")
+MODEL = typer.Option(None, "--model", help="Model name for the llm backend.")
+
+
+def _now(env: Env) -> datetime | None:
+    """REEF_NOW (ISO 8601) pins the clock, for expiry tests and replays."""
+    raw = env.environ.get("REEF_NOW")
+    if not raw:
+        return None
+    from ..errors import InvalidInput
+
+    try:
+        ts = datetime.fromisoformat(raw.replace("Z", "+00:00"))
+    except ValueError:
+        raise InvalidInput(f"REEF_NOW={raw!r}: not an ISO 8601 time") from None
+    return ts if ts.tzinfo else ts.replace(tzinfo=timezone.utc)
+
+
+@contextlib.contextmanager
+def _progress(enabled: bool):
+    """A rich status line on a terminal (stderr), silent elsewhere; yields the progress callback."""
+    if not enabled or not sys.stderr.isatty():
+        yield None
+        return
+    from rich.console import Console
+
+    with Console(stderr=True).status("reef: reflecting…") as status:
+        def update(event: dict) -> None:
+            kind = event.get("event")
+            if kind == "reflect":
+                status.update(f"reef: reflecting… {event['records']} records")
+            elif kind == "plan":
+                status.update(f"reef: gating… up to {event.get('max_episodes', event.get('full_tally', '?'))} episodes")
+            elif kind == "episode":
+                status.update(f"reef: gating… {event['done']} episodes ({event['task_id']})")
+            elif kind == "stage":
+                status.update(f"reef: gating… {event.get('stage')}")
+        yield update
+
+
+def _options(ctx, *, dry_run=False, review=False, backend=None, model_url=None, model=None, progress=None,
+             attribute=3):
+    from ..evolve import Options
+
+    env: Env = ctx.obj
+    return Options(dry_run=dry_run, review=review, backend=backend, model_url=model_url, model=model, now=_now(env),
+                   environ=dict(env.environ), progress=progress, attribute=attribute)
+
+
+def _render(out, title: str) -> None:
+    for w in out.warnings:
+        note(f"warning: {w}")
+    lines = out.diff if out.status in ("dry-run", "review") else [*(_op_line(o) for o in out.ops)] + \
+        [ln for ln in out.diff if ln.startswith(("!", "x"))]
+    if lines:
+        print(f"{title}:")
+        for line in lines:
+            print(f"  {line}")
+    if out.verdict:
+        v = out.verdict
+        print(f"gate: {v.get('decision')} ({v.get('reason', '')}; {v.get('episodes_spent', 0)} episodes)")
+    if out.release:
+        r = out.release
+        print(f"Published release {r['release_id']} (step {r['step']}, {r['operation']}): {r['reason']}")
+    if out.pending and out.pending.get("status") == "pending":
+        p = out.pending
+        print(f"Pending proposal {p['proposal_id']} ({p.get('mode')}): promote with "
+              f"'reef harness promote {p['proposal_id']}' or reject with 'reef harness reject {p['proposal_id']}'")
+    for n in out.negatives:
+        print(f"negative evidence: {n['key']} ({n.get('origin')}: {n.get('reason')}; re-earn {n.get('needed')})")
+
+
+def _op_line(o: dict) -> str:
+    from ..curate import Op
+
+    return Op.from_json(o).line()
+
+
+def reflect_cmd(ctx: typer.Context, as_json: bool = JSON, dry_run: bool = typer.Option(False, "--dry-run"),
+                backend: Optional[str] = BACKEND, model_url: Optional[str] = MODEL_URL,
+                model: Optional[str] = MODEL) -> None:
+    """Loop 1: fold new ledger records into pattern memory (the working tree's copy)."""
+    from ..evolve import run_reflect
+
+    store = ctx.obj.store()
+    with _progress(not as_json) as progress:
+        res = run_reflect(store, _options(ctx, dry_run=dry_run, backend=backend, model_url=model_url, model=model,
+                                          progress=progress))
+    if as_json:
+        emit_json(res.to_json())
+        return
+    r = res.result
+    print(f"reflected {r.records_read} record(s) from seq {r.from_seq}: {r.observations} observation(s), "
+          f"{len(r.created)} new pattern(s), {len(r.rejected)} rejected lesson(s)")
+    for rej in r.rejected:
+        print(f"  rejected: {rej.lesson.text!r}: {rej.reason}")
+    print(f"{res.path}: {'updated' if res.written else 'unchanged'} ({len(r.memory.patterns)} pattern(s))")
+
+
+def evolve_cmd(ctx: typer.Context,
+               dry_run: bool = typer.Option(False, "--dry-run", help="Show what would change; write nothing."),
+               review: bool = typer.Option(False, "--review", help="Write a pending proposal instead of publishing."),
+               as_json: bool = JSON, backend: Optional[str] = BACKEND, model_url: Optional[str] = MODEL_URL,
+               model: Optional[str] = MODEL,
+               attribute: int = typer.Option(3, "--attribute", help="Measure the utility of up to N new bullets (0: off).")) -> None:
+    """Reflect, propose bullet edits, guard, gate and publish one release."""
+    from ..evolve import evolve
+
+    store = ctx.obj.store()
+    with _progress(not as_json) as progress:
+        out = evolve(store, _options(ctx, dry_run=dry_run, review=review, backend=backend, model_url=model_url,
+                                     model=model, progress=progress, attribute=attribute))
+    if as_json:
+        emit_json(out.to_json())
+        return
+    if out.resumed:
+        note(f"resumed interrupted evolve {out.evolve_id}")
+    if out.status == "nothing" and not out.diff:
+        print("nothing to evolve: no pattern reached a new tier")
+        return
+    _render(out, {"dry-run": "would change", "review": "proposed"}.get(out.status, "bullet operations"))
+
+
+def promote_cmd(ctx: typer.Context, ref: str = typer.Argument(..., metavar="PROPOSAL|KEY"), as_json: bool = JSON) -> None:
+    """Publish a pending proposal, one key of it, or move a pattern one surface up (a human decision)."""
+    from ..evolve import promote
+
+    out = promote(ctx.obj.store(), ref, _options(ctx))
+    if as_json:
+        emit_json(out.to_json())
+        return
+    _render(out, "promoted")
+    if out.status == "nothing":
+        print("nothing changed: the head already has these bullets")
+
+
+def reject_cmd(ctx: typer.Context, ref: str = typer.Argument(..., metavar="PROPOSAL"),
+               reason: str = typer.Option("", "--reason", "-m", help="Why (kept with the negative evidence)."),
+               as_json: bool = JSON) -> None:
+    """Reject a pending proposal: its keys become negative evidence until re-earned."""
+    from ..evolve import reject
+
+    out = reject(ctx.obj.store(), ref, reason)
+    if as_json:
+        emit_json(out.to_json())
+        return
+    print(f"rejected {out.pending['proposal_id']}")
+    _render(out, "rejected")
+
+
+def demote_cmd(ctx: typer.Context, ref: str = typer.Argument(..., metavar="KEY"),
+               reason: str = typer.Option("", "--reason", "-m", help="Why (kept with the negative evidence)."),
+               as_json: bool = JSON) -> None:
+    """Remove a learned bullet or pattern everywhere and record negative evidence."""
+    from ..evolve import demote
+
+    out = demote(ctx.obj.store(), ref, reason, _options(ctx))
+    if as_json:
+        emit_json(out.to_json())
+        return
+    _render(out, "demoted")
+
+
+def proposals_cmd(ctx: typer.Context, status: Optional[str] = typer.Option(None, "--status", help="pending, promoted, rejected or superseded."),
+                  as_json: bool = JSON) -> None:
+    """List proposals waiting for (or decided by) a human."""
+    from ..evolve import list_proposals
+
+    props = [{k: v for k, v in p.items() if k != "memory"} for p in list_proposals(ctx.obj.store(), status)]
+    if as_json:
+        emit_json(props)
+        return
+    if not props:
+        print("no proposals")
+        return
+    for p in props:
+        print(f"{p['proposal_id']}  {p['status']:10} {p.get('mode', '')}  {p['created_at'][:19]}  {', '.join(p['keys'])}")
+        for line in p.get("diff", []):
+            print(f"    {line}")
+
+
+def patterns_cmd(ctx: typer.Context, as_json: bool = JSON) -> None:
+    """List pattern memory (working tree copy, else the head release's)."""
+    from ..evolve import load_memory
+
+    store = ctx.obj.store()
+    head = store.require_head()
+    config = store.config_of(head)
+    memory = load_memory(store, config, store.files_of(head))
+    rows = [memory.patterns[k].to_json() for k in sorted(memory.patterns)]
+    if as_json:
+        emit_json({"through_seq": memory.through_seq, "patterns": rows})
+        return
+    from rich.table import Table
+
+    table = Table(title=f"pattern memory (through seq {memory.through_seq})")
+    for col in ("id", "key", "count", "last seen", "state", "text"):
+        table.add_column(col, overflow="fold")
+    for r in rows:
+        state = "suppressed" if r["suppressed"] else ("observe-only" if r["count"] == r["observe_only"] else "")
+        table.add_row(r["id"], r["key"], str(r["count"]), r["last_seen"][:10], state, r["text"])
+    console().print(table)
+
+
+def demo_cmd(ctx: typer.Context, as_json: bool = JSON,
+             agent: Optional[str] = typer.Option(None, "--agent", help="Run this agent command instead of the bundled example (a shell command; {prompt} is replaced)."),
+             keep: bool = typer.Option(False, "--keep", help="Keep the temporary project and print its path.")) -> None:
+    """The main job on embedded defaults: a temporary project, sessions with feedback, evolve, a better harness."""
+    from ..demo import run_demo
+
+    env: Env = ctx.obj
+    emit = None if as_json else print
+    summary = run_demo(agent=agent, keep=keep, environ=dict(env.environ), echo=emit)
+    if as_json:
+        emit_json(summary)
+
+
+def register(harness_app: typer.Typer) -> None:
+    harness_app.command("reflect")(reflect_cmd)
+    harness_app.command("evolve")(evolve_cmd)
+    harness_app.command("promote")(promote_cmd)
+    harness_app.command("reject")(reject_cmd)
+    harness_app.command("demote")(demote_cmd)
+    harness_app.command("proposals")(proposals_cmd)
+    harness_app.command("patterns")(patterns_cmd)
+
+
+def register_root(app: typer.Typer) -> None:
+    app.command("demo")(demo_cmd)

@@ -1,0 +1,403 @@
+"""Pattern memory: the Reflector's lessons, counted, kept in one JSON file inside the harness (Learned zone).
+
+The file (harness.yaml `surfaces.memory`, default `reef/memory/patterns.json`) is versioned with every release, so a
+rollback rolls it back too; it is bookkeeping the Curator reads, not text an agent loads.
+
+    {"version": 1, "through_seq": 812, "through_hash": "…", "patterns": [
+      {"key": "do:before+finish+run+test", "id": "b3f2a1", "text": "Always run the tests before finishing.",
+       "polarity": "do", "surface_hint": null, "count": 5, "observe_only": 1,
+       "first_seen": "2026-…Z", "last_seen": "2026-…Z", "evidence": ["rec_…", …],
+       "origins": {"feedback": 3, "lesson": 2, "observe-only": 1}, "utility": null, "suppressed": null,
+       "negatives": 0}, …]}
+
+Decisions (where the issue is silent):
+
+* **Terms.** A lesson's text is lowercased, split into words, stripped of stop words and of polarity words
+  (always, never, must, not, don't, avoid …), and each word is reduced by a small suffix stemmer (tests→test,
+  running→run, finished→finish). Polarity is `dont` when the text negates (never, don't, do not, must not, avoid,
+  stop …), else `do`.
+* **Similarity.** Two lessons are near-duplicates when they have the same polarity and the Jaccard index of their
+  term sets is at least harness.yaml `reflector.similarity` (default 0.6). A new lesson joins the most similar
+  pattern at or above the threshold (ties: the older key), so the same lesson phrased twice counts twice for one
+  key; below it, it starts a new pattern. A pattern's terms are those of its first phrasing, so the key never
+  drifts. Opposite polarity over similar terms is not a duplicate: it is a contradiction, which the Curator handles.
+* **Key.** `polarity:` + up to 8 of the sorted terms joined by `+` (after MoAI's `+`-joined keys). Readable,
+  deterministic, and stable for the life of the pattern.
+* **Bullet id.** The first 6 hex digits of SHA-256(key) not already used by another pattern in this memory (then
+  the next 6, …); assigned once and stored, so it never changes.
+* **Counting.** One record adds at most one observation to one pattern, however many phrasings of it the record
+  holds. `evidence` keeps the 10 most recent record ids (the count keeps the total).
+* **Observe-only.** Observations from observe-only sessions count (`count`, `observe_only`) but a pattern whose
+  every observation is observe-only is never eligible for a proposal (`eligible`).
+* **Negative evidence.** A `negative` ledger record sets `suppressed = {record_id, origin, since_seq, needed,
+  earned}`; every later observation of the key (seq > since_seq) increments `earned`, and the suppression lifts when
+  `earned >= needed`. Memory is a fold over the ledger in seq order, so the counter is exact and replayable.
+* **Budget.** At most `budgets.max_patterns` patterns (default 500); beyond it the lowest-value unsuppressed patterns
+  go (order in `value`). Patterns not seen for `expiry_days` are dropped by the Curator (`expire`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass, field
+
+from .errors import InvalidInput
+
+MEMORY_VERSION = 1
+EVIDENCE_CAP = 10
+KEY_TERMS = 8
+DEFAULT_MAX_PATTERNS = 500
+
+STOPWORDS = frozenset(
+    """a an the and or but if then than so to of in on at by for with from into onto about as is are was were be been
+    being it its this that these those there here you your yours we our us i me my they them their he she his her
+    also just only very really too any all each every some such own same other more most less least can could would
+    will shall may might has have had having get gets got when while where which who whom what why how again once
+    """.split()
+)
+POLARITY_WORDS = frozenset(
+    """always never not no dont don't don’t do does did doing done must mustn't mustn’t mustnt should shouldn't
+    shouldn’t shouldnt shall avoid avoiding stop please make sure ensure remember cannot can't can’t cant won't won’t
+    wont isn't isnt doesn't doesnt didn't didnt refrain ever""".split()
+)
+_NEGATION = re.compile(
+    r"\b(?:never|don['’]?t|do\s+not|does\s+not|did\s+not|must\s+not|mustn['’]?t|should\s+not|shouldn['’]?t|"
+    r"shall\s+not|cannot|can['’]?t|won['’]?t|avoid|avoiding|stop|no\s+longer|refrain)\b",
+    re.IGNORECASE,
+)
+_WORD = re.compile(r"[a-z0-9]+(?:['’][a-z]+)?")
+
+
+def stem(word: str) -> str:
+    """A deliberately small suffix stemmer: enough to make 'tests'/'test' and 'running'/'run' one term."""
+    if len(word) > 4 and word.endswith("ies"):
+        return word[:-3] + "y"
+    if word.endswith("sses"):
+        return word[:-2]
+    if len(word) > 4 and word.endswith(("xes", "ches", "shes")):
+        return word[:-2]
+    if len(word) > 3 and word.endswith("s") and not word.endswith(("ss", "us", "is")):
+        word = word[:-1]
+    for suffix, minimum in (("ing", 6), ("ed", 5)):
+        if len(word) >= minimum and word.endswith(suffix):
+            word = word[: -len(suffix)]
+            if len(word) > 2 and word[-1] == word[-2] and word[-1] not in "lsz":
+                word = word[:-1]
+            break
+    return word
+
+
+def terms_of(text: str) -> frozenset[str]:
+    out = set()
+    for w in _WORD.findall(text.lower()):
+        if w in STOPWORDS or w in POLARITY_WORDS or len(w) < 2:
+            continue
+        out.add(stem(w))
+    return frozenset(out)
+
+
+def polarity_of(text: str) -> str:
+    return "dont" if _NEGATION.search(text) else "do"
+
+
+def similarity(a: frozenset[str], b: frozenset[str]) -> float:
+    if not a or not b:
+        return 0.0
+    inter = len(a & b)
+    return inter / (len(a) + len(b) - inter)
+
+
+def key_for(polarity: str, terms: frozenset[str]) -> str:
+    return f"{polarity}:" + "+".join(sorted(terms)[:KEY_TERMS])
+
+
+def sentence(text: str) -> str:
+    """Capitalised, ending with punctuation: how a lesson reads as a bullet."""
+    text = " ".join(text.split()).strip()
+    if not text:
+        return text
+    text = text[0].upper() + text[1:]
+    if text[-1] not in ".!?…":
+        text += "."
+    return text
+
+
+def dont_text(text: str) -> str:
+    """A `dont` lesson given as the thing not to do ('force-push to main') reads 'Do not force-push to main.'"""
+    text = " ".join(text.split()).strip()
+    if not text or _NEGATION.search(text):
+        return sentence(text)
+    return sentence("Do not " + text[0].lower() + text[1:])
+
+
+@dataclass
+class Pattern:
+    key: str
+    id: str
+    text: str
+    polarity: str
+    count: int = 0
+    first_seen: str = ""
+    last_seen: str = ""
+    evidence: list[str] = field(default_factory=list)
+    origins: dict[str, int] = field(default_factory=dict)
+    observe_only: int = 0
+    surface_hint: str | None = None
+    utility: float | None = None
+    suppressed: dict | None = None
+    negatives: int = 0
+    terms: frozenset[str] = frozenset()
+
+    @property
+    def eligible(self) -> bool:
+        """May originate a proposal: not suppressed, and not only observe-only observations."""
+        return self.suppressed is None and self.count - self.observe_only > 0
+
+    def value(self) -> tuple:
+        """Lower is evicted first: measured utility (unmeasured counts as 0), then count, then last seen."""
+        return (self.utility if self.utility is not None else 0.0, self.count, self.last_seen, self.key)
+
+    def to_json(self) -> dict:
+        return {
+            "key": self.key,
+            "id": self.id,
+            "text": self.text,
+            "polarity": self.polarity,
+            "count": self.count,
+            "observe_only": self.observe_only,
+            "first_seen": self.first_seen,
+            "last_seen": self.last_seen,
+            "evidence": list(self.evidence),
+            "origins": dict(sorted(self.origins.items())),
+            "surface_hint": self.surface_hint,
+            "utility": self.utility,
+            "suppressed": self.suppressed,
+            "negatives": self.negatives,
+        }
+
+    @classmethod
+    def from_json(cls, d: dict, source: str) -> "Pattern":
+        try:
+            p = cls(
+                key=str(d["key"]),
+                id=str(d["id"]),
+                text=str(d["text"]),
+                polarity=str(d["polarity"]),
+                count=int(d.get("count", 0)),
+                first_seen=str(d.get("first_seen") or ""),
+                last_seen=str(d.get("last_seen") or ""),
+                evidence=[str(x) for x in d.get("evidence") or []],
+                origins={str(k): int(v) for k, v in (d.get("origins") or {}).items()},
+                observe_only=int(d.get("observe_only", 0)),
+                surface_hint=d.get("surface_hint"),
+                utility=None if d.get("utility") is None else float(d["utility"]),
+                suppressed=dict(d["suppressed"]) if d.get("suppressed") else None,
+                negatives=int(d.get("negatives", 0)),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise InvalidInput(f"{source}: a pattern entry is malformed ({type(exc).__name__}: {exc})") from None
+        if p.polarity not in ("do", "dont"):
+            raise InvalidInput(f"{source}: pattern {p.key!r} has polarity {p.polarity!r}; expected do or dont")
+        p.terms = terms_of(p.text) or frozenset(p.key.split(":", 1)[-1].split("+"))
+        return p
+
+
+@dataclass(frozen=True)
+class Observation:
+    """One lesson seen in one record, as the Reflector hands it to the memory."""
+
+    text: str
+    polarity: str
+    terms: frozenset[str]
+    record_id: str
+    seq: int
+    created_at: str
+    origin: str
+    observe_only: bool = False
+    surface_hint: str | None = None
+
+
+class PatternMemory:
+    def __init__(self, patterns: dict[str, Pattern] | None = None, through_seq: int = 0,
+                 through_hash: str | None = None):
+        self.patterns: dict[str, Pattern] = {}
+        self.through_seq = through_seq
+        self.through_hash = through_hash
+        self._by_terms: dict[tuple[str, frozenset], str] = {}
+        self._by_term: dict[tuple[str, str], set[str]] = {}
+        self._ids: dict[str, str] = {}
+        for p in (patterns or {}).values():
+            self._index(p)
+
+    # -- (de)serialisation
+    @classmethod
+    def loads(cls, data: bytes | str | None, source: str) -> "PatternMemory":
+        if data is None:
+            return cls()
+        try:
+            doc = json.loads(data)
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise InvalidInput(f"{source}: pattern memory is not valid JSON ({exc}); restore it with 'reef checkout'") from None
+        if not isinstance(doc, dict) or not isinstance(doc.get("patterns", []), list):
+            raise InvalidInput(f"{source}: pattern memory must be an object with a 'patterns' list")
+        if doc.get("version", MEMORY_VERSION) != MEMORY_VERSION:
+            raise InvalidInput(f"{source}: pattern memory version {doc.get('version')!r} is not supported (expected 1)")
+        mem = cls(through_seq=int(doc.get("through_seq") or 0), through_hash=doc.get("through_hash"))
+        for d in doc.get("patterns", []):
+            if not isinstance(d, dict):
+                raise InvalidInput(f"{source}: a pattern entry must be an object")
+            mem._index(Pattern.from_json(d, source))
+        return mem
+
+    def dumps(self) -> bytes:
+        doc = {
+            "version": MEMORY_VERSION,
+            "through_seq": self.through_seq,
+            "through_hash": self.through_hash,
+            "patterns": [self.patterns[k].to_json() for k in sorted(self.patterns)],
+        }
+        return (json.dumps(doc, indent=1, sort_keys=True, ensure_ascii=False) + "\n").encode("utf-8")
+
+    def copy(self) -> "PatternMemory":
+        return PatternMemory.loads(self.dumps(), "memory")
+
+    # -- indexing
+    def _index(self, p: Pattern) -> None:
+        if p.key in self.patterns:
+            self._unindex(self.patterns[p.key])
+        self.patterns[p.key] = p
+        self._by_terms.setdefault((p.polarity, p.terms), p.key)
+        for t in p.terms:
+            self._by_term.setdefault((p.polarity, t), set()).add(p.key)
+        self._ids[p.id] = p.key
+
+    def _unindex(self, p: Pattern) -> None:
+        if self._by_terms.get((p.polarity, p.terms)) == p.key:
+            del self._by_terms[(p.polarity, p.terms)]
+        for t in p.terms:
+            s = self._by_term.get((p.polarity, t))
+            if s is not None:
+                s.discard(p.key)
+        self._ids.pop(p.id, None)
+
+    def remove(self, key: str) -> Pattern | None:
+        p = self.patterns.get(key)
+        if p is not None:
+            self._unindex(p)
+            del self.patterns[key]
+        return p
+
+    def by_id(self, bullet_id: str) -> Pattern | None:
+        key = self._ids.get(bullet_id)
+        return self.patterns.get(key) if key else None
+
+    def resolve(self, ref: str) -> Pattern | None:
+        """A pattern by key, bullet id (with or without 'reef:'), or unique key prefix."""
+        ref = ref.strip()
+        if ref in self.patterns:
+            return self.patterns[ref]
+        p = self.by_id(ref.removeprefix("reef:"))
+        if p is not None:
+            return p
+        hits = [k for k in self.patterns if k.startswith(ref)]
+        return self.patterns[hits[0]] if len(hits) == 1 else None
+
+    def new_id(self, key: str) -> str:
+        digest = hashlib.sha256(key.encode("utf-8")).hexdigest()
+        for start in range(0, len(digest) - 6, 6):
+            cand = digest[start : start + 6]
+            if cand not in self._ids:
+                return cand
+        return digest[:16]
+
+    def match(self, polarity: str, terms: frozenset[str], threshold: float) -> Pattern | None:
+        key = self._by_terms.get((polarity, terms))
+        if key is not None:
+            return self.patterns[key]
+        candidates: set[str] = set()
+        for t in terms:
+            s = self._by_term.get((polarity, t))
+            if s:
+                candidates |= s
+        best, best_sim = None, -1.0
+        for k in sorted(candidates):
+            p = self.patterns[k]
+            sim = similarity(terms, p.terms)
+            if sim >= threshold and sim > best_sim:
+                best, best_sim = p, sim
+        return best
+
+    # -- folding
+    def observe(self, obs: Observation, threshold: float) -> Pattern:
+        return self.add(obs, self.match(obs.polarity, obs.terms, threshold))
+
+    def add(self, obs: Observation, p: Pattern | None) -> Pattern:
+        """Count `obs` into `p` (the result of `match`), or into a new pattern when `p` is None."""
+        if p is None:
+            key = key_for(obs.polarity, obs.terms)
+            p = self.patterns.get(key)  # same key, more terms beyond the first 8: the same pattern
+            if p is None:
+                p = Pattern(key=key, id=self.new_id(key), text=obs.text, polarity=obs.polarity, terms=obs.terms,
+                            first_seen=obs.created_at)
+                self._index(p)
+        if p.count == 0 and not p.first_seen:
+            p.first_seen = obs.created_at
+        p.count += 1
+        if obs.created_at > p.last_seen:
+            p.last_seen = obs.created_at
+        if not p.first_seen or obs.created_at < p.first_seen:
+            p.first_seen = obs.created_at
+        ev = p.evidence
+        if obs.record_id not in ev:
+            ev.append(obs.record_id)
+            if len(ev) > EVIDENCE_CAP:
+                del ev[0]
+        p.origins[obs.origin] = p.origins.get(obs.origin, 0) + 1
+        if obs.observe_only:
+            p.observe_only += 1
+            p.origins["observe-only"] = p.origins.get("observe-only", 0) + 1
+        if obs.surface_hint and not p.surface_hint:
+            p.surface_hint = obs.surface_hint
+        sup = p.suppressed
+        if sup is not None and obs.seq > int(sup.get("since_seq", 0)):
+            sup["earned"] = int(sup.get("earned", 0)) + 1
+            if sup["earned"] >= int(sup.get("needed", 1)):
+                p.suppressed = None
+        return p
+
+    def suppress(self, *, key: str, text: str, polarity: str, record_id: str, origin: str, since_seq: int,
+                 needed: int, reason: str = "", reset: bool = False) -> Pattern:
+        """Negative evidence: the key must earn `needed` new observations (after `since_seq`) before it is proposed
+        again. A key this memory no longer holds gets a count-0 entry that carries the suppression."""
+        p = self.patterns.get(key)
+        if p is None:
+            polarity = polarity if polarity in ("do", "dont") else polarity_of(text)
+            terms = terms_of(text) or frozenset(key.split(":", 1)[-1].split("+"))
+            p = Pattern(key=key, id=self.new_id(key), text=sentence(text) or key, polarity=polarity, terms=terms)
+            self._index(p)
+        if reset:  # a human demoted it: its past observations no longer count toward any tier
+            p.count, p.observe_only, p.evidence, p.origins, p.utility = 0, 0, [], {}, None
+        p.suppressed = {"record_id": record_id, "origin": origin, "since_seq": since_seq, "needed": max(1, needed),
+                        "earned": 0, "reason": reason}
+        p.negatives += 1
+        return p
+
+    def lift(self, key: str) -> bool:
+        """A human promotion overrides negative evidence."""
+        p = self.patterns.get(key)
+        if p is None or p.suppressed is None:
+            return False
+        p.suppressed = None
+        return True
+
+    def enforce_budget(self, max_patterns: int) -> list[str]:
+        """Drop the lowest-value unsuppressed patterns beyond `max_patterns`; returns the dropped keys."""
+        over = len(self.patterns) - max_patterns
+        if over <= 0:
+            return []
+        victims = sorted((p for p in self.patterns.values() if p.suppressed is None), key=Pattern.value)[:over]
+        for p in victims:
+            self.remove(p.key)
+        return [p.key for p in victims]
