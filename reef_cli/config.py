@@ -135,7 +135,7 @@ def _validator():
 
 
 @lru_cache(maxsize=64)
-def _parse_cached(raw: bytes, source: str) -> HarnessConfig:
+def _parse_cached(raw: bytes, source: str, validate: bool = True) -> HarnessConfig:
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -149,6 +149,8 @@ def _parse_cached(raw: bytes, source: str) -> HarnessConfig:
     if not isinstance(data, dict):
         raise InvalidInput(f"{source}: expected a mapping at the top level")
     data = _plain(data)
+    if not validate:
+        return _from_data(data)
     errors = sorted(_validator().iter_errors(data), key=lambda e: (len(e.absolute_path), list(map(str, e.absolute_path))))
     if errors:
         err = errors[0]
@@ -167,9 +169,11 @@ def _parse_cached(raw: bytes, source: str) -> HarnessConfig:
     return _from_data(data)
 
 
-def parse_config(text: str | bytes, source: str = CONFIG_NAME) -> HarnessConfig:
+def parse_config(text: str | bytes, source: str = CONFIG_NAME, *, validate: bool = True) -> HarnessConfig:
+    """`validate=False` is for harness.yaml inside a published release: it was validated when published, and
+    skipping the schema keeps jsonschema's import off the hot path of `reef run`."""
     raw = text.encode("utf-8") if isinstance(text, str) else bytes(text)
-    return _parse_cached(raw, source)
+    return _parse_cached(raw, source, validate)
 
 
 def _from_data(data: dict) -> HarnessConfig:

@@ -263,7 +263,13 @@ class HarnessStore:
         files = self.files_of(release)
         if CONFIG_NAME not in files:
             raise InvalidInput(f"release {release.release_id} has no {CONFIG_NAME}")
-        return parse_config(files[CONFIG_NAME].data, source=f"{CONFIG_NAME} (release step {release.step})")
+        return parse_config(files[CONFIG_NAME].data, source=f"{CONFIG_NAME} (release step {release.step})", validate=False)
+
+    def materialised_config(self, release: Release) -> tuple[Path, HarnessConfig]:
+        """The release's read-only copy and its config, without touching the object store when cached."""
+        tree = self.materialise(release)
+        raw = (tree / CONFIG_NAME).read_bytes()
+        return tree, parse_config(raw, source=f"{CONFIG_NAME} (release step {release.step})", validate=False)
 
     def worktree_config(self) -> HarnessConfig:
         path = self.project.root / CONFIG_NAME

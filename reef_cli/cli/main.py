@@ -47,10 +47,15 @@ def _root(
 
 
 def _register() -> None:
-    from . import harness_cmds, store_cmds
+    from . import harness_cmds, ledger_cmds, loop_cmds, store_cmds
 
     store_cmds.register(app)
+    loop_cmds.register(app)
     app.add_typer(harness_cmds.app, name="harness")
+    from . import evolve_cmds
+
+    evolve_cmds.register_root(app)
+    app.add_typer(ledger_cmds.app, name="ledger")
 
 
 _register()

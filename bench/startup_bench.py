@@ -1,0 +1,73 @@
+"""Whole-process time of the commands that run after every agent session (`reef report`, `reef run -- true`)
+against a minimal click app with one option, in the same run. Target: <= 2x.
+
+    .venv/bin/python bench/startup_bench.py [--runs 20]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+MINIMAL_CLICK = """
+import click
+
+@click.command()
+@click.option("--score", type=float)
+def main(score):
+    click.echo(score)
+
+main()
+"""
+
+
+def timed(argv: list[str], cwd: Path, env: dict, runs: int) -> list[float]:
+    out = []
+    for _ in range(runs):
+        t = time.perf_counter()
+        subprocess.run(argv, cwd=cwd, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        out.append(time.perf_counter() - t)
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", type=int, default=20)
+    args = ap.parse_args()
+    bin_dir = Path(sys.executable).parent
+    reef = str(bin_dir / "reef")
+    base = Path(__file__).resolve().parent / "out"
+    base.mkdir(exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=base) as d:
+        proj = Path(d) / "proj"
+        proj.mkdir()
+        env = {**os.environ, "HOME": d, "REEF_SESSION": "bench"}
+        subprocess.run([reef, "init"], cwd=proj, env=env, check=True, capture_output=True)
+        subprocess.run([reef, "run", "--", "true"], cwd=proj, env=env, check=True, capture_output=True)
+        click_app = Path(d) / "minimal_click.py"
+        click_app.write_text(MINIMAL_CLICK)
+        receipt = json.loads(subprocess.run([reef, "ledger", "tail", "-n", "1", "--json"], cwd=proj, env=env,
+                                            check=True, capture_output=True, text=True).stdout)["record_id"]
+        rows = {
+            "minimal click app": timed([sys.executable, str(click_app), "--score", "1"], proj, env, args.runs),
+            "reef run -- true": timed([reef, "run", "--", "true"], proj, env, args.runs),
+            "reef report": timed([reef, "report", "--score", "1", "--receipt", receipt], proj, env, args.runs),
+            "reef --help": timed([reef, "--help"], proj, env, args.runs),
+        }
+    base_ms = statistics.median(rows["minimal click app"]) * 1e3
+    print(f"{'command':24}{'median ms':>10}{'ratio':>8}")
+    for name, ts in rows.items():
+        ms = statistics.median(ts) * 1e3
+        print(f"{name:24}{ms:10.1f}{ms / base_ms:7.2f}x")
+    print("target: reef run / reef report <= 2.00x the minimal click app")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,152 @@
+"""`reef ledger ...`: read, verify, export and compact the append-only ledger."""
+
+from __future__ import annotations
+
+import json
+import sys
+from datetime import datetime, timezone
+from typing import Optional
+
+import typer
+
+from .context import Env, console, emit_json
+
+app = typer.Typer(help="The append-only, hash-chained ledger of runs, reports and decisions.", no_args_is_help=True)
+
+
+def _ledger(ctx: typer.Context):
+    from ..ledger import Ledger
+
+    store = ctx.obj.store()
+    return Ledger(store.ledger_path, store.scenario)
+
+
+def _parse_time(value: str, flag: str) -> datetime:
+    from ..errors import InvalidInput
+
+    try:
+        ts = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        raise InvalidInput(f"{flag} {value!r}: expected an ISO date or time, e.g. 2026-11-30 or 2026-11-30T12:00:00Z") from None
+    return ts if ts.tzinfo else ts.replace(tzinfo=timezone.utc)
+
+
+def _summary(rec) -> str:
+    p = rec.payload
+    if rec.kind == "interaction":
+        return f"exit {p.get('exit_code')} in {p.get('duration_s', 0):.2f}s: {' '.join(p.get('argv', []))[:80]}"
+    if rec.kind == "report":
+        fb = p.get("feedback")
+        fb = fb if isinstance(fb, str) else json.dumps(fb, ensure_ascii=False) if fb else ""
+        return f"score {p.get('score')} on {len(p.get('receipts', []))} receipt(s): {fb[:80]}"
+    return json.dumps(p, ensure_ascii=False, sort_keys=True)[:100]
+
+
+def _render(records, as_json: bool, title: str) -> None:
+    if as_json:
+        for rec in records:
+            sys.stdout.write(json.dumps(rec.to_json(), sort_keys=True, ensure_ascii=False) + "\n")
+        return
+    from rich.table import Table
+
+    table = Table(title=title)
+    table.add_column("seq", justify="right")
+    table.add_column("record", no_wrap=True)
+    table.add_column("kind")
+    table.add_column("created", no_wrap=True)
+    table.add_column("release", no_wrap=True)
+    table.add_column("summary", overflow="fold")
+    for rec in records:
+        table.add_row(str(rec.seq), rec.record_id, rec.kind, rec.created_at[:19].replace("T", " "), rec.release_id, _summary(rec))
+    console().print(table)
+
+
+@app.command("tail")
+def tail(ctx: typer.Context, n: int = typer.Option(10, "-n", help="How many records."), as_json: bool = typer.Option(False, "--json", help="JSON lines.")) -> None:
+    """The last N records, oldest first."""
+    _render(_ledger(ctx).tail(n), as_json, "ledger tail")
+
+
+@app.command("show")
+def show(ctx: typer.Context, record_id: str = typer.Argument(...), as_json: bool = typer.Option(False, "--json")) -> None:
+    """One record, whole."""
+    rec = _ledger(ctx).get(record_id)
+    if as_json:
+        emit_json(rec.to_json())
+    else:
+        for k, v in rec.to_json().items():
+            print(f"{k:11} {json.dumps(v, ensure_ascii=False, indent=2) if isinstance(v, (dict, list)) else v}")
+
+
+@app.command("query")
+def query(
+    ctx: typer.Context,
+    kind: Optional[str] = typer.Option(None, "--kind"),
+    since: Optional[str] = typer.Option(None, "--since", help="ISO date/time (UTC if no zone)."),
+    release: Optional[str] = typer.Option(None, "--release", help="Release id, prefix or step."),
+    as_json: bool = typer.Option(False, "--json", help="JSON lines (streams: flat memory on any size)."),
+) -> None:
+    """Records matching every filter, oldest first (streams)."""
+    store = ctx.obj.store()
+    from ..ledger import Ledger
+
+    release_id = store.find(release).release_id if release else None
+    since_ts = _parse_time(since, "--since") if since else None
+    it = Ledger(store.ledger_path, store.scenario).iter_records(kind=kind, since=since_ts, release_id=release_id)
+    if as_json:
+        _render(it, True, "")
+    else:
+        _render(list(it), False, "ledger query")
+
+
+@app.command("verify")
+def verify(ctx: typer.Context, as_json: bool = typer.Option(False, "--json")) -> None:
+    """Re-check the hash chain; exit 4 naming the first record edited, deleted, inserted or reordered."""
+    res = _ledger(ctx).verify()
+    if as_json:
+        emit_json(res.to_json() if hasattr(res, "to_json") else res.__dict__)
+    elif res.ok:
+        print(f"ledger intact: {res.count} record(s) verified")
+    else:
+        sys.stderr.write(f"reef: error: {res.message}\n")
+    if not res.ok:
+        raise typer.Exit(4)
+
+
+@app.command("export")
+def export(ctx: typer.Context, fmt: str = typer.Option("jsonl", "--format", help="jsonl or langfuse.")) -> None:
+    """Stream the ledger as JSON lines, or reports as Langfuse scores."""
+    from ..errors import InvalidInput
+    from ..ledger import to_langfuse_score
+
+    led = _ledger(ctx)
+    if fmt == "jsonl":
+        for rec in led.iter_records():
+            sys.stdout.write(json.dumps(rec.to_json(), sort_keys=True, ensure_ascii=False) + "\n")
+    elif fmt == "langfuse":
+        for rec in led.iter_records(kind="report"):
+            for score in to_langfuse_score(rec):
+                sys.stdout.write(json.dumps(score, sort_keys=True, ensure_ascii=False) + "\n")
+    else:
+        raise InvalidInput(f"--format {fmt}: expected jsonl or langfuse")
+
+
+@app.command("compact")
+def compact(
+    ctx: typer.Context,
+    before: Optional[str] = typer.Option(None, "--before", help="Remove records created before this ISO date/time."),
+    keep: Optional[int] = typer.Option(None, "--keep", help="Keep only the newest N records."),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """The only way records leave the ledger: writes a compaction record that keeps the chain verifiable."""
+    from ..errors import InvalidInput
+
+    if (before is None) == (keep is None):
+        raise InvalidInput("give exactly one of --before DATE or --keep N")
+    if keep is not None and keep < 0:
+        raise InvalidInput(f"--keep {keep}: must be 0 or more")
+    rec = _ledger(ctx).compact(before=_parse_time(before, "--before") if before else None, keep=keep)
+    if as_json:
+        emit_json(rec.to_json())
+    else:
+        print(f"compacted: {rec.payload.get('removed_count', rec.payload.get('count'))} record(s) removed; {rec.record_id} records it")

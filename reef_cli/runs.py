@@ -1,0 +1,238 @@
+"""Loop 0: run any agent command under the current release and record what happened (the receipt).
+
+The release is read once, before the child starts, and frozen into the record: a publish during the run does not
+change what the run is attributed to. Output is teed to the user's terminal and digested; when both stdin and
+stdout are terminals the child gets them directly (interactive agents need a TTY) and output is not captured.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import InvalidInput
+from .ids import new_id
+from .releases import Release
+
+FORWARDED = (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2, signal.SIGWINCH)
+BUFFER_CAP = 16 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class RunResult:
+    exit_code: int
+    record: object  # ledger.Record
+    release: Release
+    harness_dir: Path
+
+
+class _Tee:
+    """Copy a child's stream to ours while hashing it; keep up to BUFFER_CAP bytes for excerpts."""
+
+    def __init__(self, src, dst_fd: int | None):
+        self.src, self.dst_fd = src, dst_fd
+        self.sha = hashlib.sha256()
+        self.length = 0
+        self.buf = bytearray()
+        self.thread = threading.Thread(target=self._pump, daemon=True)
+        self.thread.start()
+
+    def _pump(self) -> None:
+        while True:
+            chunk = os.read(self.src.fileno(), 65536)
+            if not chunk:
+                break
+            self.sha.update(chunk)
+            self.length += len(chunk)
+            if len(self.buf) < BUFFER_CAP:
+                self.buf += chunk[: BUFFER_CAP - len(self.buf)]
+            if self.dst_fd is not None:
+                try:
+                    view = memoryview(chunk)
+                    while view:
+                        n = os.write(self.dst_fd, view)
+                        view = view[n:]
+                except OSError:
+                    self.dst_fd = None  # our reader went away; keep draining the child
+        self.src.close()
+
+    def fields(self, store_content: bool) -> dict:
+        from .redact import content_fields
+
+        out = content_fields(bytes(self.buf), store_content)
+        out["digest"] = "sha256:" + self.sha.hexdigest()
+        out["length"] = self.length
+        if self.length > len(self.buf):
+            out["truncated"] = True
+        return out
+
+
+def read_routing(path: Path) -> list[dict]:
+    """Routing decisions the agent appended as JSON lines; bad lines are kept as digests and flagged."""
+    out: list[dict] = []
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return out
+    for n, line in enumerate(raw.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+            if not isinstance(obj, dict):
+                raise ValueError("not an object")
+            out.append(obj)
+        except ValueError:
+            out.append({"invalid": True, "line": n, "digest": "sha256:" + hashlib.sha256(line).hexdigest(),
+                        "length": len(line)})
+    return out
+
+
+def model_of(argv: list[str], env: dict) -> str | None:
+    for i, arg in enumerate(argv):
+        if arg in ("--model", "-m") and i + 1 < len(argv):
+            return argv[i + 1]
+        if arg.startswith("--model="):
+            return arg.split("=", 1)[1]
+    for var in ("REEF_MODEL", "ANTHROPIC_MODEL", "OPENAI_MODEL"):
+        if env.get(var):
+            return env[var]
+    return None
+
+
+def matches_observe_only(rules, *, model: str | None, adapter: str | None, argv: list[str]) -> bool:
+    """harness.yaml `observe_only` rules: every key in a rule must match (shell-style globs, case-insensitive)."""
+    command = os.path.basename(argv[0]) if argv else ""
+    facts = {"model": model or "", "adapter": adapter or "", "command": command}
+    for rule in rules:
+        if all(fnmatch.fnmatch(facts[k].lower(), str(v).lower()) for k, v in rule.items()):
+            return True
+    return False
+
+
+def run_recorded(
+    store,
+    argv: list[str],
+    *,
+    env: dict | None = None,
+    adapter: str | None = None,
+    observe_only: bool = False,
+    harness_dir: Path | None = None,
+    extra_payload: dict | None = None,
+    cwd: Path | None = None,
+    stdout_fd: int | None = 1,
+    stderr_fd: int | None = 2,
+    capture: bool | None = None,
+    on_output=None,
+) -> RunResult:
+    from .ledger import Ledger
+    from .sessions import PendingReceipts, shell_key
+
+    if not argv:
+        raise InvalidInput("no command given: use 'reef run -- CMD ARGS...'")
+    release = store.require_head()
+    tree, config = store.materialised_config(release)
+    if harness_dir is None:
+        harness_dir = tree
+    base_env = dict(os.environ if env is None else env)
+    record_id = new_id("rec")
+    runs_dir = store.dir / "runs"
+    runs_dir.mkdir(parents=True, exist_ok=True)
+    routing_file = runs_dir / f"{record_id}.routing.jsonl"
+    child_env = {
+        **base_env,
+        "REEF_HARNESS_DIR": str(harness_dir),
+        "REEF_RELEASE_ID": release.release_id,
+        "REEF_CONTENT_ID": release.content_id,
+        "REEF_RECORD_ID": record_id,
+        "REEF_ROUTING_FILE": str(routing_file),
+        "REEF_SCENARIO": store.scenario,
+        "REEF_PROJECT": str(store.project.root),
+    }
+    model = model_of(argv, base_env)
+    observe_only = observe_only or matches_observe_only(config.observe_only, model=model, adapter=adapter, argv=argv)
+    interactive = sys.stdin.isatty() and sys.stdout.isatty()
+    if capture is None:
+        capture = not interactive
+    started = time.time()
+    try:
+        proc = subprocess.Popen(
+            argv,
+            cwd=cwd,
+            env=child_env,
+            stdout=subprocess.PIPE if capture else None,
+            stderr=subprocess.PIPE if capture else None,
+        )
+    except FileNotFoundError:
+        raise InvalidInput(f"command not found: {argv[0]}") from None
+    except PermissionError:
+        raise InvalidInput(f"command is not executable: {argv[0]}") from None
+
+    def forward(signum, _frame):
+        try:
+            proc.send_signal(signum)
+        except ProcessLookupError:
+            pass
+
+    previous = {}
+    on_main = threading.current_thread() is threading.main_thread()
+    if on_main:
+        for sig in FORWARDED + ((signal.SIGINT,) if not interactive else ()):
+            previous[sig] = signal.signal(sig, forward)
+        if interactive:
+            previous[signal.SIGINT] = signal.signal(signal.SIGINT, signal.SIG_IGN)  # the terminal delivers it to the child
+    tees = []
+    try:
+        if capture:
+            tees = [_Tee(proc.stdout, stdout_fd), _Tee(proc.stderr, stderr_fd)]
+        status = proc.wait()
+        for t in tees:
+            t.thread.join()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    duration = time.time() - started
+    exit_code = 128 - status if status < 0 else status
+    payload = {
+        "argv": argv,
+        "cwd": str(cwd or os.getcwd()),
+        "exit_code": exit_code,
+        "signal": -status if status < 0 else None,
+        "duration_s": round(duration, 6),
+        "observe_only": observe_only,
+        "adapter": adapter,
+        "model": model,
+        "harness_dir": str(harness_dir),
+        "captured": bool(capture),
+        "routing": read_routing(routing_file),
+    }
+    if capture:
+        payload["stdout"] = tees[0].fields(config.store_content)
+        payload["stderr"] = tees[1].fields(config.store_content)
+        if on_output is not None:
+            extra = on_output(bytes(tees[0].buf), bytes(tees[1].buf))
+            if extra:
+                payload.update(extra)
+    if extra_payload:
+        payload.update(extra_payload)
+    from .redact import redact_obj
+
+    payload, _ = redact_obj(payload)
+    ledger = Ledger(store.ledger_path, store.scenario)
+    record = ledger.append("interaction", payload, release_id=release.release_id, content_id=release.content_id,
+                           record_id=record_id)
+    try:
+        routing_file.unlink()
+    except FileNotFoundError:
+        pass
+    PendingReceipts(store.dir, shell_key(base_env)).add(record.record_id)
+    return RunResult(exit_code, record, release, Path(harness_dir))

@@ -1,0 +1,65 @@
+"""Which receipts `reef report` attaches to when none are named: this shell's runs that have no report yet.
+
+A shell is identified by REEF_SESSION when set, else by the parent process id and its start time (so a recycled pid
+is a different shell). The pending list is a small JSON file per shell, changed under a lock.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from .project import write_atomic
+
+
+def shell_key(environ: dict | None = None) -> str:
+    env = os.environ if environ is None else environ
+    if env.get("REEF_SESSION"):
+        return "s-" + "".join(c if c.isalnum() or c in "-_." else "_" for c in env["REEF_SESSION"])[:80]
+    ppid = os.getppid()
+    try:
+        fields = Path(f"/proc/{ppid}/stat").read_text().rsplit(")", 1)[1].split()
+        started = fields[19]
+    except (OSError, IndexError):
+        started = "0"
+    return f"p-{ppid}-{started}"
+
+
+class PendingReceipts:
+    def __init__(self, scenario_dir: Path, key: str):
+        self.dir = scenario_dir / "pending"
+        self.path = self.dir / f"{key}.json"
+
+    def _lock(self):
+        from filelock import FileLock
+
+        self.dir.mkdir(parents=True, exist_ok=True)
+        return FileLock(str(self.path) + ".lock")
+
+    def _read(self) -> list[str]:
+        try:
+            data = json.loads(self.path.read_text())
+            return [str(r) for r in data.get("receipts", [])]
+        except (FileNotFoundError, ValueError):
+            return []
+
+    def add(self, receipt: str) -> None:
+        with self._lock():
+            receipts = self._read()
+            receipts.append(receipt)
+            write_atomic(self.path, json.dumps({"receipts": receipts[-100:]}).encode())
+
+    def peek(self) -> list[str]:
+        return self._read()
+
+    def clear(self, reported: list[str]) -> None:
+        with self._lock():
+            left = [r for r in self._read() if r not in set(reported)]
+            if left:
+                write_atomic(self.path, json.dumps({"receipts": left}).encode())
+            else:
+                try:
+                    self.path.unlink()
+                except FileNotFoundError:
+                    pass

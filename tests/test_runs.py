@@ -1,0 +1,198 @@
+"""Loop 0 through the real console script: `reef run` receipts and `reef report`."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import reef_exe, run_reef
+
+
+@pytest.fixture
+def project(tmp_path):
+    r = run_reef("init", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    return tmp_path
+
+
+def session_env(name="t1") -> dict:
+    return {"REEF_SESSION": name}
+
+
+def records(project: Path, kind: str | None = None) -> list[dict]:
+    args = ["ledger", "query", "--json"] + (["--kind", kind] if kind else [])
+    r = run_reef(*args, cwd=project)
+    assert r.returncode == 0, r.stderr
+    return [json.loads(l) for l in r.stdout.splitlines() if l.strip()]
+
+
+CHILD = r"""
+import json, os, sys
+env = {k: os.environ.get(k) for k in ("REEF_HARNESS_DIR", "REEF_RELEASE_ID", "REEF_RECORD_ID", "REEF_ROUTING_FILE")}
+with open(os.environ["REEF_ROUTING_FILE"], "a") as f:
+    f.write(json.dumps({"decision": "model", "chosen": "small"}) + "\n")
+    f.write("this is not json\n")
+print(json.dumps(env))
+print("to stderr", file=sys.stderr)
+sys.exit(int(sys.argv[1]))
+"""
+
+
+def test_run_records_a_receipt_and_mirrors_exit(project, tmp_path):
+    script = tmp_path / "child.py"
+    script.write_text(CHILD)
+    r = run_reef("run", "--", sys.executable, str(script), "3", cwd=project, env=session_env())
+    assert r.returncode == 3
+    env = json.loads(r.stdout.splitlines()[0])
+    assert "to stderr" in r.stderr
+    line = [l for l in r.stderr.splitlines() if l.startswith("reef: receipt ")]
+    assert len(line) == 1
+    receipt = line[0].split()[2]
+    assert env["REEF_RECORD_ID"] == receipt
+    head = json.loads(run_reef("status", "--json", cwd=project).stdout)["head"]
+    assert f"(release {head['release_id']})" in line[0] and env["REEF_RELEASE_ID"] == head["release_id"]
+    hdir = Path(env["REEF_HARNESS_DIR"])
+    assert (hdir / "CLAUDE.md").read_bytes() == (project / "CLAUDE.md").read_bytes()
+    assert (os.stat(hdir / "CLAUDE.md").st_mode & 0o222) == 0  # materialised read-only
+    [rec] = records(project, "interaction")
+    p = rec["payload"]
+    assert rec["record_id"] == receipt and rec["release_id"] == head["release_id"]
+    assert rec["content_id"] == head["content_id"]
+    assert p["exit_code"] == 3 and p["argv"][-1] == "3" and p["duration_s"] >= 0
+    import hashlib
+
+    assert p["stdout"]["digest"] == "sha256:" + hashlib.sha256(r.stdout.encode()).hexdigest()
+    assert p["stdout"]["length"] == len(r.stdout.encode()) and p["stderr"]["excerpt"].startswith("to stderr")
+    assert p["routing"][0] == {"decision": "model", "chosen": "small"}
+    assert p["routing"][1]["invalid"] is True and p["routing"][1]["digest"].startswith("sha256:")
+    assert p["observe_only"] is False
+
+
+def test_run_exit_by_signal_is_128_plus_n(project):
+    r = run_reef("run", "--", sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGTERM)", cwd=project)
+    assert r.returncode == 128 + signal.SIGTERM
+    [rec] = records(project, "interaction")
+    assert rec["payload"]["exit_code"] == 143 and rec["payload"]["signal"] == signal.SIGTERM
+
+
+def test_run_forwards_signals(project, tmp_path):
+    marker = tmp_path / "got-term"
+    child = (
+        "import signal, sys, time, pathlib\n"
+        f"def h(s, f):\n    pathlib.Path({str(marker)!r}).write_text(str(s)); sys.exit(7)\n"
+        "signal.signal(signal.SIGTERM, h)\nprint('ready', flush=True)\ntime.sleep(30)\n"
+    )
+    proc = subprocess.Popen([reef_exe(), "run", "--", sys.executable, "-c", child], cwd=project,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "ready"
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=20) == 7
+    assert marker.read_text() == str(int(signal.SIGTERM))
+
+
+def test_run_freezes_the_release_it_started_on(project, tmp_path):
+    flag = tmp_path / "published"
+    child = (
+        "import time, pathlib\n"
+        f"p = pathlib.Path({str(flag)!r})\n"
+        "while not p.exists(): time.sleep(0.02)\n"
+    )
+    proc = subprocess.Popen([reef_exe(), "run", "--", sys.executable, "-c", child], cwd=project,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(0.5)
+    before = json.loads(run_reef("status", "--json", cwd=project).stdout)["head"]
+    (project / "CLAUDE.local.md").write_text("new\n")
+    assert run_reef("publish", "-m", "during the run", cwd=project).returncode == 0
+    flag.write_text("go")
+    assert proc.wait(timeout=30) == 0
+    [rec] = records(project, "interaction")
+    assert rec["release_id"] == before["release_id"] and rec["content_id"] == before["content_id"]
+
+
+def test_run_observe_only_flag_and_rule(project):
+    assert run_reef("run", "--observe-only", "--", "true", cwd=project).returncode == 0
+    cfg = project / "harness.yaml"
+    cfg.write_text(cfg.read_text() + "\nobserve_only:\n  - {model: '*haiku*'}\n")
+    assert run_reef("publish", "-m", "observe cheap models", cwd=project).returncode == 0
+    assert run_reef("run", "--", "true", "--model", "claude-haiku-4", cwd=project).returncode == 0
+    assert run_reef("run", "--", "true", "--model", "claude-opus-4", cwd=project).returncode == 0
+    flags = [r["payload"]["observe_only"] for r in records(project, "interaction")]
+    assert flags == [True, True, False]
+
+
+def test_run_redacts_secrets(project):
+    key = "sk-ant-api03-" + "A1b2C3d4E5f6G7h8I9j0" * 4
+    r = run_reef("run", "--", "sh", "-c", f"echo token={key}", "--api-key", key, cwd=project)
+    assert r.returncode == 0
+    raw = (project / ".reef/scenarios/default/ledger.jsonl").read_text()
+    assert key not in raw and "REDACTED" in raw
+
+
+def test_run_unknown_command(project):
+    r = run_reef("run", "--", "definitely-not-a-command-xyz", cwd=project)
+    assert r.returncode == 4 and "command not found: definitely-not-a-command-xyz" in r.stderr
+
+
+def test_report_on_this_shells_runs(project):
+    env = session_env("shell-a")
+    r1 = run_reef("run", "--", "true", cwd=project, env=env)
+    r2 = run_reef("run", "--", "false", cwd=project, env=env)
+    other = run_reef("run", "--", "true", cwd=project, env=session_env("shell-b"))
+    ids = [l.split()[2] for r in (r1, r2, other) for l in r.stderr.splitlines() if l.startswith("reef: receipt")]
+    r = run_reef("report", "--score", "0", "--feedback", "it forgot the tests", "--json", cwd=project, env=env)
+    assert r.returncode == 0, r.stderr
+    rec = json.loads(r.stdout)
+    assert rec["kind"] == "report" and rec["payload"]["receipts"] == ids[:2]
+    assert rec["payload"]["score"] == 0 and rec["payload"]["feedback"] == "it forgot the tests"
+    r = run_reef("report", "--score", "1", cwd=project, env=env)
+    assert r.returncode == 4 and "no unreported run" in r.stderr
+    r = run_reef("report", "--score", "1", "--json", cwd=project, env=session_env("shell-b"))
+    assert json.loads(r.stdout)["payload"]["receipts"] == [ids[2]]
+
+
+@pytest.mark.parametrize("score,msg", [("true", "not a boolean"), ("nan", "not NaN"), ("inf", "not NaN or infinity"),
+                                       ("-Infinity", "infinity"), ("abc", "finite number")])
+def test_report_refuses_bad_scores(project, score, msg):
+    r = run_reef("run", "--", "true", cwd=project, env=session_env())
+    receipt = r.stderr.split("reef: receipt ")[1].split()[0]
+    r = run_reef("report", "--score", score, "--receipt", receipt, cwd=project)
+    assert r.returncode == 4 and msg in r.stderr and r.stderr.startswith("reef: error: --score")
+    assert records(project, "report") == []
+
+
+def test_report_refusals(project, tmp_path):
+    r = run_reef("report", "--score", "1", "--receipt", "rec_nope", cwd=project)
+    assert r.returncode == 4 and "unknown receipt rec_nope" in r.stderr
+    assert run_reef("init", "--scenario", "other", cwd=project).returncode == 0
+    r = run_reef("--scenario", "other", "run", "--", "true", cwd=project)
+    receipt = r.stderr.split("reef: receipt ")[1].split()[0]
+    r = run_reef("report", "--score", "1", "--receipt", receipt, cwd=project)
+    assert r.returncode == 4 and f"receipt {receipt} belongs to scenario 'other'" in r.stderr
+    bad = tmp_path / "fb.json"
+    bad.write_text("{lesson: nope")
+    r = run_reef("--scenario", "other", "report", "--score", "1", "--receipt", receipt, "--feedback-json", str(bad), cwd=project)
+    assert r.returncode == 4 and "not valid JSON" in r.stderr and str(bad) in r.stderr
+    assert records(project, "report") == []
+
+
+def test_report_structured_feedback_and_idempotency(project, tmp_path):
+    r = run_reef("run", "--", "true", cwd=project, env=session_env())
+    receipt = r.stderr.split("reef: receipt ")[1].split()[0]
+    fb = tmp_path / "fb.json"
+    fb.write_text(json.dumps({"lesson": "run the tests before finishing", "dont": "skip lint"}))
+    args = ["report", "--score", "0.5", "--receipt", receipt, "--feedback-json", str(fb), "--id", "rep_1", "--json"]
+    first = run_reef(*args, cwd=project)
+    again = run_reef(*args, cwd=project)
+    assert first.returncode == 0 and again.returncode == 0
+    assert json.loads(first.stdout) == json.loads(again.stdout)
+    assert json.loads(first.stdout)["payload"]["feedback"]["lesson"] == "run the tests before finishing"
+    r = run_reef("report", "--score", "0.9", "--receipt", receipt, "--id", "rep_1", cwd=project)
+    assert r.returncode == 3 and "rep_1" in r.stderr
+    assert len(records(project, "report")) == 1
