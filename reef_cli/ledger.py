@@ -1,0 +1,1384 @@
+"""The ledger: one append-only, hash-chained JSONL file per scenario recording every run and its feedback.
+
+Why it is built this way:
+
+* **Chain.** Each line is the canonical JSON of a `Record`; `hash` is SHA-256 over the record without `hash`, and
+  `prev_hash` is the previous record's `hash` (64 zeros for the first), so an edited, deleted, inserted or reordered
+  line shows up in `verify()`. `compact()` is the only path that removes records: it removes a prefix and appends a
+  `compaction` record that names the last removed hash, which is what the first kept record chains to.
+* **Durability with group commit.** `append` returns only after its line is on disk. Writers take the writer lock
+  (`<ledger>.lock`), write their lines without syncing and release it; then they take the sync lock
+  (`<ledger>.sync`, which also holds the "durable up to offset" mark for the file's inode). Whoever holds it
+  fdatasyncs once and advances the mark; a writer whose line already lies below the mark returns without a sync of
+  its own. So concurrent writers share fsyncs, and a record is acknowledged only after a sync that began after it
+  was written.
+* **Cheap opens.** Opening never reads the whole file: the writer re-reads only the last line (for `seq` and
+  `prev_hash`) and only when the file grew since it last looked. A crash's torn last line is truncated there.
+* **Id index.** `<ledger>.idx` is an append-only "record_id offset" list written under the writer lock, with a
+  header naming the ledger's inode. It is a cache: never fsynced, caught up or rebuilt from the ledger when it is
+  short, torn or stale. It is consulted only for `get()` and for client-supplied ids (idempotent resends);
+  generated ids are fresh ULIDs and need no lookup, so the common append costs no index read at all.
+* **Locks.** The writer and sync locks are `flock(2)` locks held on a kept-open descriptor, the same primitive
+  `filelock.FileLock` uses on these paths (so a `FileLock("<ledger>.lock")` excludes ledger writers), but taken
+  blocking: `FileLock` polls with sleeps and costs ~130 µs per acquire, which would defeat group commit, whose
+  waiters must wake the moment a sync ends. POSIX only.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import itertools
+import json
+import mmap
+import os
+import random
+import re
+import struct
+import threading
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from .errors import ConflictError, InvalidInput, NotFound, StoreError
+
+ZERO_HASH = "0" * 64
+REMOVED_LIST_LIMIT = 1000
+"""A compaction record lists removed ids and hashes up to this many; beyond it, only the span hash and ends."""
+
+_KIND_RE = re.compile(r"[a-z_]{1,64}")
+_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}")
+_REF_RE = re.compile(r"[^\x00-\x1f\x7f]{1,256}")
+_HEX64_RE = re.compile(r"[0-9a-f]{64}")
+_FIELDS = (
+    "content_id", "created_at", "hash", "kind", "payload", "prev_hash", "record_id", "release_id", "scenario", "seq",
+)
+_ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+_HASH_KEY = b'"hash":"'
+_BLOCK = 64 * 1024
+_fdatasync = getattr(os, "fdatasync", os.fsync)
+
+
+def canonical_json(obj: Any) -> bytes:
+    """The bytes that get hashed: sorted keys, compact separators, UTF-8, no NaN."""
+    return _ENCODER.encode(obj).encode("utf-8")
+
+
+def _utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def utc_now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def format_time(moment: datetime) -> str:
+    """ISO-8601 UTC with milliseconds and 'Z'; fixed width, so these strings sort like the times they name."""
+    if moment.tzinfo is not timezone.utc:
+        if moment.tzinfo is None:
+            raise InvalidInput(f"time {moment.isoformat()} has no timezone; pass an aware datetime (e.g. UTC)")
+        moment = moment.astimezone(timezone.utc)
+    m = moment
+    return (
+        f"{m.year:04d}-{m.month:02d}-{m.day:02d}T{m.hour:02d}:{m.minute:02d}:{m.second:02d}."
+        f"{m.microsecond // 1000:03d}Z"
+    )
+
+
+# --- record ids -------------------------------------------------------------------------------------------------
+
+_B32 = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"  # Crockford's alphabet, in ASCII order so ids sort by time
+_PAIRS = [first + second for first in _B32 for second in _B32]  # 10 bits -> 2 characters
+_id_lock = threading.Lock()
+_id_last = [0, 0, ""]  # last ms, last 80-bit randomness, and the ms encoded (10 characters), in this process
+
+
+def _reset_ids_after_fork() -> None:
+    _id_last[:] = [0, 0, ""]
+
+
+os.register_at_fork(after_in_child=_reset_ids_after_fork)
+
+
+def new_record_id(moment: datetime | None = None) -> str:
+    """`rec_` + a 26-character ULID (48-bit ms time, 80 random bits), strictly increasing within a process.
+
+    Within one millisecond (or if the clock steps back) the randomness is incremented, as ULID's monotonic mode does.
+    The randomness comes from `random`, which CPython reseeds from the OS in a forked child, and the sequence state
+    is reset there too, so parent and child never continue the same sequence.
+    """
+    ms = int((moment or utc_now()).timestamp() * 1000)
+    with _id_lock:
+        last_ms, last_rand, prefix = _id_last
+        if ms <= last_ms:
+            ms, rand = last_ms, last_rand + 1
+            if rand >> 80:
+                ms, rand = ms + 1, random.getrandbits(80)
+        else:
+            rand = random.getrandbits(80)
+        if ms != last_ms or not prefix:
+            # 48 bits as 50 (2 leading zeros) = 5 groups of 10 bits
+            prefix = "".join([_PAIRS[(ms >> shift) & 0x3FF] for shift in (40, 30, 20, 10, 0)])
+        _id_last[:] = [ms, rand, prefix]
+    return "rec_" + prefix + "".join([_PAIRS[(rand >> shift) & 0x3FF] for shift in (70, 60, 50, 40, 30, 20, 10, 0)])
+
+
+# --- records ----------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Record:
+    """One ledger line. `payload` is a plain dict decoded from canonical JSON; treat it as read-only."""
+
+    record_id: str
+    kind: str
+    scenario: str
+    release_id: str | None
+    content_id: str | None
+    created_at: str
+    payload: dict
+    seq: int
+    prev_hash: str
+    hash: str
+
+    def to_json(self) -> dict:
+        return {
+            "content_id": self.content_id,
+            "created_at": self.created_at,
+            "hash": self.hash,
+            "kind": self.kind,
+            "payload": self.payload,
+            "prev_hash": self.prev_hash,
+            "record_id": self.record_id,
+            "release_id": self.release_id,
+            "scenario": self.scenario,
+            "seq": self.seq,
+        }
+
+    @classmethod
+    def from_json(cls, obj: Any) -> Record:
+        """Check the shape (not the hash); raises InvalidInput naming the first bad field."""
+        if not isinstance(obj, dict):
+            raise InvalidInput(f"a record must be a JSON object, not {type(obj).__name__}")
+        if set(obj) != set(_FIELDS):
+            missing = sorted(set(_FIELDS) - set(obj))
+            extra = sorted(set(obj) - set(_FIELDS))
+            raise InvalidInput(f"record fields are wrong (missing {missing}, unexpected {extra})")
+        for name in ("record_id", "kind", "scenario", "created_at", "prev_hash", "hash"):
+            if not isinstance(obj[name], str):
+                raise InvalidInput(f"record field '{name}' must be a string")
+        for name in ("release_id", "content_id"):
+            if obj[name] is not None and not isinstance(obj[name], str):
+                raise InvalidInput(f"record field '{name}' must be a string or null")
+        if not isinstance(obj["payload"], dict):
+            raise InvalidInput("record field 'payload' must be an object")
+        if type(obj["seq"]) is not int or obj["seq"] < 1:
+            raise InvalidInput("record field 'seq' must be a positive integer")
+        for name in ("prev_hash", "hash"):
+            if not _HEX64_RE.fullmatch(obj[name]):
+                raise InvalidInput(f"record field '{name}' must be 64 lowercase hex digits")
+        return cls(**{name: obj[name] for name in _FIELDS})
+
+    @property
+    def created(self) -> datetime:
+        return datetime.strptime(self.created_at, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=timezone.utc)
+
+    def compute_hash(self) -> str:
+        body = self.to_json()
+        del body["hash"]
+        return hashlib.sha256(canonical_json(body)).hexdigest()
+
+    def to_line(self) -> bytes:
+        return canonical_json(self.to_json()) + b"\n"
+
+
+@dataclass(frozen=True)
+class NewRecord:
+    """What a caller asks `append_many` to write; the ledger fills in id (unless given), time, seq and hashes."""
+
+    kind: str
+    payload: Mapping[str, Any]
+    release_id: str | None
+    content_id: str | None
+    record_id: str | None = None
+
+
+@dataclass(frozen=True)
+class VerifyResult:
+    """`first_bad_seq` is the chain position where the file first departs from a valid chain, `line` the file line
+    there and `first_bad_record_id` the record found on it (for "deleted" that is the record after the gap).
+    `head_hash` is the last record's hash: keep it elsewhere to detect a truncated tail, which no chain can."""
+
+    ok: bool
+    count: int
+    first_bad_seq: int | None = None
+    first_bad_record_id: str | None = None
+    problem: str | None = None
+    message: str = ""
+    line: int | None = None
+    head_hash: str | None = None
+    torn_tail: bool = False
+
+    def to_json(self) -> dict:
+        return {
+            "ok": self.ok,
+            "count": self.count,
+            "first_bad_seq": self.first_bad_seq,
+            "first_bad_record_id": self.first_bad_record_id,
+            "problem": self.problem,
+            "message": self.message,
+            "line": self.line,
+            "head_hash": self.head_hash,
+            "torn_tail": self.torn_tail,
+        }
+
+
+class _BadJSON(ValueError):
+    pass
+
+
+def _decode(raw: bytes) -> tuple[Record, bool]:
+    """Parse one line (without its newline); returns the record and whether its hash checks out.
+
+    The fast path hashes the line's own bytes with the hash member cut out, which equals the canonical form for
+    every line this module wrote; only a line in some other byte form pays for re-encoding.
+    """
+    try:
+        obj = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise _BadJSON(f"not valid JSON ({exc})") from None
+    try:
+        record = Record.from_json(obj)
+    except InvalidInput as exc:
+        raise ValueError(str(exc)) from None
+    cut = raw.find(_HASH_KEY)
+    if cut > 0:
+        end = cut + len(_HASH_KEY) + 64
+        if raw[end : end + 2] == b'",' and raw[cut + len(_HASH_KEY) : end] == record.hash.encode("ascii"):
+            if hashlib.sha256(raw[:cut] + raw[end + 2 :]).hexdigest() == record.hash:
+                return record, True
+    return record, record.compute_hash() == record.hash
+
+
+@dataclass
+class _Line:
+    number: int
+    offset: int
+    raw: bytes  # without the newline
+    record: Record | None
+    hash_ok: bool
+    error: str | None
+
+
+def _lines(path: Path, start: int = 0, first_number: int = 1) -> Iterator[tuple[int, int, bytes, bool]]:
+    """Stream (line number, offset, bytes without newline, complete?) without loading the file."""
+    try:
+        handle = open(path, "rb")
+    except FileNotFoundError:
+        return
+    with handle:
+        handle.seek(start)
+        offset, number = start, first_number
+        for raw in handle:
+            complete = raw.endswith(b"\n")
+            yield number, offset, raw[:-1] if complete else raw, complete
+            offset += len(raw)
+            number += 1
+
+
+def _scan(path: Path, start: int = 0, first_number: int = 1) -> Iterator[_Line]:
+    """Decoded lines; a last line that is incomplete or not JSON is a torn write in progress or left by a crash,
+    so it is left out (the next writer truncates it). Other bad lines come back with `error` set."""
+    pending: _Line | None = None
+    for number, offset, raw, complete in _lines(path, start, first_number):
+        if pending is not None:
+            yield pending
+            pending = None
+        if not complete:
+            return
+        try:
+            record, ok = _decode(raw)
+            line = _Line(number, offset, raw, record, ok, None)
+        except _BadJSON as exc:
+            line = _Line(number, offset, raw, None, False, str(exc))
+            pending = line
+            continue
+        except ValueError as exc:
+            line = _Line(number, offset, raw, None, False, str(exc))
+        yield line
+    # A pending line is the final one and not JSON: torn.
+
+
+def _strict(path: Path, line: _Line) -> Record:
+    if line.record is None:
+        raise StoreError(
+            f"{path}: line {line.number} is corrupt: {line.error}; fix or restore the file (nothing was changed)"
+        )
+    if not line.hash_ok:
+        raise StoreError(
+            f"{path}: line {line.number} (record {line.record.record_id}) does not match its hash: the record was "
+            f"edited; run verify and restore the file (nothing was changed)"
+        )
+    return line.record
+
+
+def _line_number(path: Path, offset: int) -> int:
+    count = 1
+    with open(path, "rb") as handle:
+        left = offset
+        while left > 0:
+            block = handle.read(min(_BLOCK, left))
+            if not block:
+                break
+            count += block.count(b"\n")
+            left -= len(block)
+    return count
+
+
+def _read_line_at(fd: int, offset: int) -> bytes:
+    """The line starting at `offset` (without newline); b"" if the offset is past the end."""
+    chunks: list[bytes] = []
+    while True:
+        block = os.pread(fd, 4096, offset)
+        if not block:
+            return b"".join(chunks)  # no newline before the end: a torn line, which will not decode
+        cut = block.find(b"\n")
+        if cut >= 0:
+            chunks.append(block[:cut])
+            return b"".join(chunks)
+        chunks.append(block)
+        offset += len(block)
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+# --- the shared durable mark: "the ledger with inode I is durable up to offset N" -------------------------------
+
+
+class _SyncMark:
+    """A mapped page in `<ledger>.sync` shared by every writer: the inode of the ledger file, the offset up to
+    which it is known durable, and the offset the sync in flight (if any) will make durable. Reading it costs no
+    system call and storing to it dirties no inode (a `pwrite` would, and every sync's journal commit would carry
+    it). Stores happen under the sync lock; an unlocked read is a hint, and a torn one fails the check word and
+    reads as "nothing synced"."""
+
+    SIZE = 4096
+    _LAYOUT = struct.Struct("<QQQQ")
+    _MAGIC = 0x7265_6566_6C65_6467  # "reefledg"
+
+    def __init__(self, fd: int):
+        if os.fstat(fd).st_size < self.SIZE:
+            os.ftruncate(fd, self.SIZE)  # growing only; a concurrent grower does the same
+        self.map = mmap.mmap(fd, self.SIZE)
+
+    def read(self) -> tuple[int, int, int]:
+        ino, synced, target, check = self._LAYOUT.unpack_from(self.map, 0)
+        return (ino, synced, target) if check == ino ^ synced ^ target ^ self._MAGIC else (0, 0, 0)
+
+    def write(self, ino: int, synced: int, target: int) -> None:
+        self._LAYOUT.pack_into(self.map, 0, ino, synced, target, ino ^ synced ^ target ^ self._MAGIC)
+
+    def close(self) -> None:
+        self.map.close()
+
+
+# --- the ledger -------------------------------------------------------------------------------------------------
+
+_quote = json.encoder.encode_basestring  # the escaping the canonical encoder applies to str (non-ASCII kept)
+
+
+def _json_str(value: str | None) -> str:
+    return "null" if value is None else _quote(value)
+
+
+@dataclass
+class _Draft:
+    kind: str
+    payload_bytes: bytes
+    release_id: str | None
+    content_id: str | None
+    record_id: str | None
+
+    def key(self) -> tuple:
+        return self.kind, self.payload_bytes, self.release_id, self.content_id
+
+    def differences(self, record: Record) -> list[str]:
+        """Fields in which an existing record differs (none: an identical resend)."""
+        diffs = []
+        if record.kind != self.kind:
+            diffs.append("kind")
+        if canonical_json(record.payload) != self.payload_bytes:
+            diffs.append("payload")
+        if record.release_id != self.release_id:
+            diffs.append("release_id")
+        if record.content_id != self.content_id:
+            diffs.append("content_id")
+        return diffs
+
+
+def _draft(kind: Any, payload: Any, release_id: Any, content_id: Any, record_id: Any) -> _Draft:
+    if type(kind) is not str or not _KIND_RE.fullmatch(kind):
+        raise InvalidInput(f"record kind {kind!r} must be 1-64 characters of a-z and '_'")
+    if not isinstance(payload, Mapping):
+        raise InvalidInput(f"payload of a '{kind}' record must be a mapping, not {type(payload).__name__}")
+    try:
+        payload_bytes = canonical_json(payload if type(payload) is dict else dict(payload))
+    except (TypeError, ValueError) as exc:
+        raise InvalidInput(f"payload of a '{kind}' record is not JSON-serialisable: {exc}") from None
+    for name, value in (("release_id", release_id), ("content_id", content_id)):
+        if value is not None and (type(value) is not str or not _REF_RE.fullmatch(value) or not _utf8(value)):
+            raise InvalidInput(f"{name} {value!r} must be 1-256 characters without control characters, or None")
+    if record_id is not None and (type(record_id) is not str or not _ID_RE.fullmatch(record_id)):
+        raise InvalidInput(
+            f"record_id {record_id!r} must be 1-128 characters of letters, digits and '_.:-', starting with a "
+            f"letter or digit"
+        )
+    return _Draft(kind, payload_bytes, release_id, content_id, record_id)
+
+
+def _draft_of(item: NewRecord | Mapping[str, Any]) -> _Draft:
+    if isinstance(item, NewRecord):
+        return _draft(item.kind, item.payload, item.release_id, item.content_id, item.record_id)
+    if not isinstance(item, Mapping):
+        raise InvalidInput(f"append_many takes NewRecord objects or mappings, not {type(item).__name__}")
+    unknown = set(item) - {"kind", "payload", "release_id", "content_id", "record_id"}
+    if unknown:
+        raise InvalidInput(f"unknown record fields {sorted(unknown)}")
+    try:
+        return _draft(item["kind"], item["payload"], item["release_id"], item["content_id"], item.get("record_id"))
+    except KeyError as exc:
+        raise InvalidInput(f"record field {exc.args[0]!r} is required") from None
+
+
+class Ledger:
+    """One scenario's ledger file. Cheap to construct; files are opened on first write and kept open.
+
+    One instance may be shared by threads (its operations are serialised); processes coordinate through the lock
+    files. Use it as a context manager, or call `close()`, to release descriptors promptly.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], scenario: str, *, now: Callable[[], datetime] | None = None):
+        if type(scenario) is not str or not _REF_RE.fullmatch(scenario) or not _utf8(scenario):
+            raise InvalidInput(f"scenario name {scenario!r} must be a non-empty string without control characters")
+        self.path = Path(path)
+        self.scenario = scenario
+        self._scenario_json = _quote(scenario)
+        self._now = now or utc_now
+        self.lock_path = self.path.with_name(self.path.name + ".lock")
+        self.sync_path = self.path.with_name(self.path.name + ".sync")
+        self.index_path = self.path.with_name(self.path.name + ".idx")
+        self._mutex = threading.Lock()
+        self._pid: int | None = None
+        self._fd = self._lock_fd = self._sync_fd = self._idx_fd = -1
+        self._mark: _SyncMark | None = None
+        self._ino = 0
+        self._size = -1  # ledger size when this process last held the writer lock; -1: unknown
+        self._seq = 0
+        self._hash = ZERO_HASH
+        self.fsyncs = 0
+        """Syncs this instance issued; an append whose line another writer's sync covered adds none."""
+
+    # -- lifecycle
+
+    def close(self) -> None:
+        with self._mutex:
+            self._close_fds()
+
+    def __enter__(self) -> Ledger:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self._close_fds()
+        except Exception:  # noqa: BLE001 - at interpreter shutdown parts of os may already be gone
+            pass
+
+    def _close_fds(self) -> None:
+        if self._pid == os.getpid():
+            if self._mark is not None:
+                self._mark.close()
+            for fd in (self._fd, self._lock_fd, self._sync_fd, self._idx_fd):
+                if fd >= 0:
+                    os.close(fd)
+        self._fd = self._lock_fd = self._sync_fd = self._idx_fd = -1
+        self._mark = None
+        self._pid = None
+        self._ino = 0
+        self._size = -1
+
+    def _ensure_open(self) -> None:
+        if self._pid == os.getpid():
+            return
+        self._close_fds()  # after fork: inherited descriptors would share the parent's locks, so start over
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._lock_fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            self._sync_fd = os.open(self.sync_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            self._mark = _SyncMark(self._sync_fd)
+        except OSError as exc:
+            for fd in (self._lock_fd, self._sync_fd):
+                if fd >= 0:
+                    os.close(fd)
+            self._lock_fd = self._sync_fd = -1
+            raise StoreError(f"cannot open the ledger files next to {self.path}: {exc.strerror}") from None
+        self._pid = os.getpid()
+
+    def _open_ledger(self) -> None:
+        """(Re)open the file at `path`, creating it durably if missing. Called under the writer lock."""
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+        flags = os.O_RDWR | os.O_APPEND | os.O_CLOEXEC
+        try:
+            try:
+                self._fd = os.open(self.path, flags | os.O_CREAT | os.O_EXCL, 0o644)
+                _fsync_dir(self.path.parent)
+            except FileExistsError:
+                self._fd = os.open(self.path, flags)
+        except OSError as exc:
+            raise StoreError(f"cannot open ledger {self.path}: {exc.strerror}") from None
+        st = os.fstat(self._fd)
+        self._ino, self._size = st.st_ino, -1
+        with self._sync_lock():
+            ino, synced, _ = self._mark.read()
+            if ino != st.st_ino or synced > st.st_size:
+                # The mark is for another file (first use, or a file replaced behind our back): sync, start over.
+                self._sync_now()
+                self._mark.write(st.st_ino, st.st_size, st.st_size)
+
+    def _sync_lock(self) -> _Flock:
+        return _Flock(self._sync_fd)
+
+    def _sync_now(self) -> None:
+        try:
+            _fdatasync(self._fd)
+        except OSError as exc:
+            raise StoreError(f"cannot sync {self.path}: {exc.strerror}; the last records may not be durable") from None
+        self.fsyncs += 1
+
+    # -- the writer's view of the tail (under the writer lock)
+
+    def _refresh(self) -> None:
+        """Catch up with what other processes wrote since we last held the lock; repair a torn tail.
+
+        The file is replaced only by compaction, which records the new inode in the sync mark under this lock, and
+        a file replaced from outside has no links left; only then is the path looked up again."""
+        if self._fd < 0 or self._mark.read()[0] != self._ino:
+            try:
+                current = os.stat(self.path).st_ino
+            except FileNotFoundError:
+                current = -1
+            if current != self._ino or self._fd < 0:
+                self._open_ledger()
+        st = os.fstat(self._fd)
+        if st.st_nlink == 0:
+            self._open_ledger()
+            st = os.fstat(self._fd)
+        if st.st_size != self._size:
+            self._load_tail(st.st_size)
+
+    def _load_tail(self, size: int, repaired: bool = False) -> None:
+        if size == 0:
+            self._size, self._seq, self._hash = 0, 0, ZERO_HASH
+            return
+        span = min(size, 4096)
+        while True:
+            start = size - span
+            data = os.pread(self._fd, span, start)
+            body_end = len(data) if data.endswith(b"\n") else data.rfind(b"\n") + 1
+            cut = data.rfind(b"\n", 0, body_end - 1) if body_end else -1
+            if start > 0 and (body_end == 0 or cut < 0):
+                span = min(size, span * 4)  # the last line (or the torn part) is longer than this window
+                continue
+            break
+        if body_end < len(data):
+            if repaired:
+                raise StoreError(f"{self.path}: the end of the file changed while a torn line was being removed")
+            self._truncate(start + body_end)
+            return self._load_tail(start + body_end, repaired=True)
+        raw = data[cut + 1 : body_end - 1]
+        offset = start + cut + 1
+        quick = _quick_tail(raw)
+        if quick is not None:
+            self._size, (self._seq, self._hash) = size, quick
+            return None
+        try:
+            record, ok = _decode(raw)
+        except _BadJSON:
+            if repaired:
+                raise StoreError(
+                    f"{self.path}: line {_line_number(self.path, offset)} is not valid JSON; the file is corrupt "
+                    f"(nothing was changed)"
+                ) from None
+            self._truncate(offset)  # a complete last line that is not JSON is a torn write too (e.g. zero-filled)
+            return self._load_tail(offset, repaired=True)
+        except ValueError as exc:
+            raise StoreError(f"{self.path}: line {_line_number(self.path, offset)} is corrupt: {exc}") from None
+        if not ok:
+            raise StoreError(
+                f"{self.path}: line {_line_number(self.path, offset)} (record {record.record_id}) does not match "
+                f"its hash; refusing to append (nothing was changed); run verify"
+            )
+        self._size, self._seq, self._hash = size, record.seq, record.hash
+        return None
+
+    def _truncate(self, size: int) -> None:
+        """Drop a torn tail. It was never acknowledged (acks follow a complete write), so nothing is lost."""
+        os.ftruncate(self._fd, size)
+        with self._sync_lock():
+            self._sync_now()
+            self._mark.write(self._ino, size, size)
+
+    # -- the id index (under the writer lock; written only when a lookup needs it)
+
+    def _index_header(self) -> bytes:
+        return b"reef-ledger-idx 1 %d\n" % self._ino
+
+    def _catch_up_index(self) -> None:
+        """Make the index cover every record: index what was appended since its last entry, or rebuild it when its
+        header names another file or its last entry does not point at that record."""
+        if self._idx_fd < 0:
+            self._idx_fd = os.open(self.index_path, os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
+        header = self._index_header()
+        size = os.fstat(self._idx_fd).st_size
+        if size < len(header) or os.pread(self._idx_fd, len(header), 0) != header:
+            return self._rebuild_index()
+        tail = os.pread(self._idx_fd, min(size, 512), max(0, size - 512))
+        if not tail.endswith(b"\n"):
+            os.ftruncate(self._idx_fd, size - (len(tail) - tail.rfind(b"\n") - 1))  # a writer died mid-entry
+            return self._catch_up_index()
+        start = 0
+        if size > len(header):
+            last = tail[tail.rfind(b"\n", 0, len(tail) - 1) + 1 : -1]
+            try:
+                entry_id, entry_offset = last.split(b" ")
+                raw = _read_line_at(self._fd, int(entry_offset))
+                if _decode(raw)[0].record_id.encode("ascii") != entry_id:
+                    return self._rebuild_index()
+            except ValueError:
+                return self._rebuild_index()
+            start = int(entry_offset) + len(raw) + 1
+        if start > self._size:
+            return self._rebuild_index()
+        if start < self._size:
+            self._index_from(start)
+        return None
+
+    def _rebuild_index(self) -> None:
+        os.ftruncate(self._idx_fd, 0)
+        os.write(self._idx_fd, self._index_header())
+        self._index_from(0)
+
+    def _index_from(self, start: int) -> None:
+        out: list[bytes] = []
+        for line in _scan(self.path, start, first_number=0 if start else 1):
+            if line.record is None:
+                number = line.number if start == 0 else _line_number(self.path, line.offset)
+                raise StoreError(f"{self.path}: line {number} is corrupt: {line.error} (nothing was changed)")
+            out.append(b"%s %d\n" % (line.record.record_id.encode("ascii"), line.offset))
+            if len(out) >= 4096:
+                os.write(self._idx_fd, b"".join(out))
+                out.clear()
+        if out:
+            os.write(self._idx_fd, b"".join(out))
+
+    def _lookup(self, ids: set[str]) -> dict[str, Record]:
+        """Stored records for `ids`, through the (caught-up) index. Under the writer lock."""
+        self._catch_up_index()
+        found: dict[str, Record] = {}
+        for rid, offset in _search_index(self._idx_fd, ids).items():
+            raw = _read_line_at(self._fd, offset)
+            try:
+                record, ok = _decode(raw)
+            except ValueError:
+                record, ok = None, False
+            if record is None or record.record_id != rid:
+                self._rebuild_index()  # damage inside the index (its tail was just checked): start over
+                return self._lookup(ids)
+            if not ok:
+                raise StoreError(
+                    f"{self.path}: line {_line_number(self.path, offset)} (record {rid}) does not match its hash; "
+                    f"run verify (nothing was changed)"
+                )
+            found[rid] = record
+        return found
+
+    # -- writing
+
+    def append(
+        self,
+        kind: str,
+        payload: Mapping[str, Any],
+        *,
+        release_id: str | None,
+        content_id: str | None,
+        record_id: str | None = None,
+    ) -> Record:
+        """Append one record and return it once it is durable. With `record_id`, an identical resend returns the
+        stored record and different content under that id raises ConflictError."""
+        return self._append([_draft(kind, payload, release_id, content_id, record_id)])[0]
+
+    def append_many(self, items: Iterable[NewRecord | Mapping[str, Any]]) -> list[Record]:
+        """Append several records (NewRecord or mappings with the same fields) under one lock, one write and at
+        most one sync; all or none are written."""
+        drafts = [_draft_of(item) for item in items]
+        return self._append(drafts) if drafts else []
+
+    def _append(self, drafts: list[_Draft]) -> list[Record]:
+        with self._mutex:
+            self._ensure_open()
+            fcntl.flock(self._lock_fd, fcntl.LOCK_EX)
+            try:
+                self._refresh()
+                existing = self._resolve_ids(drafts)
+                results, end = self._write(drafts, existing)
+                ino = self._ino
+            finally:
+                fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+            if end:
+                self._make_durable(ino, end)
+        return results
+
+    def _resolve_ids(self, drafts: list[_Draft]) -> dict[int, Record]:
+        """Records already stored or earlier in the batch under a draft's client-supplied id, by draft position;
+        ConflictError if the content differs."""
+        supplied = {d.record_id for d in drafts if d.record_id is not None}
+        if not supplied:
+            return {}
+        stored = self._lookup(supplied)
+        existing: dict[int, Record] = {}
+        first: dict[str, _Draft] = {}
+        for position, draft in enumerate(drafts):
+            rid = draft.record_id
+            if rid is None:
+                continue
+            if rid in stored:
+                diffs = draft.differences(stored[rid])
+                if diffs:
+                    raise ConflictError(
+                        f"record id '{rid}' already exists in {self.path} with a different {', '.join(diffs)}; "
+                        f"use a new id for new content"
+                    )
+                existing[position] = stored[rid]
+            elif rid in first and first[rid].key() != draft.key():
+                raise ConflictError(f"record id '{rid}' appears twice in one batch with different content")
+            else:
+                first.setdefault(rid, draft)
+        return existing
+
+    def _write(self, drafts: list[_Draft], existing: dict[int, Record]) -> tuple[list[Record], int]:
+        """Chain and write the new records in one write; returns them and the file offset that must be durable
+        (0 if everything was already stored)."""
+        now = self._now()
+        created_at = format_time(now)
+        results: list[Record] = []
+        lines: list[bytes] = []
+        in_batch: dict[str, Record] = {}
+        seq, prev = self._seq, self._hash
+        for position, draft in enumerate(drafts):
+            if position in existing:
+                results.append(existing[position])
+                continue
+            if draft.record_id is not None and draft.record_id in in_batch:
+                results.append(in_batch[draft.record_id])
+                continue
+            seq += 1
+            record, line = self._build(draft, seq, prev, created_at, now)
+            prev = record.hash
+            results.append(record)
+            lines.append(line)
+            if draft.record_id is not None:
+                in_batch[draft.record_id] = record
+        if not lines:
+            return results, 0
+        data = lines[0] if len(lines) == 1 else b"".join(lines)
+        _append_all(self._fd, data, self._size, self.path)
+        self._size += len(data)
+        self._seq, self._hash = seq, prev
+        return results, self._size
+
+    def _build(self, draft: _Draft, seq: int, prev: str, created_at: str, now: datetime) -> tuple[Record, bytes]:
+        record_id = draft.record_id or new_record_id(now)
+        # Canonical JSON, assembled around the already-encoded payload (keys in sorted order; "hash" sorts between
+        # "created_at" and "kind"): `body` is the record without "hash", the line splices "hash" into it.
+        left = f'{{"content_id":{_json_str(draft.content_id)},"created_at":"{created_at}",'.encode()
+        right = (
+            f',"prev_hash":"{prev}","record_id":{_quote(record_id)},"release_id":{_json_str(draft.release_id)},'
+            f'"scenario":{self._scenario_json},"seq":{seq}}}'
+        ).encode()
+        middle = f'"kind":"{draft.kind}","payload":'.encode() + draft.payload_bytes + right
+        digest = hashlib.sha256(left + middle).hexdigest()
+        line = b"%s\"hash\":\"%s\",%s\n" % (left, digest.encode("ascii"), middle)
+        record = Record(
+            record_id, draft.kind, self.scenario, draft.release_id, draft.content_id, created_at,
+            json.loads(draft.payload_bytes), seq, prev, digest,
+        )
+        return record, line
+
+    def _make_durable(self, ino: int, end: int) -> None:
+        """Group commit: return once a sync that began after our write has finished, syncing only if none has.
+
+        The syncer holds the sync lock exclusively and publishes the offset its sync will cover before starting.
+        A writer whose line that sync covers waits for it with a shared lock (all such waiters wake together when
+        it ends, with no hand-off queue); any other writer queues for the exclusive lock, and the first through
+        syncs for all who wrote meanwhile, so the rest find their lines covered when their turn comes.
+        """
+        mark = self._mark
+        synced_ino, synced, target = mark.read()
+        if synced_ino == ino and synced >= end:
+            return
+        if synced_ino == ino and target >= end:
+            fcntl.flock(self._sync_fd, fcntl.LOCK_SH)  # granted when the sync in flight ends
+            fcntl.flock(self._sync_fd, fcntl.LOCK_UN)
+            synced_ino, synced, target = mark.read()
+            if synced_ino == ino and synced >= end:
+                return
+            # else: that syncer died before finishing; fall through and sync ourselves
+        fcntl.flock(self._sync_fd, fcntl.LOCK_EX)
+        try:
+            synced_ino, synced, target = mark.read()
+            if synced_ino == ino and synced >= end:
+                return
+            if synced_ino != ino and not self._is_current(ino):
+                return  # compaction replaced the file after our write; it synced the copy before the swap
+            size = os.fstat(self._fd).st_size
+            mark.write(ino, synced if synced_ino == ino else 0, size)
+            self._sync_now()
+            mark.write(ino, size, size)
+        finally:
+            fcntl.flock(self._sync_fd, fcntl.LOCK_UN)
+
+    def _is_current(self, ino: int) -> bool:
+        try:
+            return os.stat(self.path).st_ino == ino
+        except FileNotFoundError:
+            return False
+
+    # -- reading (no lock: a torn or in-flight last line is skipped)
+
+    def iter_records(
+        self,
+        kind: str | None = None,
+        since: datetime | None = None,
+        release_id: str | None = None,
+    ) -> Iterator[Record]:
+        """Stream records oldest first, line by line, filtered by kind, creation time (>= since, to the
+        millisecond) and release; every line is hash-checked, and a corrupt one raises StoreError."""
+        since_text = format_time(since) if since is not None else None
+        for line in _scan(self.path):
+            record = _strict(self.path, line)
+            if kind is not None and record.kind != kind:
+                continue
+            if since_text is not None and record.created_at < since_text:
+                continue
+            if release_id is not None and record.release_id != release_id:
+                continue
+            yield record
+
+    def tail(self, n: int) -> list[Record]:
+        """The last `n` records, oldest first, read backwards from the end in blocks."""
+        if type(n) is not int or n < 0:
+            raise InvalidInput(f"tail needs a count >= 0, not {n!r}")
+        if n == 0:
+            return []
+        try:
+            handle = open(self.path, "rb")
+        except FileNotFoundError:
+            return []
+        with handle:
+            found = _last_lines(handle, n + 1)  # one spare: the last may be a torn write, which is skipped
+        records: list[Record] = []
+        for index, (offset, raw) in enumerate(found):
+            if len(records) == n:
+                break
+            try:
+                record, ok = _decode(raw)
+            except _BadJSON as exc:
+                if index == 0:
+                    continue  # a last line that is not JSON is a torn write
+                raise StoreError(f"{self.path}: line {_line_number(self.path, offset)} is corrupt: {exc}") from None
+            except ValueError as exc:
+                raise StoreError(f"{self.path}: line {_line_number(self.path, offset)} is corrupt: {exc}") from None
+            if not ok:
+                raise StoreError(
+                    f"{self.path}: line {_line_number(self.path, offset)} (record {record.record_id}) does not match "
+                    f"its hash; run verify (nothing was changed)"
+                )
+            records.append(record)
+        records.reverse()
+        return records
+
+    def get(self, record_id: str) -> Record:
+        """One record by id through the index (caught up first, so this takes the writer lock briefly)."""
+        if type(record_id) is not str or not _ID_RE.fullmatch(record_id):
+            raise NotFound(f"no record {record_id!r} in {self.path} (not a valid record id)")
+        if not self.path.exists():
+            raise NotFound(f"no record '{record_id}' in {self.path} (the ledger does not exist yet)")
+        with self._mutex:
+            self._ensure_open()
+            fcntl.flock(self._lock_fd, fcntl.LOCK_EX)
+            try:
+                self._refresh()
+                found = self._lookup({record_id})
+            finally:
+                fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+        if record_id not in found:
+            raise NotFound(f"no record '{record_id}' in {self.path}")
+        return found[record_id]
+
+    # -- verification
+
+    def verify(self) -> VerifyResult:
+        """Check every record's hash and every link of the chain, streaming; names the first break and its kind:
+        "corrupt" (not a record), "edited", "deleted", "inserted", "reordered" or "foreign" (another scenario)."""
+        return _Verifier(self.path, self.scenario).run()
+
+    # -- compaction
+
+    def compact(self, before: datetime | None = None, keep: int | None = None) -> Record | None:
+        """Remove the oldest records (those created before `before`, and/or all but the last `keep`; with both,
+        only records meeting both) and append a `compaction` record that lets `verify()` explain the new first
+        record. Returns it, or None when nothing qualifies. Refuses (StoreError) a ledger that does not verify,
+        so compaction never launders tampering."""
+        if before is None and keep is None:
+            raise InvalidInput("compact needs 'before' and/or 'keep'")
+        if keep is not None and (type(keep) is not int or keep < 0):
+            raise InvalidInput(f"keep must be an integer >= 0, not {keep!r}")
+        before_text = format_time(before) if before is not None else None
+        with self._mutex:
+            self._ensure_open()
+            fcntl.flock(self._lock_fd, fcntl.LOCK_EX)
+            try:
+                self._refresh()
+                result = self.verify()
+                if not result.ok:
+                    raise StoreError(f"refusing to compact: {result.message}")
+                cut = result.count
+                if keep is not None:
+                    cut = min(cut, max(0, result.count - keep))
+                if before_text is not None:
+                    older = 0
+                    for line in _scan(self.path):
+                        if older >= cut or line.record is None or line.record.created_at >= before_text:
+                            break
+                        older += 1
+                    cut = older
+                if cut == 0:
+                    return None
+                return self._rewrite_without(cut, before_text, keep)
+            finally:
+                fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+
+    def _rewrite_without(self, cut: int, before_text: str | None, keep: int | None) -> Record:
+        """Copy all but the first `cut` records to a temp file, add the compaction record, sync, swap it in."""
+        temp = self.path.with_name(f".{self.path.name}.compact-{os.getpid()}")
+        span = hashlib.sha256()
+        removed: list[list[str]] = []
+        first: Record | None = None
+        last: Record | None = None
+        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+        try:
+            size = 0
+            buffer: list[bytes] = []
+            for count, line in enumerate(_scan(self.path), start=1):
+                record = _strict(self.path, line)
+                if count <= cut:
+                    first = first or record
+                    last = record
+                    span.update(record.hash.encode("ascii") + b"\n")
+                    if cut <= REMOVED_LIST_LIMIT:
+                        removed.append([record.record_id, record.hash])
+                    continue
+                buffer.append(line.raw + b"\n")
+                if len(buffer) >= 4096:
+                    size += _write_fd(fd, b"".join(buffer))
+                    buffer.clear()
+            if buffer:
+                size += _write_fd(fd, b"".join(buffer))
+            if first is None or last is None:
+                raise StoreError(f"{self.path} changed during compaction")
+            payload: dict[str, Any] = {
+                "removed_count": cut,
+                "first_removed_seq": first.seq,
+                "last_removed_seq": last.seq,
+                "first_kept_seq": last.seq + 1,
+                "first_removed_id": first.record_id,
+                "last_removed_id": last.record_id,
+                "last_removed_hash": last.hash,
+                "removed_span_hash": span.hexdigest(),
+                "before": before_text,
+                "keep": keep,
+            }
+            if cut <= REMOVED_LIST_LIMIT:
+                payload["removed"] = removed
+            now = self._now()
+            draft = _Draft("compaction", canonical_json(payload), None, None, None)
+            record, line = self._build(draft, self._seq + 1, self._hash, format_time(now), now)
+            size += _write_fd(fd, line)
+            os.fsync(fd)
+        except BaseException:
+            os.close(fd)
+            temp.unlink(missing_ok=True)
+            raise
+        os.close(fd)
+        os.replace(temp, self.path)
+        _fsync_dir(self.path.parent)
+        os.close(self._fd)
+        self._fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CLOEXEC)
+        self._ino = os.fstat(self._fd).st_ino
+        with self._sync_lock():
+            self._mark.write(self._ino, size, size)
+        self._size, self._seq, self._hash = size, record.seq, record.hash
+        if self._idx_fd >= 0 or self.index_path.exists():
+            self._catch_up_index()  # the header names the old inode, so this rebuilds
+        return record
+
+
+class _Flock:
+    def __init__(self, fd: int):
+        self.fd = fd
+
+    def __enter__(self) -> None:
+        fcntl.flock(self.fd, fcntl.LOCK_EX)
+
+    def __exit__(self, *exc: object) -> None:
+        fcntl.flock(self.fd, fcntl.LOCK_UN)
+
+
+def _quick_tail(raw: bytes) -> tuple[int, str] | None:
+    """(seq, hash) of a line as this module writes it, checked by hashing its bytes without the hash member;
+    None for any other form, which the caller decodes in full."""
+    cut = raw.find(_HASH_KEY)
+    end = cut + len(_HASH_KEY) + 64
+    if cut <= 0 or raw[end : end + 2] != b'",' or not raw.endswith(b"}"):
+        return None
+    digest = raw[cut + len(_HASH_KEY) : end]
+    if hashlib.sha256(raw[:cut] + raw[end + 2 :]).hexdigest().encode("ascii") != digest:
+        return None
+    at = raw.rfind(b',"seq":')
+    try:
+        return int(raw[at + 7 : -1]), digest.decode("ascii")
+    except ValueError:
+        return None
+
+
+def _append_all(fd: int, data: bytes, start: int, path: Path) -> None:
+    """One append at offset `start`; on failure, take back any partial line so no torn record is left behind."""
+    try:
+        written = os.write(fd, data)
+        if written != len(data):
+            _write_fd(fd, data[written:])
+    except OSError as exc:
+        try:
+            os.ftruncate(fd, start)
+        except OSError:
+            pass
+        raise StoreError(f"cannot append to {path}: {exc.strerror}; nothing was recorded") from None
+
+
+def _write_fd(fd: int, data: bytes) -> int:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+    return len(data)
+
+
+def _last_lines(handle, limit: int) -> list[tuple[int, bytes]]:
+    """Up to `limit` complete lines from the end, newest first, as (offset, bytes without newline); reads blocks
+    backwards. Text after the final newline (a torn write) is never a line."""
+    position = handle.seek(0, os.SEEK_END)
+    pending = b""  # the start of a line that began before `position`
+    seen_newline = False
+    found: list[tuple[int, bytes]] = []
+    while position > 0 and len(found) < limit:
+        step = min(_BLOCK, position)
+        position -= step
+        handle.seek(position)
+        parts = (handle.read(step) + pending).split(b"\n")
+        pending = parts[0]
+        if len(parts) == 1:
+            continue
+        offset = position + len(pending) + 1
+        complete: list[tuple[int, bytes]] = []
+        for raw in parts[1:]:
+            complete.append((offset, raw))
+            offset += len(raw) + 1
+        if not seen_newline:
+            complete.pop()  # what follows the file's last newline
+            seen_newline = True
+        found.extend(reversed(complete))
+    if position == 0 and seen_newline and len(found) < limit:
+        found.append((0, pending))
+    return found[:limit]
+
+
+def _search_index(fd: int, ids: set[str]) -> dict[str, int]:
+    """Offsets of `ids` in an index file: one streaming pass, whatever the number of ids."""
+    wanted = {b"\n" + rid.encode("ascii") + b" ": rid for rid in ids}
+    found: dict[str, int] = {}
+    position, carry = 0, b""
+    while wanted:
+        block = os.pread(fd, 1 << 20, position)
+        if not block:
+            break
+        position += len(block)
+        data = carry + block
+        cut = data.rfind(b"\n")
+        for needle in list(wanted):
+            at = data.find(needle, 0, cut + 1 + len(needle))
+            if 0 <= at < cut:
+                end = data.find(b"\n", at + 1)
+                if end < 0:
+                    continue  # the entry's offset continues in the next block
+                try:
+                    found[wanted.pop(needle)] = int(data[at + len(needle) : end])
+                except ValueError:
+                    continue
+        carry = data[cut:] if cut >= 0 else data
+    return found
+
+
+class _Verifier:
+    """One streaming pass with one line of lookahead; a second pass over the rest of the file only to classify a
+    break (was the missing record moved later, is an early record duplicated later, is the head explained by a
+    compaction record further on)."""
+
+    def __init__(self, path: Path, scenario: str):
+        self.path = path
+        self.scenario = scenario
+        self.count = 0  # records verified before the first break
+
+    def run(self) -> VerifyResult:
+        lines = _scan(self.path)
+        current = next(lines, None)
+        torn = self._torn_tail()
+        if current is None:
+            note = f"{self.path}: empty ledger" + self._torn_note(torn)
+            return VerifyResult(True, 0, message=note, torn_tail=bool(torn))
+        expected_seq = expected_prev = None
+        previous: _Line | None = None
+        head: _Line | None = None
+        anchors: set[tuple[int, str]] = set()
+        while current is not None:
+            upcoming = next(lines, None)
+            record = current.record
+            if record is None:
+                return self._fail(head, anchors, current, expected_seq or 1, None, "corrupt",
+                                  f"line {current.number} is not a ledger record: {current.error}")
+            if head is None:
+                head = current
+                if current.hash_ok:
+                    expected_seq, expected_prev = record.seq, record.prev_hash
+                    if upcoming is not None and self._is_genesis(upcoming) and not self._chains(current, upcoming):
+                        return self._fail(None, anchors, current, 1, record.record_id, "inserted",
+                                          f"line 1 (record {record.record_id}) was inserted before the first record")
+                else:
+                    expected_seq, expected_prev = record.seq, ZERO_HASH
+            if not (current.hash_ok and record.seq == expected_seq and record.prev_hash == expected_prev):
+                return self._classify(head, anchors, previous, current, upcoming, expected_seq, expected_prev)
+            if record.scenario != self.scenario:
+                return self._fail(head, anchors, current, record.seq, record.record_id, "foreign",
+                                  f"record {record.record_id} (line {current.number}) belongs to scenario "
+                                  f"'{record.scenario}', not '{self.scenario}'")
+            if record.kind == "compaction":
+                anchor = _anchor_of(record)
+                if anchor:
+                    anchors.add(anchor)
+            self.count += 1
+            expected_seq, expected_prev = record.seq + 1, record.hash
+            previous, current = current, upcoming
+        assert head is not None and head.record is not None and previous is not None and previous.record is not None
+        problem = self._head_problem(head, anchors)
+        if problem:
+            return problem
+        return VerifyResult(
+            True, self.count,
+            message=f"{self.path}: {self.count} records, chain intact" + self._torn_note(torn),
+            head_hash=previous.record.hash, torn_tail=bool(torn),
+        )
+
+    # -- helpers
+
+    @staticmethod
+    def _is_genesis(line: _Line) -> bool:
+        return line.record is not None and line.hash_ok and line.record.seq == 1 and line.record.prev_hash == ZERO_HASH
+
+    @staticmethod
+    def _chains(first: _Line, second: _Line) -> bool:
+        return (
+            first.record is not None and second.record is not None
+            and second.record.seq == first.record.seq + 1 and second.record.prev_hash == first.record.hash
+        )
+
+    def _classify(self, head, anchors, previous, current, upcoming, seq, prev) -> VerifyResult:
+        record = current.record
+        where = f"line {current.number} (record {record.record_id})"
+        upcoming_fits = (
+            upcoming is not None and upcoming.record is not None and upcoming.hash_ok
+            and upcoming.record.seq == seq and upcoming.record.prev_hash == prev
+        )
+        if upcoming_fits:
+            if current.hash_ok and record.seq > seq and not self._hash_later(current):
+                return self._fail(head, anchors, current, seq, record.record_id, "reordered",
+                                  f"{where} is seq {record.seq} but appears where seq {seq} belongs")
+            return self._fail(head, anchors, current, seq, record.record_id, "inserted",
+                              f"{where} was inserted: the next line continues the chain without it")
+        if not current.hash_ok:
+            return self._fail(head, anchors, current, seq, record.record_id, "edited",
+                              f"{where} does not match its hash: it was edited")
+        if record.seq > seq:
+            if self._seq_later(current, seq, prev):
+                return self._fail(head, anchors, current, seq, record.record_id, "reordered",
+                                  f"{where} is seq {record.seq}; seq {seq} appears later in the file")
+            missing = f"seq {seq}" if record.seq == seq + 1 else f"seq {seq}..{record.seq - 1}"
+            return self._fail(head, anchors, current, seq, record.record_id, "deleted",
+                              f"{missing} deleted before {where}")
+        if record.seq < seq:
+            return self._fail(head, anchors, current, seq, record.record_id, "inserted",
+                              f"{where} repeats seq {record.seq} where seq {seq} belongs: it was inserted")
+        if previous is not None and previous.record is not None:
+            return self._fail(head, anchors, previous, seq - 1, previous.record.record_id, "edited",
+                              f"line {previous.number} (record {previous.record.record_id}) was rewritten: its "
+                              f"hash is not the prev_hash that seq {seq} recorded for it")
+        return self._fail(head, anchors, current, seq, record.record_id, "edited", f"{where} breaks the chain")
+
+    def _fail(self, head, anchors, line, seq, record_id, problem, message) -> VerifyResult:
+        if head is not None and head is not line:
+            explained = self._head_problem(head, anchors | self._anchors_after(line))
+            if explained:
+                return explained
+        return VerifyResult(False, self.count, seq, record_id, problem, f"{self.path}: {message}", line.number)
+
+    def _head_problem(self, head: _Line, anchors: set[tuple[int, str]]) -> VerifyResult | None:
+        record = head.record
+        if (record.seq, record.prev_hash) == (1, ZERO_HASH) or (record.seq, record.prev_hash) in anchors:
+            return None
+        boundary = max((kept for kept, _ in anchors if kept < record.seq), default=1)
+        missing = f"seq {boundary}" if boundary == record.seq - 1 else f"seq {boundary}..{record.seq - 1}"
+        return VerifyResult(
+            False, self.count, boundary, record.record_id, "deleted",
+            f"{self.path}: {missing} deleted before line 1 (record {record.record_id}); no compaction record "
+            f"explains where the file starts",
+            head.number,
+        )
+
+    def _rest(self, line: _Line) -> Iterator[_Line]:
+        return _scan(self.path, line.offset + len(line.raw) + 1, line.number + 1)
+
+    def _anchors_after(self, line: _Line) -> set[tuple[int, str]]:
+        """Head explanations offered by compaction records from `line` on, even damaged ones: this only decides
+        which of two breaks to report (an edited compaction record is the better answer than the head it no
+        longer explains), never whether the ledger is intact."""
+        anchors = set()
+        for later in itertools.chain([line], self._rest(line)):
+            if later.record is not None and later.record.kind == "compaction":
+                anchor = _anchor_of(later.record)
+                if anchor:
+                    anchors.add(anchor)
+        return anchors
+
+    def _seq_later(self, line: _Line, seq: int, prev: str) -> bool:
+        return any(
+            later.record is not None and later.record.seq == seq and later.record.prev_hash == prev
+            for later in self._rest(line)
+        )
+
+    def _hash_later(self, line: _Line) -> bool:
+        return any(later.record is not None and later.record.hash == line.record.hash for later in self._rest(line))
+
+    def _torn_tail(self) -> int:
+        try:
+            with open(self.path, "rb") as handle:
+                end = handle.seek(0, os.SEEK_END)
+                if end == 0:
+                    return 0
+                handle.seek(max(0, end - _BLOCK))
+                data = handle.read()
+        except FileNotFoundError:
+            return 0
+        if not data.endswith(b"\n"):
+            return len(data) - data.rfind(b"\n") - 1
+        last = data[data.rfind(b"\n", 0, len(data) - 1) + 1 : -1]
+        try:
+            json.loads(last)
+        except (ValueError, UnicodeDecodeError):
+            return len(last) + 1
+        return 0
+
+    @staticmethod
+    def _torn_note(torn: int) -> str:
+        return f"; a torn last line ({torn} bytes) left by a crash will be truncated by the next append" if torn else ""
+
+
+def _anchor_of(record: Record) -> tuple[int, str] | None:
+    kept, last = record.payload.get("first_kept_seq"), record.payload.get("last_removed_hash")
+    if type(kept) is int and isinstance(last, str):
+        return kept, last
+    return None
+
+
+# --- export -----------------------------------------------------------------------------------------------------
+
+
+def to_langfuse_score(record: Record) -> list[dict]:
+    """Langfuse score bodies for a `report` record, one per receipt (trace id): the score lands on every trace
+    the feedback was about. Ids are derived from the record id and position, so re-exporting upserts."""
+    if record.kind != "report":
+        raise InvalidInput(f"record {record.record_id} is a '{record.kind}' record; only 'report' records carry scores")
+    payload = record.payload
+    score = payload.get("score")
+    if isinstance(score, bool) or not isinstance(score, (int, float)):
+        raise InvalidInput(f"report record {record.record_id} has no numeric 'score'")
+    feedback = payload.get("feedback")
+    if feedback is None or isinstance(feedback, str):
+        comment = feedback
+    else:
+        comment = canonical_json(feedback).decode("utf-8")
+    receipts = payload.get("receipts") or []
+    if isinstance(receipts, (str, dict)):
+        receipts = [receipts]
+    scores = []
+    for position, receipt in enumerate(receipts):
+        observation = None
+        if isinstance(receipt, dict):
+            trace = receipt.get("trace_id") or receipt.get("traceId")
+            observation = receipt.get("observation_id") or receipt.get("observationId")
+        else:
+            trace = receipt
+        if not isinstance(trace, str) or not trace:
+            raise InvalidInput(f"report record {record.record_id}: receipt {position} has no trace id")
+        body: dict[str, Any] = {
+            "id": f"{record.record_id}-{position}",
+            "name": "reef.score",
+            "value": float(score),
+            "dataType": "NUMERIC",
+            "comment": comment,
+            "traceId": trace,
+            "metadata": {
+                "record_id": record.record_id,
+                "scenario": record.scenario,
+                "release_id": record.release_id,
+                "content_id": record.content_id,
+                "created_at": record.created_at,
+                "seq": record.seq,
+            },
+        }
+        if observation:
+            body["observationId"] = observation
+        scores.append(body)
+    return scores
