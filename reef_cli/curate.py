@@ -594,7 +594,7 @@ def _simulate(result: Plan, files: dict, config, root: Path | None) -> Plan:
     """Apply each group on its own (in order) to find the ones a budget, schema or guard refuses."""
     current = dict(files)
     kept: list[Op] = []
-    for group, group_ops in _ordered_groups(result.ops):
+    for group, group_ops in _ordered_groups(result.ops, result.memory):
         try:
             current, applied = apply_ops(current, group_ops, config=config, memory=result.memory, root=root)
         except BudgetRefused as exc:
@@ -617,15 +617,20 @@ def _simulate(result: Plan, files: dict, config, root: Path | None) -> Plan:
     return result
 
 
-def _ordered_groups(ops: list[Op]) -> list[tuple[str, list[Op]]]:
-    """Removals (expiry, merges) first so they free budget, then promotions in key order."""
+def _ordered_groups(ops: list[Op], memory: PatternMemory) -> list[tuple[str, list[Op]]]:
+    """Removals (expiry, merges) first so they free budget, then additions from the highest value down, so a full
+    block refuses the weakest newcomer instead of adding and evicting it in one release."""
     groups: dict[str, list[Op]] = {}
     for op in ops:
         groups.setdefault(op.group, []).append(op)
+
     def rank(item):
         g, gops = item
-        frees = all(o.op in ("remove", "merge", "update") for o in gops)
-        return (0 if frees else 1, g)
+        if all(o.op in ("remove", "merge", "update") for o in gops):
+            return (0, (), g)
+        add = next(o for o in gops if o.op == "add")
+        value = bullet_value(memory, add.bullet_id)
+        return (1, tuple(-x if isinstance(x, (int, float)) else x for x in value[:2]), g)
     return sorted(groups.items(), key=rank)
 
 
