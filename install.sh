@@ -46,7 +46,8 @@ fi
 "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --upgrade pip >/dev/null 2>&1 || true
 spec="$here"
 [ "$dev" = 1 ] && spec="$here[dev]"
-"$venv/bin/python" -m pip install --quiet --disable-pip-version-check -e "$spec"
+# compat mode: a plain .pth entry instead of an import-hook finder (saves ~10 ms on every reef start)
+"$venv/bin/python" -m pip install --quiet --disable-pip-version-check --config-settings editable_mode=compat -e "$spec"
 
 bin_dir="${REEF_BIN_DIR:-$HOME/.local/bin}"
 mkdir -p "$bin_dir"

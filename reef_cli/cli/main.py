@@ -13,14 +13,19 @@ import typer
 from ..errors import ExitCode, ReefError
 from .context import Env
 
-app = typer.Typer(
-    name="reef",
-    help="reef: make coding agents better the more they are used — a Git-backed, gated, self-improving harness.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-    context_settings={"help_option_names": ["-h", "--help"]},
-)
+
+def _new_app() -> typer.Typer:
+    return typer.Typer(
+        name="reef",
+        help="reef: make coding agents better the more they are used — a Git-backed, gated, self-improving harness.",
+        no_args_is_help=True,
+        add_completion=False,
+        pretty_exceptions_enable=False,
+        context_settings={"help_option_names": ["-h", "--help"]},
+    )
+
+
+app = _new_app()
 
 
 def _print_version() -> None:
@@ -46,7 +51,11 @@ def _root(
     ctx.obj = Env(cwd=cwd, scenario_name=scenario)
 
 
-def _register() -> None:
+# Commands run after every agent session: building only their own module keeps start-up lean.
+HOT_COMMANDS = {"run", "report"}
+
+
+def _register(app: typer.Typer) -> None:
     from . import harness_cmds, ledger_cmds, loop_cmds, store_cmds
 
     store_cmds.register(app)
@@ -58,7 +67,39 @@ def _register() -> None:
     app.add_typer(ledger_cmds.app, name="ledger")
 
 
-_register()
+_apps: dict[str | None, typer.Typer] = {}
+
+
+def _first_command(argv: list[str]) -> str | None:
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg in ("-C", "--scenario", "-s"):
+            i += 2
+            continue
+        if arg.startswith("-"):
+            i += 1
+            continue
+        return arg
+    return None
+
+
+def build_app(argv: list[str]) -> typer.Typer:
+    """The full command tree, or for a hot command just that command (same options, same callback)."""
+    name = _first_command(argv)
+    key = name if name in HOT_COMMANDS else None
+    if key not in _apps:
+        if key is None:
+            _register(app)
+            _apps[None] = app
+        else:
+            from . import loop_cmds
+
+            hot = _new_app()
+            hot.callback()(_root)
+            loop_cmds.register(hot)
+            _apps[key] = hot
+    return _apps[key]
 
 
 def _crash_log(exc: BaseException) -> Path:
@@ -82,7 +123,8 @@ def run(argv: list[str] | None = None) -> int:
     """Run the CLI and return its exit code (tests call this in-process)."""
     from typer import main as typer_main
 
-    click_cmd = typer_main.get_command(app)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    click_cmd = typer_main.get_command(build_app(argv))
     try:  # typer >= 0.20 vendors click; older typer uses the click package (the one shim for that internal)
         from typer._click import exceptions as click_exc
     except ImportError:  # pragma: no cover
