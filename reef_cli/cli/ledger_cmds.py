@@ -104,7 +104,7 @@ def verify(ctx: typer.Context, as_json: bool = typer.Option(False, "--json")) ->
     """Re-check the hash chain; exit 4 naming the first record edited, deleted, inserted or reordered."""
     res = _ledger(ctx).verify()
     if as_json:
-        emit_json(res.to_json() if hasattr(res, "to_json") else res.__dict__)
+        emit_json(res.to_json())
     elif res.ok:
         print(f"ledger intact: {res.count} record(s) verified")
     else:
@@ -147,6 +147,8 @@ def compact(
         raise InvalidInput(f"--keep {keep}: must be 0 or more")
     rec = _ledger(ctx).compact(before=_parse_time(before, "--before") if before else None, keep=keep)
     if as_json:
-        emit_json(rec.to_json())
+        emit_json(rec.to_json() if rec else None)
+    elif rec is None:
+        print("nothing to compact")
     else:
-        print(f"compacted: {rec.payload.get('removed_count', rec.payload.get('count'))} record(s) removed; {rec.record_id} records it")
+        print(f"compacted: {rec.payload['removed_count']} record(s) removed; {rec.record_id} records it")
