@@ -136,6 +136,11 @@ def _validator():
 
 @lru_cache(maxsize=64)
 def _parse_cached(raw: bytes, source: str, validate: bool = True) -> HarnessConfig:
+    return from_data(config_data(raw, source, validate))
+
+
+def config_data(raw: bytes, source: str = CONFIG_NAME, validate: bool = True) -> dict:
+    """harness.yaml as plain, schema-checked data (what `from_data` turns into a HarnessConfig)."""
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -150,7 +155,7 @@ def _parse_cached(raw: bytes, source: str, validate: bool = True) -> HarnessConf
         raise InvalidInput(f"{source}: expected a mapping at the top level")
     data = _plain(data)
     if not validate:
-        return _from_data(data)
+        return data
     errors = sorted(_validator().iter_errors(data), key=lambda e: (len(e.absolute_path), list(map(str, e.absolute_path))))
     if errors:
         err = errors[0]
@@ -166,7 +171,7 @@ def _parse_cached(raw: bytes, source: str, validate: bool = True) -> HarnessConf
         if err.validator == "additionalProperties" and path:
             message = f"unknown field '{path[-1]}'"
         raise InvalidInput(f"{source}:{where}: field '{field_name}': {message}")
-    return _from_data(data)
+    return data
 
 
 def parse_config(text: str | bytes, source: str = CONFIG_NAME, *, validate: bool = True) -> HarnessConfig:
@@ -176,7 +181,7 @@ def parse_config(text: str | bytes, source: str = CONFIG_NAME, *, validate: bool
     return _parse_cached(raw, source, validate)
 
 
-def _from_data(data: dict) -> HarnessConfig:
+def from_data(data: dict) -> HarnessConfig:
     zones = {k: tuple(v) for k, v in (data.get("zones") or {}).items()}
     tiers = tuple((t["threshold"], t["surface"]) for t in data.get("tiers", [])) or DEFAULT_TIERS
     thresholds = [t for t, _ in tiers]

@@ -267,9 +267,18 @@ class HarnessStore:
 
     def materialised_config(self, release: Release) -> tuple[Path, HarnessConfig]:
         """The release's read-only copy and its config, without touching the object store when cached."""
+        from .config import config_data, from_data
+
         tree = self.materialise(release)
+        cache = tree.with_name(f"{release.content_id}.config.json")
+        try:
+            return tree, from_data(json.loads(cache.read_bytes()))
+        except (FileNotFoundError, ValueError):
+            pass
         raw = (tree / CONFIG_NAME).read_bytes()
-        return tree, parse_config(raw, source=f"{CONFIG_NAME} (release step {release.step})", validate=False)
+        data = config_data(raw, f"{CONFIG_NAME} (release step {release.step})", validate=False)
+        write_atomic(cache, json.dumps(data, sort_keys=True).encode())
+        return tree, from_data(data)
 
     def worktree_config(self) -> HarnessConfig:
         path = self.project.root / CONFIG_NAME
