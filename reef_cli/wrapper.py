@@ -1,0 +1,347 @@
+"""`reef-claude`, `reef-opencode`, `reef-pi`: the agent's own command with `reef-` in front.
+
+A wrapper is bound to a reef project and scenario (by the script `reef harness install` writes, through
+REEF_PROJECT / REEF_SCENARIO / REEF_INSTALL_ROOT; unbound, it uses the reef project around the current directory), so
+it runs from inside whatever code project the user is working on; the harness comes from the install root, never
+from that directory. On each start it:
+1. refuses to run when an installed file was changed in place, and says how to restore it;
+2. brings the install root up to the current release when the head moved (materialise, then run);
+3. runs the real agent binary with the user's arguments and the adapter's env pointing it at the install root,
+   through `runs.run_recorded`, so the interaction is recorded with its frozen release exactly as `reef run` does,
+   signals are forwarded and the exit status is mirrored (128+signal);
+4. adds what the agent said it loaded, where it says so (Claude Code's `init` event, pi's `session` event).
+`reef-<agent> report --score S [--feedback TEXT]` reports on this shell's last wrapper session.
+
+Under reef itself (a gate episode or `reef run -- reef-claude ...`), REEF_HARNESS_DIR names the canonical harness
+to run (the candidate, in a gate): the wrapper then compiles that tree into a throwaway config directory, runs the
+agent on it and records nothing, since its caller records.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+from .errors import ConflictError, ExitCode, InvalidInput, NotFound, ReefError
+
+LAST_KEEP = 50
+
+
+class Binding:
+    """Which project, scenario and install root this wrapper serves."""
+
+    def __init__(self, adapter_name: str, environ: dict | None = None, cwd: Path | None = None):
+        from .adapters import load
+        from .install import default_root
+        from .project import Project, find_project
+
+        self.environ = dict(os.environ if environ is None else environ)
+        self.adapter = load(adapter_name)
+        if self.environ.get("REEF_PROJECT"):
+            self.project = Project(Path(self.environ["REEF_PROJECT"]))
+            if not (self.project.state / "project.json").is_file():
+                raise NotFound(f"reef-{adapter_name} is bound to {self.project.root}, which is no longer a reef "
+                               "project; re-run 'reef harness install' in the project you want")
+        else:
+            try:
+                self.project = find_project(cwd or Path.cwd())
+            except NotFound:
+                raise NotFound(f"reef-{adapter_name} is not bound to a reef project: run 'reef harness install "
+                               f"--adapter {adapter_name}' in your reef project, or run it inside one") from None
+        self.scenario = self.environ.get("REEF_SCENARIO") or self.project.default_scenario()
+        root = self.environ.get("REEF_INSTALL_ROOT")
+        self.root = Path(root) if root else default_root(self.project, self.scenario, self.environ)
+        self.agent_dir = self.root / self.adapter.config_dir
+
+    def store(self):
+        from .store import HarnessStore
+
+        store = HarnessStore(self.project, self.scenario)
+        if not store.exists():
+            raise NotFound(f"scenario '{self.scenario}' does not exist in {self.project.root}")
+        return store
+
+    def restore_hint(self) -> str:
+        return (f"reef -C {self.project.root} --scenario {self.scenario} harness install --adapter {self.adapter.name}"
+                f" --dest {self.root}")
+
+    def last_path(self) -> Path:
+        from .install import record_path
+
+        rec = record_path(self.project, self.adapter.name, self.agent_dir)
+        return rec.with_name(rec.stem + ".sessions.json")
+
+
+def prepare(binding: Binding, store):
+    """Verify the install root, bring it to the head release, and return its record."""
+    from filelock import FileLock
+
+    from .install import install, load_record, record_path, verify
+
+    adapter = binding.adapter
+    lock_path = record_path(binding.project, adapter.name, binding.agent_dir).with_suffix(".lock")
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(lock_path)):
+        record = load_record(binding.project, adapter, binding.root)
+        head = store.require_head()
+        if record is not None:
+            problems = verify(record)
+            if problems:
+                shown = "; ".join(problems[:5]) + (f"; and {len(problems) - 5} more" if len(problems) > 5 else "")
+                raise ConflictError(f"the installed {adapter.name} harness was changed in place ({shown}); reef will not "
+                                    f"run an unreviewed harness. Restore it with: {binding.restore_hint()} — or make "
+                                    "the change in the reef project and publish it")
+            if record.content_id == head.content_id and os.path.isdir(binding.agent_dir):
+                return record
+        wrapper = Path(record.wrapper) if record and record.wrapper else None
+        result = install(store, adapter, release=head, root=binding.root, bin_dir=wrapper.parent if wrapper else None,
+                         write_wrapper=wrapper is not None, environ=binding.environ)
+        if record is not None and not result.current:
+            _note(f"updated the {adapter.name} harness to release {head.release_id} (step {head.step})")
+        return result.record
+
+
+def run(adapter_name: str, args: list[str], *, environ: dict | None = None, cwd: Path | None = None) -> int:
+    from .adapters import captured_events, find_binary, install_hint
+    from .runs import run_recorded
+
+    binding = Binding(adapter_name, environ, cwd)
+    adapter = binding.adapter
+    store = binding.store()
+    record = prepare(binding, store)
+    binary = find_binary(adapter, binding.environ)
+    if binary is None:
+        raise NotFound(install_hint(adapter))
+    child_env = {**binding.environ, **adapter.agent_env(Path(record.agent_dir))}
+    installed = {"release_id": record.release_id, "content_id": record.content_id, "step": record.step,
+                 "root": record.root, "agent_dir": record.agent_dir, "binary": binary}
+
+    def on_output(stdout: bytes, _stderr: bytes) -> dict:
+        events = captured_events(adapter, stdout)
+        return {"agent_reported": events} if events else {}
+
+    result = run_recorded(store, [binary, *args], env=child_env, adapter=adapter.name,
+                          harness_dir=Path(record.agent_dir), extra_payload={"install": installed},
+                          cwd=cwd or Path.cwd(), on_output=on_output)
+    receipt = result.record.record_id
+    if result.release.content_id != record.content_id:  # a publish raced our start: say so, never hide it
+        _note(f"warning: the head moved to release {result.release.release_id} while {adapter.name} started; "
+              f"it ran release {record.release_id} as installed")
+    _remember(binding, receipt)
+    if not binding.environ.get("REEF_QUIET"):
+        _note(f"receipt {receipt} (release {record.release_id}, step {record.step}); "
+              f"rate it: reef-{adapter.name} report --score S --feedback TEXT")
+    return result.exit_code
+
+
+# -- under reef: a gate episode, or `reef run -- reef-<agent>` ----------------------------------------------------
+def episode_harness(environ: dict) -> Path | None:
+    """The canonical harness reef asked for (it has a harness.yaml; compiled install dirs never do)."""
+    from .config import CONFIG_NAME
+
+    value = environ.get("REEF_HARNESS_DIR")
+    if value and (Path(value) / CONFIG_NAME).is_file():
+        return Path(value)
+    return None
+
+
+def run_episode(adapter_name: str, harness_dir: Path, args: list[str], *, environ: dict,
+                cwd: Path | None = None) -> int:
+    """Compile `harness_dir` for the agent into a temp config dir and run the agent on it; record nothing."""
+    import shutil
+    import tempfile
+
+    from .adapters import find_binary, install_hint, load
+    from .compile import compile_harness
+    from .install import MARKER
+    from .store import collect_files, write_files
+
+    adapter = load(adapter_name)
+    binary = find_binary(adapter, environ)
+    if binary is None:
+        raise NotFound(install_hint(adapter))
+    compiled = compile_harness(collect_files(harness_dir, ("**",)), adapter, layout="config")
+    tmp = Path(tempfile.mkdtemp(prefix=f"reef-{adapter.name}-episode-"))
+    try:
+        agent_dir = tmp / adapter.config_dir
+        write_files(agent_dir, compiled.files)
+        _carry_client_state(adapter, environ, agent_dir, set(compiled.files) | {MARKER})
+        env = {**environ, **adapter.agent_env(agent_dir)}
+        return run_plain([binary, *args], env=env, cwd=cwd)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _carry_client_state(adapter, environ: dict, agent_dir: Path, ours: set[str]) -> None:
+    """The user's own agent settings next to the installed harness (pi's models.json, a login): top-level files only."""
+    import shutil
+
+    root = environ.get("REEF_INSTALL_ROOT")
+    if not root:
+        return
+    installed = Path(root) / adapter.config_dir
+    try:
+        entries = list(os.scandir(installed))
+    except OSError:
+        return
+    for e in entries:
+        if e.name not in ours and e.is_file(follow_symlinks=False):
+            shutil.copy2(e.path, agent_dir / e.name)
+
+
+def run_plain(argv: list[str], *, env: dict, cwd: Path | None = None) -> int:
+    """Run a command with our stdio, forwarding signals; its exit status, or 128+signal."""
+    import signal
+    import subprocess
+
+    try:
+        proc = subprocess.Popen(argv, env=env, cwd=cwd)
+    except OSError as exc:
+        raise InvalidInput(f"cannot run {argv[0]}: {exc.strerror}") from None
+
+    def forward(signum, _frame):
+        try:
+            proc.send_signal(signum)
+        except ProcessLookupError:
+            pass
+
+    sigs = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
+    previous = {sig: signal.signal(sig, forward) for sig in sigs}
+    try:
+        status = proc.wait()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    return 128 - status if status < 0 else status
+
+
+# -- the last session of this shell ----------------------------------------------------------------------------------
+def _shell(binding: Binding) -> str:
+    from .sessions import shell_key
+
+    return shell_key(binding.environ)
+
+
+def _remember(binding: Binding, receipt: str) -> None:
+    from filelock import FileLock
+
+    from .project import write_atomic
+
+    path = binding.last_path()
+    with FileLock(str(path) + ".lock"):
+        sessions = _read_sessions(path)
+        sessions[_shell(binding)] = {"receipts": [receipt], "at": time.time()}
+        keep = dict(sorted(sessions.items(), key=lambda kv: kv[1].get("at", 0))[-LAST_KEEP:])
+        write_atomic(path, json.dumps({"sessions": keep}, sort_keys=True).encode() + b"\n")
+
+
+def _read_sessions(path: Path) -> dict:
+    try:
+        data = json.loads(path.read_text())
+        return dict(data.get("sessions") or {})
+    except (FileNotFoundError, ValueError, AttributeError):
+        return {}
+
+
+def _forget(binding: Binding, receipts: list[str]) -> None:
+    from filelock import FileLock
+
+    from .project import write_atomic
+
+    path = binding.last_path()
+    with FileLock(str(path) + ".lock"):
+        sessions = _read_sessions(path)
+        mine = sessions.get(_shell(binding))
+        if mine and set(mine.get("receipts", [])) <= set(receipts):
+            del sessions[_shell(binding)]
+            write_atomic(path, json.dumps({"sessions": sessions}, sort_keys=True).encode() + b"\n")
+
+
+def report(adapter_name: str, args: list[str], *, environ: dict | None = None, cwd: Path | None = None) -> int:
+    """`reef-<agent> report ...`: `reef report` for the bound project, on this shell's last wrapper session."""
+    from .cli.main import run as reef_run
+    from .sessions import PendingReceipts, shell_key
+
+    binding = Binding(adapter_name, environ, cwd)
+    explicit = any(a == "--receipt" or a.startswith("--receipt=") for a in args)
+    if any(a in ("-h", "--help") for a in args):
+        return reef_run(["report", "--help"])
+    receipts: list[str] = []
+    if not explicit:
+        mine = _read_sessions(binding.last_path()).get(_shell(binding))
+        receipts = list((mine or {}).get("receipts") or [])
+        if not receipts:
+            raise InvalidInput(f"no reef-{adapter_name} session to report on in this shell: run reef-{adapter_name} "
+                               "first, or pass --receipt ID")
+    argv = ["-C", str(binding.project.root), "--scenario", binding.scenario, "report", *args]
+    for r in receipts:
+        argv += ["--receipt", r]
+    code = reef_run(argv)
+    if code == 0 and receipts:
+        _forget(binding, receipts)
+        PendingReceipts(binding.store().dir, shell_key(binding.environ)).clear(receipts)
+    return code
+
+
+# -- entry points ----------------------------------------------------------------------------------------------------
+def _note(message: str) -> None:
+    sys.stderr.write(f"reef: {message}\n")
+
+
+def main_for(adapter_name: str, argv: list[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    prog = f"reef-{adapter_name}"
+    try:
+        if args and args[0] == "report":
+            return report(adapter_name, args[1:])
+        harness = episode_harness(dict(os.environ))
+        if harness is not None:
+            return run_episode(adapter_name, harness, args, environ=dict(os.environ))
+        return run(adapter_name, args)
+    except ReefError as exc:
+        sys.stderr.write(f"{prog}: error: {exc}\n")
+        return int(exc.exit_code)
+    except KeyboardInterrupt:
+        sys.stderr.write(f"{prog}: interrupted\n")
+        return int(ExitCode.INTERRUPTED)
+    except Exception as exc:  # a bug: one line here, the traceback in a file
+        import tempfile
+        import traceback
+
+        base = Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state") / "reef"
+        try:
+            base.mkdir(parents=True, exist_ok=True)
+            log = base / "crash.log"
+        except OSError:
+            log = Path(tempfile.gettempdir()) / "reef-crash.log"
+        with open(log, "a") as f:
+            f.write("".join(traceback.format_exception(exc)))
+        sys.stderr.write(f"{prog}: unexpected error: {type(exc).__name__}: {exc} (traceback in {log})\n")
+        return int(ExitCode.ERROR)
+
+
+def claude_main() -> None:
+    sys.exit(main_for("claude"))
+
+
+def opencode_main() -> None:
+    sys.exit(main_for("opencode"))
+
+
+def pi_main() -> None:
+    sys.exit(main_for("pi"))
+
+
+def main() -> None:
+    """`python -m reef_cli.wrapper ADAPTER [args...]`."""
+    if len(sys.argv) < 2:
+        sys.stderr.write("usage: python -m reef_cli.wrapper claude|opencode|pi [args...]\n")
+        sys.exit(int(ExitCode.USAGE))
+    sys.exit(main_for(sys.argv[1], sys.argv[2:]))
+
+
+if __name__ == "__main__":
+    main()

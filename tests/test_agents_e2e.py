@@ -1,0 +1,152 @@
+"""End to end with the real agent CLIs: one harness, installed for claude, opencode and pi, run headless through the
+reef-<agent> wrappers against the fake LLM on 127.0.0.1, from a code directory that holds no harness.
+
+Each test asserts that a managed-block bullet and a skill's name and description reach the model (searching the whole
+request body: Claude Code puts CLAUDE.md in the first user message), that the receipt names the installed release,
+and that `reef-<agent> report` attaches to it. HOME, XDG dirs and agent config dirs are temp dirs; the agents talk
+only to 127.0.0.1.
+
+The CLIs come from `adapters/install-agents.sh` (pinned versions, into $REEF_AGENTS_DIR, default
+~/.local/share/reef/agents; .ci/run runs it). A test skips, saying so, when its CLI is not installed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from reef_cli.adapters import find_binary, load
+
+REAL_ENV = dict(os.environ)  # read at import, before fixtures point HOME at a temp dir
+BINARIES = {name: find_binary(load(name), REAL_ENV) for name in ("claude", "opencode", "pi")}
+NODE_DIR = os.path.dirname(shutil.which("node", path=REAL_ENV.get("PATH")) or "/usr/bin/node")
+VENV_BIN = Path(sys.executable).parent
+BULLET = "E2E-BULLET-7431: answer in one word"
+SKILL_NAME = "e2e-greeter"
+SKILL_DESC = "E2E-SKILL-5519 greets the user by name"
+TIMEOUT = 120
+
+
+def need(name: str) -> str:
+    binary = BINARIES[name]
+    if not binary:
+        pytest.skip(f"{name} CLI not installed: run adapters/install-agents.sh {name} "
+                    f"(installs into $REEF_AGENTS_DIR, default ~/.local/share/reef/agents)")
+    return binary
+
+
+@pytest.fixture
+def harness(reef, tmp_path):
+    """One canonical harness (Claude layout, as `reef init` makes it) with a learned bullet and a skill."""
+    project = tmp_path / "proj"
+    project.mkdir()
+    assert reef("-C", str(project), "init").code == 0
+    claude_md = project / "CLAUDE.md"
+    claude_md.write_text(claude_md.read_text().replace("<!-- reef:begin learned -->\n",
+                                                       f"<!-- reef:begin learned -->\n- {BULLET}\n"))
+    skill = project / ".claude" / "skills" / SKILL_NAME
+    skill.mkdir(parents=True)
+    (skill / "SKILL.md").write_text(f"---\nname: {SKILL_NAME}\ndescription: {SKILL_DESC}\n---\n\nSay hello.\n")
+    assert reef("-C", str(project), "publish", "-m", "e2e harness").code == 0
+    return project
+
+
+def base_env(tmp_path: Path, home: Path) -> dict:
+    return {"PATH": f"{NODE_DIR}:/usr/local/bin:/usr/bin:/bin", "HOME": str(home), "TERM": "dumb",
+            "XDG_CONFIG_HOME": str(home / ".config"), "XDG_DATA_HOME": str(home / ".local/share"),
+            "XDG_CACHE_HOME": str(home / ".cache"), "XDG_STATE_HOME": str(home / ".local/state"),
+            "REEF_SESSION": f"e2e-{tmp_path.name}", "LANG": "C.UTF-8",
+            **({"PYTHONPATH": REAL_ENV["PYTHONPATH"]} if REAL_ENV.get("PYTHONPATH") else {})}
+
+
+def install(project: Path, adapter: str, root: Path, bins: Path, env: dict) -> dict:
+    r = subprocess.run([str(VENV_BIN / "reef"), "-C", str(project), "harness", "install", "--adapter", adapter,
+                        "--dest", str(root), "--bin-dir", str(bins), "--json"], env=env, capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)["record"]
+
+
+def run_and_check(name: str, harness: Path, tmp_path: Path, fake_llm, extra_env: dict, extra_args: list[str] = (),
+                  before_run=None) -> dict:
+    binary = need(name)
+    home = tmp_path / "home"
+    home.mkdir(exist_ok=True)
+    env = {**base_env(tmp_path, home), f"REEF_{name.upper()}_BIN": binary, **extra_env}
+    record = install(harness, name, tmp_path / "root", tmp_path / "bin", env)
+    if before_run:
+        before_run(Path(record["agent_dir"]))
+    code = tmp_path / "code"  # where the user works: no CLAUDE.md, no AGENTS.md, no skills
+    code.mkdir()
+    wrapper = tmp_path / "bin" / f"reef-{name}"
+    argv = [str(wrapper), *load(name).headless_argv("say hi"), *extra_args]
+    started = time.monotonic()
+    r = subprocess.run(argv, cwd=code, env=env, capture_output=True, text=True, timeout=TIMEOUT)
+    took = time.monotonic() - started
+    assert r.returncode == 0, f"exit {r.returncode}\nstdout: {r.stdout[-2000:]}\nstderr: {r.stderr[-3000:]}"
+    calls = fake_llm.calls
+    assert calls, f"{name} sent no model call; stderr: {r.stderr[-2000:]}"
+    assert any(c.contains(BULLET) for c in calls), f"the managed-block bullet did not reach the model ({name})"
+    assert any(c.contains(SKILL_NAME) and c.contains(SKILL_DESC) for c in calls), \
+        f"the skill's name and description did not reach the model ({name})"
+    m = re.search(r"reef: receipt (\S+) \(release (\S+), step", r.stderr)
+    assert m and m.group(2) == record["release_id"], r.stderr
+    receipt = m.group(1)
+    from reef_cli.ledger import Ledger
+
+    ledger = Ledger(harness / ".reef" / "scenarios" / "default" / "ledger.jsonl", "default")
+    interaction = ledger.get(receipt)
+    assert interaction.release_id == record["release_id"] and interaction.content_id == record["content_id"]
+    assert interaction.payload["install"]["agent_dir"] == record["agent_dir"]
+    rep = subprocess.run([str(wrapper), "report", "--score", "0", "--feedback", f"{name} e2e", "--json"], cwd=code,
+                         env=env, capture_output=True, text=True, timeout=60)
+    assert rep.returncode == 0, rep.stderr
+    report = json.loads(rep.stdout)
+    assert report["payload"]["receipts"] == [receipt] and report["release_id"] == record["release_id"]
+    sys.stderr.write(f"[e2e] {name}: {took:.1f} s, {len(calls)} model call(s)\n")
+    return {"interaction": interaction, "calls": calls, "stdout": r.stdout, "record": record}
+
+
+def test_claude_through_reef_claude(harness, tmp_path, fake_llm):
+    out = run_and_check("claude", harness, tmp_path, fake_llm,
+                        {"ANTHROPIC_BASE_URL": fake_llm.url, "ANTHROPIC_API_KEY": "dummy"}, ["--model", "fake-model"])
+    first = out["calls"][0]
+    assert first.route == "anthropic.messages" and first.headers.get("user-agent", "").startswith("claude-cli/")
+    init = out["interaction"].payload["agent_reported"]["init"]
+    assert SKILL_NAME in init["skills"] and init["model"] == "fake-model"
+    assert init["claude_code_version"] == load("claude").npm_version
+
+
+def test_opencode_through_reef_opencode(harness, tmp_path, fake_llm):
+    provider = {"provider": {"fake": {"npm": "@ai-sdk/openai-compatible", "name": "Fake",
+                                      "options": {"baseURL": fake_llm.base_url, "apiKey": "dummy"},
+                                      "models": {"fake-model": {"name": "Fake"}}}},
+                "model": "fake/fake-model", "small_model": "fake/fake-model", "autoupdate": False, "share": "disabled"}
+    out = run_and_check("opencode", harness, tmp_path, fake_llm, {
+        "OPENCODE_CONFIG_CONTENT": json.dumps(provider), "OPENCODE_DISABLE_MODELS_FETCH": "1",
+        "OPENCODE_DISABLE_LSP_DOWNLOAD": "1", "OPENCODE_PURE": "1"})
+    assert all(c.route == "openai.chat" for c in out["calls"])
+    assert "sessionID" in out["interaction"].payload["agent_reported"]["session"]
+
+
+def test_pi_through_reef_pi(harness, tmp_path, fake_llm):
+    def provider_config(agent_dir: Path) -> None:
+        """The user's own model config: agent state next to the installed harness, which reef leaves alone."""
+        (agent_dir / "models.json").write_text(json.dumps({"providers": {"fake": {
+            "baseUrl": fake_llm.base_url, "api": "openai-completions", "apiKey": "dummy",
+            "compat": {"supportsDeveloperRole": False, "supportsReasoningEffort": False},
+            "models": [{"id": "fake-model", "name": "Fake Model", "reasoning": False}]}}}))
+        (agent_dir / "settings.json").write_text(json.dumps({"defaultProvider": "fake", "defaultModel": "fake-model"}))
+
+    out = run_and_check("pi", harness, tmp_path, fake_llm, {"PI_OFFLINE": "1", "PI_TELEMETRY": "0"},
+                        before_run=provider_config)
+    session = out["interaction"].payload["agent_reported"]["session"]
+    assert session["cwd"] == str(tmp_path / "code") and session["id"]

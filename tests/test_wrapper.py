@@ -1,0 +1,178 @@
+"""The reef-<agent> wrappers with a stand-in agent (tests/fakes/agent.py): binding, verify, update, record, report,
+exit status and signals. The real agents are driven in tests/test_agents_e2e.py."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+FAKE_AGENT = Path(__file__).parent / "fakes" / "agent.py"
+VENV_BIN = Path(sys.executable).parent
+
+
+@pytest.fixture
+def agent_bin(tmp_path) -> Path:
+    """The stand-in agent as an executable (the wrapper runs it like the real binary)."""
+    path = tmp_path / "fake-claude"
+    path.write_text(f"#!{sys.executable}\n" + FAKE_AGENT.read_text())
+    path.chmod(0o755)
+    return path
+
+
+@pytest.fixture
+def setup(reef, tmp_path, agent_bin, no_real_home):
+    project = tmp_path / "proj"
+    project.mkdir()
+    assert reef("-C", str(project), "init").code == 0
+    r = reef("-C", str(project), "harness", "install", "--adapter", "claude", "--dest", str(tmp_path / "root"),
+             "--bin-dir", str(tmp_path / "bin"), "--json")
+    assert r.code == 0, r.err
+    code = tmp_path / "code"  # the user's code project: no harness, not a reef project
+    code.mkdir()
+    env = {**os.environ, "REEF_CLAUDE_BIN": str(agent_bin), "REEF_SESSION": "test-shell", "HOME": str(no_real_home)}
+    return {"project": project, "code": code, "wrapper": tmp_path / "bin" / "reef-claude", "env": env,
+            "record": json.loads(r.out)["record"], "tmp": tmp_path}
+
+
+def wrap(s, *args, env=None, cwd=None, timeout=60) -> subprocess.CompletedProcess:
+    return subprocess.run([str(s["wrapper"]), *args], cwd=cwd or s["code"], env={**s["env"], **(env or {})},
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def receipt_of(stderr: str) -> str:
+    m = re.search(r"reef: receipt (\S+) \(release (\S+), step (\d+)\)", stderr)
+    assert m, stderr
+    return m.group(1)
+
+
+def ledger_record(project: Path, record_id: str):
+    from reef_cli.ledger import Ledger
+
+    return Ledger(project / ".reef" / "scenarios" / "default" / "ledger.jsonl", "default").get(record_id)
+
+
+def test_wrapper_runs_the_agent_on_the_install_root_and_records_it(setup):
+    r = wrap(setup, "-p", "hi there", "--exit", "7")
+    assert r.returncode == 7, r.stderr
+    init = json.loads(r.stdout.splitlines()[0])  # the agent's stdout reaches the user unchanged
+    rec = setup["record"]
+    assert init["config_dir"] == rec["agent_dir"] and init["cwd"] == str(setup["code"])
+    assert init["argv"] == ["-p", "hi there", "--exit", "7"] and init["skills"] == ["code-review"]
+    assert "CLAUDE.md" in init["loaded"] and init["reef_release"] == rec["release_id"]
+    record = ledger_record(setup["project"], receipt_of(r.stderr))
+    assert record.kind == "interaction" and record.release_id == rec["release_id"]
+    p = record.payload
+    assert p["exit_code"] == 7 and p["adapter"] == "claude" and p["harness_dir"] == rec["agent_dir"]
+    assert p["install"]["release_id"] == rec["release_id"] and p["install"]["binary"] == setup["env"]["REEF_CLAUDE_BIN"]
+    assert p["agent_reported"]["init"]["skills"] == ["code-review"]
+    assert p["agent_reported"]["result"] == {"subtype": "success", "is_error": False}
+    assert "loaded" not in p["agent_reported"]["init"]  # only the descriptor's `keep` fields
+
+
+def test_report_attaches_to_the_last_session_of_this_shell(setup):
+    receipt = receipt_of(wrap(setup, "-p", "x").stderr)
+    r = wrap(setup, "report", "--score", "0", "--feedback", "too verbose", "--json")
+    assert r.returncode == 0, r.stderr
+    rep = json.loads(r.stdout)
+    assert rep["kind"] == "report" and rep["payload"]["receipts"] == [receipt]
+    assert rep["payload"]["feedback"] == "too verbose" and rep["release_id"] == setup["record"]["release_id"]
+    again = wrap(setup, "report", "--score", "1")
+    assert again.returncode == 4 and "no reef-claude session to report on in this shell" in again.stderr
+    other = wrap(setup, "report", "--score", "1", env={"REEF_SESSION": "another-shell"})
+    assert other.returncode == 4
+
+
+def test_a_changed_install_refuses_to_start_and_says_how_to_restore(setup):
+    agent_dir = Path(setup["record"]["agent_dir"])
+    (agent_dir / "CLAUDE.md").write_text("sneaky edit\n")
+    ran = setup["tmp"] / "ran"
+    r = wrap(setup, "--touch", str(ran))
+    assert r.returncode == 3 and not ran.exists()
+    assert f"the installed claude harness was changed in place ({agent_dir}/CLAUDE.md (modified))" in r.stderr
+    assert f"Restore it with: reef -C {setup['project']} --scenario default harness install --adapter claude" in r.stderr
+    restore = subprocess.run([str(VENV_BIN / "reef"), "-C", str(setup["project"]), "harness", "install", "--adapter",
+                              "claude", "--dest", str(setup["tmp"] / "root"), "--bin-dir", str(setup["tmp"] / "bin")],
+                             env=setup["env"], capture_output=True, text=True, timeout=60)
+    assert restore.returncode == 0, restore.stderr
+    assert wrap(setup, "--touch", str(ran)).returncode == 0 and ran.exists()
+
+
+def test_the_wrapper_follows_the_head_release(setup, reef):
+    project = setup["project"]
+    with open(project / "CLAUDE.md", "a") as f:
+        f.write("- NEW-BULLET\n")
+    assert reef("-C", str(project), "publish", "-m", "more").code == 0
+    r = wrap(setup)
+    assert r.returncode == 0, r.stderr
+    assert "reef: updated the claude harness to release" in r.stderr
+    record = ledger_record(project, receipt_of(r.stderr))
+    assert record.payload["install"]["step"] == 2 and record.payload["install"]["release_id"] == record.release_id
+    assert "NEW-BULLET" in (Path(setup["record"]["agent_dir"]) / "CLAUDE.md").read_text()
+
+
+def test_exit_status_mirrors_a_signal_death(setup):
+    r = wrap(setup, "--kill", "TERM")
+    assert r.returncode == 128 + signal.SIGTERM, r.stderr
+
+
+def test_signals_are_forwarded_to_the_agent(setup):
+    ready = setup["tmp"] / "ready"
+    proc = subprocess.Popen([str(setup["wrapper"]), "--wait-signal", str(ready)], cwd=setup["code"], env=setup["env"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 30
+    while not ready.exists():
+        assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    _out, err = proc.communicate(timeout=30)
+    assert (setup["tmp"] / "ready.got").exists()
+    assert proc.returncode == 128 + signal.SIGTERM, err
+
+
+def test_unbound_console_script_uses_the_project_around_cwd(setup, no_real_home):
+    env = {k: v for k, v in setup["env"].items() if k not in ("REEF_PROJECT", "REEF_INSTALL_ROOT")}
+    r = subprocess.run([str(VENV_BIN / "reef-claude"), "-p", "x"], cwd=setup["project"], env=env,
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    init = json.loads(r.stdout.splitlines()[0])
+    assert init["config_dir"].startswith(str(no_real_home / ".local" / "share" / "reef" / "installs"))
+    r = subprocess.run([str(VENV_BIN / "reef-claude")], cwd=setup["code"], env=env, capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 1
+    assert r.stderr == ("reef-claude: error: reef-claude is not bound to a reef project: run 'reef harness install "
+                        "--adapter claude' in your reef project, or run it inside one\n")
+
+
+def test_a_missing_agent_binary_says_how_to_install_it(setup):
+    env = {k: v for k, v in setup["env"].items() if k != "REEF_CLAUDE_BIN"}
+    env.update(PATH="/usr/bin:/bin", REEF_AGENTS_DIR=str(setup["tmp"] / "no-agents"))
+    r = subprocess.run([str(setup["wrapper"]), "-p", "x"], cwd=setup["code"], env=env, capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 1
+    assert "claude (Claude Code) not found: install it with 'adapters/install-agents.sh claude'" in r.stderr
+
+
+def test_under_reef_the_wrapper_runs_the_harness_it_is_given_and_records_nothing(setup):
+    """A gate episode sets REEF_HARNESS_DIR to the candidate's canonical tree: that is what the agent must see."""
+    canonical = Path(__file__).parent / "golden" / "canonical"
+    installed = Path(setup["record"]["agent_dir"])
+    (installed / "models.json").write_text('{"mine": true}\n')  # the user's own agent settings come along
+    r = wrap(setup, "--exit", "5", env={"REEF_HARNESS_DIR": str(canonical)})
+    assert r.returncode == 5, r.stderr
+    init = json.loads(r.stdout.splitlines()[0])
+    assert init["skills"] == ["demo", "review"]
+    assert init["loaded"]["CLAUDE.md"] == "# Project instructions" and init["loaded"]["models.json"] == '{"mine": true}'
+    assert init["config_dir"] != str(installed) and not Path(init["config_dir"]).exists()  # a throwaway copy
+    assert "reef: receipt" not in r.stderr
+    assert not (setup["project"] / ".reef" / "scenarios" / "default" / "ledger.jsonl").exists()
+    # a compiled directory (no harness.yaml), as reef-claude itself exports to the agent, is not an episode
+    r = wrap(setup, env={"REEF_HARNESS_DIR": str(installed)})
+    assert r.returncode == 0 and "reef: receipt" in r.stderr
