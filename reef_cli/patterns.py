@@ -14,14 +14,16 @@ Decisions (where the issue is silent):
 
 * **Terms.** A lesson's text is lowercased, split into words, stripped of stop words and of polarity words
   (always, never, must, not, don't, avoid …), and each word is reduced by a small suffix stemmer (tests→test,
-  running→run, finished→finish). Polarity is `dont` when the text negates (never, don't, do not, must not, avoid,
-  stop …), else `do`.
+  running→run, finished→finish). Its terms are those words plus every pair of neighbouring words ("run test"), so
+  word order counts a little and one changed subject matters: "Run the tests before finishing" and "Run the linter
+  before finishing" are 0.4 apart, not 0.6. Polarity is `dont` when the text negates (never, don't, do not, must
+  not, avoid, stop …), else `do`.
 * **Similarity.** Two lessons are near-duplicates when they have the same polarity and the Jaccard index of their
   term sets is at least harness.yaml `reflector.similarity` (default 0.6). A new lesson joins the most similar
   pattern at or above the threshold (ties: the older key), so the same lesson phrased twice counts twice for one
   key; below it, it starts a new pattern. A pattern's terms are those of its first phrasing, so the key never
   drifts. Opposite polarity over similar terms is not a duplicate: it is a contradiction, which the Curator handles.
-* **Key.** `polarity:` + up to 8 of the sorted terms joined by `+` (after MoAI's `+`-joined keys). Readable,
+* **Key.** `polarity:` + up to 8 of the sorted single-word terms joined by `+` (after MoAI's `+`-joined keys). Readable,
   deterministic, and stable for the life of the pattern.
 * **Bullet id.** The first 6 hex digits of SHA-256(key) not already used by another pattern in this memory (then
   the next 6, …); assigned once and stored, so it never changes.
@@ -90,11 +92,15 @@ def stem(word: str) -> str:
 
 
 def terms_of(text: str) -> frozenset[str]:
-    out = set()
+    """Stemmed content words plus each pair of neighbouring content words ("run test"): the pairs keep "run the
+    tests before finishing" and "run the linter before finishing" apart, which single words alone would not."""
+    words = []
     for w in _WORD.findall(text.lower()):
         if w in STOPWORDS or w in POLARITY_WORDS or len(w) < 2:
             continue
-        out.add(stem(w))
+        words.append(stem(w))
+    out = set(words)
+    out.update(f"{a} {b}" for a, b in zip(words, words[1:]) if a != b)
     return frozenset(out)
 
 
@@ -110,7 +116,7 @@ def similarity(a: frozenset[str], b: frozenset[str]) -> float:
 
 
 def key_for(polarity: str, terms: frozenset[str]) -> str:
-    return f"{polarity}:" + "+".join(sorted(terms)[:KEY_TERMS])
+    return f"{polarity}:" + "+".join(sorted(t for t in terms if " " not in t)[:KEY_TERMS])
 
 
 def sentence(text: str) -> str:
@@ -228,6 +234,7 @@ class PatternMemory:
         self._by_terms: dict[tuple[str, frozenset], str] = {}
         self._by_term: dict[tuple[str, str], set[str]] = {}
         self._ids: dict[str, str] = {}
+        self._matches: dict[tuple[str, frozenset], str | None] = {}  # valid until the set of patterns changes
         for p in (patterns or {}).values():
             self._index(p)
 
@@ -265,6 +272,7 @@ class PatternMemory:
 
     # -- indexing
     def _index(self, p: Pattern) -> None:
+        self._matches.clear()
         if p.key in self.patterns:
             self._unindex(self.patterns[p.key])
         self.patterns[p.key] = p
@@ -274,6 +282,7 @@ class PatternMemory:
         self._ids[p.id] = p.key
 
     def _unindex(self, p: Pattern) -> None:
+        self._matches.clear()
         if self._by_terms.get((p.polarity, p.terms)) == p.key:
             del self._by_terms[(p.polarity, p.terms)]
         for t in p.terms:
@@ -313,9 +322,19 @@ class PatternMemory:
         return digest[:16]
 
     def match(self, polarity: str, terms: frozenset[str], threshold: float) -> Pattern | None:
+        """The most similar pattern of this polarity at or above `threshold` (ties: the smaller key), or None."""
         key = self._by_terms.get((polarity, terms))
         if key is not None:
             return self.patterns[key]
+        memo = (polarity, terms)
+        if memo in self._matches and len(self._matches) < 100_000:
+            hit = self._matches[memo]
+            return self.patterns[hit] if hit is not None else None
+        best = self._search(polarity, terms, threshold)
+        self._matches[memo] = best.key if best is not None else None
+        return best
+
+    def _search(self, polarity: str, terms: frozenset[str], threshold: float) -> Pattern | None:
         candidates: set[str] = set()
         for t in terms:
             s = self._by_term.get((polarity, t))

@@ -39,7 +39,8 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 from .errors import InvalidInput, NotFound, ReefError
 from .patterns import Observation, PatternMemory, dont_text, polarity_of, sentence, terms_of
@@ -122,12 +123,13 @@ class ReflectResult:
 
 
 def _strings(obj: Any, out: list[str]) -> None:
-    if isinstance(obj, str):
+    t = type(obj)
+    if t is str:
         out.append(obj)
-    elif isinstance(obj, Mapping):
+    elif t is dict:
         for k in sorted(obj):
             _strings(obj[k], out)
-    elif isinstance(obj, (list, tuple)):
+    elif t is list or t is tuple:
         for v in obj:
             _strings(v, out)
 
@@ -156,12 +158,12 @@ def _as_list(value) -> list[str]:
     return []
 
 
-def _lesson(text: str, polarity: str, record_id: str, quote: str, origin: str) -> Lesson | None:
+def _shown(text: str, polarity: str, quote: str, origin: str) -> tuple[str, str, str, str] | None:
     text = text.strip()
     if not text or not terms_of(text):
         return None
     shown = dont_text(text) if polarity == "dont" else sentence(text)
-    return Lesson(shown, polarity, (record_id,), ((record_id, quote.strip()),), origin)
+    return (shown, polarity, quote.strip(), origin)
 
 
 def directive_sentences(text: str) -> list[str]:
@@ -176,27 +178,45 @@ def directive_sentences(text: str) -> list[str]:
     return out
 
 
-def report_lessons(record) -> list[Lesson]:
-    fb = record.payload.get("feedback")
-    rid = record.record_id
-    out: list[Lesson] = []
+_FEEDBACK_CACHE: dict = {}
+
+
+def feedback_lessons(fb) -> tuple[tuple[str, str, str, str], ...]:
+    """(text, polarity, quoted span, origin) for each lesson in one feedback value; memoised, since the same
+    feedback is often given many times."""
+    memo = fb if isinstance(fb, str) else json.dumps(fb, sort_keys=True, default=str)
+    hit = _FEEDBACK_CACHE.get(memo)
+    if hit is not None:
+        return hit
+    out = []
     free: list[str] = []
     if isinstance(fb, Mapping):
         for item in _as_list(fb.get("lesson")):
-            out.append(_lesson(item, polarity_of(item), rid, item, "lesson"))
+            out.append(_shown(item, polarity_of(item), item, "lesson"))
         for item in _as_list(fb.get("do")):
-            out.append(_lesson(item, "do", rid, item, "do"))
+            out.append(_shown(item, "do", item, "do"))
         for item in _as_list(fb.get("dont")) + _as_list(fb.get("don't")):
-            out.append(_lesson(item, "dont", rid, item, "dont"))
+            out.append(_shown(item, "dont", item, "dont"))
         for k in ("text", "comment", "feedback", "why"):
             free += _as_list(fb.get(k))
     elif isinstance(fb, str):
         free.append(fb)
     for text in free:
-        for s in directive_sentences(text):
-            shown = _LEAD_IN.sub("", s)
-            out.append(_lesson(shown, polarity_of(s), rid, s, "feedback"))
-    return [lesson for lesson in out if lesson is not None]
+        for sent in directive_sentences(text):
+            out.append(_shown(_LEAD_IN.sub("", sent), polarity_of(sent), sent, "feedback"))
+    result = tuple(x for x in out if x is not None)
+    if len(_FEEDBACK_CACHE) > 20_000:
+        _FEEDBACK_CACHE.clear()
+    _FEEDBACK_CACHE[memo] = result
+    return result
+
+
+def report_lessons(record) -> list[Lesson]:
+    fb = record.payload.get("feedback")
+    if not fb:
+        return []
+    rid = record.record_id
+    return [Lesson(text, pol, (rid,), ((rid, quote),), origin) for text, pol, quote, origin in feedback_lessons(fb)]
 
 
 def _stream_text(field_value) -> str:
@@ -331,19 +351,23 @@ class Verifier:
 
 
 class _Receipts:
-    """Whether receipts were observe-only runs: recent interactions in a bounded map, older ones from the ledger."""
+    """Whether receipts were observe-only runs: recent interactions in two bounded generations (O(1) per record,
+    at most RECENT_INTERACTIONS kept), older ones from the ledger's index."""
 
     def __init__(self, ledger):
         self.ledger = ledger
-        self.recent: dict[str, bool] = {}
+        self.current: dict[str, bool] = {}
+        self.previous: dict[str, bool] = {}
 
     def note(self, rid: str, observe_only: bool) -> None:
-        self.recent[rid] = observe_only
-        if len(self.recent) > RECENT_INTERACTIONS:
-            del self.recent[next(iter(self.recent))]
+        self.current[rid] = observe_only
+        if len(self.current) >= RECENT_INTERACTIONS // 2:
+            self.previous, self.current = self.current, {}
 
     def observe_only(self, rid: str) -> bool:
-        v = self.recent.get(rid)
+        v = self.current.get(rid)
+        if v is None:
+            v = self.previous.get(rid)
         if v is None:
             try:
                 rec = self.ledger.get(rid)

@@ -277,3 +277,59 @@ def test_unpublished_edits_on_a_target_are_refused(reef, tmp_path):
     r = reef("-C", str(root), "harness", "evolve")
     assert r.code == 3 and "CLAUDE.md has unpublished edits" in r.err
     assert "my unpublished line" in claude.read_text() and len(releases(reef, root)) == 1
+
+
+# ------------------------------------------------------------------------------------------- with a canary gate
+
+AGENT = """import os, pathlib, sys
+text = (pathlib.Path(os.environ["REEF_HARNESS_DIR"]) / "CLAUDE.md").read_text()
+if "linter" in text.lower():
+    pathlib.Path("linted").write_text("yes")
+if "tabs" in text.lower():
+    pathlib.Path("broken").write_text("yes")
+print("done")
+"""
+
+
+def _gated_project(reef, tmp_path, *, check: str):
+    root, ledger = init_project(reef, tmp_path)
+    agent = tmp_path / "agent.py"
+    agent.write_text(AGENT)
+    (root / "canary").mkdir()
+    tasks = "\n".join(f"  - {{id: t{i}, prompt: 'task {i}', check: '{check}'}}" for i in range(3))
+    (root / "canary" / "suite.yaml").write_text(f"tasks:\n{tasks}\n")
+    cfg = root / "harness.yaml"
+    text = cfg.read_text().replace('agent: [reef-claude, -p, "{prompt}"]', f'agent: ["{{python}}", "{agent}", "{{prompt}}"]')
+    cfg.write_text(text.replace("  evaluators: [evaluators/**]", "  evaluators: [evaluators/**]\n  repeats: 1"))
+    r = reef("-C", str(root), "publish", "-m", "canary suite and agent")
+    assert r.code == 0, r.err
+    return root, ledger
+
+
+def test_gated_evolve_publishes_on_the_verdict_with_attribution(reef, tmp_path):
+    root, ledger = _gated_project(reef, tmp_path, check="test -f linted")
+    feedback(ledger, LINT, 5)
+    out = evolve(reef, root)
+    assert out["status"] == "published" and out["gated"] is True and not out["warnings"]
+    assert out["verdict"]["decision"] == "publish"
+    rel = out["release"]
+    assert rel["meta"]["gate"]["decision"] == "publish" and out["verdict"]["record_id"] in rel["evidence"]
+    assert "not gated" not in rel["reason"]
+    bid = memory(root)[LINT_KEY]["id"]
+    assert out["verdict"]["bullet_utility"][bid] == pytest.approx(1.0)
+    evolve(reef, root)  # the next reflect folds the gate's measured utility into memory
+    assert memory(root)[LINT_KEY]["utility"] == pytest.approx(1.0)
+
+
+def test_gate_rejection_is_negative_evidence(reef, tmp_path):
+    root, ledger = _gated_project(reef, tmp_path, check="test ! -f broken")
+    feedback(ledger, {"lesson": "Use tabs for indentation."}, 5)
+    out = evolve(reef, root)
+    assert out["status"] == "rejected" and out["verdict"]["decision"] == "reject"
+    assert [(n["key"], n["origin"]) for n in out["negatives"]] == [("do:indentation+tab+use", "gate")]
+    assert block_ids(root / "CLAUDE.md") == []
+    rel = releases(reef, root)[0]
+    assert rel["meta"]["bullets"] == [] and "gate rejected" in rel["reason"]  # pattern memory only
+    out = evolve(reef, root)
+    assert out["status"] == "published" and not out["ops"]
+    assert memory(root)["do:indentation+tab+use"]["suppressed"]["origin"] == "gate"

@@ -21,7 +21,8 @@ def reflect(reef, root, *args, code=0) -> dict:
 
 def test_similarity_measure():
     a, b = terms_of("Always run the tests before finishing."), terms_of("Please make sure you run the test suite before finishing")
-    assert similarity(a, b) == pytest.approx(0.8)
+    assert similarity(a, b) == pytest.approx(0.6)
+    assert similarity(a, terms_of("Always run the linter before finishing.")) == pytest.approx(0.4)
     assert key_for("do", a) == "do:before+finish+run+test"
     assert polarity_of("Don't force-push to main") == "dont" and polarity_of("Use tabs") == "do"
     assert similarity(terms_of("Use tabs"), terms_of("Write docs")) == 0.0
