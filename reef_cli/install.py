@@ -416,6 +416,11 @@ def shell_script(store, adapter: Adapter, *, release: Release | None = None, roo
         mode = "755" if entry.mode == MODE_EXEC else "644"
         lines.extend(_emit(f"put {q(rel)} {mode}", entry.data))
     lines.extend(_emit(f"put {q(MARKER)} 644", marker))
+    sums = "".join(f"{sha256(e.data)}  {rel}\n" for rel, e in sorted(files.items()) if "\n" not in rel and "\\" not in rel)
+    if sums:  # the bytes written are the bytes hashed: catches any shell that mangles a heredoc
+        lines.extend(_emit("if command -v sha256sum >/dev/null 2>&1 && ! (cd \"$dest\" && sha256sum --quiet -c -)",
+                           sums.encode()))
+        lines.append("then fail \"installed files do not match their sha256\"; fi")
     rec_path = record_path(store.project, adapter.name, agent_dir)
     lines.append(f"mkdir -p {q(str(rec_path.parent))}")
     lines.extend(_emit(f"cat > {q(str(rec_path))}.tmp", canonical(record.to_json()) + b"\n"))

@@ -176,3 +176,18 @@ def test_under_reef_the_wrapper_runs_the_harness_it_is_given_and_records_nothing
     # a compiled directory (no harness.yaml), as reef-claude itself exports to the agent, is not an episode
     r = wrap(setup, env={"REEF_HARNESS_DIR": str(installed)})
     assert r.returncode == 0 and "reef: receipt" in r.stderr
+
+
+def test_the_wrapper_start_stays_off_heavy_imports(setup):
+    """Every agent start goes through the wrapper: once installed, it must not pay for pygit2, YAML, rich or typer."""
+    env = {**setup["env"], "REEF_CLAUDE_BIN": "/bin/true", "REEF_PROJECT": str(setup["project"]),
+           "REEF_INSTALL_ROOT": str(setup["tmp"] / "root"), "REEF_QUIET": "1"}
+    assert subprocess.run([sys.executable, "-m", "reef_cli.wrapper", "claude"], cwd=setup["code"], env=env,
+                          timeout=60).returncode == 0  # warms the materialised release
+    r = subprocess.run([sys.executable, "-X", "importtime", "-m", "reef_cli.wrapper", "claude"], cwd=setup["code"],
+                       env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    names = {line.rsplit("|", 1)[1].strip() for line in r.stderr.splitlines() if line.startswith("import time:")}
+    heavy = sorted(n for n in names if n.split(".")[0] in ("pygit2", "jsonschema", "rich", "typer", "click")
+                   or n.startswith("ruamel.yaml"))
+    assert heavy == []
