@@ -215,7 +215,7 @@ def record_rollback_negatives(store, ledger, config) -> list[dict]:
             if not (target.step < r.step <= undone_head.step):
                 continue
             for op in r.meta.get("bullets") or ():
-                if op.get("op") != "add" or not op.get("key"):
+                if op.get("op") not in ("add", "update") or not op.get("key"):
                     continue
                 needed = reearn_needed(config, op.get("surface"))
                 rid = f"neg-rb-{rb.release_id}-{_sha(op['key'])[:16]}"
@@ -231,11 +231,16 @@ def record_rollback_negatives(store, ledger, config) -> list[dict]:
     return out
 
 
-def _reflect(store, ledger, config, memory: PatternMemory, opts: Options):
+def _reflect(store, ledger, config, memory: PatternMemory, opts: Options, files: dict | None = None):
     from .reflect import reflect
 
-    return reflect(ledger, store.scenario, memory, threshold=config.reflector.similarity,
-                   backend=make_backend(config, opts), progress=opts.progress)
+    backend = make_backend(config, opts)
+    bullets = []
+    if files is not None and backend != "builtin":
+        surfaces = Surfaces(files, config)
+        bullets = sorted({w.text for ws in surfaces.by_id.values() for w in ws})
+    return reflect(ledger, store.scenario, memory, threshold=config.reflector.similarity, backend=backend,
+                   progress=opts.progress, bullets=bullets)
 
 
 def _reflect_records(store, ledger, result, memory: PatternMemory, config) -> None:
@@ -282,9 +287,10 @@ def run_reflect(store, opts: Options) -> ReflectOutcome:
     ledger = ledger_of(store)
     with ledger:
         negatives = [] if opts.dry_run else record_rollback_negatives(store, ledger, config)
-        memory = load_memory(store, config, store.files_of(head))
+        files = store.files_of(head)
+        memory = load_memory(store, config, files)
         before = memory.dumps()
-        result = _reflect(store, ledger, config, memory, opts)
+        result = _reflect(store, ledger, config, memory, opts, files)
         after = memory.dumps()
         path = memory_path(config)
         written = False
@@ -412,7 +418,7 @@ def _evolve(store, ledger, opts: Options) -> Outcome:
     base = store.files_of(head)
     negatives = [] if opts.dry_run else record_rollback_negatives(store, ledger, config)
     memory = load_memory(store, config, base)
-    refl = _reflect(store, ledger, config, memory, opts)
+    refl = _reflect(store, ledger, config, memory, opts, base)
     root = store.project.root
     p = curate_plan(memory, with_memory(base, config, memory), config, now=opts.clock(), root=root)
     memory = p.memory

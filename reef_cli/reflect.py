@@ -386,13 +386,14 @@ class Reflector:
     """One reflect pass. `backend` is "builtin" or an `LLMBackend`."""
 
     def __init__(self, ledger, scenario: str, memory: PatternMemory, *, threshold: float, backend=None,
-                 progress: Callable[[dict], None] | None = None, reearn_default: Callable[[dict], int] | None = None):
+                 progress: Callable[[dict], None] | None = None, bullets: list[str] | None = None):
         self.ledger = ledger
         self.scenario = scenario
         self.memory = memory
         self.threshold = threshold
         self.llm = backend if backend is not None and not isinstance(backend, str) else None
         self.progress = progress
+        self.current_bullets = list(bullets or [])
         self.verifier = Verifier(ledger, scenario)
         self.receipts = _Receipts(ledger)
         self._cache: dict[str, tuple[str, str, frozenset]] = {}
@@ -542,8 +543,9 @@ class Reflector:
         self._seqs.clear()
 
     def _bullets(self) -> list[str]:
+        """What the model sees as already learned: the harness's current bullets, then the most-seen patterns."""
         pats = sorted(self.memory.patterns.values(), key=lambda p: (-p.count, p.key))[:40]
-        return [p.text for p in pats]
+        return list(dict.fromkeys(self.current_bullets + [p.text for p in pats]))[:60]
 
     def run(self) -> ReflectResult:
         mem = self.memory
@@ -587,9 +589,11 @@ class Reflector:
 
 
 def reflect(ledger, scenario: str, memory: PatternMemory, *, threshold: float, backend=None,
-            progress: Callable[[dict], None] | None = None) -> ReflectResult:
-    """Fold the ledger's records after `memory.through_seq` into `memory` (mutated) and return what happened."""
-    return Reflector(ledger, scenario, memory, threshold=threshold, backend=backend, progress=progress).run()
+            progress: Callable[[dict], None] | None = None, bullets: list[str] | None = None) -> ReflectResult:
+    """Fold the ledger's records after `memory.through_seq` into `memory` (mutated) and return what happened.
+    `bullets` (the harness's current learned bullets) are shown to the llm backend so it does not repeat them."""
+    return Reflector(ledger, scenario, memory, threshold=threshold, backend=backend, progress=progress,
+                     bullets=bullets).run()
 
 
 # --------------------------------------------------------------------------------------------- llm backend

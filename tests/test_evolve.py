@@ -333,3 +333,33 @@ def test_gate_rejection_is_negative_evidence(reef, tmp_path):
     out = evolve(reef, root)
     assert out["status"] == "published" and not out["ops"]
     assert memory(root)["do:indentation+tab+use"]["suppressed"]["origin"] == "gate"
+
+
+def test_sigkill_in_the_middle_of_the_gate_resumes_its_episodes(reef, tmp_path):
+    import time
+
+    root, ledger = _gated_project(reef, tmp_path, check="test -f linted")
+    agent = tmp_path / "agent.py"
+    agent.write_text("import time\ntime.sleep(0.3)\n" + AGENT)
+    feedback(ledger, LINT, 5)
+    proc = subprocess.Popen([reef_exe(), "-C", str(root), "harness", "evolve", "--json"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    evdir = root / ".reef/scenarios/default/evolve"
+    deadline = time.time() + 30
+    while time.time() < deadline:
+        journals = list(evdir.glob("evo_*/gate/journal.jsonl"))
+        if journals and journals[0].read_text().count("\n") >= 2:
+            break
+        time.sleep(0.05)
+    else:
+        proc.kill()
+        pytest.fail("the gate never journaled an episode")
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert len(releases(reef, root)) == 2  # init + config: no release from the killed evolve
+    done_before = journals[0].read_text().count("\n")
+    out = evolve(reef, root)
+    assert out["resumed"] is True and out["status"] == "published" and out["verdict"]["decision"] == "publish"
+    assert len(block_ids(root / "CLAUDE.md")) == 1 and len(releases(reef, root)) == 3
+    keys = [r.payload["key"] for r in ledger.iter_records(kind="episode")]
+    assert len(keys) == len(set(keys)) and len(keys) >= done_before  # resumed episodes are not run or logged twice
