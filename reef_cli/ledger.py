@@ -45,6 +45,9 @@ from typing import Any
 from .errors import ConflictError, InvalidInput, NotFound, StoreError
 
 ZERO_HASH = "0" * 64
+SYNC_ROUNDS = int(os.environ.get("REEF_LEDGER_SYNC_ROUNDS", "3"))
+"""A syncer syncs again (up to this many times in all) while lines arrived during its last sync: those writers
+are waiting on it anyway, and this saves them racing for the lock. Bounds the syncer's own extra wait."""
 REMOVED_LIST_LIMIT = 1000
 """A compaction record lists removed ids and hashes up to this many; beyond it, only the span hash and ends."""
 
@@ -57,6 +60,7 @@ _FIELDS = (
 )
 _ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 _HASH_KEY = b'"hash":"'
+_ID_KEY = b',"record_id":"'
 _BLOCK = 64 * 1024
 _fdatasync = getattr(os, "fdatasync", os.fsync)
 
@@ -240,6 +244,10 @@ class VerifyResult:
 
 
 class _BadJSON(ValueError):
+    pass
+
+
+class _BadIndex(ValueError):
     pass
 
 
@@ -685,37 +693,53 @@ class Ledger:
         self._index_from(0)
 
     def _index_from(self, start: int) -> None:
+        """Index the records from `start` on. Takes each id straight from the line's bytes (the top-level
+        "record_id" is the last member of that name, since keys are sorted and strings cannot hold a bare quote);
+        checking records is verify's and the readers' job, and a line with no id is reported here."""
         out: list[bytes] = []
-        for line in _scan(self.path, start, first_number=0 if start else 1):
-            if line.record is None:
-                number = line.number if start == 0 else _line_number(self.path, line.offset)
-                raise StoreError(f"{self.path}: line {number} is corrupt: {line.error} (nothing was changed)")
-            out.append(b"%s %d\n" % (line.record.record_id.encode("ascii"), line.offset))
+        for number, offset, raw, complete in _lines(self.path, start):
+            if not complete:
+                break  # a torn write in progress
+            at = raw.rfind(_ID_KEY) + len(_ID_KEY)
+            end = raw.find(b'"', at)
+            if at < len(_ID_KEY) or end < 0 or not _ID_RE.fullmatch(raw[at:end].decode("ascii", "replace")):
+                line = number if start == 0 else _line_number(self.path, offset)
+                raise StoreError(f"{self.path}: line {line} is corrupt: it has no record_id (nothing was changed)")
+            out.append(b"%s %d\n" % (raw[at:end], offset))
             if len(out) >= 4096:
                 os.write(self._idx_fd, b"".join(out))
                 out.clear()
         if out:
             os.write(self._idx_fd, b"".join(out))
 
-    def _lookup(self, ids: set[str]) -> dict[str, Record]:
-        """Stored records for `ids`, through the (caught-up) index. Under the writer lock."""
+    def _lookup(self, ids: set[str], rebuilt: bool = False) -> dict[str, Record]:
+        """Stored records for `ids`, through the (caught-up) index; an index that points at the wrong line is
+        rebuilt once. Under the writer lock."""
         self._catch_up_index()
         found: dict[str, Record] = {}
-        for rid, offset in _search_index(self._idx_fd, ids).items():
-            raw = _read_line_at(self._fd, offset)
+        try:
+            offsets = _search_index(self._idx_fd, ids)
+        except _BadIndex:
+            offsets = None
+        for rid, offset in (offsets or {}).items():
             try:
-                record, ok = _decode(raw)
+                record, ok = _decode(_read_line_at(self._fd, offset))
             except ValueError:
                 record, ok = None, False
             if record is None or record.record_id != rid:
-                self._rebuild_index()  # damage inside the index (its tail was just checked): start over
-                return self._lookup(ids)
+                offsets = None
+                break
             if not ok:
                 raise StoreError(
                     f"{self.path}: line {_line_number(self.path, offset)} (record {rid}) does not match its hash; "
                     f"run verify (nothing was changed)"
                 )
             found[rid] = record
+        if offsets is None:
+            if rebuilt:
+                raise StoreError(f"{self.index_path} disagrees with {self.path} even after a rebuild")
+            self._rebuild_index()
+            return self._lookup(ids, rebuilt=True)
         return found
 
     # -- writing
@@ -740,19 +764,23 @@ class Ledger:
         return self._append(drafts) if drafts else []
 
     def _append(self, drafts: list[_Draft]) -> list[Record]:
+        # Everything that does not depend on the chain happens outside the writer lock, so it is held briefly.
+        now = self._now()
+        created_at = format_time(now)
+        ids = [d.record_id or new_record_id(now) for d in drafts]
         with self._mutex:
             self._ensure_open()
             fcntl.flock(self._lock_fd, fcntl.LOCK_EX)
             try:
                 self._refresh()
                 existing = self._resolve_ids(drafts)
-                results, end = self._write(drafts, existing)
+                written, end = self._write(drafts, ids, created_at, existing)
                 ino = self._ino
             finally:
                 fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
             if end:
                 self._make_durable(ino, end)
-        return results
+        return [item if isinstance(item, Record) else self._record(*item) for item in written]
 
     def _resolve_ids(self, drafts: list[_Draft]) -> dict[int, Record]:
         """Records already stored or earlier in the batch under a draft's client-supplied id, by draft position;
@@ -781,41 +809,42 @@ class Ledger:
                 first.setdefault(rid, draft)
         return existing
 
-    def _write(self, drafts: list[_Draft], existing: dict[int, Record]) -> tuple[list[Record], int]:
-        """Chain and write the new records in one write; returns them and the file offset that must be durable
-        (0 if everything was already stored)."""
-        now = self._now()
-        created_at = format_time(now)
-        results: list[Record] = []
+    def _write(
+        self, drafts: list[_Draft], ids: list[str], created_at: str, existing: dict[int, Record]
+    ) -> tuple[list, int]:
+        """Chain the new records and write them in one write. Returns, per draft, the stored Record or the fields
+        to build one from, and the file offset that must become durable (0 if everything was stored already)."""
+        written: list = []
         lines: list[bytes] = []
-        in_batch: dict[str, Record] = {}
+        in_batch: dict[str, tuple] = {}
         seq, prev = self._seq, self._hash
         for position, draft in enumerate(drafts):
             if position in existing:
-                results.append(existing[position])
+                written.append(existing[position])
                 continue
             if draft.record_id is not None and draft.record_id in in_batch:
-                results.append(in_batch[draft.record_id])
+                written.append(in_batch[draft.record_id])
                 continue
             seq += 1
-            record, line = self._build(draft, seq, prev, created_at, now)
-            prev = record.hash
-            results.append(record)
+            digest, line = self._line(draft, ids[position], seq, prev, created_at)
+            fields = (draft, ids[position], seq, prev, created_at, digest)
+            prev = digest
+            written.append(fields)
             lines.append(line)
             if draft.record_id is not None:
-                in_batch[draft.record_id] = record
+                in_batch[draft.record_id] = fields
         if not lines:
-            return results, 0
+            return written, 0
         data = lines[0] if len(lines) == 1 else b"".join(lines)
         _append_all(self._fd, data, self._size, self.path)
         self._size += len(data)
         self._seq, self._hash = seq, prev
-        return results, self._size
+        return written, self._size
 
-    def _build(self, draft: _Draft, seq: int, prev: str, created_at: str, now: datetime) -> tuple[Record, bytes]:
-        record_id = draft.record_id or new_record_id(now)
-        # Canonical JSON, assembled around the already-encoded payload (keys in sorted order; "hash" sorts between
-        # "created_at" and "kind"): `body` is the record without "hash", the line splices "hash" into it.
+    def _line(self, draft: _Draft, record_id: str, seq: int, prev: str, created_at: str) -> tuple[str, bytes]:
+        """The record's hash and its line. Canonical JSON, assembled around the already-encoded payload (keys in
+        sorted order; "hash" sorts between "created_at" and "kind"): the hashed body is the record without "hash",
+        and the line is the same bytes with "hash" spliced in."""
         left = f'{{"content_id":{_json_str(draft.content_id)},"created_at":"{created_at}",'.encode()
         right = (
             f',"prev_hash":"{prev}","record_id":{_quote(record_id)},"release_id":{_json_str(draft.release_id)},'
@@ -823,45 +852,56 @@ class Ledger:
         ).encode()
         middle = f'"kind":"{draft.kind}","payload":'.encode() + draft.payload_bytes + right
         digest = hashlib.sha256(left + middle).hexdigest()
-        line = b"%s\"hash\":\"%s\",%s\n" % (left, digest.encode("ascii"), middle)
-        record = Record(
+        return digest, b'%s"hash":"%s",%s\n' % (left, digest.encode("ascii"), middle)
+
+    def _record(self, draft: _Draft, record_id: str, seq: int, prev: str, created_at: str, digest: str) -> Record:
+        return Record(
             record_id, draft.kind, self.scenario, draft.release_id, draft.content_id, created_at,
             json.loads(draft.payload_bytes), seq, prev, digest,
         )
-        return record, line
 
     def _make_durable(self, ino: int, end: int) -> None:
         """Group commit: return once a sync that began after our write has finished, syncing only if none has.
 
-        The syncer holds the sync lock exclusively and publishes the offset its sync will cover before starting.
-        A writer whose line that sync covers waits for it with a shared lock (all such waiters wake together when
-        it ends, with no hand-off queue); any other writer queues for the exclusive lock, and the first through
-        syncs for all who wrote meanwhile, so the rest find their lines covered when their turn comes.
+        A writer tries to become the syncer without blocking. If another process holds the sync lock, it waits
+        for that holder to let go (a shared lock, granted to every waiter at once when the exclusive one drops,
+        so there is no hand-off queue) and looks again: covered, or the next to try. The syncer publishes the
+        offset its sync will cover before starting, and the offset it did cover after.
         """
         mark = self._mark
-        synced_ino, synced, target = mark.read()
-        if synced_ino == ino and synced >= end:
-            return
-        if synced_ino == ino and target >= end:
-            fcntl.flock(self._sync_fd, fcntl.LOCK_SH)  # granted when the sync in flight ends
-            fcntl.flock(self._sync_fd, fcntl.LOCK_UN)
-            synced_ino, synced, target = mark.read()
+        seen = None
+        while True:
+            state = mark.read()
+            synced_ino, synced, target = state
             if synced_ino == ino and synced >= end:
                 return
-            # else: that syncer died before finishing; fall through and sync ourselves
-        fcntl.flock(self._sync_fd, fcntl.LOCK_EX)
-        try:
-            synced_ino, synced, target = mark.read()
-            if synced_ino == ino and synced >= end:
+            try:
+                fcntl.flock(self._sync_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                fcntl.flock(self._sync_fd, fcntl.LOCK_SH)  # returns when the exclusive holder is done
+                fcntl.flock(self._sync_fd, fcntl.LOCK_UN)
+                if state == seen:
+                    os.sched_yield()  # only waiters held it, and nothing moved: let them finish
+                seen = state
+                continue
+            try:
+                synced_ino, synced, target = mark.read()
+                if synced_ino == ino and synced >= end:
+                    return
+                if synced_ino != ino and not self._is_current(ino):
+                    return  # compaction replaced the file after our write; it synced the copy before the swap
+                done = synced if synced_ino == ino else 0
+                for _ in range(SYNC_ROUNDS):
+                    size = os.fstat(self._fd).st_size
+                    if size <= done:
+                        break  # nobody wrote during the last sync
+                    mark.write(ino, done, size)
+                    self._sync_now()
+                    done = size
+                    mark.write(ino, done, done)
                 return
-            if synced_ino != ino and not self._is_current(ino):
-                return  # compaction replaced the file after our write; it synced the copy before the swap
-            size = os.fstat(self._fd).st_size
-            mark.write(ino, synced if synced_ino == ino else 0, size)
-            self._sync_now()
-            mark.write(ino, size, size)
-        finally:
-            fcntl.flock(self._sync_fd, fcntl.LOCK_UN)
+            finally:
+                fcntl.flock(self._sync_fd, fcntl.LOCK_UN)
 
     def _is_current(self, ino: int) -> bool:
         try:
@@ -1028,7 +1068,9 @@ class Ledger:
                 payload["removed"] = removed
             now = self._now()
             draft = _Draft("compaction", canonical_json(payload), None, None, None)
-            record, line = self._build(draft, self._seq + 1, self._hash, format_time(now), now)
+            fields = (draft, new_record_id(now), self._seq + 1, self._hash, format_time(now))
+            digest, line = self._line(*fields)
+            record = self._record(*fields, digest)
             size += _write_fd(fd, line)
             os.fsync(fd)
         except BaseException:
@@ -1128,28 +1170,27 @@ def _last_lines(handle, limit: int) -> list[tuple[int, bytes]]:
 
 
 def _search_index(fd: int, ids: set[str]) -> dict[str, int]:
-    """Offsets of `ids` in an index file: one streaming pass, whatever the number of ids."""
+    """Offsets of `ids` in an index file, reading blocks backwards from the end: the records asked for are
+    usually recent (a receipt being reported on), so they are found in the first block; an id that is not there
+    costs one pass over the index, whatever the number of ids."""
     wanted = {b"\n" + rid.encode("ascii") + b" ": rid for rid in ids}
     found: dict[str, int] = {}
-    position, carry = 0, b""
-    while wanted:
-        block = os.pread(fd, 1 << 20, position)
-        if not block:
-            break
-        position += len(block)
-        data = carry + block
-        cut = data.rfind(b"\n")
+    position = os.fstat(fd).st_size
+    carry = b""  # the start of a line that began in the block before this one
+    while wanted and position > 0:
+        step = min(1 << 20, position)
+        position -= step
+        data = os.pread(fd, step, position) + carry
         for needle in list(wanted):
-            at = data.find(needle, 0, cut + 1 + len(needle))
-            if 0 <= at < cut:
+            at = data.rfind(needle)
+            if at >= 0:
                 end = data.find(b"\n", at + 1)
-                if end < 0:
-                    continue  # the entry's offset continues in the next block
-                try:
-                    found[wanted.pop(needle)] = int(data[at + len(needle) : end])
-                except ValueError:
-                    continue
-        carry = data[cut:] if cut >= 0 else data
+                digits = data[at + len(needle) : end if end >= 0 else len(data)]
+                if not digits.isdigit():
+                    raise _BadIndex(f"index entry for {wanted[needle]} has no offset")
+                found[wanted.pop(needle)] = int(digits)
+        first = data.find(b"\n")
+        carry = data[:first] if first >= 0 else data
     return found
 
 

@@ -432,10 +432,11 @@ def test_sigkill_never_loses_an_acknowledged_record_nor_keeps_a_partial_one(tmp_
                              env=child_env())
             for w in range(2)
         ]
-        if round_ % 3 == 0:
-            procs.append(subprocess.Popen([sys.executable, str(child), str(path), "torn"], stdout=subprocess.PIPE,
-                                          env=child_env()))
-        time.sleep(rng.uniform(0.3, 0.4) if round_ % 3 == 0 else rng.uniform(0.08, 0.3))
+        if round_ % 3 == 0:  # a third writer dies mid-line while these two run (it kills itself; wait for it)
+            out, _ = subprocess.Popen([sys.executable, str(child), str(path), "torn"], stdout=subprocess.PIPE,
+                                      env=child_env()).communicate(timeout=60)
+            acknowledged += out.decode().splitlines()
+        time.sleep(rng.uniform(0.08, 0.3))
         for proc in procs:
             proc.send_signal(signal.SIGKILL)
         for proc in procs:
@@ -443,7 +444,7 @@ def test_sigkill_never_loses_an_acknowledged_record_nor_keeps_a_partial_one(tmp_
             acknowledged += out.decode().splitlines()
     torn = acknowledged.count("torn")
     acknowledged = [line for line in acknowledged if line != "torn"]
-    assert len(acknowledged) > 100 and torn >= 5
+    assert len(acknowledged) > 100 and torn == 10
     with Ledger(path, "crash") as ledger:
         ledger.append("interaction", {"final": True}, release_id="r", content_id="c")  # repairs a torn tail
         result = ledger.verify()
