@@ -539,9 +539,21 @@ def _continue(store, ledger, journal: Journal, state: dict, opts: Options, out: 
     out.verdict = verdict
     out.gated = bool(state["gated"])
     negatives: list[tuple[str, dict]] = []
-    if verdict is not None and verdict.get("decision") != "publish":
-        for o in ops:
-            if o.op == "add" and o.key:
+    existing = set(Surfaces(base, config).by_id)
+    new_adds = [o for o in ops if o.op == "add" and o.bullet_id not in existing]
+    if verdict is not None and verdict.get("decision") != "publish" and not new_adds and not contradictions \
+            and _non_regressing(verdict):
+        # Only moves and removals of bullets the harness already holds: neutral by intent, so "no task got worse"
+        # is the bar — requiring an improvement would refuse every promotion up the ladder.
+        verdict = {**verdict, "accepted_as": "non-regressing move"}
+        out.verdict = verdict
+        gate_notes = ["the gate saw no improvement, but this release only moves or removes existing bullets and no "
+                      "canary task got worse"]
+    else:
+        gate_notes = []
+    if verdict is not None and verdict.get("decision") != "publish" and "accepted_as" not in verdict:
+        for o in (new_adds or [o for o in ops if o.op == "add"]):
+            if o.key:
                 p = memory.patterns.get(o.key)
                 negatives.append((f"neg-{state['evolve_id']}-{_sha(o.key)[:16]}", _negative_payload(
                     o.key, o.text, p.polarity if p else "", "gate", f"the canary gate rejected it: "
@@ -567,12 +579,13 @@ def _continue(store, ledger, journal: Journal, state: dict, opts: Options, out: 
                 "patterns": sorted({o.key for o in publish_ops if o.key}), "gated": out.gated}
         if verdict is not None and "policy" in verdict:
             meta["gate"] = {k: verdict.get(k) for k in ("decision", "policy", "record_id", "interval",
-                                                        "episodes_spent", "reason")}
+                                                        "episodes_spent", "reason", "accepted_as") if k in verdict}
         if state["warnings"]:
             meta["warning"] = state["warnings"][0]
         extra = "gate rejected the bullets" if out.status == "rejected" else (
-            "not gated" if publish_ops and not out.gated else "")
-        if out.gated and verdict and verdict.get("decision") == "publish" and "candidate_content_id" in verdict:
+            "not gated" if publish_ops and not out.gated else (verdict or {}).get("accepted_as", ""))
+        accepted = verdict and (verdict.get("decision") == "publish" or verdict.get("accepted_as"))
+        if out.gated and accepted and "candidate_content_id" in verdict:
             cid = store.git.write_tree(dict(files))
             if cid != verdict["candidate_content_id"]:
                 raise PolicyError(f"the gate judged content {verdict['candidate_content_id'][:12]}, not "
@@ -586,7 +599,7 @@ def _continue(store, ledger, journal: Journal, state: dict, opts: Options, out: 
     _finish(store, ledger, journal, state, base, files, negatives)
     out.negatives += [{"record_id": rid, **p} for rid, p in negatives]
     out.ops = [o.to_json() for o in publish_ops]
-    out.warnings = list(state["warnings"]) if publish_ops and not out.gated else []
+    out.warnings = (list(state["warnings"]) if publish_ops and not out.gated else []) + gate_notes
     if release is not None:
         out.release = release.to_json()
         out.evidence = list(release.evidence)
@@ -595,6 +608,11 @@ def _continue(store, ledger, journal: Journal, state: dict, opts: Options, out: 
     elif out.status != "rejected":
         out.status = "pending" if out.pending else "nothing"
     return out
+
+
+def _non_regressing(verdict: dict) -> bool:
+    tasks = verdict.get("per_task") or []
+    return bool(tasks) and all(t.get("status") in ("same", "improved") for t in tasks)
 
 
 def _finish(store, ledger, journal: Journal, state: dict, base: dict, files: dict,

@@ -363,3 +363,18 @@ def test_sigkill_in_the_middle_of_the_gate_resumes_its_episodes(reef, tmp_path):
     assert len(block_ids(root / "CLAUDE.md")) == 1 and len(releases(reef, root)) == 3
     keys = [r.payload["key"] for r in ledger.iter_records(kind="episode")]
     assert len(keys) == len(set(keys)) and len(keys) >= done_before  # resumed episodes are not run or logged twice
+
+
+def test_a_gated_move_up_the_ladder_needs_no_regression_not_an_improvement(reef, tmp_path):
+    root, ledger = _gated_project(reef, tmp_path, check="test -f linted")
+    (tmp_path / "agent.py").write_text(AGENT.replace('/ "CLAUDE.md").read_text()',
+                                                     '/ "CLAUDE.md").read_text() + (pathlib.Path(os.environ["REEF_HARNESS_DIR"]) / "CLAUDE.local.md").read_text() if (pathlib.Path(os.environ["REEF_HARNESS_DIR"]) / "CLAUDE.local.md").exists() else (pathlib.Path(os.environ["REEF_HARNESS_DIR"]) / "CLAUDE.md").read_text()'))
+    feedback(ledger, LINT, 3)
+    first = evolve(reef, root)
+    assert first["verdict"]["decision"] == "publish" and len(block_ids(root / "CLAUDE.local.md")) == 1
+    feedback(ledger, LINT, 2)
+    out = evolve(reef, root)
+    assert out["verdict"]["decision"] == "reject" and out["verdict"]["accepted_as"] == "non-regressing move"
+    assert out["status"] == "published" and not out["negatives"]
+    assert "non-regressing move" in out["release"]["reason"] and out["warnings"]
+    assert block_ids(root / "CLAUDE.local.md") == [] and len(block_ids(root / "CLAUDE.md")) == 1
