@@ -13,7 +13,10 @@ Decisions (where the issue is silent):
   re-reads the records after its mark.
 * **Gating.** With canary tasks, every bullet change (Learned or Evolvable) is gated as one candidate; a publish
   verdict publishes it all, a reject publishes only pattern memory (bookkeeping no agent reads) and records
-  negative evidence for every key in the candidate. Memory-only changes are never gated. Without canary tasks,
+  negative evidence for the keys whose bullets were new to the harness. A candidate that only moves bullets up
+  the ladder or removes them (expiry, budget) is neutral by intent: it publishes when no canary task got worse
+  (every per-task status "same" or "improved"), since requiring an improvement would refuse every promotion.
+  Memory-only changes are never gated. Without canary tasks,
   Learned-zone groups publish after guard, schema and budget checks with a "not gated" warning, and Evolvable
   groups and contradictions wait in a pending proposal for `reef harness promote`.
 * **Contradictions** go to the gate as "take the new bullet" (the old one removed); when the gate publishes, the

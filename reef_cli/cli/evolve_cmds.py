@@ -220,13 +220,17 @@ def patterns_cmd(ctx: typer.Context, as_json: bool = JSON) -> None:
 
 def demo_cmd(ctx: typer.Context, as_json: bool = JSON,
              agent: Optional[str] = typer.Option(None, "--agent", help="Run this agent command instead of the bundled example (a shell command; {prompt} is replaced)."),
+             suite: Optional[str] = typer.Option(None, "--suite", help="A directory of task YAML files (canary and train splits) instead of the bundled suite."),
              keep: bool = typer.Option(False, "--keep", help="Keep the temporary project and print its path.")) -> None:
     """The main job on embedded defaults: a temporary project, sessions with feedback, evolve, a better harness."""
-    from ..demo import run_demo
+    from pathlib import Path
+
+    from ..demo import load_suite_dir, run_demo
 
     env: Env = ctx.obj
     emit = None if as_json else print
-    summary = run_demo(agent=agent, keep=keep, environ=dict(env.environ), echo=emit)
+    files = load_suite_dir(env.cwd / Path(suite)) if suite else None
+    summary = run_demo(agent=agent, keep=keep, environ=dict(env.environ), echo=emit, suite=files)
     if as_json:
         emit_json(summary)
 

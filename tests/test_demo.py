@@ -1,0 +1,79 @@
+"""`reef demo`: the main job end to end, offline — sessions, feedback, gated evolve, a better canary score."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+import pytest
+
+AGENT = """import os, pathlib
+h = pathlib.Path(os.environ["REEF_HARNESS_DIR"])
+text = "".join(p.read_text() for p in (h / "CLAUDE.md", h / "CLAUDE.local.md") if p.exists()).lower()
+if "linter" in text:
+    pathlib.Path("linted").write_text("yes")
+if "changelog" in text:
+    pathlib.Path("CHANGELOG").write_text("yes")
+print("done")
+"""
+
+SUITE = """tasks:
+  - {id: c1, prompt: "canary one", check: "test -f linted"}
+  - {id: c2, prompt: "canary two", check: "test -f linted && test -f CHANGELOG"}
+  - {id: c3, prompt: "canary three", check: "test -f CHANGELOG"}
+  - {id: t1, split: train, prompt: "train one", check: "test -f linted",
+     description: "Always run the linter before finishing."}
+  - {id: t2, split: train, prompt: "train two", check: "test -f CHANGELOG",
+     description: "Add a changelog entry for every change."}
+"""
+
+
+def test_demo_with_an_agent_and_suite_of_our_own(reef, tmp_path):
+    agent = tmp_path / "agent.py"
+    agent.write_text(AGENT)
+    suite = tmp_path / "suite"
+    suite.mkdir()
+    (suite / "tasks.yaml").write_text(SUITE)
+    r = reef("-C", str(tmp_path), "demo", "--json", "--agent", f"{sys.executable} {agent} {{prompt}}",
+             "--suite", str(suite))
+    assert r.code == 0, r.err
+    out = json.loads(r.out)
+    assert out["baseline_score"] == 0.0 and out["final_score"] == 1.0 and out["improved"] is True
+    steps = {rel["step"]: rel for rel in out["releases"]}
+    assert steps[1]["operation"] == "init"
+    gated = [rel for rel in out["releases"] if rel["gate"] == "publish"]
+    assert gated and "CLAUDE.local.md" in gated[0]["reason"]
+    assert sorted(line.split("]")[0] for line in out["diff"]) == ["+ [CLAUDE.local.md", "+ [CLAUDE.local.md"]
+    assert any(s["feedback"] == "Always run the linter before finishing." for s in out["sessions"])
+    assert out["project"] is None  # removed
+
+
+def test_demo_text_output_shows_scores_verdicts_and_the_diff(reef, tmp_path):
+    agent = tmp_path / "agent.py"
+    agent.write_text(AGENT)
+    suite = tmp_path / "suite"
+    suite.mkdir()
+    (suite / "tasks.yaml").write_text(SUITE)
+    r = reef("-C", str(tmp_path), "demo", "--agent", f"{sys.executable} {agent} {{prompt}}", "--suite", str(suite))
+    assert r.code == 0, r.err
+    assert "canary score of release 1: 0.00" in r.out and "(was 0.00)" in r.out
+    assert "gate: publish" in r.out and "per-bullet diff, release 1 -> final:" in r.out
+    assert "+ [CLAUDE.local.md] reef:" in r.out
+
+
+def test_demo_on_embedded_defaults_is_offline_and_fast(reef, tmp_path):
+    pytest.importorskip("reef_cli.example_agent")
+    started = time.monotonic()
+    r = reef("-C", str(tmp_path), "demo", "--json")
+    assert r.code == 0, r.err
+    out = json.loads(r.out)
+    assert time.monotonic() - started < 30
+    assert out["final_score"] > out["baseline_score"]
+    assert out["releases"][0]["step"] == 1 and len(out["releases"]) >= 2
+    assert any(rel["gate"] == "publish" for rel in out["releases"])
+
+
+def test_demo_errors_are_one_line(reef, tmp_path):
+    r = reef("-C", str(tmp_path), "demo", "--suite", str(tmp_path / "missing"))
+    assert r.code == 4 and "--suite" in r.err and "not a directory" in r.err
