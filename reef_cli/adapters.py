@@ -25,6 +25,7 @@ class Layout:
     skills: str  # skill directory: <skills>/<name>/SKILL.md
     rules: str | None  # rules directory, or None: rules are appended to the instruction file
     settings: str | None  # where .claude/settings.json goes, or None: not for this agent
+    commands: str | None  # where commands / prompt templates go (<commands>/<name>.md), or None: not for this agent
     own_dir: str  # the agent's private directory (.claude, .pi, ...): passed through to this agent only
     config_strip: tuple[str, ...]  # prefixes dropped for the config-dir layout (CLAUDE_CONFIG_DIR, ...)
 
@@ -94,7 +95,7 @@ def load(name: str) -> Adapter:
     try:
         lay = d["layout"]
         layout = Layout(lay["instructions"], tuple(lay["reads"]), lay["skills"].rstrip("/"),
-                        (lay.get("rules") or None), lay.get("settings"), lay["own_dir"].rstrip("/"),
+                        (lay.get("rules") or None), lay.get("settings"), lay.get("commands"), lay["own_dir"].rstrip("/"),
                         tuple(lay.get("config_strip") or ()))
         npm = d.get("npm") or {}
         return Adapter(

@@ -6,7 +6,10 @@ gets what it actually reads:
 - one instruction file, chosen by the agent's own precedence (Claude Code reads only CLAUDE.md; opencode, pi and
   Codex prefer AGENTS.md and fall back to CLAUDE.md), with reef's notes file appended, and for agents without a rules
   directory the rules appended too, so nothing reef learns is lost on the way;
-- every skill directory under the agent's skill directory, checked for the frontmatter the agent needs;
+- every skill directory under the agent's skill directory, checked for the frontmatter the agent needs, and every
+  command (Claude's .claude/commands, opencode's .opencode/command, pi's .pi/prompts, Codex's prompts) under the
+  agent's command directory; where the same skill or command is kept in several places, the agent's own copy wins;
+- nested instruction files (packages/x/AGENTS.md) in the project layout, under the agent's file name;
 - Claude's settings, and each agent's own directory (.claude/, .opencode/, .pi/, .codex/), to that agent only.
 
 Two layouts: `project` (as in a repository: CLAUDE.md, .claude/skills/...) and `config` (as in the agent's config
@@ -30,7 +33,9 @@ INSTRUCTION_FILES = ("CLAUDE.md", "AGENTS.md")
 SKILL_ROOTS = (".claude/skills", ".agents/skills", ".opencode/skills", ".opencode/skill", ".pi/skills",
                ".codex/skills", "skills")
 RULE_ROOTS = (".claude/rules", ".agents/rules")
+COMMAND_ROOTS = (".claude/commands", ".opencode/command", ".opencode/commands", ".pi/prompts", ".codex/prompts")
 CLAUDE_SETTINGS = ".claude/settings.json"
+REEF_DIRS = (CONFIG_NAME, "reef", "canary", "evaluators")  # reef's own files: never an agent's
 AGENT_DIRS = (".claude", ".opencode", ".pi", ".codex")
 SKILL_NAME_CHARS = set("abcdefghijklmnopqrstuvwxyz0123456789-")
 
@@ -94,31 +99,21 @@ def compile_harness(files: dict[str, Entry], adapter: Adapter, *, layout: str = 
     else:
         warnings.append(f"no instruction file ({' or '.join(order)}) in the harness; {adapter.title} gets none")
 
-    # Skills: every <root>/<name>/... directory, deduplicated by name across roots.
+    # Skills: every <root>/<name>/... directory by name; commands: every <root>/<path>.md by path.
     roots = list(SKILL_ROOTS)
     surface = (config.surfaces.get("skill") if config else None) or ""
     if "/{slug}/" in surface:
         roots.append(surface.split("/{slug}/")[0])
-    roots = list(dict.fromkeys(roots))
-    skills: dict[str, dict[str, dict[str, str]]] = {}  # name -> root -> inner path -> canonical path
-    for src, rel in _under(files, tuple(roots)):
-        used.add(src)
-        if "/" not in rel:
-            warnings.append(f"{src} is not inside a skill directory (<skills>/<name>/SKILL.md); not compiled")
-            continue
-        name, inner = rel.split("/", 1)
-        skills.setdefault(name, {}).setdefault(src[: -len(rel) - 1], {})[inner] = src
-    for name, by_root in sorted(skills.items()):
-        first, *others = sorted(by_root, key=roots.index)
-        chosen = by_root[first]
-        for other in others:  # the same skill kept in two places is fine (a common compatibility copy)
-            if {i: files[p] for i, p in by_root[other].items()} != {i: files[p] for i, p in chosen.items()}:
-                problems.append(f"{other}/{name}/: skill '{name}' is also in {first}/{name}/ with other content; "
-                                "keep one")
-        for inner, src in sorted(chosen.items()):
+    skills = _units(files, list(dict.fromkeys(roots)), lay.skills, "skill", used, warnings, problems)
+    for name, members in skills.items():
+        for inner, src in sorted(members.items()):
             _put(out, sources, f"{lay.skills}/{name}/{inner}", files[src], (src,), problems)
     for path in [p for p in out if p.startswith(lay.skills + "/") and p.endswith("/SKILL.md")]:
         _check_skill(adapter, path, out[path], sources[path][0], problems)
+    commands = _units(files, list(COMMAND_ROOTS), lay.commands, "command", used, warnings, problems)
+    if lay.commands:
+        for name, members in commands.items():
+            _put(out, sources, f"{lay.commands}/{name}", files[members[""]], (members[""],), problems)
 
     # Settings and the agent's own directory (to this agent only; other agents' directories are skipped).
     if CLAUDE_SETTINGS in files:
@@ -135,6 +130,18 @@ def compile_harness(files: dict[str, Entry], adapter: Adapter, *, layout: str = 
             used.add(src)
         elif top in AGENT_DIRS:
             used.add(src)
+    nested = sorted(p for p in files if p not in used and "/" in p and p.rsplit("/", 1)[1] in INSTRUCTION_FILES
+                    and not any(d.startswith(".") or d == "skills" for d in p.split("/")[:-1]))  # not a skill's doc
+    if nested and layout == "project":
+        for directory in sorted({p.rsplit("/", 1)[0] for p in nested}):
+            pick = next(f"{directory}/{f}" for f in order if f"{directory}/{f}" in files)
+            _put(out, sources, f"{directory}/{lay.instructions}", files[pick], (pick,), problems)
+            _check_instruction_caps(adapter, f"{directory}/{lay.instructions}", files[pick].data, (pick,), problems)
+        used.update(nested)
+    dropped = sorted(p for p in files if p not in used and p != notes and p.split("/", 1)[0] not in REEF_DIRS)
+    if dropped:
+        shown = ", ".join(dropped[:5]) + (f" and {len(dropped) - 5} more" if len(dropped) > 5 else "")
+        warnings.append(f"{len(dropped)} file(s) not compiled for {adapter.name} ({layout} layout): {shown}")
     for pattern, required in adapter.frontmatter.items():
         if pattern == "skills":
             continue
@@ -156,6 +163,34 @@ def _config(files: dict[str, Entry]) -> HarnessConfig | None:
     if CONFIG_NAME not in files:
         return None
     return parse_config(files[CONFIG_NAME].data, source=CONFIG_NAME)
+
+
+def _units(files: dict[str, Entry], roots: list[str], own: str | None, kind: str, used: set[str],
+           warnings: list[str], problems: list[str]) -> dict[str, dict[str, str]]:
+    """Skills (a directory per name) or commands (a file per path) found under any of `roots`: name -> {inner path ->
+    canonical path}. The agent's own copy wins; otherwise copies kept in several places must agree."""
+    found: dict[str, dict[str, dict[str, str]]] = {}
+    for src, rel in _under(files, tuple(roots)):
+        used.add(src)
+        if kind == "skill":
+            if "/" not in rel:
+                warnings.append(f"{src} is not inside a skill directory (<skills>/<name>/SKILL.md); not compiled")
+                continue
+            name, inner = rel.split("/", 1)
+        else:
+            name, inner = rel, ""
+        found.setdefault(name, {}).setdefault(src[: -len(rel) - 1], {})[inner] = src
+    chosen: dict[str, dict[str, str]] = {}
+    for name, by_root in sorted(found.items()):
+        first, *others = sorted(by_root, key=lambda r: (r != own, roots.index(r)))
+        if first != own:
+            for other in others:
+                if {i: files[p] for i, p in by_root[other].items()} != {i: files[p] for i, p in by_root[first].items()}:
+                    where = f"{name}/" if kind == "skill" else name
+                    problems.append(f"{other}/{where}: {kind} '{name}' is also in {first}/{where} with other content; "
+                                    "keep one")
+        chosen[name] = by_root[first]
+    return chosen
 
 
 def _resolve_links(files: dict[str, Entry]) -> dict[str, Entry]:

@@ -73,7 +73,42 @@ def test_config_layout_drops_the_agent_directory_prefix():
     files = compile_harness(canonical(), load("claude"), layout="config").files
     assert {"CLAUDE.md", "settings.json", "rules/safety.md", "skills/demo/SKILL.md", "agents/helper.md"} <= set(files)
     assert set(compile_harness(canonical(), load("pi"), layout="config").files) == {
-        "AGENTS.md", "prompts/fix.md", "skills/demo/SKILL.md", "skills/demo/scripts/hello.sh", "skills/review/SKILL.md"}
+        "AGENTS.md", "prompts/fix.md", "prompts/ship.md", "skills/demo/SKILL.md", "skills/demo/scripts/hello.sh",
+        "skills/review/SKILL.md"}
+
+
+def test_commands_reach_every_agent_and_its_own_copy_wins():
+    files = {".claude/commands/ship.md": Entry(b"Ship $ARGUMENTS\n"), ".pi/prompts/ship.md": Entry(b"Ship $@\n"),
+             ".opencode/command/deploy/prod.md": Entry(b"Deploy\n")}
+    assert compile_harness(files, load("pi")).files == {".pi/prompts/ship.md": Entry(b"Ship $@\n"),
+                                                        ".pi/prompts/deploy/prod.md": Entry(b"Deploy\n")}
+    claude = compile_harness(files, load("claude"), layout="config")
+    assert claude.files == {"commands/ship.md": Entry(b"Ship $ARGUMENTS\n"), "commands/deploy/prod.md": Entry(b"Deploy\n")}
+    msg = errors_of(files, "opencode")  # neither ship.md is opencode's own, and they differ
+    assert msg == ("cannot compile the harness for opencode: .pi/prompts/ship.md: command 'ship.md' is also in "
+                   ".claude/commands/ship.md with other content; keep one")
+
+
+def test_nested_instruction_files_follow_precedence_in_the_project_layout_only():
+    files = {"AGENTS.md": Entry(b"top\n"), "web/AGENTS.md": Entry(b"web agents\n"), "web/CLAUDE.md": Entry(b"web claude\n"),
+             "api/AGENTS.md": Entry(b"api\n"), "web/skills/s/AGENTS.md": Entry(b"a skill's reference doc\n")}
+    claude = compile_harness(files, load("claude"))
+    assert claude.files == {"CLAUDE.md": Entry(b"top\n"), "web/CLAUDE.md": Entry(b"web claude\n"),
+                            "api/CLAUDE.md": Entry(b"api\n")}
+    pi = compile_harness(files, load("pi"))
+    assert pi.files["web/AGENTS.md"] == Entry(b"web agents\n") and pi.files["api/AGENTS.md"] == Entry(b"api\n")
+    assert "web/skills/s/CLAUDE.md" not in claude.files and "web/skills/s/AGENTS.md" not in pi.files
+    files.pop("web/skills/s/AGENTS.md")
+    config = compile_harness(files, load("pi"), layout="config")
+    assert set(config.files) == {"AGENTS.md"}
+    assert config.warnings == ("3 file(s) not compiled for pi (config layout): api/AGENTS.md, web/AGENTS.md, web/CLAUDE.md",)
+
+
+def test_files_no_agent_reads_are_named_in_a_warning():
+    files = {"AGENTS.md": Entry(b"x\n"), "GEMINI.md": Entry(b"g\n"), "hooks/h.json": Entry(b"{}"),
+             "reef/memory/patterns.json": Entry(b"{}"), "canary/t.yaml": Entry(b"")}
+    assert compile_harness(files, load("codex")).warnings == (
+        "2 file(s) not compiled for codex (project layout): GEMINI.md, hooks/h.json",)
 
 
 def test_precedence_when_both_instruction_files_exist():
@@ -236,3 +271,29 @@ def test_cli_compile_lists_files_with_sources(reef, project):
     assert "Claude Code (claude, config layout) from release" in r.out
     assert "rules/safety.md  <- .claude/rules/safety.md" in r.out
     assert "CLAUDE.md  <- CLAUDE.md, CLAUDE.local.md" in r.out
+
+
+REAL = Path(os.environ.get("REEF_SHARED", Path(__file__).resolve().parent.parent.parent / "shared")) / "data" / "real-harnesses"
+
+
+@pytest.mark.skipif(not REAL.is_dir(), reason="shared/data/real-harnesses not present")
+def test_real_harnesses_compile_for_every_agent_or_fail_naming_the_file():
+    from reef_cli.bootstrap import config_for_import, discover
+
+    outcomes = {}
+    for repo in sorted(p for p in REAL.iterdir() if p.is_dir()):
+        files, _ = discover(repo)
+        files["harness.yaml"] = Entry(config_for_import(files).encode())
+        for agent in names():
+            for layout in ("project", "config"):
+                try:
+                    result = compile_harness(files, load(agent), layout=layout)
+                    assert result.files, (repo.name, agent, layout)
+                    outcomes[repo.name, agent, layout] = "ok"
+                except InvalidInput as exc:
+                    outcomes[repo.name, agent, layout] = str(exc)
+    errors = {k: v for k, v in outcomes.items() if v != "ok"}
+    assert set(errors) == {("openai__openai-agents-python", "codex", "project"),
+                           ("openai__openai-agents-python", "codex", "config")}
+    assert all(v.startswith("cannot compile the harness for codex: AGENTS.md (from AGENTS.md) is 34,566 bytes")
+               for v in errors.values())
