@@ -174,3 +174,21 @@ def test_learned_notes_file_is_created_with_a_block_but_a_managed_file_is_never_
     (b,) = out["blocked"]
     assert b["kind"] == "no-block" and not b["negative"] and "add '<!-- reef:begin learned -->'" in b["reason"]
     assert claude.read_text() == "# Mine, no markers\n"
+
+
+def test_near_duplicate_bullets_in_one_block_merge(reef, tmp_path):
+    root, ledger = init_project(reef, tmp_path)
+    _config(reef, root, "reflector:\n  similarity: 0.95\n")
+    feedback(ledger, {"lesson": "Always run the tests before finishing."}, 6)
+    feedback(ledger, {"lesson": "Please make sure you run the test suite before finishing"}, 5)
+    evolve(reef, root)
+    assert len(block_ids(root / "CLAUDE.md")) == 2
+    cfg = root / "harness.yaml"
+    cfg.write_text(cfg.read_text().replace("similarity: 0.95", "similarity: 0.5"))
+    assert reef("-C", str(root), "publish", "-m", "looser similarity").code == 0
+    out = evolve(reef, root)
+    merged = [o for o in out["ops"] if o["op"] == "merge"]
+    assert len(merged) == 1 and merged[0]["reason"].startswith("merged into reef:")
+    (survivor,) = block_ids(root / "CLAUDE.md")
+    mem = {p["id"]: p for p in memory(root).values()}
+    assert mem[survivor]["count"] == 11 and mem[survivor]["text"] == "Always run the tests before finishing."
