@@ -260,10 +260,10 @@ def utcnow_iso() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
-def compiled_for_install(store, adapter: Adapter, release: Release) -> dict[str, Entry]:
+def compiled_for_install(store, adapter: Adapter, release: Release):
     from .compile import compile_harness
 
-    return compile_harness(store.files_of(release), adapter, layout="config").files
+    return compile_harness(store.files_of(release), adapter, layout="config")
 
 
 def install(
@@ -285,7 +285,8 @@ def install(
     agent_dir = root / adapter.config_dir
     if os.path.islink(root):
         raise InvalidInput(f"{root} is a symlink; reef never installs through symlinks — point --dest at a real directory")
-    files = compiled_for_install(store, adapter, release)
+    compiled = compiled_for_install(store, adapter, release)
+    files = compiled.files
     if MARKER in files:
         raise InvalidInput(f"the compiled harness has a file named {MARKER}, which reef reserves")
     _claim(agent_dir, store, adapter)
@@ -293,7 +294,7 @@ def install(
     prev_files = set(previous.files) if previous else set()
     if previous and previous.content_id == release.content_id and not verify(previous) and \
             set(previous.files) == set(files) and _wrapper_ok(previous, adapter, store, root, bin_dir, write_wrapper, environ):
-        return InstallResult(previous, True)
+        return InstallResult(previous, True, warnings=compiled.warnings)
     synced = sync_tree(agent_dir, files, prev_files)
     _write_marker(agent_dir, store, adapter)
     wrapper = None
@@ -308,7 +309,8 @@ def install(
     path = record_path(store.project, adapter.name, agent_dir)
     path.parent.mkdir(parents=True, exist_ok=True)
     write_atomic(path, canonical(record.to_json()) + b"\n")
-    return InstallResult(record, False, tuple(synced.written), tuple(synced.removed), tuple(synced.links))
+    return InstallResult(record, False, tuple(synced.written), tuple(synced.removed), tuple(synced.links),
+                         compiled.warnings)
 
 
 def _claim(agent_dir: Path, store, adapter: Adapter) -> None:
@@ -383,7 +385,7 @@ def shell_script(store, adapter: Adapter, *, release: Release | None = None, roo
     release = release or store.require_head()
     root = Path(os.path.abspath(root or default_root(store.project, store.scenario, environ)))
     agent_dir = root / adapter.config_dir
-    files = compiled_for_install(store, adapter, release)
+    files = compiled_for_install(store, adapter, release).files
     previous = load_record(store.project, adapter, root)
     stale = sorted(set(previous.files) - set(files)) if previous else []
     bin_path = Path(os.path.abspath(bin_dir or default_bin_dir(environ))) / f"reef-{adapter.name}"

@@ -204,3 +204,15 @@ def test_printed_script_carries_binary_bytes_exactly(reef, project, tmp_path):
     skill = dest / "claude" / "skills" / "code-review"
     assert (skill / "data.bin").read_bytes() == blob
     assert (skill / "run.sh").read_text() == "#!/bin/sh\necho 'quote' \"$HOME\" `x`\n" and os.access(skill / "run.sh", os.X_OK)
+
+
+def test_install_passes_on_compile_warnings(reef, project, tmp_path):
+    (project / "CLAUDE.local.md").write_text("- a note\n")
+    (project / "AGENTS.md").write_text("ignored by claude\n")
+    cfg = project / "harness.yaml"
+    cfg.write_text(cfg.read_text().replace("  - CLAUDE.md\n", "  - CLAUDE.md\n  - AGENTS.md\n", 1))
+    publish(reef, project)
+    r = install(reef, project, "--dest", str(tmp_path / "root"), "--bin-dir", str(tmp_path / "bin"))
+    assert r.code == 0, r.err
+    assert "reef: warning: AGENTS.md is not compiled for claude: Claude Code reads CLAUDE.md instead" in r.err
+    assert "- a note" in (tmp_path / "root" / "claude" / "CLAUDE.md").read_text()

@@ -106,6 +106,8 @@ def install_cmd(
         emit_json({**res.to_json(), "agent_binary": binary})
         return
     r = res.record
+    for w in res.warnings:
+        note(f"warning: {w}")
     if res.current:
         print(f"already current: {adapter.name} harness at release {r.release_id} (step {r.step}) in {r.agent_dir}")
     else:
