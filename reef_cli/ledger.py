@@ -32,7 +32,6 @@ import itertools
 import json
 import mmap
 import os
-import random
 import re
 import struct
 import threading
@@ -45,9 +44,6 @@ from typing import Any
 from .errors import ConflictError, InvalidInput, NotFound, StoreError
 
 ZERO_HASH = "0" * 64
-SYNC_ROUNDS = int(os.environ.get("REEF_LEDGER_SYNC_ROUNDS", "3"))
-"""A syncer syncs again (up to this many times in all) while lines arrived during its last sync: those writers
-are waiting on it anyway, and this saves them racing for the lock. Bounds the syncer's own extra wait."""
 REMOVED_LIST_LIMIT = 1000
 """A compaction record lists removed ids and hashes up to this many; beyond it, only the span hash and ends."""
 
@@ -113,9 +109,8 @@ os.register_at_fork(after_in_child=_reset_ids_after_fork)
 def new_record_id(moment: datetime | None = None) -> str:
     """`rec_` + a 26-character ULID (48-bit ms time, 80 random bits), strictly increasing within a process.
 
-    Within one millisecond (or if the clock steps back) the randomness is incremented, as ULID's monotonic mode does.
-    The randomness comes from `random`, which CPython reseeds from the OS in a forked child, and the sequence state
-    is reset there too, so parent and child never continue the same sequence.
+    Within one millisecond (or if the clock steps back) the randomness is incremented, as ULID's monotonic mode does;
+    a forked child resets that state, so parent and child never continue the same sequence.
     """
     ms = int((moment or utc_now()).timestamp() * 1000)
     with _id_lock:
@@ -123,9 +118,9 @@ def new_record_id(moment: datetime | None = None) -> str:
         if ms <= last_ms:
             ms, rand = last_ms, last_rand + 1
             if rand >> 80:
-                ms, rand = ms + 1, random.getrandbits(80)
+                ms, rand = ms + 1, int.from_bytes(os.urandom(10), "big")
         else:
-            rand = random.getrandbits(80)
+            rand = int.from_bytes(os.urandom(10), "big")
         if ms != last_ms or not prefix:
             # 48 bits as 50 (2 leading zeros) = 5 groups of 10 bits
             prefix = "".join([_PAIRS[(ms >> shift) & 0x3FF] for shift in (40, 30, 20, 10, 0)])
@@ -376,14 +371,13 @@ def _fsync_dir(directory: Path) -> None:
 
 
 class _SyncMark:
-    """A mapped page in `<ledger>.sync` shared by every writer: the inode of the ledger file, the offset up to
-    which it is known durable, and the offset the sync in flight (if any) will make durable. Reading it costs no
-    system call and storing to it dirties no inode (a `pwrite` would, and every sync's journal commit would carry
-    it). Stores happen under the sync lock; an unlocked read is a hint, and a torn one fails the check word and
-    reads as "nothing synced"."""
+    """A mapped page in `<ledger>.sync` shared by every writer: the inode of the ledger file and the offset up
+    to which it is known durable. Reading it costs no system call and storing to it dirties no inode (a `pwrite`
+    would, and every sync's journal commit would carry it). Stores happen under the sync lock; an unlocked read
+    is a hint, and a torn one fails the check word and reads as "nothing synced"."""
 
     SIZE = 4096
-    _LAYOUT = struct.Struct("<QQQQ")
+    _LAYOUT = struct.Struct("<QQQ")
     _MAGIC = 0x7265_6566_6C65_6467  # "reefledg"
 
     def __init__(self, fd: int):
@@ -391,12 +385,12 @@ class _SyncMark:
             os.ftruncate(fd, self.SIZE)  # growing only; a concurrent grower does the same
         self.map = mmap.mmap(fd, self.SIZE)
 
-    def read(self) -> tuple[int, int, int]:
-        ino, synced, target, check = self._LAYOUT.unpack_from(self.map, 0)
-        return (ino, synced, target) if check == ino ^ synced ^ target ^ self._MAGIC else (0, 0, 0)
+    def read(self) -> tuple[int, int]:
+        ino, synced, check = self._LAYOUT.unpack_from(self.map, 0)
+        return (ino, synced) if check == ino ^ synced ^ self._MAGIC else (0, 0)
 
-    def write(self, ino: int, synced: int, target: int) -> None:
-        self._LAYOUT.pack_into(self.map, 0, ino, synced, target, ino ^ synced ^ target ^ self._MAGIC)
+    def write(self, ino: int, synced: int) -> None:
+        self._LAYOUT.pack_into(self.map, 0, ino, synced, ino ^ synced ^ self._MAGIC)
 
     def close(self) -> None:
         self.map.close()
@@ -414,13 +408,17 @@ def _json_str(value: str | None) -> str:
 @dataclass
 class _Draft:
     kind: str
-    payload_bytes: bytes
+    payload_text: str  # canonical JSON; kept as text too, since decoding text skips json's encoding sniffing
     release_id: str | None
     content_id: str | None
     record_id: str | None
 
+    @property
+    def payload_bytes(self) -> bytes:
+        return self.payload_text.encode("utf-8")
+
     def key(self) -> tuple:
-        return self.kind, self.payload_bytes, self.release_id, self.content_id
+        return self.kind, self.payload_text, self.release_id, self.content_id
 
     def differences(self, record: Record) -> list[str]:
         """Fields in which an existing record differs (none: an identical resend)."""
@@ -442,8 +440,9 @@ def _draft(kind: Any, payload: Any, release_id: Any, content_id: Any, record_id:
     if not isinstance(payload, Mapping):
         raise InvalidInput(f"payload of a '{kind}' record must be a mapping, not {type(payload).__name__}")
     try:
-        payload_bytes = canonical_json(payload if type(payload) is dict else dict(payload))
-    except (TypeError, ValueError) as exc:
+        payload_text = _ENCODER.encode(payload if type(payload) is dict else dict(payload))
+        payload_text.encode("utf-8")
+    except (TypeError, ValueError) as exc:  # UnicodeEncodeError (a lone surrogate) is a ValueError
         raise InvalidInput(f"payload of a '{kind}' record is not JSON-serialisable: {exc}") from None
     for name, value in (("release_id", release_id), ("content_id", content_id)):
         if value is not None and (type(value) is not str or not _REF_RE.fullmatch(value) or not _utf8(value)):
@@ -453,7 +452,7 @@ def _draft(kind: Any, payload: Any, release_id: Any, content_id: Any, record_id:
             f"record_id {record_id!r} must be 1-128 characters of letters, digits and '_.:-', starting with a "
             f"letter or digit"
         )
-    return _Draft(kind, payload_bytes, release_id, content_id, record_id)
+    return _Draft(kind, payload_text, release_id, content_id, record_id)
 
 
 def _draft_of(item: NewRecord | Mapping[str, Any]) -> _Draft:
@@ -563,11 +562,11 @@ class Ledger:
         st = os.fstat(self._fd)
         self._ino, self._size = st.st_ino, -1
         with self._sync_lock():
-            ino, synced, _ = self._mark.read()
+            ino, synced = self._mark.read()
             if ino != st.st_ino or synced > st.st_size:
                 # The mark is for another file (first use, or a file replaced behind our back): sync, start over.
                 self._sync_now()
-                self._mark.write(st.st_ino, st.st_size, st.st_size)
+                self._mark.write(st.st_ino, st.st_size)
 
     def _sync_lock(self) -> _Flock:
         return _Flock(self._sync_fd)
@@ -650,7 +649,7 @@ class Ledger:
         os.ftruncate(self._fd, size)
         with self._sync_lock():
             self._sync_now()
-            self._mark.write(self._ino, size, size)
+            self._mark.write(self._ino, size)
 
     # -- the id index (under the writer lock; written only when a lookup needs it)
 
@@ -850,14 +849,14 @@ class Ledger:
             f',"prev_hash":"{prev}","record_id":{_quote(record_id)},"release_id":{_json_str(draft.release_id)},'
             f'"scenario":{self._scenario_json},"seq":{seq}}}'
         ).encode()
-        middle = f'"kind":"{draft.kind}","payload":'.encode() + draft.payload_bytes + right
+        middle = f'"kind":"{draft.kind}","payload":{draft.payload_text}'.encode() + right
         digest = hashlib.sha256(left + middle).hexdigest()
         return digest, b'%s"hash":"%s",%s\n' % (left, digest.encode("ascii"), middle)
 
     def _record(self, draft: _Draft, record_id: str, seq: int, prev: str, created_at: str, digest: str) -> Record:
         return Record(
             record_id, draft.kind, self.scenario, draft.release_id, draft.content_id, created_at,
-            json.loads(draft.payload_bytes), seq, prev, digest,
+            json.loads(draft.payload_text), seq, prev, digest,
         )
 
     def _make_durable(self, ino: int, end: int) -> None:
@@ -865,14 +864,14 @@ class Ledger:
 
         A writer tries to become the syncer without blocking. If another process holds the sync lock, it waits
         for that holder to let go (a shared lock, granted to every waiter at once when the exclusive one drops,
-        so there is no hand-off queue) and looks again: covered, or the next to try. The syncer publishes the
-        offset its sync will cover before starting, and the offset it did cover after.
+        so there is no hand-off queue) and looks again: covered, or the next to try. The syncer records the size
+        it saw before syncing as the durable mark, so only lines written before its sync began count as covered.
         """
         mark = self._mark
         seen = None
         while True:
             state = mark.read()
-            synced_ino, synced, target = state
+            synced_ino, synced = state
             if synced_ino == ino and synced >= end:
                 return
             try:
@@ -885,20 +884,14 @@ class Ledger:
                 seen = state
                 continue
             try:
-                synced_ino, synced, target = mark.read()
+                synced_ino, synced = mark.read()
                 if synced_ino == ino and synced >= end:
                     return
                 if synced_ino != ino and not self._is_current(ino):
                     return  # compaction replaced the file after our write; it synced the copy before the swap
-                done = synced if synced_ino == ino else 0
-                for _ in range(SYNC_ROUNDS):
-                    size = os.fstat(self._fd).st_size
-                    if size <= done:
-                        break  # nobody wrote during the last sync
-                    mark.write(ino, done, size)
-                    self._sync_now()
-                    done = size
-                    mark.write(ino, done, done)
+                size = os.fstat(self._fd).st_size
+                self._sync_now()
+                mark.write(ino, size)
                 return
             finally:
                 fcntl.flock(self._sync_fd, fcntl.LOCK_UN)
@@ -1067,7 +1060,7 @@ class Ledger:
             if cut <= REMOVED_LIST_LIMIT:
                 payload["removed"] = removed
             now = self._now()
-            draft = _Draft("compaction", canonical_json(payload), None, None, None)
+            draft = _Draft("compaction", _ENCODER.encode(payload), None, None, None)
             fields = (draft, new_record_id(now), self._seq + 1, self._hash, format_time(now))
             digest, line = self._line(*fields)
             record = self._record(*fields, digest)
@@ -1084,7 +1077,7 @@ class Ledger:
         self._fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CLOEXEC)
         self._ino = os.fstat(self._fd).st_ino
         with self._sync_lock():
-            self._mark.write(self._ino, size, size)
+            self._mark.write(self._ino, size)
         self._size, self._seq, self._hash = size, record.seq, record.hash
         if self._idx_fd >= 0 or self.index_path.exists():
             self._catch_up_index()  # the header names the old inode, so this rebuilds

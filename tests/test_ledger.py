@@ -399,9 +399,9 @@ CHILD = textwrap.dedent(
     path, tag = sys.argv[1], sys.argv[2]
     ledger = Ledger(path, "crash")
     if tag == "torn":  # a writer that dies inside its write: half a line, then SIGKILL with the lock held
-        lock = os.open(ledger.lock_path, os.O_RDWR)
+        lock = os.open(ledger.lock_path, os.O_RDWR | os.O_CREAT)  # in round 0 it may be the first one here
         fcntl.flock(lock, fcntl.LOCK_EX)
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
         os.write(fd, b'{"content_id":"c","created_at":"2026-01-01T00:00:00.000Z","hash":"0123')
         print("torn", flush=True)
         os.kill(os.getpid(), signal.SIGKILL)

@@ -1,0 +1,185 @@
+"""Ledger durability cost and group commit, each measured against a raw write+fsync loop in the same run.
+
+(1) single writer: median latency of `Ledger.append` (durable) vs `os.write` + `os.fsync` of a line of the same
+    size, on the same disk; rounds alternate so drift hits both. Target: <= 1.3x.
+(2) concurrent writers: records/s of W processes appending to one ledger vs the raw single-writer fsync rate.
+    Target (W=8): >= 4x.
+
+Usage: .venv/bin/python bench/ledger_bench.py [--dir bench/out] [--writers 8] [--per-writer 1000] [--trials 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from reef_cli.ledger import Ledger  # noqa: E402
+
+
+def payload(i: int, size: int) -> dict:
+    return {
+        "session": f"sess-{i:08d}",
+        "agent": "claude-code",
+        "outcome": "ok",
+        "tokens": {"in": 1200 + i % 97, "out": 310},
+        "note": "x" * max(0, size - 120),
+    }
+
+
+def raw_loop(path: Path, line: bytes, count: int, sync) -> list[float]:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_TRUNC, 0o644)
+    latencies = []
+    try:
+        for _ in range(count):
+            start = time.perf_counter()
+            os.write(fd, line)
+            sync(fd)
+            latencies.append(time.perf_counter() - start)
+    finally:
+        os.close(fd)
+    return latencies
+
+
+def ledger_loop(path: Path, count: int, size: int) -> tuple[list[float], int]:
+    latencies = []
+    with Ledger(path, "bench") as ledger:
+        ledger.append("interaction", payload(0, size), release_id="rel_bench", content_id="c_bench")  # open + create
+        for i in range(count):
+            body = payload(i, size)
+            start = time.perf_counter()
+            ledger.append("interaction", body, release_id="rel_bench", content_id="c_bench")
+            latencies.append(time.perf_counter() - start)
+        return latencies, ledger.fsyncs
+
+
+def worker(path: str, count: int, size: int) -> None:
+    ledger = Ledger(path, "bench")
+    ledger.append("interaction", payload(0, size), release_id="rel_bench", content_id="c_bench")
+    bodies = [payload(i, size) for i in range(count)]
+    sys.stdout.write("ready\n")
+    sys.stdout.flush()
+    sys.stdin.readline()
+    before = ledger.fsyncs
+    start = time.monotonic_ns()
+    for body in bodies:
+        ledger.append("interaction", body, release_id="rel_bench", content_id="c_bench")
+    end = time.monotonic_ns()
+    sys.stdout.write(json.dumps({"start": start, "end": end, "fsyncs": ledger.fsyncs - before}) + "\n")
+    sys.stdout.flush()
+
+
+def concurrent(path: Path, writers: int, count: int, size: int) -> dict:
+    procs = [
+        subprocess.Popen(
+            [sys.executable, __file__, "--worker", str(path), str(count), str(size)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        )
+        for _ in range(writers)
+    ]
+    for proc in procs:
+        assert proc.stdout.readline().strip() == "ready"
+    for proc in procs:
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+    reports = []
+    for proc in procs:
+        reports.append(json.loads(proc.stdout.readline()))
+        proc.wait()
+    seconds = (max(r["end"] for r in reports) - min(r["start"] for r in reports)) / 1e9
+    total = writers * count
+    with Ledger(path, "bench") as ledger:
+        result = ledger.verify()
+    assert result.ok and result.count == total + writers, result
+    return {"records": total, "seconds": seconds, "rate": total / seconds, "fsyncs": sum(r["fsyncs"] for r in reports)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dir", default=str(ROOT / "bench" / "out"), help="scratch dir on the disk under test")
+    parser.add_argument("--single", type=int, default=1000, help="appends per single-writer round")
+    parser.add_argument("--rounds", type=int, default=5, help="alternating raw/ledger single-writer rounds")
+    parser.add_argument("--writers", type=int, default=8)
+    parser.add_argument("--per-writer", type=int, default=1000)
+    parser.add_argument("--trials", type=int, default=3, help="concurrent trials, each with its own raw baseline")
+    parser.add_argument("--payload-bytes", type=int, default=300)
+    parser.add_argument("--worker", nargs=3, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        worker(args.worker[0], int(args.worker[1]), int(args.worker[2]))
+        return
+
+    scratch = Path(args.dir) / f"ledger-bench-{os.getpid()}"
+    scratch.mkdir(parents=True, exist_ok=True)
+    load_before = os.getloadavg()[0]
+    try:
+        with Ledger(scratch / "probe.jsonl", "bench") as probe:
+            line_size = len(probe.append("interaction", payload(0, args.payload_bytes), release_id="rel_bench",
+                                         content_id="c_bench").to_line())
+        line = b"x" * (line_size - 1) + b"\n"
+        fdatasync = getattr(os, "fdatasync", os.fsync)
+
+        # (1) single writer: alternate raw and ledger rounds so drift in the disk hits both
+        raw_fsync: list[float] = []
+        raw_fdatasync: list[float] = []
+        appends: list[float] = []
+        for round_ in range(args.rounds):
+            raw_fsync += raw_loop(scratch / "raw.dat", line, args.single, os.fsync)
+            raw_fdatasync += raw_loop(scratch / "raw.dat", line, args.single, fdatasync)
+            appends += ledger_loop(scratch / f"single-{round_}.jsonl", args.single, args.payload_bytes)[0]
+
+        # (2) concurrent writers: each trial against a raw single-writer fsync rate measured just before it
+        trials = []
+        for trial in range(args.trials):
+            baseline = raw_loop(scratch / "raw.dat", line, args.single, os.fsync)
+            raw_rate = len(baseline) / sum(baseline)
+            multi = concurrent(scratch / f"multi-{trial}.jsonl", args.writers, args.per_writer, args.payload_bytes)
+            trials.append((raw_rate, multi))
+        load_after = os.getloadavg()[0]
+
+        def stats(values: list[float]) -> tuple[float, float, float]:
+            ordered = sorted(values)
+            return statistics.median(values) * 1e6, ordered[int(len(ordered) * 0.9)] * 1e6, len(values) / sum(values)
+
+        rows = [
+            ("raw os.write + os.fsync, 1 writer", stats(raw_fsync)),
+            ("raw os.write + os.fdatasync, 1 writer", stats(raw_fdatasync)),
+            ("Ledger.append (durable), 1 writer", stats(appends)),
+        ]
+        print(f"scratch: {scratch} (same disk as the repo) | line {line_size} B | {os.cpu_count()} CPUs | "
+              f"load avg {load_before:.1f} -> {load_after:.1f}")
+        print()
+        print("| single writer | median µs | p90 µs | records/s |")
+        print("|---|---:|---:|---:|")
+        for name, (median, p90, rate) in rows:
+            print(f"| {name} | {median:.0f} | {p90:.0f} | {rate:,.0f} |")
+        print()
+        print(f"| {args.writers} writer processes x {args.per_writer} | raw fsync records/s (just before) | "
+              f"ledger records/s | ratio | records per sync |")
+        print("|---|---:|---:|---:|---:|")
+        ratios = []
+        for trial, (raw_rate, multi) in enumerate(trials):
+            ratios.append(multi["rate"] / raw_rate)
+            print(f"| trial {trial + 1} | {raw_rate:,.0f} | {multi['rate']:,.0f} | {ratios[-1]:.2f}x | "
+                  f"{multi['records'] / max(1, multi['fsyncs']):.1f} |")
+        print()
+        single = rows[2][1][0] / rows[0][1][0]
+        print(f"single-writer append / raw fsync, median latency: {single:.2f}x (target <= 1.3x); "
+              f"vs raw fdatasync: {rows[2][1][0] / rows[1][1][0]:.2f}x")
+        print(f"{args.writers} writers / raw single-writer fsync rate, median of trials: "
+              f"{statistics.median(ratios):.2f}x (target >= 4x)")
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
