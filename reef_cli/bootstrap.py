@@ -184,6 +184,10 @@ def init_project(
 ) -> InitResult:
     if template and import_path:
         raise InvalidInput("--template and --import are mutually exclusive")
+    from .recipes import load as load_recipe
+
+    if recipe is not None:
+        load_recipe(recipe)  # refuse before anything is written
     root = Path(os.path.abspath(root))
     if not root.is_dir():
         raise InvalidInput(f"{root}: not a directory")
@@ -211,6 +215,7 @@ def init_project(
         source = f"template:{name}"
     config = parse_config((root / CONFIG_NAME).read_bytes(), source=str(root / CONFIG_NAME))
     recipe = recipe or config.recipe
+    load_recipe(recipe)
     project.state.mkdir(exist_ok=True)
     if created_project:
         write_atomic(project.state / PROJECT_FILE, canonical({"version": 1, "default_scenario": scenario}) + b"\n")

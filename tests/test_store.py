@@ -198,10 +198,12 @@ def test_rollback_refuses_dirty_worktree(reef, tmp_path):
 
 def test_scenario_recipe_binding_conflict(reef, tmp_path):
     init(reef, tmp_path, "--scenario", "alpha", "--recipe", "harness-curate")
-    r = reef("-C", str(tmp_path), "init", "--scenario", "alpha", "--recipe", "weights-grpo")
+    r = reef("-C", str(tmp_path), "init", "--scenario", "alpha", "--recipe", "harness-review")
     assert r.code == 3 and "bound to recipe 'harness-curate'" in r.err
-    r = reef("-C", str(tmp_path), "init", "--scenario", "beta", "--recipe", "weights-grpo", "--json")
-    assert r.code == 0 and json.loads(r.out)["recipe"] == "weights-grpo"
+    r = reef("-C", str(tmp_path), "init", "--scenario", "beta", "--recipe", "harness-review", "--json")
+    assert r.code == 0 and json.loads(r.out)["recipe"] == "harness-review"
+    r = reef("-C", str(tmp_path), "init", "--scenario", "delta", "--recipe", "nope")
+    assert r.code == 4 and "unknown recipe 'nope'" in r.err and "harness-curate" in r.err
     r = reef("-C", str(tmp_path), "--scenario", "gamma", "status")
     assert r.code == 1 and "scenario 'gamma' does not exist" in r.err and "alpha" in r.err
     r = reef("-C", str(tmp_path), "--scenario", "Bad Name", "status")
