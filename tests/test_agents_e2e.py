@@ -2,8 +2,9 @@
 reef-<agent> wrappers against the fake LLM on 127.0.0.1, from a code directory that holds no harness.
 
 Each test asserts that a managed-block bullet and a skill's name and description reach the model (searching the whole
-request body: Claude Code puts CLAUDE.md in the first user message), that the receipt names the installed release,
-and that `reef-<agent> report` attaches to it. HOME, XDG dirs and agent config dirs are temp dirs; the agents talk
+request body: Claude Code puts CLAUDE.md in the first user message), that the skill's body reaches it when the model
+asks for it with the agent's own tool (so the agent really reads the install root), that the receipt names the
+installed release, and that `reef-<agent> report` attaches to it. HOME, XDG dirs and agent config dirs are temp dirs; the agents talk
 only to 127.0.0.1.
 
 The CLIs come from `adapters/install-agents.sh` (pinned versions, into $REEF_AGENTS_DIR, default
@@ -12,6 +13,7 @@ The CLIs come from `adapters/install-agents.sh` (pinned versions, into $REEF_AGE
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -23,6 +25,7 @@ from pathlib import Path
 
 import pytest
 
+from fakes import tool
 from reef_cli.adapters import find_binary, load
 
 REAL_ENV = dict(os.environ)  # read at import, before fixtures point HOME at a temp dir
@@ -32,6 +35,7 @@ VENV_BIN = Path(sys.executable).parent
 BULLET = "E2E-BULLET-7431: answer in one word"
 SKILL_NAME = "e2e-greeter"
 SKILL_DESC = "E2E-SKILL-5519 greets the user by name"
+SKILL_BODY = "E2E-SKILL-BODY-8820 say hello twice"
 TIMEOUT = 120
 
 
@@ -54,7 +58,7 @@ def harness(reef, tmp_path):
                                                        f"<!-- reef:begin learned -->\n- {BULLET}\n"))
     skill = project / ".claude" / "skills" / SKILL_NAME
     skill.mkdir(parents=True)
-    (skill / "SKILL.md").write_text(f"---\nname: {SKILL_NAME}\ndescription: {SKILL_DESC}\n---\n\nSay hello.\n")
+    (skill / "SKILL.md").write_text(f"---\nname: {SKILL_NAME}\ndescription: {SKILL_DESC}\n---\n\n{SKILL_BODY}\n")
     assert reef("-C", str(project), "publish", "-m", "e2e harness").code == 0
     return project
 
@@ -76,7 +80,9 @@ def install(project: Path, adapter: str, root: Path, bins: Path, env: dict) -> d
 
 
 def run_and_check(name: str, harness: Path, tmp_path: Path, fake_llm, extra_env: dict, extra_args: list[str] = (),
-                  before_run=None) -> dict:
+                  before_run=None, load_skill=None) -> dict:
+    """`load_skill(agent_dir)` is the tool call with which the model asks for the skill's body (the agents send only
+    its name and description up front): the next call must carry the body, read from the install root."""
     binary = need(name)
     home = tmp_path / "home"
     home.mkdir(exist_ok=True)
@@ -84,6 +90,8 @@ def run_and_check(name: str, harness: Path, tmp_path: Path, fake_llm, extra_env:
     record = install(harness, name, tmp_path / "root", tmp_path / "bin", env)
     if before_run:
         before_run(Path(record["agent_dir"]))
+    if load_skill:  # only the main turn lists the skills; opencode's title request must not take this reply
+        fake_llm.reply(dataclasses.replace(load_skill(Path(record["agent_dir"])), match=SKILL_DESC))
     code = tmp_path / "code"  # where the user works: no CLAUDE.md, no AGENTS.md, no skills
     code.mkdir()
     wrapper = tmp_path / "bin" / f"reef-{name}"
@@ -97,6 +105,9 @@ def run_and_check(name: str, harness: Path, tmp_path: Path, fake_llm, extra_env:
     assert any(c.contains(BULLET) for c in calls), f"the managed-block bullet did not reach the model ({name})"
     assert any(c.contains(SKILL_NAME) and c.contains(SKILL_DESC) for c in calls), \
         f"the skill's name and description did not reach the model ({name})"
+    if load_skill:
+        assert fake_llm.pending == 0, f"{name} never sent the turn that lists the skill"
+        assert any(c.contains(SKILL_BODY) for c in calls), f"the skill's body did not reach the model ({name})"
     m = re.search(r"reef: receipt (\S+) \(release (\S+), step", r.stderr)
     assert m and m.group(2) == record["release_id"], r.stderr
     receipt = m.group(1)
@@ -117,7 +128,8 @@ def run_and_check(name: str, harness: Path, tmp_path: Path, fake_llm, extra_env:
 
 def test_claude_through_reef_claude(harness, tmp_path, fake_llm):
     out = run_and_check("claude", harness, tmp_path, fake_llm,
-                        {"ANTHROPIC_BASE_URL": fake_llm.url, "ANTHROPIC_API_KEY": "dummy"}, ["--model", "fake-model"])
+                        {"ANTHROPIC_BASE_URL": fake_llm.url, "ANTHROPIC_API_KEY": "dummy"}, ["--model", "fake-model"],
+                        load_skill=lambda _dir: tool("Skill", {"skill": SKILL_NAME}))
     first = out["calls"][0]
     assert first.route == "anthropic.messages" and first.headers.get("user-agent", "").startswith("claude-cli/")
     init = out["interaction"].payload["agent_reported"]["init"]
@@ -132,7 +144,10 @@ def test_opencode_through_reef_opencode(harness, tmp_path, fake_llm):
                 "model": "fake/fake-model", "small_model": "fake/fake-model", "autoupdate": False, "share": "disabled"}
     out = run_and_check("opencode", harness, tmp_path, fake_llm, {
         "OPENCODE_CONFIG_CONTENT": json.dumps(provider), "OPENCODE_DISABLE_MODELS_FETCH": "1",
-        "OPENCODE_DISABLE_LSP_DOWNLOAD": "1", "OPENCODE_PURE": "1"})
+        "OPENCODE_DISABLE_LSP_DOWNLOAD": "1", "OPENCODE_PURE": "1"},
+        # its `skill` tool lists the skill's files with a ripgrep that opencode downloads at run time (offline here);
+        # `read` of the <location> the prompt gives is the same file
+        load_skill=lambda d: tool("read", {"filePath": str(d / "skills" / SKILL_NAME / "SKILL.md")}))
     assert all(c.route == "openai.chat" for c in out["calls"])
     assert "sessionID" in out["interaction"].payload["agent_reported"]["session"]
 
@@ -147,6 +162,7 @@ def test_pi_through_reef_pi(harness, tmp_path, fake_llm):
         (agent_dir / "settings.json").write_text(json.dumps({"defaultProvider": "fake", "defaultModel": "fake-model"}))
 
     out = run_and_check("pi", harness, tmp_path, fake_llm, {"PI_OFFLINE": "1", "PI_TELEMETRY": "0"},
-                        before_run=provider_config)
+                        before_run=provider_config,
+                        load_skill=lambda d: tool("read", {"path": str(d / "skills" / SKILL_NAME / "SKILL.md")}))
     session = out["interaction"].payload["agent_reported"]["session"]
     assert session["cwd"] == str(tmp_path / "code") and session["id"]
