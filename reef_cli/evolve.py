@@ -448,6 +448,8 @@ def _evolve(store, ledger, opts: Options) -> Outcome:
         out.ops = [o.to_json() for o in p.ops]
         out.gated = has_gate
         return out
+    if not opts.review:  # before anything is written: a user's unpublished edit of a target stops the evolve
+        _dirty_conflict(store, {o.path for o in p.ops} | {c.path for c in p.contradictions}, set())
     if refl.changed:
         _reflect_records(store, ledger, refl, memory, config)
     out.negatives += write_negatives(store, ledger, blocked_neg)
@@ -471,8 +473,17 @@ def _evolve(store, ledger, opts: Options) -> Outcome:
         if cand_ops:
             out.warnings.append("not gated: this project has no canary tasks; Learned-zone edits were published "
                                 "after guard, schema and budget checks only")
-    for c in chosen:
-        cand_ops += c.resolution(_zone(store, config, c.path))
+    kept = []
+    for c in chosen:  # a contradiction whose resolution cannot fit (budget, guard) is reported, not gated
+        trial = cand_ops + c.resolution(_zone(store, config, c.path))
+        try:
+            apply_ops(with_memory(base, config, memory), trial, config=config, memory=memory, root=root)
+        except (InvalidInput, PolicyError) as exc:
+            out.blocked.append(Blocked(c.key, c.path, "budget" if "budget" in str(exc) else "frozen", str(exc),
+                                       False, c.tier, c.text).to_json())
+            continue
+        cand_ops, kept = trial, kept + [c]
+    chosen = kept
     if pending_ops or pending_contra:
         prop = write_proposal(store, head, memory, pending_ops, pending_contra, [], mode="needs-human",
                               evidence=_evidence(memory, {o.key for o in pending_ops if o.key} |
@@ -485,7 +496,6 @@ def _evolve(store, ledger, opts: Options) -> Outcome:
     # final candidate: budgets may evict again when contradiction resolutions join; apply_ops reports what it did
     cand_files, applied = apply_ops(with_memory(base, config, memory), cand_ops, config=config, memory=memory,
                                     root=root)
-    _dirty_conflict(store, {o.path for o in applied}, set())
     state = {"evolve_id": evolve_id, "base_release_id": head.release_id, "phase": "planned",
              "memory": memory.dumps().decode("utf-8"), "ops": [o.to_json() for o in applied],
              "contradictions": [c.to_json() for c in chosen], "gated": bool(has_gate and applied),
