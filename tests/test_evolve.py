@@ -378,3 +378,25 @@ def test_a_gated_move_up_the_ladder_needs_no_regression_not_an_improvement(reef,
     assert out["status"] == "published" and not out["negatives"]
     assert "non-regressing move" in out["release"]["reason"] and out["warnings"]
     assert block_ids(root / "CLAUDE.local.md") == [] and len(block_ids(root / "CLAUDE.md")) == 1
+
+
+def test_the_whole_loop_through_reef_run_and_reef_report(reef, tmp_path):
+    import re
+
+    root, ledger = init_project(reef, tmp_path)
+    receipts = []
+    for i in range(5):
+        r = reef("-C", str(root), "run", "--", sys.executable, "-c", "import sys; sys.stderr.write('Error: lint failed\\n'); sys.exit(1)")
+        assert r.code == 1
+        receipts.append(re.search(r"receipt (\S+)", r.err).group(1))
+        r = reef("-C", str(root), "report", "--score", "0", "--feedback",
+                 "It did not lint. Always run the linter before committing.", "--receipt", receipts[-1])
+        assert r.code == 0, r.err
+    out = evolve(reef, root)
+    assert out["status"] == "published"
+    texts = {p["text"]: p for p in memory(root).values()}
+    lint = texts["Always run the linter before committing."]
+    failure = next(p for t, p in texts.items() if "Error: lint failed" in t)
+    assert failure["count"] == 5 and failure["origins"] == {"failure": 5}
+    assert lint["count"] == 5 and sorted(block_ids(root / "CLAUDE.md")) == sorted([lint["id"], failure["id"]])
+    assert set(out["release"]["evidence"]) >= set(lint["evidence"])
