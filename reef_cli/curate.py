@@ -32,7 +32,8 @@ Decisions (where the issue is silent):
   loser gets negative evidence). Against a human's line (outside any block, in any Markdown file of the harness) it
   is blocked and recorded as negative evidence naming file and line: reef never edits the human's text.
 * **Zone guard.** Every path goes through `zones.check_write`; a Frozen target blocks the group and is negative
-  evidence naming the path. For Managed files `blocks.outside_unchanged` is re-checked after applying.
+  evidence naming the path. For Managed files `blocks.outside_unchanged` is re-checked after applying. A target
+  that harness.yaml `include` does not match is reported too: it would not be part of the harness.
 * **Merges.** Two learned bullets in one block that are near-duplicates (same polarity, similarity at or above the
   threshold) merge: the higher-value one stays, takes the wording of the more-observed pattern (an `update` if that
   changes it), and the other is removed; memory folds the absorbed pattern's counts into the survivor.
@@ -523,6 +524,11 @@ def plan(memory: PatternMemory, files: dict, config, *, now: datetime, root: Pat
         if path in surfaces.damaged:
             blocked.append(Blocked(key, path, "damaged", surfaces.damaged[path], False, tier, p.text, p.polarity))
             continue
+        if not _included(config, path):
+            blocked.append(Blocked(key, path, "not-included", f"{path} is not matched by harness.yaml 'include', so "
+                                   f"it would not be part of the harness; add it there", False, tier, p.text,
+                                   p.polarity))
+            continue
         # contradictions: learned bullets first (a choice), then the human's lines (blocked)
         clash = _learned_clash(memory, surfaces, p)
         if clash is not None:
@@ -549,6 +555,12 @@ def plan(memory: PatternMemory, files: dict, config, *, now: datetime, root: Pat
                               zone(w.path), None, None, g))
     result = Plan(ops, contradictions, blocked, memory, expired, evicted, merged)
     return _simulate(result, files, config, root)
+
+
+def _included(config, path: str) -> bool:
+    from .zones import glob_match
+
+    return any(glob_match(g, path) for g in config.include) and not any(glob_match(g, path) for g in config.exclude)
 
 
 def _max_patterns(config) -> int:
