@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Callable
 
 from .adapters import Adapter
-from .errors import ConflictError, InvalidInput, NotFound
+from .errors import ConflictError, InvalidInput
 from .gitstore import MODE_EXEC, Entry
 from .project import Project, write_atomic
 from .releases import Release, canonical
