@@ -133,13 +133,16 @@ def run_recorded(
     stderr_fd: int | None = 2,
     capture: bool | None = None,
     on_output=None,
+    release: Release | None = None,
 ) -> RunResult:
+    """`release` pins the run to a release already materialised by the caller (a wrapper's install root), so a
+    publish between the caller's install and this call cannot re-attribute the run."""
     from .ledger import Ledger
     from .sessions import PendingReceipts, shell_key
 
     if not argv:
         raise InvalidInput("no command given: use 'reef run -- CMD ARGS...'")
-    release = store.require_head()
+    release = release or store.require_head()
     tree, config = store.materialised_config(release)
     if harness_dir is None:
         harness_dir = tree

@@ -125,11 +125,8 @@ def run(adapter_name: str, args: list[str], *, environ: dict | None = None, cwd:
 
     result = run_recorded(store, [binary, *args], env=child_env, adapter=adapter.name,
                           harness_dir=Path(record.agent_dir), extra_payload={"install": installed},
-                          cwd=cwd or Path.cwd(), on_output=on_output)
+                          cwd=cwd or Path.cwd(), on_output=on_output, release=store.find(record.release_id))
     receipt = result.record.record_id
-    if result.release.content_id != record.content_id:  # a publish raced our start: say so, never hide it
-        _note(f"warning: the head moved to release {result.release.release_id} while {adapter.name} started; "
-              f"it ran release {record.release_id} as installed")
     _remember(binding, receipt)
     if not binding.environ.get("REEF_QUIET"):
         _note(f"receipt {receipt} (release {record.release_id}, step {record.step}); "
