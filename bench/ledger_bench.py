@@ -23,7 +23,20 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+import reef_cli.ledger as ledger_module  # noqa: E402
 from reef_cli.ledger import Ledger  # noqa: E402
+
+
+def slow_disk(extra_ms: float) -> None:
+    """Emulate a disk whose syncs take `extra_ms` longer (both the raw baseline and the ledger pay it)."""
+    if extra_ms > 0:
+        real = ledger_module._fdatasync
+
+        def synced_slowly(fd: int) -> None:
+            real(fd)
+            time.sleep(extra_ms / 1000)
+
+        ledger_module._fdatasync = synced_slowly
 
 
 def payload(i: int, size: int) -> dict:
@@ -36,7 +49,7 @@ def payload(i: int, size: int) -> dict:
     }
 
 
-def raw_loop(path: Path, line: bytes, count: int, sync) -> list[float]:
+def raw_loop(path: Path, line: bytes, count: int, sync, extra_ms: float = 0.0) -> list[float]:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_TRUNC, 0o644)
     latencies = []
     try:
@@ -44,6 +57,8 @@ def raw_loop(path: Path, line: bytes, count: int, sync) -> list[float]:
             start = time.perf_counter()
             os.write(fd, line)
             sync(fd)
+            if extra_ms > 0:
+                time.sleep(extra_ms / 1000)
             latencies.append(time.perf_counter() - start)
     finally:
         os.close(fd)
@@ -62,7 +77,8 @@ def ledger_loop(path: Path, count: int, size: int) -> tuple[list[float], int]:
         return latencies, ledger.fsyncs
 
 
-def worker(path: str, count: int, size: int) -> None:
+def worker(path: str, count: int, size: int, extra_ms: float) -> None:
+    slow_disk(extra_ms)
     ledger = Ledger(path, "bench")
     ledger.append("interaction", payload(0, size), release_id="rel_bench", content_id="c_bench")
     bodies = [payload(i, size) for i in range(count)]
@@ -78,10 +94,10 @@ def worker(path: str, count: int, size: int) -> None:
     sys.stdout.flush()
 
 
-def concurrent(path: Path, writers: int, count: int, size: int) -> dict:
+def concurrent(path: Path, writers: int, count: int, size: int, extra_ms: float) -> dict:
     procs = [
         subprocess.Popen(
-            [sys.executable, __file__, "--worker", str(path), str(count), str(size)],
+            [sys.executable, __file__, "--worker", str(path), str(count), str(size), str(extra_ms)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
         )
         for _ in range(writers)
@@ -112,11 +128,15 @@ def main() -> None:
     parser.add_argument("--per-writer", type=int, default=1000)
     parser.add_argument("--trials", type=int, default=3, help="concurrent trials, each with its own raw baseline")
     parser.add_argument("--payload-bytes", type=int, default=300)
-    parser.add_argument("--worker", nargs=3, help=argparse.SUPPRESS)
+    parser.add_argument("--extra-sync-ms", type=float, default=0.0,
+                        help="emulate a slower disk: sleep this long after every sync, raw baseline included")
+    parser.add_argument("--worker", nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
-        worker(args.worker[0], int(args.worker[1]), int(args.worker[2]))
+        worker(args.worker[0], int(args.worker[1]), int(args.worker[2]), float(args.worker[3]))
         return
+    slow_disk(args.extra_sync_ms)
+    extra = args.extra_sync_ms
 
     scratch = Path(args.dir) / f"ledger-bench-{os.getpid()}"
     scratch.mkdir(parents=True, exist_ok=True)
@@ -133,16 +153,17 @@ def main() -> None:
         raw_fdatasync: list[float] = []
         appends: list[float] = []
         for round_ in range(args.rounds):
-            raw_fsync += raw_loop(scratch / "raw.dat", line, args.single, os.fsync)
-            raw_fdatasync += raw_loop(scratch / "raw.dat", line, args.single, fdatasync)
+            raw_fsync += raw_loop(scratch / "raw.dat", line, args.single, os.fsync, extra)
+            raw_fdatasync += raw_loop(scratch / "raw.dat", line, args.single, fdatasync, extra)
             appends += ledger_loop(scratch / f"single-{round_}.jsonl", args.single, args.payload_bytes)[0]
 
         # (2) concurrent writers: each trial against a raw single-writer fsync rate measured just before it
         trials = []
         for trial in range(args.trials):
-            baseline = raw_loop(scratch / "raw.dat", line, args.single, os.fsync)
+            baseline = raw_loop(scratch / "raw.dat", line, args.single, os.fsync, extra)
             raw_rate = len(baseline) / sum(baseline)
-            multi = concurrent(scratch / f"multi-{trial}.jsonl", args.writers, args.per_writer, args.payload_bytes)
+            multi = concurrent(scratch / f"multi-{trial}.jsonl", args.writers, args.per_writer, args.payload_bytes,
+                               extra)
             trials.append((raw_rate, multi))
         load_after = os.getloadavg()[0]
 
@@ -155,8 +176,9 @@ def main() -> None:
             ("raw os.write + os.fdatasync, 1 writer", stats(raw_fdatasync)),
             ("Ledger.append (durable), 1 writer", stats(appends)),
         ]
+        emulated = f" | EMULATED slower disk: +{extra:g} ms after every sync" if extra else ""
         print(f"scratch: {scratch} (same disk as the repo) | line {line_size} B | {os.cpu_count()} CPUs | "
-              f"load avg {load_before:.1f} -> {load_after:.1f}")
+              f"load avg {load_before:.1f} -> {load_after:.1f}{emulated}")
         print()
         print("| single writer | median µs | p90 µs | records/s |")
         print("|---|---:|---:|---:|")

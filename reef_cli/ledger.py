@@ -35,6 +35,7 @@ import os
 import re
 import struct
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -371,13 +372,14 @@ def _fsync_dir(directory: Path) -> None:
 
 
 class _SyncMark:
-    """A mapped page in `<ledger>.sync` shared by every writer: the inode of the ledger file and the offset up
-    to which it is known durable. Reading it costs no system call and storing to it dirties no inode (a `pwrite`
-    would, and every sync's journal commit would carry it). Stores happen under the sync lock; an unlocked read
-    is a hint, and a torn one fails the check word and reads as "nothing synced"."""
+    """A mapped page in `<ledger>.sync` that every writer shares: the ledger file's inode, the offset up to which
+    it is known durable, the sync in flight (the offset it covers, when it started), a moving average of how
+    long syncs take and how many bytes the last one covered. Reading it costs no system call and storing to it dirties no inode (a `pwrite` would, and
+    every sync's journal commit would carry it). Stores happen under the sync lock; an unlocked read is a hint,
+    and a torn one fails the check word and reads as "nothing synced, nothing in flight"."""
 
     SIZE = 4096
-    _LAYOUT = struct.Struct("<QQQ")
+    _LAYOUT = struct.Struct("<QQQQQQQ")
     _MAGIC = 0x7265_6566_6C65_6467  # "reefledg"
 
     def __init__(self, fd: int):
@@ -385,12 +387,22 @@ class _SyncMark:
             os.ftruncate(fd, self.SIZE)  # growing only; a concurrent grower does the same
         self.map = mmap.mmap(fd, self.SIZE)
 
-    def read(self) -> tuple[int, int]:
-        ino, synced, check = self._LAYOUT.unpack_from(self.map, 0)
-        return (ino, synced) if check == ino ^ synced ^ self._MAGIC else (0, 0)
+    def read(self) -> tuple[int, int, int, int, int, int]:
+        """(inode, synced, target, started_ns, average_ns, last_batch); target > synced while a sync is in flight."""
+        *fields, check = self._LAYOUT.unpack_from(self.map, 0)
+        ino, synced, target, started, average, batch = fields
+        if check != ino ^ synced ^ target ^ started ^ average ^ batch ^ self._MAGIC:
+            return 0, 0, 0, 0, 0, 0
+        return ino, synced, target, started, average, batch
 
-    def write(self, ino: int, synced: int) -> None:
-        self._LAYOUT.pack_into(self.map, 0, ino, synced, ino ^ synced ^ self._MAGIC)
+    def write(self, ino: int, synced: int, target: int, started: int, average: int, batch: int) -> None:
+        check = ino ^ synced ^ target ^ started ^ average ^ batch ^ self._MAGIC
+        self._LAYOUT.pack_into(self.map, 0, ino, synced, target, started, average, batch, check)
+
+    def settle(self, ino: int, synced: int) -> None:
+        """Durable up to `synced`, nothing in flight (keeps the timing average)."""
+        average = self.read()[4]
+        self.write(ino, synced, synced, 0, average, 0)
 
     def close(self) -> None:
         self.map.close()
@@ -562,11 +574,11 @@ class Ledger:
         st = os.fstat(self._fd)
         self._ino, self._size = st.st_ino, -1
         with self._sync_lock():
-            ino, synced = self._mark.read()
+            ino, synced = self._mark.read()[:2]
             if ino != st.st_ino or synced > st.st_size:
                 # The mark is for another file (first use, or a file replaced behind our back): sync, start over.
                 self._sync_now()
-                self._mark.write(st.st_ino, st.st_size)
+                self._mark.settle(st.st_ino, st.st_size)
 
     def _sync_lock(self) -> _Flock:
         return _Flock(self._sync_fd)
@@ -649,7 +661,7 @@ class Ledger:
         os.ftruncate(self._fd, size)
         with self._sync_lock():
             self._sync_now()
-            self._mark.write(self._ino, size)
+            self._mark.settle(self._ino, size)
 
     # -- the id index (under the writer lock; written only when a lookup needs it)
 
@@ -773,12 +785,13 @@ class Ledger:
             try:
                 self._refresh()
                 existing = self._resolve_ids(drafts)
+                start = self._size
                 written, end = self._write(drafts, ids, created_at, existing)
-                ino = self._ino
+                ino, own = self._ino, end - start
             finally:
                 fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
             if end:
-                self._make_durable(ino, end)
+                self._make_durable(ino, end, own)
         return [item if isinstance(item, Record) else self._record(*item) for item in written]
 
     def _resolve_ids(self, drafts: list[_Draft]) -> dict[int, Record]:
@@ -859,39 +872,46 @@ class Ledger:
             json.loads(draft.payload_text), seq, prev, digest,
         )
 
-    def _make_durable(self, ino: int, end: int) -> None:
+    def _make_durable(self, ino: int, end: int, own: int) -> None:
         """Group commit: return once a sync that began after our write has finished, syncing only if none has.
 
-        A writer tries to become the syncer without blocking. If another process holds the sync lock, it waits
-        for that holder to let go (a shared lock, granted to every waiter at once when the exclusive one drops,
-        so there is no hand-off queue) and looks again: covered, or the next to try. The syncer records the size
-        it saw before syncing as the durable mark, so only lines written before its sync began count as covered.
+        Waiters never block on the sync lock: flock hands nothing over, so a writer that has just synced would
+        take it again before the woken waiters run, and they would sleep through syncs that already covered
+        them. Instead a writer whose line the sync in flight covers sleeps until that sync should be done and
+        rereads the mark; any other writer tries the lock without blocking, and the first through syncs
+        everything written so far. A syncer that died is noticed by being long overdue; its lock is free.
         """
         mark = self._mark
-        seen = None
         while True:
-            state = mark.read()
-            synced_ino, synced = state
+            synced_ino, synced, target, started, average, _ = state = mark.read()
             if synced_ino == ino and synced >= end:
                 return
+            overdue = time.monotonic_ns() > started + 4 * average + _MIN_NAP_NS * 20
+            if synced_ino == ino and target >= end and target > synced and not overdue:
+                _nap(state)
+                continue
             try:
                 fcntl.flock(self._sync_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
-                fcntl.flock(self._sync_fd, fcntl.LOCK_SH)  # returns when the exclusive holder is done
-                fcntl.flock(self._sync_fd, fcntl.LOCK_UN)
-                if state == seen:
-                    os.sched_yield()  # only waiters held it, and nothing moved: let them finish
-                seen = state
+                _nap(state)
                 continue
             try:
-                synced_ino, synced = mark.read()
+                synced_ino, synced, _, _, average, batch = mark.read()
                 if synced_ino == ino and synced >= end:
                     return
                 if synced_ino != ino and not self._is_current(ino):
                     return  # compaction replaced the file after our write; it synced the copy before the swap
+                synced = synced if synced_ino == ino else 0
+                if batch > 2 * own:
+                    # Other writers were in the last sync and are waking from it now: give them a moment to
+                    # write their next lines so this sync carries them too (commit delay, only with company).
+                    time.sleep(min(average // 4, _MAX_COMMIT_DELAY_NS) / 1e9)
                 size = os.fstat(self._fd).st_size
+                started = time.monotonic_ns()
+                mark.write(ino, synced, size, started, average, batch)
                 self._sync_now()
-                mark.write(ino, size)
+                took = time.monotonic_ns() - started
+                mark.write(ino, size, size, 0, took if not average else (7 * average + took) // 8, size - synced)
                 return
             finally:
                 fcntl.flock(self._sync_fd, fcntl.LOCK_UN)
@@ -1077,7 +1097,7 @@ class Ledger:
         self._fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CLOEXEC)
         self._ino = os.fstat(self._fd).st_ino
         with self._sync_lock():
-            self._mark.write(self._ino, size)
+            self._mark.settle(self._ino, size)
         self._size, self._seq, self._hash = size, record.seq, record.hash
         if self._idx_fd >= 0 or self.index_path.exists():
             self._catch_up_index()  # the header names the old inode, so this rebuilds
@@ -1093,6 +1113,18 @@ class _Flock:
 
     def __exit__(self, *exc: object) -> None:
         fcntl.flock(self.fd, fcntl.LOCK_UN)
+
+
+_MIN_NAP_NS = 20_000
+_MAX_COMMIT_DELAY_NS = 1_000_000
+
+
+def _nap(state: tuple[int, int, int, int, int, int]) -> None:
+    """Sleep until the sync in flight should be done (by the moving average), or a fraction of a sync if it is
+    already late, so a waiter rereads the mark about once per sync rather than spinning."""
+    _, _, _, started, average, _ = state
+    left = started + average - time.monotonic_ns() if started else 0
+    time.sleep(max(left, average // 4, _MIN_NAP_NS) / 1e9)
 
 
 def _quick_tail(raw: bytes) -> tuple[int, str] | None:
