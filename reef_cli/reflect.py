@@ -57,7 +57,8 @@ _IMPERATIVE = frozenset("""add answer ask avoid build call check clean close com
     document double-check explain fix follow format handle include install keep lint list log mention merge name note
     open pin prefer print push put read rebase remove rename replace report return review run say separate show
     sort split start stick summarise summarize tell test try update use validate verify wait wrap write""".split())
-_SENTENCE = re.compile(r"[^.!?;\n]+[.!?]?")
+# A sentence ends at . ! ? or ; followed by white space (so "#!/bin/sh", "v1.2" and "a.py" stay whole), or a newline.
+_SENTENCE_END = re.compile(r"(?<=[.!?;])\s+|\n+")
 _ERRORISH = re.compile(r"error|fail|exception|fatal|traceback|denied|not found|cannot|refused", re.IGNORECASE)
 _LEAD_IN = re.compile(r"^(?:please|also|and|but|so|next time|in future|going forward)[,:]?\s+", re.IGNORECASE)
 
@@ -168,8 +169,8 @@ def _shown(text: str, polarity: str, quote: str, origin: str) -> tuple[str, str,
 
 def directive_sentences(text: str) -> list[str]:
     out = []
-    for m in _SENTENCE.finditer(text):
-        s = m.group(0).strip()
+    for part in _SENTENCE_END.split(text):
+        s = part.strip().rstrip(";").strip()
         if len(s) < 6:
             continue
         first = _LEAD_IN.sub("", s).split(maxsplit=1)[0].lower().strip(",:") if s.split() else ""

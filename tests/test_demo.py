@@ -63,7 +63,6 @@ def test_demo_text_output_shows_scores_verdicts_and_the_diff(reef, tmp_path):
 
 
 def test_demo_on_embedded_defaults_is_offline_and_fast(reef, tmp_path):
-    pytest.importorskip("reef_cli.example_agent")
     started = time.monotonic()
     r = reef("-C", str(tmp_path), "demo", "--json")
     assert r.code == 0, r.err
