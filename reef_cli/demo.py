@@ -171,7 +171,7 @@ def run_demo(*, agent: str | None = None, keep: bool = False, environ: dict | No
         if not train:
             raise InvalidInput("the demo suite has no train tasks to run sessions on")
         say(f"reef demo: project {root} (release 1: {first.release_id})")
-        say(f"  agent: {' '.join(agent_argv)}")
+        say(f"  agent: {' '.join(a.replace('{python}', 'python') for a in agent_argv)}")
         baseline, base_tasks = canary_score(store, first, environ=environ)
         say(f"  canary score of release 1: {baseline:.2f} over {len(base_tasks)} held-out task(s)")
         sessions_log, evolves = [], []

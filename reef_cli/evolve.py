@@ -38,6 +38,24 @@ Decisions (where the issue is silent):
   no-op, and a bullet is addressed by its stable id, so nothing is ever duplicated. Test-only fault points:
   `REEF_FAULT=evolve:planned|gated|published` SIGKILLs the process there.
 * **Clock**: `now` is injected (the CLI reads `REEF_NOW`, ISO 8601, for tests and replays).
+
+Files under `.reef/scenarios/<s>/evolve/` (canonical JSON, written atomically):
+
+* `journal.json` — the evolve in flight: `{evolve_id, base_release_id, phase: planned|gated|published, memory
+  (the pattern-memory bytes), ops [bullet operations], contradictions, gated, verdict, warnings, …}`.
+* `proposals/prop_<12 hex>.json` — a proposal waiting for a human (`--review`, or Evolvable edits and
+  contradictions without a gate): `{version, proposal_id, status: pending|promoted|rejected|superseded, mode:
+  review|needs-human, created_at, base_release_id, ops, contradictions, blocked, keys, evidence, diff [per-bullet
+  lines], memory, record_id}`. The id hashes the base release, the operations and the memory, so the same
+  proposal is written once; a newer pending proposal over the same keys supersedes an older one.
+* `rollbacks.json` — rollback releases already turned into negative evidence.
+* `<evolve_id>/gate/` — the gate's episode journal for that evolve.
+
+A bullet operation (`curate.Op`): `{op: add|update|remove|merge, surface: notes|block|skill, path, bullet_id, key,
+text, old_text, reason, zone, tier, group}`; one group (a pattern's move, a merge, a contradiction's resolution) is
+applied or refused as a whole. Ledger records written here: `reflect`, `rejection`, `proposal`, `negative`
+(`{key, text, polarity, origin: gate|human|rollback|guard|contradiction, reason, needed, path?, reset?}`) and
+`promotion` (`{key, human: true, proposal_id, release_id}`).
 """
 
 from __future__ import annotations
