@@ -951,6 +951,8 @@ def _demote(store, ref: str, reason: str, opts: Options) -> Outcome:
     if pat is None and not where:
         raise NotFound(f"'{ref}' is neither a pattern key nor a bullet id reef knows (see 'reef harness patterns')")
     key = pat.key if pat else None
+    if pat is not None and not where and pat.count == 0 and pat.suppressed is not None:
+        return Outcome("nothing")  # already demoted: nothing to remove, and its suppression already holds
     ops = [Op("remove", w.surface, w.path, bid, key, w.text, "demoted by a human", _zone(store, config, w.path),
               None, None, key or bid) for w in where]
     top = max((w.surface for w in where), key=lambda s: RANK[s], default=None)

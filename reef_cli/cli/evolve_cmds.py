@@ -174,6 +174,9 @@ def demote_cmd(ctx: typer.Context, ref: str = typer.Argument(..., metavar="KEY")
     if as_json:
         emit_json(out.to_json())
         return
+    if out.status == "nothing" and not out.ops:
+        print(f"{ref} is already demoted: no bullet to remove")
+        return
     _render(out, "demoted")
 
 
