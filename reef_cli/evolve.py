@@ -155,7 +155,12 @@ def memory_path(config) -> str:
 
 
 def load_memory(store, config, base_files: dict) -> PatternMemory:
+    """Pattern memory to fold into; refuses up front when harness.yaml points `surfaces.memory` at a path the zone
+    guard does not let reef write (every later write of it would be refused, or worse, clobber a human's file)."""
+    from .zones import check_write
+
     path = memory_path(config)
+    check_write(store.project.root, config.zone_map(), path)
     wt = store.project.root / path
     if wt.is_file() and not wt.is_symlink():
         return PatternMemory.loads(wt.read_bytes(), str(wt))

@@ -192,3 +192,14 @@ def test_near_duplicate_bullets_in_one_block_merge(reef, tmp_path):
     (survivor,) = block_ids(root / "CLAUDE.md")
     mem = {p["id"]: p for p in memory(root).values()}
     assert mem[survivor]["count"] == 11 and mem[survivor]["text"] == "Always run the tests before finishing."
+
+
+def test_a_memory_surface_in_a_frozen_path_is_refused_before_anything_is_written(reef, tmp_path):
+    root, ledger = init_project(reef, tmp_path)
+    _config(reef, root, "", ("memory: reef/memory/patterns.json", "memory: harness.yaml"))
+    feedback(ledger, {"lesson": "Use tabs for indentation."}, 3)
+    before = (root / "harness.yaml").read_bytes()
+    for verb in ("reflect", "evolve"):
+        r = reef("-C", str(root), "harness", verb)
+        assert r.code == 4 and "refusing to write 'harness.yaml' automatically" in r.err
+    assert (root / "harness.yaml").read_bytes() == before and len(releases(reef, root)) == 2
