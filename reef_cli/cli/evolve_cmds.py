@@ -131,8 +131,8 @@ def evolve_cmd(ctx: typer.Context,
         return
     if out.resumed:
         note(f"resumed interrupted evolve {out.evolve_id}")
-    if out.status == "nothing" and not out.diff:
-        print("nothing to evolve: no pattern reached a new tier")
+    if out.status in ("nothing", "dry-run") and not out.diff:
+        print("nothing to evolve: no pattern reached a new tier" + (" (dry run)" if out.status == "dry-run" else ""))
         return
     _render(out, {"dry-run": "would change", "review": "proposed"}.get(out.status, "bullet operations"))
 
