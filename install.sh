@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Install reef from this checkout into a virtual environment and put `reef` on PATH.
 #   ./install.sh            reef and its runtime dependencies
-#   ./install.sh --dev      plus the test dependencies
+#   ./install.sh --dev      plus the test dependencies and the pinned agent CLIs for the e2e tests
 #   ./install.sh --adapter claude|opencode|pi
 #                           plus that agent's CLI (if missing) and its reef-<agent> wrapper, bound to the reef
 #                           project of the current directory (`reef harness install --adapter NAME`)
@@ -62,6 +62,11 @@ case ":$PATH:" in
   *":$bin_dir:"*) ;;
   *) echo "note: $bin_dir is not on your PATH; add it, or run $venv/bin/reef" ;;
 esac
+if [ "$dev" = 1 ]; then
+  # The real agent CLIs that tests/test_agents_e2e.py drives, at their pinned versions (npm's cache makes a
+  # reinstall take seconds). Not fatal: without them those tests skip and say why.
+  "$here/adapters/install-agents.sh" || echo "note: agent CLIs not installed; tests/test_agents_e2e.py will skip" >&2
+fi
 if [ -n "$adapter" ]; then
   if ! "$venv/bin/python" -c 'import sys; from reef_cli.adapters import find_binary, load; sys.exit(find_binary(load(sys.argv[1])) is None)' "$adapter" 2>/dev/null; then
     "$here/adapters/install-agents.sh" "$adapter" || echo "note: could not install the $adapter CLI; reef-$adapter needs it" >&2
