@@ -5,23 +5,23 @@ Why it is built this way:
 * **Chain.** Each line is the canonical JSON of a `Record`; `hash` is SHA-256 over the record without `hash`, and
   `prev_hash` is the previous record's `hash` (64 zeros for the first), so an edited, deleted, inserted or reordered
   line shows up in `verify()`. `compact()` is the only path that removes records: it removes a prefix and appends a
-  `compaction` record that names the last removed hash, which is what the first kept record chains to.
-* **Durability with group commit.** `append` returns only after its line is on disk. Writers take the writer lock
-  (`<ledger>.lock`), write their lines without syncing and release it; then they take the sync lock
-  (`<ledger>.sync`, which also holds the "durable up to offset" mark for the file's inode). Whoever holds it
-  fdatasyncs once and advances the mark; a writer whose line already lies below the mark returns without a sync of
-  its own. So concurrent writers share fsyncs, and a record is acknowledged only after a sync that began after it
-  was written.
+  `compaction` record naming the last removed hash, which is what the first kept record chains to.
+* **Durability with group commit.** `append` returns only after a sync that began after its line was written has
+  finished. Writers append under the writer lock (`<ledger>.lock`) without syncing. `<ledger>.sync` is a mapped
+  page all writers share: "the file with inode I is durable up to offset N", plus the sync in flight and how long
+  syncs take. A writer whose line is below N returns at once; one covered by the sync in flight sleeps until it
+  should be done and looks again; any other takes the sync lock without blocking and fdatasyncs everything written
+  so far, so concurrent writers share syncs. Waiters never block on the sync lock: flock hands nothing over, and
+  the writer that just synced would take it back before they ran.
 * **Cheap opens.** Opening never reads the whole file: the writer re-reads only the last line (for `seq` and
   `prev_hash`) and only when the file grew since it last looked. A crash's torn last line is truncated there.
-* **Id index.** `<ledger>.idx` is an append-only "record_id offset" list written under the writer lock, with a
-  header naming the ledger's inode. It is a cache: never fsynced, caught up or rebuilt from the ledger when it is
-  short, torn or stale. It is consulted only for `get()` and for client-supplied ids (idempotent resends);
-  generated ids are fresh ULIDs and need no lookup, so the common append costs no index read at all.
-* **Locks.** The writer and sync locks are `flock(2)` locks held on a kept-open descriptor, the same primitive
-  `filelock.FileLock` uses on these paths (so a `FileLock("<ledger>.lock")` excludes ledger writers), but taken
-  blocking: `FileLock` polls with sleeps and costs ~130 µs per acquire, which would defeat group commit, whose
-  waiters must wake the moment a sync ends. POSIX only.
+* **Id index.** `<ledger>.idx` holds "record_id offset" lines under a header naming the ledger's inode. It is a
+  cache, never synced, and written only when a lookup needs it (`get()`, or an append with a client-supplied id,
+  i.e. an idempotent resend): it is caught up from its last entry, or rebuilt when torn, stale or wrong. Generated
+  ids are fresh ULIDs and need no lookup, so the common append never touches it.
+* **Locks.** The writer lock is `flock(2)` on a kept-open descriptor, the primitive `filelock.FileLock` uses on
+  the same path (a `FileLock("<ledger>.lock")` excludes ledger writers), but taken blocking: `FileLock` polls
+  with sleeps and costs ~130 µs per acquire. POSIX only.
 """
 
 from __future__ import annotations
@@ -374,9 +374,10 @@ def _fsync_dir(directory: Path) -> None:
 class _SyncMark:
     """A mapped page in `<ledger>.sync` that every writer shares: the ledger file's inode, the offset up to which
     it is known durable, the sync in flight (the offset it covers, when it started), a moving average of how
-    long syncs take and how many bytes the last one covered. Reading it costs no system call and storing to it dirties no inode (a `pwrite` would, and
-    every sync's journal commit would carry it). Stores happen under the sync lock; an unlocked read is a hint,
-    and a torn one fails the check word and reads as "nothing synced, nothing in flight"."""
+    long syncs take and how many bytes the last one covered. Reading it costs no system call and storing to it
+    dirties no inode (a `pwrite` would, and every sync's journal commit would carry it). Stores happen under the
+    sync lock; an unlocked read is a hint, and a torn one fails the check word and reads as "nothing synced,
+    nothing in flight"."""
 
     SIZE = 4096
     _LAYOUT = struct.Struct("<QQQQQQQ")
@@ -420,14 +421,10 @@ def _json_str(value: str | None) -> str:
 @dataclass
 class _Draft:
     kind: str
-    payload_text: str  # canonical JSON; kept as text too, since decoding text skips json's encoding sniffing
+    payload_text: str  # canonical JSON (text: json.loads of text skips sniffing the encoding of bytes)
     release_id: str | None
     content_id: str | None
     record_id: str | None
-
-    @property
-    def payload_bytes(self) -> bytes:
-        return self.payload_text.encode("utf-8")
 
     def key(self) -> tuple:
         return self.kind, self.payload_text, self.release_id, self.content_id
@@ -437,7 +434,7 @@ class _Draft:
         diffs = []
         if record.kind != self.kind:
             diffs.append("kind")
-        if canonical_json(record.payload) != self.payload_bytes:
+        if _ENCODER.encode(record.payload) != self.payload_text:
             diffs.append("payload")
         if record.release_id != self.release_id:
             diffs.append("release_id")
@@ -787,7 +784,9 @@ class Ledger:
                 existing = self._resolve_ids(drafts)
                 start = self._size
                 written, end = self._write(drafts, ids, created_at, existing)
-                ino, own = self._ino, end - start
+                ino, own = self._ino, end - start if end else 0
+                if existing:
+                    end = self._size  # a resend must not be acknowledged before the original is durable
             finally:
                 fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
             if end:
@@ -902,7 +901,7 @@ class Ledger:
                 if synced_ino != ino and not self._is_current(ino):
                     return  # compaction replaced the file after our write; it synced the copy before the swap
                 synced = synced if synced_ino == ino else 0
-                if batch > 2 * own:
+                if batch > 2 * own > 0:
                     # Other writers were in the last sync and are waking from it now: give them a moment to
                     # write their next lines so this sync carries them too (commit delay, only with company).
                     time.sleep(min(average // 4, _MAX_COMMIT_DELAY_NS) / 1e9)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import random
@@ -77,6 +79,30 @@ def lines_of(path: Path) -> list[bytes]:
 
 def write_lines(path: Path, lines: list[bytes]) -> None:
     path.write_bytes(b"".join(lines))
+
+
+@contextlib.contextmanager
+def sync_lock_held(ledger: Ledger):
+    """Hold the ledger's sync lock from outside, as a sync in flight in another process would."""
+    fd = os.open(ledger.sync_path, os.O_RDWR | os.O_CREAT)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def background(target, *args, **kwargs) -> threading.Thread:
+    thread = threading.Thread(target=target, args=args, kwargs=kwargs, daemon=True)
+    thread.start()
+    return thread
+
+
+def wait_for(condition, timeout: float = 10) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.005)
 
 
 def child_env() -> dict:
@@ -218,6 +244,24 @@ def test_conflicting_resend_names_the_id_and_changes_nothing(ledger: Ledger, pat
         ledger.append("report", {"score": 2}, release_id="r", content_id="other", record_id="rep-1")
     assert caught.value.exit_code == ExitCode.CONFLICT
     assert path.read_bytes() == before
+
+
+def test_a_resend_waits_until_the_original_is_durable(path: Path) -> None:
+    """The original's writer may still be waiting for its sync; the resend must not acknowledge before it."""
+    writer, resender = Ledger(path, "demo"), Ledger(path, "demo")
+    writer.append("interaction", {}, release_id="r", content_id="c")
+    resender.append("interaction", {}, release_id="r", content_id="c")
+    acked = threading.Event()
+    with sync_lock_held(writer):  # no sync can finish
+        background(writer.append, "report", {"s": 1}, release_id="r", content_id="c", record_id="x")
+        wait_for(lambda: b'"record_id":"x"' in path.read_bytes())
+        background(lambda: (resender.append("report", {"s": 1}, release_id="r", content_id="c", record_id="x"),
+                            acked.set()))
+        assert not acked.wait(0.3)  # written, found, but not yet durable
+    assert acked.wait(10)
+    assert len(lines_of(path)) == 3
+    writer.close()
+    resender.close()
 
 
 def test_batch_with_a_repeated_id(ledger: Ledger) -> None:
@@ -504,20 +548,11 @@ def test_concurrent_writers_share_one_sync(path: Path) -> None:
     first.append("interaction", {}, release_id="r", content_id="c")
     second.append("interaction", {}, release_id="r", content_id="c")
     before = first.fsyncs + second.fsyncs
-    blocker = os.open(first.sync_path, os.O_RDWR)
-    __import__("fcntl").flock(blocker, __import__("fcntl").LOCK_EX)  # a sync "in flight" elsewhere
-    size = path.stat().st_size
-    threads = [
-        threading.Thread(target=w.append, args=("interaction", {"n": n}), kwargs={"release_id": "r", "content_id": "c"})
-        for n, w in enumerate((first, second))
-    ]
-    for thread in threads:
-        thread.start()
-    deadline = time.monotonic() + 10
-    while len(lines_of(path)) < 4 and time.monotonic() < deadline:
-        time.sleep(0.005)
-    assert path.stat().st_size > size and all(t.is_alive() for t in threads)  # written, not yet acknowledged
-    os.close(blocker)
+    with sync_lock_held(first):  # a sync "in flight" elsewhere
+        threads = [background(w.append, "interaction", {"n": n}, release_id="r", content_id="c")
+                   for n, w in enumerate((first, second))]
+        wait_for(lambda: len(lines_of(path)) == 4)
+        assert all(t.is_alive() for t in threads)  # written, not yet acknowledged
     for thread in threads:
         thread.join(timeout=10)
     assert first.fsyncs + second.fsyncs - before == 1
