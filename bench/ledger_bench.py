@@ -77,6 +77,42 @@ def ledger_loop(path: Path, count: int, size: int) -> tuple[list[float], int]:
         return latencies, ledger.fsyncs
 
 
+def diagnose(scratch: Path, count: int, size: int, sync_us: float) -> None:
+    """Where the single-writer overhead goes: each append's time outside its sync, with the sync (a) real,
+    (b) replaced by a sleep and (c) by a busy-wait of about its length. In (c) the CPU stays hot, so that is the
+    code's own cost; where a CPU loses its caches while the process sleeps, (a) and (b) show the code slower."""
+    real = ledger_module._fdatasync
+
+    def spin(fd: int) -> None:
+        end = time.perf_counter() + sync_us / 1e6
+        while time.perf_counter() < end:
+            pass
+
+    print()
+    print(f"| diagnosis: {count} appends, the sync replaced by | median append µs | median µs outside the sync |")
+    print("|---|---:|---:|")
+    for name, sync in (
+        ("nothing (no sync)", lambda fd: None),
+        (f"a busy-wait of {sync_us:.0f} µs (CPU stays hot)", spin),
+        (f"a sleep of {sync_us:.0f} µs", lambda fd: time.sleep(sync_us / 1e6)),
+        ("(not replaced: the real fdatasync)", real),
+    ):
+        inside: list[float] = []
+
+        def timed(fd: int, sync=sync) -> None:
+            start = time.perf_counter()
+            sync(fd)
+            inside.append(time.perf_counter() - start)
+
+        ledger_module._fdatasync = timed
+        try:
+            latencies, _ = ledger_loop(scratch / f"diagnose-{len(name)}.jsonl", count, size)
+        finally:
+            ledger_module._fdatasync = real
+        outside = [total - spent for total, spent in zip(latencies, inside[-count:])]
+        print(f"| {name} | {statistics.median(latencies) * 1e6:.0f} | {statistics.median(outside) * 1e6:.0f} |")
+
+
 def worker(path: str, count: int, size: int, extra_ms: float) -> None:
     slow_disk(extra_ms)
     ledger = Ledger(path, "bench")
@@ -130,6 +166,8 @@ def main() -> None:
     parser.add_argument("--payload-bytes", type=int, default=300)
     parser.add_argument("--extra-sync-ms", type=float, default=0.0,
                         help="emulate a slower disk: sleep this long after every sync, raw baseline included")
+    parser.add_argument("--diagnose", action="store_true",
+                        help="also show the single-writer cost with the sync replaced by a sleep and a busy-wait")
     parser.add_argument("--worker", nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
@@ -199,6 +237,8 @@ def main() -> None:
               f"vs raw fdatasync: {rows[2][1][0] / rows[1][1][0]:.2f}x")
         print(f"{args.writers} writers / raw single-writer fsync rate, median of trials: "
               f"{statistics.median(ratios):.2f}x (target >= 4x)")
+        if args.diagnose:
+            diagnose(scratch, args.single, args.payload_bytes, rows[0][1][0])
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 

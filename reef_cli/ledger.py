@@ -52,9 +52,12 @@ _KIND_RE = re.compile(r"[a-z_]{1,64}")
 _ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}")
 _REF_RE = re.compile(r"[^\x00-\x1f\x7f]{1,256}")
 _HEX64_RE = re.compile(r"[0-9a-f]{64}")
+_HEX128_RE = re.compile(r"[0-9a-f]{128}")
 _FIELDS = (
     "content_id", "created_at", "hash", "kind", "payload", "prev_hash", "record_id", "release_id", "scenario", "seq",
 )
+_FIELD_SET = frozenset(_FIELDS)
+_TEXT_FIELDS = ("record_id", "kind", "scenario", "created_at", "prev_hash", "hash")
 _ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 _HASH_KEY = b'"hash":"'
 _ID_KEY = b',"record_id":"'
@@ -164,26 +167,20 @@ class Record:
     @classmethod
     def from_json(cls, obj: Any) -> Record:
         """Check the shape (not the hash); raises InvalidInput naming the first bad field."""
-        if not isinstance(obj, dict):
-            raise InvalidInput(f"a record must be a JSON object, not {type(obj).__name__}")
-        if set(obj) != set(_FIELDS):
-            missing = sorted(set(_FIELDS) - set(obj))
-            extra = sorted(set(obj) - set(_FIELDS))
-            raise InvalidInput(f"record fields are wrong (missing {missing}, unexpected {extra})")
-        for name in ("record_id", "kind", "scenario", "created_at", "prev_hash", "hash"):
-            if not isinstance(obj[name], str):
-                raise InvalidInput(f"record field '{name}' must be a string")
-        for name in ("release_id", "content_id"):
-            if obj[name] is not None and not isinstance(obj[name], str):
-                raise InvalidInput(f"record field '{name}' must be a string or null")
-        if not isinstance(obj["payload"], dict):
-            raise InvalidInput("record field 'payload' must be an object")
-        if type(obj["seq"]) is not int or obj["seq"] < 1:
-            raise InvalidInput("record field 'seq' must be a positive integer")
-        for name in ("prev_hash", "hash"):
-            if not _HEX64_RE.fullmatch(obj[name]):
-                raise InvalidInput(f"record field '{name}' must be 64 lowercase hex digits")
-        return cls(**{name: obj[name] for name in _FIELDS})
+        if type(obj) is dict and obj.keys() == _FIELD_SET:
+            seq, text, optional = obj["seq"], _TEXT_FIELDS, ("release_id", "content_id")
+            if (
+                all(type(obj[name]) is str for name in text)
+                and all(obj[name] is None or type(obj[name]) is str for name in optional)
+                and type(obj["payload"]) is dict
+                and type(seq) is int
+                and seq >= 1
+                and _HEX128_RE.fullmatch(obj["prev_hash"] + obj["hash"])
+            ):
+                record = cls.__new__(cls)
+                record.__dict__.update(obj)  # frozen: set the fields without __setattr__, as dataclass __init__ does
+                return record
+        raise InvalidInput(_shape_problem(obj))
 
     @property
     def created(self) -> datetime:
@@ -239,6 +236,29 @@ class VerifyResult:
         }
 
 
+def _shape_problem(obj: Any) -> str:
+    """Why `obj` is not a record (the slow path of Record.from_json, for the message)."""
+    if not isinstance(obj, dict):
+        return f"a record must be a JSON object, not {type(obj).__name__}"
+    if obj.keys() != _FIELD_SET:
+        missing, extra = sorted(_FIELD_SET - obj.keys()), sorted(obj.keys() - _FIELD_SET)
+        return f"record fields are wrong (missing {missing}, unexpected {extra})"
+    for name in _TEXT_FIELDS:
+        if not isinstance(obj[name], str):
+            return f"record field '{name}' must be a string"
+    for name in ("release_id", "content_id"):
+        if obj[name] is not None and not isinstance(obj[name], str):
+            return f"record field '{name}' must be a string or null"
+    if not isinstance(obj["payload"], dict):
+        return "record field 'payload' must be an object"
+    if type(obj["seq"]) is not int or obj["seq"] < 1:
+        return "record field 'seq' must be a positive integer"
+    for name in ("prev_hash", "hash"):
+        if not _HEX64_RE.fullmatch(obj[name]):
+            return f"record field '{name}' must be 64 lowercase hex digits"
+    return "record fields have the wrong types"
+
+
 class _BadJSON(ValueError):
     pass
 
@@ -254,8 +274,8 @@ def _decode(raw: bytes) -> tuple[Record, bool]:
     every line this module wrote; only a line in some other byte form pays for re-encoding.
     """
     try:
-        obj = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
+        obj = json.loads(raw.decode("utf-8"))  # text: json.loads would first sniff the encoding of bytes
+    except ValueError as exc:  # UnicodeDecodeError included
         raise _BadJSON(f"not valid JSON ({exc})") from None
     try:
         record = Record.from_json(obj)
@@ -270,7 +290,7 @@ def _decode(raw: bytes) -> tuple[Record, bool]:
     return record, record.compute_hash() == record.hash
 
 
-@dataclass
+@dataclass(slots=True)
 class _Line:
     number: int
     offset: int
@@ -878,7 +898,8 @@ class Ledger:
         take it again before the woken waiters run, and they would sleep through syncs that already covered
         them. Instead a writer whose line the sync in flight covers sleeps until that sync should be done and
         rereads the mark; any other writer tries the lock without blocking, and the first through syncs
-        everything written so far. A syncer that died is noticed by being long overdue; its lock is free.
+        everything written so far (after a short commit delay if the last sync carried other writers' lines).
+        A syncer that died is noticed by being long overdue; its lock is free.
         """
         mark = self._mark
         while True:
