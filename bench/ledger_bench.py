@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import reef_cli.ledger as ledger_module  # noqa: E402
-from reef_cli.ledger import Ledger  # noqa: E402
+from reef_cli.ledger import Ledger, NewRecord  # noqa: E402
 
 
 def slow_disk(extra_ms: float) -> None:
@@ -113,6 +113,45 @@ def diagnose(scratch: Path, count: int, size: int, sync_us: float) -> None:
         print(f"| {name} | {statistics.median(latencies) * 1e6:.0f} | {statistics.median(outside) * 1e6:.0f} |")
 
 
+def scale(scratch: Path, count: int, size: int) -> None:
+    """What a one-shot process (reef run / reef report) pays on a big ledger: opening never reads the file, a
+    client-supplied id costs one pass over the id index, a recent id is found in its last block."""
+    import resource
+
+    path = scratch / "scale.jsonl"
+    with Ledger(path, "bench") as ledger:
+        for start in range(0, count, 5000):
+            batch = [NewRecord("interaction", payload(i, size), "rel_bench", "c_bench")
+                     for i in range(start, min(count, start + 5000))]
+            records = ledger.append_many(batch)
+            first = first if start else records[0]
+    last = records[-1]
+    print()
+    print(f"| {count:,} records ({path.stat().st_size / 1e6:.0f} MB), each step in a fresh Ledger | ms |")
+    print("|---|---:|")
+
+    def timed(name: str, step) -> None:
+        began = time.perf_counter()
+        step()
+        print(f"| {name} | {(time.perf_counter() - began) * 1e3:.1f} |")
+
+    timed("open + append (generated id)", lambda: Ledger(path, "bench").append(
+        "interaction", {}, release_id="r", content_id="c"))
+    timed("first get(): builds the id index", lambda: Ledger(path, "bench").get(last.record_id))
+    timed("open + get(most recent id)", lambda: Ledger(path, "bench").get(last.record_id))
+    timed("open + get(oldest id)", lambda: Ledger(path, "bench").get(first.record_id))
+    timed("open + append with a new client id (one pass over the index)", lambda: Ledger(path, "bench").append(
+        "report", {"s": 1}, release_id="r", content_id="c", record_id="client-1"))
+    timed("open + identical resend of that id", lambda: Ledger(path, "bench").append(
+        "report", {"s": 1}, release_id="r", content_id="c", record_id="client-1"))
+    timed("tail(20)", lambda: Ledger(path, "bench").tail(20))
+    timed("verify() (streams every line)", lambda: Ledger(path, "bench").verify())
+    timed("iter_records(kind='report') (streams every line)", lambda: list(
+        Ledger(path, "bench").iter_records(kind="report")))
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(f"| peak RSS of this process, MB | {rss:.0f} |")
+
+
 def worker(path: str, count: int, size: int, extra_ms: float) -> None:
     slow_disk(extra_ms)
     ledger = Ledger(path, "bench")
@@ -168,6 +207,8 @@ def main() -> None:
                         help="emulate a slower disk: sleep this long after every sync, raw baseline included")
     parser.add_argument("--diagnose", action="store_true",
                         help="also show the single-writer cost with the sync replaced by a sleep and a busy-wait")
+    parser.add_argument("--scale", type=int, default=0, metavar="N",
+                        help="also time one-shot operations on an N-record ledger (e.g. 300000)")
     parser.add_argument("--worker", nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
@@ -239,6 +280,8 @@ def main() -> None:
               f"{statistics.median(ratios):.2f}x (target >= 4x)")
         if args.diagnose:
             diagnose(scratch, args.single, args.payload_bytes, rows[0][1][0])
+        if args.scale:
+            scale(scratch, args.scale, args.payload_bytes)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
