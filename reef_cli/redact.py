@@ -92,14 +92,14 @@ _NOT_SECRET_LAST = {
     "files", "path", "paths", "dir", "name", "names", "id", "ids", "env", "var", "field", "header", "prefix", "suffix",
     "format", "kind", "mode", "policy", "ttl", "expiry", "expires", "expiration", "at", "hint", "label", "pattern",
     "regex", "used", "usage", "budget", "min", "max", "total", "index", "idx", "algorithm", "alg", "version",
-    "location", "ref", "refs", "required", "enabled", "length", "source", "provider", "store", "manager", "storage",
+    "location", "ref", "refs", "required", "enabled", "source", "provider", "store", "manager", "storage",
     "rotation", "lifetime", "timeout", "method", "scope", "scopes", "description",
 }
 _NOT_SECRET_KEY_QUALIFIERS = {
     "sort", "primary", "foreign", "cache", "partition", "hash", "lookup", "dict", "map", "idempotency", "group",
     "routing", "shard", "unique", "public", "pub", "row", "column", "composite", "natural", "surrogate", "object",
     "registry", "translation", "i18n", "config", "legend", "hot", "short", "index", "tree", "dedup", "join", "order",
-    "search", "s3", "bucket", "react", "list", "dedupe", "entry", "sorting", "the", "a", "primary", "cache",
+    "search", "s3", "bucket", "react", "list", "dedupe", "entry", "sorting",
 }
 _PLACEHOLDER = re.compile(
     r"\$\{?[A-Za-z_][A-Za-z0-9_]*\}?|\$\{\{.*\}\}|\{\{.*\}\}|\{[A-Za-z_][A-Za-z0-9_.]*\}|<[^<>]*>|%\([^)]*\)s|"
