@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import ConflictError, InvalidInput, NotFound, StoreError
+from .ids import new_id
 
 ZERO_HASH = "0" * 64
 REMOVED_LIST_LIMIT = 1000
@@ -97,39 +98,9 @@ def format_time(moment: datetime) -> str:
 
 # --- record ids -------------------------------------------------------------------------------------------------
 
-_B32 = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"  # Crockford's alphabet, in ASCII order so ids sort by time
-_PAIRS = [first + second for first in _B32 for second in _B32]  # 10 bits -> 2 characters
-_id_lock = threading.Lock()
-_id_last = [0, 0, ""]  # last ms, last 80-bit randomness, and the ms encoded (10 characters), in this process
-
-
-def _reset_ids_after_fork() -> None:
-    _id_last[:] = [0, 0, ""]
-
-
-os.register_at_fork(after_in_child=_reset_ids_after_fork)
-
-
 def new_record_id(moment: datetime | None = None) -> str:
-    """`rec_` + a 26-character ULID (48-bit ms time, 80 random bits), strictly increasing within a process.
-
-    Within one millisecond (or if the clock steps back) the randomness is incremented, as ULID's monotonic mode does;
-    a forked child resets that state, so parent and child never continue the same sequence.
-    """
-    ms = int((moment or utc_now()).timestamp() * 1000)
-    with _id_lock:
-        last_ms, last_rand, prefix = _id_last
-        if ms <= last_ms:
-            ms, rand = last_ms, last_rand + 1
-            if rand >> 80:
-                ms, rand = ms + 1, int.from_bytes(os.urandom(10), "big")
-        else:
-            rand = int.from_bytes(os.urandom(10), "big")
-        if ms != last_ms or not prefix:
-            # 48 bits as 50 (2 leading zeros) = 5 groups of 10 bits
-            prefix = "".join([_PAIRS[(ms >> shift) & 0x3FF] for shift in (40, 30, 20, 10, 0)])
-        _id_last[:] = [ms, rand, prefix]
-    return "rec_" + prefix + "".join([_PAIRS[(rand >> shift) & 0x3FF] for shift in (70, 60, 50, 40, 30, 20, 10, 0)])
+    """`rec_` + a 26-character ULID, strictly increasing within a process (see `ids.new_id`)."""
+    return new_id("rec", moment)
 
 
 # --- records ----------------------------------------------------------------------------------------------------

@@ -171,7 +171,8 @@ class ReleaseLog:
         exact = [r for r in releases if r.release_id == ref]
         if exact:
             return exact[0]
-        matches = [r for r in releases if r.release_id.startswith(ref) or r.release_id.startswith("rel_" + ref)]
+        want = ref.upper()
+        matches = [r for r in releases if r.release_id.upper().startswith(want) or r.release_id.upper().startswith("REL_" + want)]
         if len(matches) == 1 and len(ref) >= 4:
             return matches[0]
         if len(matches) > 1:

@@ -20,7 +20,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import InvalidInput
-from .ids import new_id
 from .releases import Release
 
 FORWARDED = (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2, signal.SIGWINCH)
@@ -137,7 +136,7 @@ def run_recorded(
 ) -> RunResult:
     """`release` pins the run to a release already materialised by the caller (a wrapper's install root), so a
     publish between the caller's install and this call cannot re-attribute the run."""
-    from .ledger import Ledger
+    from .ledger import Ledger, new_record_id
     from .sessions import PendingReceipts, shell_key
 
     if not argv:
@@ -147,7 +146,7 @@ def run_recorded(
     if harness_dir is None:
         harness_dir = tree
     base_env = dict(os.environ if env is None else env)
-    record_id = new_id("rec")
+    record_id = new_record_id()
     runs_dir = store.dir / "runs"
     runs_dir.mkdir(parents=True, exist_ok=True)
     routing_file = runs_dir / f"{record_id}.routing.jsonl"

@@ -216,7 +216,9 @@ def test_log_show_diff_checkout(reef, tmp_path):
     reef("-C", str(tmp_path), "publish", "-m", "notes")
     log = json.loads(reef("-C", str(tmp_path), "log", "--json").out)
     assert [r["step"] for r in log] == [2, 1]
-    shown = json.loads(reef("-C", str(tmp_path), "show", log[0]["release_id"][:20], "--json").out)
+    rid = log[0]["release_id"]
+    k = next(k for k in range(8, len(rid)) if sum(r["release_id"].startswith(rid[:k]) for r in log) == 1)
+    shown = json.loads(reef("-C", str(tmp_path), "show", rid[:k].lower(), "--json").out)
     assert shown["release_id"] == log[0]["release_id"] and "CLAUDE.local.md" in shown["files"]
     d = reef("-C", str(tmp_path), "diff", "1", "2")
     assert "--- /dev/null" in d.out and "+++ b/CLAUDE.local.md" in d.out and "+hello" in d.out
