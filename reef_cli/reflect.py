@@ -397,7 +397,7 @@ class Reflector:
         self.current_bullets = list(bullets or [])
         self.verifier = Verifier(ledger, scenario)
         self.receipts = _Receipts(ledger)
-        self._cache: dict[str, tuple[str, str, frozenset]] = {}
+        self._cache: dict[tuple[str, str], frozenset] = {}
         self._batch: list = []
         self.result = ReflectResult(memory, "llm" if self.llm else "builtin", memory.through_seq, memory.through_seq)
         self._seqs: dict[str, tuple[int, str, bool]] = {}
@@ -405,14 +405,14 @@ class Reflector:
     # -- observations
     def _observe(self, lesson: Lesson, rec_seq: dict[str, tuple[int, str, bool]], seen: set) -> None:
         res = self.result
-        cached = self._cache.get(lesson.text)
-        if cached is None:
+        memo = (lesson.text, lesson.polarity)
+        terms = self._cache.get(memo)
+        if terms is None:
             terms = terms_of(lesson.text)
-            cached = (lesson.text, lesson.polarity, terms)
             if len(self._cache) > 50_000:
                 self._cache.clear()
-            self._cache[lesson.text] = cached
-        text, polarity, terms = cached
+            self._cache[memo] = terms
+        text, polarity = memo
         if not terms:
             return
         res.lessons += 1
