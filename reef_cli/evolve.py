@@ -551,7 +551,8 @@ def _candidate(store, state: dict):
     memory = PatternMemory.loads(state["memory"], "evolve journal")
     ops = [Op.from_json(o) for o in state["ops"]]
     base = store.files_of(head)
-    files, _ = apply_ops(with_memory(base, config, memory), ops, config=config, memory=memory)
+    files, _ = apply_ops(with_memory(base, config, memory), ops, config=config, memory=memory,
+                         root=store.project.root)
     return head, config, base, memory, ops, files
 
 
