@@ -920,11 +920,15 @@ class Ledger:
         kind: str | None = None,
         since: datetime | None = None,
         release_id: str | None = None,
+        from_seq: int | None = None,
     ) -> Iterator[Record]:
         """Stream records oldest first, line by line, filtered by kind, creation time (>= since, to the
-        millisecond) and release; every line is hash-checked, and a corrupt one raises StoreError."""
+        millisecond) and release; every line is hash-checked, and a corrupt one raises StoreError.
+        `from_seq` starts at the first record whose seq is >= it, found by bisecting the file (seq grows with
+        the offset), so a reader that resumes from a high-water mark reads only what is new."""
         since_text = format_time(since) if since is not None else None
-        for line in _scan(self.path):
+        start, first_number = (0, 1) if not from_seq or from_seq <= 1 else self._offset_of_seq(from_seq)
+        for line in _scan(self.path, start, first_number):
             record = _strict(self.path, line)
             if kind is not None and record.kind != kind:
                 continue
@@ -933,6 +937,43 @@ class Ledger:
             if release_id is not None and record.release_id != release_id:
                 continue
             yield record
+
+    def _offset_of_seq(self, seq: int) -> tuple[int, int]:
+        """(offset, line number) of the first complete line whose record has seq >= `seq` (or the end)."""
+        try:
+            handle = open(self.path, "rb")
+        except FileNotFoundError:
+            return 0, 1
+        with handle:
+            size = os.fstat(handle.fileno()).st_size
+
+            def line_at(pos: int) -> tuple[int, int | None]:
+                """The first line starting at or after `pos`: (its offset, its seq or None past the end)."""
+                if pos > 0:
+                    handle.seek(pos - 1)
+                    handle.readline()  # finish the line that `pos` falls in (a no-op when pos starts a line)
+                else:
+                    handle.seek(0)
+                start = handle.tell()
+                raw = handle.readline()
+                if not raw.endswith(b"\n"):
+                    return start, None
+                try:
+                    return start, int(json.loads(raw)["seq"])
+                except (ValueError, KeyError, TypeError):
+                    return start, None
+
+            lo, hi = 0, size
+            while lo < hi:
+                mid = (lo + hi) // 2
+                start, found = line_at(mid)
+                if found is not None and found < seq:
+                    handle.seek(start)
+                    lo = start + len(handle.readline())
+                else:
+                    hi = mid
+            start, _ = line_at(lo)
+        return start, _line_number(self.path, start)
 
     def tail(self, n: int) -> list[Record]:
         """The last `n` records, oldest first, read backwards from the end in blocks."""

@@ -572,7 +572,7 @@ class Reflector:
     def _pass(self, start: int, start_hash: str | None) -> tuple[int, str] | None:
         last = None
         n = 0
-        for rec in self.ledger.iter_records():
+        for rec in self.ledger.iter_records(from_seq=start or None):  # bisects to the mark: reads only what is new
             seq = rec.seq
             last = rec
             if seq <= start:

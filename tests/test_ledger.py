@@ -802,3 +802,19 @@ def test_the_ledger_imports_no_cli_libraries() -> None:
     code = "import sys, reef_cli.ledger, reef_cli.redact; print(sorted({'typer', 'rich'} & set(sys.modules)))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=child_env(), check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_iter_records_from_seq_bisects_to_the_mark(tmp_path):
+    """Resuming readers (the Reflector) start at a sequence number, also after compaction removed a prefix."""
+    import random
+
+    led = Ledger(tmp_path / "ledger.jsonl", "s")
+    rng = random.Random(3)
+    led.append_many([{"kind": "report", "payload": {"i": i, "pad": "x" * rng.randint(0, 300)}, "release_id": None,
+                      "content_id": None} for i in range(400)])
+    for start in (1, 2, 3, 199, 399, 400, 401, 10_000):
+        assert [r.seq for r in led.iter_records(from_seq=start)] == list(range(start, 401))
+    led.compact(keep=50)
+    seqs = [r.seq for r in led.iter_records()]
+    for start in (1, seqs[0], seqs[1], seqs[25], seqs[-1], seqs[-1] + 1):
+        assert [r.seq for r in led.iter_records(from_seq=start)] == [s for s in seqs if s >= start]
