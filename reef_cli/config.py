@@ -33,8 +33,13 @@ class GateConfig:
     policy: str = "paired"
     repeats: int = 3
     confidence: float = 0.9
-    tolerance: float = 0.2
+    tolerance: float = 0.4
     seed: int = 0
+    margin: int = 0
+    floor: float = 1.0
+    screen: float = 0.25
+    screen_min: int = 3
+    resamples: int = 2000
 
 
 @dataclass(frozen=True)

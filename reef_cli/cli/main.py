@@ -56,9 +56,10 @@ HOT_COMMANDS = {"run", "report"}
 
 
 def _register(app: typer.Typer) -> None:
-    from . import harness_cmds, ledger_cmds, loop_cmds, store_cmds
+    from . import gate_cmds, harness_cmds, ledger_cmds, loop_cmds, store_cmds
 
     store_cmds.register(app)
+    gate_cmds.register(app)
     loop_cmds.register(app)
     app.add_typer(harness_cmds.app, name="harness")
     from . import evolve_cmds

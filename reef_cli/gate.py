@@ -1,0 +1,752 @@
+"""The canary gate: publish a candidate harness only if it beats the current one on held-out tasks.
+
+Policies (harness.yaml `gate.policy`, `reef eval --policy`):
+
+* ``paired`` (default). Per canary task, the paired improvement d_t = mean over k repeats of (candidate - current)
+  score, both sides run with the same episode seed. Publish only if all three hold:
+  1. the lower bound of a one-sided confidence interval for the mean of d_t over tasks is above 0: a seeded
+     percentile bootstrap over tasks (`gate.resamples`, default 2000 resamples; `gate.confidence`, default 0.90,
+     so the lower bound is the 10th percentile of the resampled means);
+  2. no task regresses by more than `gate.tolerance` (d_t >= -tolerance; default 0.4, i.e. with k = 3 the
+     candidate may not lose two more of a task's three episodes than the current harness);
+  3. every `sentinel` task passes: the candidate's mean score on it is at least 0.5.
+  To spend less it runs in stages, as GEPA does: a cheap screen (sentinels first, then a seeded sample:
+  `gate.screen` of the set, at least `gate.screen_min` tasks, one repeat), then pass 1 over every task, then
+  passes 2..k. Futility checks reject early when the candidate is behind on the screen, or leads by fewer than
+  MIN_LEAD (2) episodes after a pass. They only ever reject, so they cannot raise the false-accept rate above
+  that of the final test; they cost false rejects, which `bench/gate_sim.py` measures. After every stage the
+  run also stops as soon as the decision can no longer change whatever the missing episodes score: every
+  criterion is monotone in each score (the bootstrap's resample indices are fixed by the seed), so filling the
+  missing episodes with the worst and with the best case bounds the decision exactly.
+* ``tally`` (reef 0.1.3's rule): every task x repeat pairing is a win, loss or tie; publish iff
+  wins - losses > `gate.margin` (default 0). No statistics; runs everything.
+* ``floor``: the candidate alone; publish iff every task's mean score is at least `gate.floor` (default 1.0).
+* ``always``: publish without running anything (for comparison only).
+
+The engine is pure: it asks a sampler for episode scores in batches, so the same code runs real episodes
+(`gate_candidate`) and simulated ones (`bench/gate_sim.py`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import random
+import re
+from dataclasses import dataclass, field, replace
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+from .errors import InvalidInput, PolicyError
+
+POLICIES = ("paired", "tally", "floor", "always")
+CANDIDATE = "candidate"
+CURRENT = "current"
+PUBLISH = "publish"
+REJECT = "reject"
+SENTINEL_PASS = 0.5
+MIN_LEAD = 2  # after each pass the candidate must lead by this many episodes: one lucky episode is not a lead
+
+Req = tuple  # (task_id, side, repeat)
+Sampler = Callable[[list], Mapping]
+Progress = Callable[[dict], None]
+
+
+# ------------------------------------------------------------------------------------------------ settings
+
+
+@dataclass(frozen=True)
+class GateSettings:
+    policy: str = "paired"
+    repeats: int = 3
+    confidence: float = 0.9
+    tolerance: float = 0.4
+    seed: int = 0
+    margin: int = 0
+    floor: float = 1.0
+    screen: float = 0.25
+    screen_min: int = 3
+    resamples: int = 2000
+    max_episodes: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.policy not in POLICIES:
+            raise InvalidInput(f"gate policy '{self.policy}' is unknown; expected one of {', '.join(POLICIES)}")
+        if self.repeats < 1:
+            raise InvalidInput(f"gate repeats must be at least 1, got {self.repeats}")
+        if not 0.5 < self.confidence < 1:
+            raise InvalidInput(f"gate confidence must be in (0.5, 1), got {self.confidence}")
+        if self.max_episodes is not None and self.max_episodes < 0:
+            raise InvalidInput(f"--max-episodes must be 0 or more, got {self.max_episodes}")
+
+    @classmethod
+    def from_config(cls, gate: Any, **overrides) -> "GateSettings":
+        """From harness.yaml's GateConfig; `overrides` with value None are ignored."""
+        base = {}
+        for name in cls.__dataclass_fields__:
+            if hasattr(gate, name):
+                value = getattr(gate, name)
+                if isinstance(value, tuple):
+                    continue
+                base[name] = value
+        base.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(**base)
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    id: str
+    sentinel: bool = False
+
+
+def full_tally_cost(n_tasks: int, repeats: int) -> int:
+    """Episodes the anchor's full paired tally spends: both sides, every task, every repeat."""
+    return 2 * n_tasks * repeats
+
+
+def screen_tasks(tasks: Sequence[TaskSpec], settings: GateSettings) -> list[TaskSpec]:
+    """Sentinels first, then a seeded sample, `screen` of the set and at least `screen_min` (never all of it)."""
+    n = len(tasks)
+    size = min(n, max(settings.screen_min, math.ceil(settings.screen * n)))
+    sentinels = [t for t in tasks if t.sentinel]
+    others = [t for t in tasks if not t.sentinel]
+    rng = random.Random(f"reef-screen:{settings.seed}")
+    picked = sentinels + rng.sample(others, max(0, min(len(others), size - len(sentinels))))
+    order = {t.id: i for i, t in enumerate(tasks)}
+    return sorted(picked, key=lambda t: order[t.id])
+
+
+def estimate(settings: GateSettings, tasks: Sequence[TaskSpec]) -> dict:
+    """What a run may spend, for the line printed before it starts."""
+    n, k = len(tasks), settings.repeats
+    full = full_tally_cost(n, k)
+    if settings.policy == "always":
+        most, least = 0, 0
+    elif settings.policy == "floor":
+        most, least = n * k, 1 if n else 0
+    elif settings.policy == "tally":
+        most = least = full
+    else:
+        most, least = full, 2 * len(screen_tasks(tasks, settings)) if n else 0
+    if settings.max_episodes is not None:
+        most = min(most, settings.max_episodes)
+        least = min(least, most)
+    return {"policy": settings.policy, "tasks": n, "repeats": k, "max": most, "min": least, "full_tally": full,
+            "budget": settings.max_episodes}
+
+
+# ------------------------------------------------------------------------------------------------ statistics
+
+
+@lru_cache(maxsize=64)
+def _draws(n: int, resamples: int, seed: int) -> tuple[tuple[int, ...], ...]:
+    rng = random.Random(f"reef-bootstrap:{seed}:{n}")
+    return tuple(tuple(rng.randrange(n) for _ in range(n)) for _ in range(resamples))
+
+
+def bootstrap_interval(values: Sequence[float], confidence: float, resamples: int, seed: int) -> tuple[float, float]:
+    """Percentile bootstrap of the mean over `values`: (lower, upper) one-sided bounds at `confidence` each.
+
+    The resample indices depend only on (n, resamples, seed), so the bounds are monotone in every value: raising
+    one value never lowers either bound. The early stop relies on that.
+    """
+    n = len(values)
+    if n == 0:
+        return (0.0, 0.0)
+    vals = list(values)
+    get = vals.__getitem__
+    means = sorted(sum(map(get, idx)) / n for idx in _draws(n, resamples, seed))
+    k = int(math.floor((1 - confidence) * resamples))
+    return means[k], means[resamples - 1 - k]
+
+
+# ------------------------------------------------------------------------------------------------ outcomes
+
+
+@dataclass(frozen=True)
+class TaskScore:
+    task_id: str
+    sentinel: bool
+    candidate: float | None
+    current: float | None
+    delta: float | None
+    pairs: int
+    status: str  # improved | same | worse | regressed | sentinel-failed | passed | failed | not-run
+
+    def to_json(self) -> dict:
+        return {"task_id": self.task_id, "sentinel": self.sentinel, "candidate": _r(self.candidate),
+                "current": _r(self.current), "delta": _r(self.delta), "pairs": self.pairs, "status": self.status}
+
+    @classmethod
+    def from_json(cls, d: Mapping) -> "TaskScore":
+        return cls(d["task_id"], bool(d.get("sentinel")), d.get("candidate"), d.get("current"), d.get("delta"),
+                   int(d.get("pairs", 0)), d.get("status", ""))
+
+
+def _r(x: float | None) -> float | None:
+    return None if x is None else round(x, 6)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    decision: str
+    reason: str
+    policy: str
+    per_task: tuple[TaskScore, ...]
+    interval: tuple[float, float, float] | None
+    episodes_spent: int
+    stage: str  # screen | full | early-stop | complete | budget | skipped
+    tally: dict = field(default_factory=dict)
+
+
+class _Book:
+    """The scores collected so far and the episode budget."""
+
+    def __init__(self, tasks: Sequence[TaskSpec], settings: GateSettings, sample: Sampler) -> None:
+        self.tasks = list(tasks)
+        self.k = settings.repeats
+        self.sample = sample
+        self.budget = settings.max_episodes
+        self.scores: dict[tuple, float] = {}
+        self.spent = 0
+        self.exhausted = False
+
+    def run(self, reqs: list[tuple], unit: int = 2) -> None:
+        """Run what is missing of `reqs`, cut to the budget in whole units (pairs for paired policies)."""
+        todo = [r for r in dict.fromkeys(reqs) if r not in self.scores]
+        if self.budget is not None:
+            room = max(0, self.budget - self.spent)
+            if len(todo) > room:
+                todo = todo[: room - room % unit]
+                self.exhausted = True
+        if not todo:
+            return
+        got = self.sample(todo)
+        for r in todo:
+            if r not in got:
+                raise RuntimeError(f"the sampler returned no score for episode {r}")
+            self.scores[r] = float(got[r])
+        self.spent += len(todo)
+
+    def side(self, tid: str, side: str) -> list[float]:
+        return [self.scores[(tid, side, r)] for r in range(self.k) if (tid, side, r) in self.scores]
+
+    def pairs(self, tid: str) -> list[float]:
+        out = []
+        for r in range(self.k):
+            c, u = self.scores.get((tid, CANDIDATE, r)), self.scores.get((tid, CURRENT, r))
+            if c is not None and u is not None:
+                out.append(c - u)
+        return out
+
+
+def _pair_reqs(tasks: Iterable[TaskSpec], repeat: int) -> list[tuple]:
+    """Candidate and current interleaved per task, so drift on the machine hits both sides alike."""
+    out = []
+    for t in tasks:
+        out += [(t.id, CANDIDATE, repeat), (t.id, CURRENT, repeat)]
+    return out
+
+
+def _mean(xs: Sequence[float]) -> float | None:
+    return sum(xs) / len(xs) if xs else None
+
+
+class _Paired:
+    def __init__(self, settings: GateSettings, tasks: Sequence[TaskSpec], book: _Book) -> None:
+        self.s = settings
+        self.tasks = list(tasks)
+        self.book = book
+
+    def _filled(self, fill: str) -> tuple[list[float], dict[str, float]]:
+        """Per-task d_t and sentinel means with every missing episode set to the worst or the best case."""
+        k = self.book.k
+        lo_c, lo_u = (0.0, 1.0) if fill == "worst" else (1.0, 0.0)
+        scores = self.book.scores
+        d, sent = [], {}
+        for t in self.tasks:
+            total_d = total_c = 0.0
+            for r in range(k):
+                c = scores.get((t.id, CANDIDATE, r), lo_c)
+                total_d += c - scores.get((t.id, CURRENT, r), lo_u)
+                total_c += c
+            d.append(total_d / k)
+            if t.sentinel:
+                sent[t.id] = total_c / k
+        return d, sent
+
+    def judge(self, d: list[float], sent: Mapping[str, float]) -> tuple[str, str]:
+        failed = [tid for tid, m in sent.items() if m < SENTINEL_PASS]
+        if failed:
+            names = ", ".join(repr(x) for x in failed)
+            return REJECT, f"sentinel task {names} failed (candidate mean score below {SENTINEL_PASS})"
+        worst = min(range(len(d)), key=lambda i: d[i])
+        if d[worst] < -self.s.tolerance - 1e-9:
+            return REJECT, f"task '{self.tasks[worst].id}' regressed by {-d[worst]:.2f} (tolerance {self.s.tolerance:g})"
+        lo, _hi = bootstrap_interval(d, self.s.confidence, self.s.resamples, self.s.seed)
+        level = f"{self.s.confidence:.0%}"
+        if lo > 1e-12:
+            return PUBLISH, f"mean paired improvement {_mean(d):+.3f}, {level} lower bound {lo:+.3f} > 0"
+        return REJECT, f"not better: the {level} lower bound of the mean paired improvement is {lo:+.3f} (needs > 0)"
+
+    def certain(self) -> tuple[str, str] | None:
+        """The decision if no missing episode can change it (each criterion is monotone in every score)."""
+        worst = self.judge(*self._filled("worst"))
+        if worst[0] == PUBLISH:
+            return worst
+        best = self.judge(*self._filled("best"))
+        if best[0] == REJECT:
+            return best
+        return None
+
+    def observed_interval(self) -> tuple[float, float, float] | None:
+        d = [_mean(self.book.pairs(t.id)) for t in self.tasks]
+        d = [x for x in d if x is not None]
+        if not d:
+            return None
+        lo, hi = bootstrap_interval(d, self.s.confidence, self.s.resamples, self.s.seed)
+        return (lo, hi, self.s.confidence)
+
+    def _lead(self, tasks: Iterable[TaskSpec]) -> float:
+        return sum(sum(self.book.pairs(t.id)) for t in tasks)
+
+    def run(self) -> tuple[str, str, str]:
+        book, k = self.book, self.book.k
+        screen = screen_tasks(self.tasks, self.s)
+        stages: list[tuple[str, list[tuple]]] = [("screen", _pair_reqs(screen, 0)), ("pass 1", _pair_reqs(self.tasks, 0))]
+        stages += [(f"pass {r + 1}", _pair_reqs(self.tasks, r)) for r in range(1, k)]
+        for name, reqs in stages:
+            book.run(reqs)
+            done = self.certain()
+            if done is not None:
+                complete = all(len(book.pairs(t.id)) == k for t in self.tasks)
+                return done[0], done[1], "complete" if complete else "early-stop"
+            if book.exhausted:
+                return REJECT, f"the budget of {book.budget} episodes ran out before the decision was certain", "budget"
+            if name == "screen" and len(screen) < len(self.tasks):
+                lead = self._lead(screen)
+                if lead < 0:
+                    return REJECT, (f"screen: the candidate is behind on the {len(screen)} screen task(s) "
+                                    f"({lead:+g} episodes); the rest of the canary set was not run"), "screen"
+            if name.startswith("pass"):
+                lead, need = self._lead(self.tasks), min(MIN_LEAD, len(self.tasks))
+                if lead < need:
+                    return REJECT, (f"not better: after {name} of {k} over all {len(self.tasks)} tasks the candidate "
+                                    f"leads by {lead:+g} episodes (needs {need}); stopped early"), name
+        raise AssertionError("the last pass always decides")  # pragma: no cover
+
+
+def evaluate(settings: GateSettings, tasks: Sequence[TaskSpec], sample: Sampler) -> Outcome:
+    """Run `settings.policy` over `tasks`, asking `sample(requests) -> {request: score}` for episodes."""
+    tasks = list(tasks)
+    book = _Book(tasks, settings, sample)
+    policy = settings.policy
+    interval = None
+    tally: dict = {}
+    if not tasks:
+        return Outcome(REJECT, "no canary tasks", policy, (), None, 0, "skipped")
+    if policy == "always":
+        decision, reason, stage = PUBLISH, "policy 'always' publishes every candidate (no episodes run)", "skipped"
+    elif policy == "tally":
+        for r in range(settings.repeats):
+            book.run(_pair_reqs(tasks, r))
+        wins = losses = ties = 0
+        for t in tasks:
+            for d in book.pairs(t.id):
+                wins += d > 0
+                losses += d < 0
+                ties += d == 0
+        tally = {"wins": wins, "losses": losses, "ties": ties, "margin": settings.margin}
+        ok = wins - losses > settings.margin
+        decision = PUBLISH if ok else REJECT
+        reason = f"wins - losses = {wins} - {losses} = {wins - losses} {'>' if ok else '<='} margin {settings.margin}"
+        stage = "budget" if book.exhausted else "complete"
+    elif policy == "floor":
+        decision, reason, stage = PUBLISH, "", "complete"
+        for r in range(settings.repeats):
+            book.run([(t.id, CANDIDATE, r) for t in tasks], unit=1)
+            below = [t.id for t in tasks
+                     if (sum(book.side(t.id, CANDIDATE)) + (settings.repeats - len(book.side(t.id, CANDIDATE))))
+                     / settings.repeats < settings.floor - 1e-9]
+            if below:
+                decision, stage = REJECT, ("complete" if r == settings.repeats - 1 else "early-stop")
+                reason = f"task '{below[0]}' cannot reach the floor {settings.floor:g}"
+                break
+            if book.exhausted:
+                decision, stage = REJECT, "budget"
+                reason = f"the budget of {book.budget} episodes ran out before every task was scored"
+                break
+        else:
+            reason = f"every task scored at least the floor {settings.floor:g}"
+    else:
+        engine = _Paired(settings, tasks, book)
+        decision, reason, stage = engine.run()
+        interval = engine.observed_interval()
+    return Outcome(decision, reason, policy, _per_task(settings, tasks, book), interval, book.spent, stage, tally)
+
+
+def _per_task(settings: GateSettings, tasks: Sequence[TaskSpec], book: _Book) -> tuple[TaskScore, ...]:
+    out = []
+    for t in tasks:
+        c, u, d = _mean(book.side(t.id, CANDIDATE)), _mean(book.side(t.id, CURRENT)), _mean(book.pairs(t.id))
+        if c is None:
+            status = "not-run"
+        elif settings.policy == "floor":
+            status = "passed" if c >= settings.floor - 1e-9 else "failed"
+        elif t.sentinel and c < SENTINEL_PASS:
+            status = "sentinel-failed"
+        elif d is None:
+            status = "not-run"
+        elif d < -settings.tolerance - 1e-9:
+            status = "regressed"
+        else:
+            status = "improved" if d > 0 else ("worse" if d < 0 else "same")
+        out.append(TaskScore(t.id, t.sentinel, c, u, d, len(book.pairs(t.id)), status))
+    return tuple(out)
+
+
+# ------------------------------------------------------------------------------------------------ verdict
+
+
+@dataclass(frozen=True)
+class Verdict:
+    decision: str
+    reason: str
+    policy: str
+    per_task: tuple[TaskScore, ...]
+    interval: tuple[float, float, float] | None
+    episodes_spent: int
+    episodes_budget: int
+    bullet_utility: dict = field(default_factory=dict)
+    record_id: str | None = None
+    stage: str = ""
+    repeats: int = 0
+    run: str = ""
+    baseline_release_id: str | None = None
+    baseline_content_id: str = ""
+    candidate_content_id: str = ""
+    suite_digest: str = ""
+    attribution_episodes: int = 0
+    errors: tuple[str, ...] = ()
+    tally: dict = field(default_factory=dict)
+
+    @property
+    def published(self) -> bool:
+        return self.decision == PUBLISH
+
+    def to_json(self) -> dict:
+        return {
+            "decision": self.decision, "reason": self.reason, "policy": self.policy, "stage": self.stage,
+            "per_task": [t.to_json() for t in self.per_task],
+            "interval": None if self.interval is None else
+            {"lo": _r(self.interval[0]), "hi": _r(self.interval[1]), "level": self.interval[2]},
+            "episodes_spent": self.episodes_spent, "episodes_budget": self.episodes_budget,
+            "attribution_episodes": self.attribution_episodes, "repeats": self.repeats,
+            "bullet_utility": {k: _r(v) for k, v in self.bullet_utility.items()},
+            "record_id": self.record_id, "run": self.run, "baseline_release_id": self.baseline_release_id,
+            "baseline_content_id": self.baseline_content_id, "candidate_content_id": self.candidate_content_id,
+            "suite_digest": self.suite_digest, "errors": list(self.errors), "tally": dict(self.tally),
+        }
+
+    @classmethod
+    def from_json(cls, d: Mapping) -> "Verdict":
+        iv = d.get("interval")
+        return cls(
+            decision=d["decision"], reason=d.get("reason", ""), policy=d["policy"],
+            per_task=tuple(TaskScore.from_json(t) for t in d.get("per_task") or ()),
+            interval=None if not iv else (iv["lo"], iv["hi"], iv["level"]),
+            episodes_spent=int(d.get("episodes_spent", 0)), episodes_budget=int(d.get("episodes_budget", 0)),
+            bullet_utility=dict(d.get("bullet_utility") or {}), record_id=d.get("record_id"),
+            stage=d.get("stage", ""), repeats=int(d.get("repeats", 0)), run=d.get("run", ""),
+            baseline_release_id=d.get("baseline_release_id"), baseline_content_id=d.get("baseline_content_id", ""),
+            candidate_content_id=d.get("candidate_content_id", ""), suite_digest=d.get("suite_digest", ""),
+            attribution_episodes=int(d.get("attribution_episodes", 0)), errors=tuple(d.get("errors") or ()),
+            tally=dict(d.get("tally") or {}),
+        )
+
+    def release_meta(self) -> dict:
+        """The compact form a release carries in `meta["gate"]` (the full verdict is the ledger record)."""
+        return {
+            "decision": self.decision, "policy": self.policy, "record_id": self.record_id,
+            "interval": self.to_json()["interval"], "episodes_spent": self.episodes_spent,
+            "tasks": {t.task_id: _r(t.delta) for t in self.per_task}, "run": self.run,
+        }
+
+
+# ------------------------------------------------------------------------------------------------ harness diffs
+
+_BULLET = re.compile(r"^\s*[-*]\s+(?P<text>\S.*?)\s*$")
+
+
+@dataclass(frozen=True)
+class Bullet:
+    id: str
+    path: str
+    text: str
+
+
+def new_bullets(base: Mapping, cand: Mapping) -> list[Bullet]:
+    """Markdown bullet lines the candidate adds (per file), with a stable id from their text."""
+    out = []
+    for path in sorted(cand):
+        if not path.endswith(".md"):
+            continue
+        new_lines = _text(cand[path]).splitlines()
+        old = set(_text(base[path]).splitlines()) if path in base else set()
+        for line in new_lines:
+            m = _BULLET.match(line)
+            if m and line not in old:
+                bid = "b_" + hashlib.sha256(m.group("text").encode("utf-8")).hexdigest()[:12]
+                out.append(Bullet(bid, path, m.group("text")))
+    return out
+
+
+def ablations(base: Mapping, cand: Mapping) -> dict[str, dict]:
+    """{bullet id: candidate files with that one new bullet line removed}, for leave-one-out attribution."""
+    from .gitstore import Entry
+
+    out: dict[str, dict] = {}
+    for b in new_bullets(base, cand):
+        entry = cand[b.path]
+        lines = _text(entry).splitlines(keepends=True)
+        kept, dropped = [], False
+        for line in lines:
+            m = _BULLET.match(line.rstrip("\n"))
+            if not dropped and m and m.group("text") == b.text:
+                dropped = True
+                continue
+            kept.append(line)
+        files = dict(cand)
+        files[b.path] = Entry("".join(kept).encode("utf-8"), entry.mode)
+        out[b.id] = files
+    return out
+
+
+def _text(entry: Any) -> str:
+    data = getattr(entry, "data", entry)
+    return data.decode("utf-8", "replace") if isinstance(data, bytes) else str(data)
+
+
+_BLOCK = re.compile(r"<!-- reef:begin (?P<name>[\w.-]+) -->.*?<!-- reef:end (?P=name) -->", re.S)
+
+
+def _outside_blocks(text: str) -> str:
+    return _BLOCK.sub(lambda m: f"<!-- reef:block {m.group('name')} -->", text)
+
+
+@dataclass(frozen=True)
+class Violation:
+    path: str
+    change: str
+    zone: str
+    reason: str
+
+    def to_json(self) -> dict:
+        return {"path": self.path, "change": self.change, "zone": self.zone, "reason": self.reason}
+
+
+def frozen_changes(root: Path, config: Any, base: Mapping, cand: Mapping) -> list[Violation]:
+    """Changes from `base` to `cand` that no gate may vouch for: Frozen paths (canary tasks, evaluators, the zone
+    map, the human's rules) and text outside reef's markers in Managed files. Zones come from `config` (the
+    baseline's), never from the candidate."""
+    from .zones import FROZEN, MANAGED, classify_many
+
+    changed = []
+    for rel in sorted(set(base) | set(cand)):
+        a, b = base.get(rel), cand.get(rel)
+        if a == b:
+            continue
+        changed.append((rel, "deleted" if b is None else "added" if a is None else "modified"))
+    decisions = classify_many(root, config.zone_map(), [rel for rel, _ in changed])
+    out = []
+    for (rel, change), dec in zip(changed, decisions):
+        if dec.zone == FROZEN:
+            out.append(Violation(rel, change, dec.zone, dec.reason))
+        elif dec.zone == MANAGED:
+            before = _outside_blocks(_text(base[rel])) if rel in base else ""
+            after = _outside_blocks(_text(cand[rel])) if rel in cand else ""
+            if before != after:
+                out.append(Violation(rel, change, dec.zone, "text outside reef's managed block changed"))
+    return out
+
+
+# ------------------------------------------------------------------------------------------------ running it
+
+
+def _content_id(store, files: Mapping) -> str:
+    return store.git.write_tree(dict(files))
+
+
+def _run_key(parts: dict) -> str:
+    return "gate_" + hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:20]
+
+
+def _ledger_append(ledger, kind: str, payload: dict, *, release_id, content_id, record_id=None) -> str | None:
+    if ledger is None:
+        return None
+    rec = ledger.append(kind, payload, release_id=release_id, content_id=content_id, record_id=record_id)
+    return getattr(rec, "record_id", None)
+
+
+def _interactions(ledger) -> Iterable[Any]:
+    if ledger is None:
+        return ()
+    return ledger.iter_records(kind="interaction")
+
+
+def gate_candidate(
+    store,
+    candidate_files: Mapping,
+    *,
+    ledger,
+    baseline=None,
+    workers: int | None = None,
+    policy: str | None = None,
+    max_episodes: int | None = None,
+    attribute: Mapping[str, Mapping] | None = None,
+    progress: Progress | None = None,
+    journal_dir: Path | None = None,
+    repeats: int | None = None,
+    work_root: Path | None = None,
+    environ: Mapping[str, str] | None = None,
+    kill_grace: float = 2.0,
+) -> Verdict | None:
+    """Run the canary gate of `candidate_files` against `baseline` (default: the head release).
+
+    `baseline` is a Release, a files dict, or None. Tasks, evaluators, the agent command and the gate settings all
+    come from the baseline's harness.yaml, so a candidate cannot change how it is judged. Returns None when the
+    baseline has no canary tasks. Every episode is recorded in `ledger` as kind "episode" and the verdict as kind
+    "gate" (whose record id the Verdict carries). `attribute` maps new-bullet ids to candidate files without that
+    bullet; each bullet's utility (candidate mean score minus the ablated one's, over the canary set) lands in
+    `Verdict.bullet_utility`. Publishing is the caller's move (`publish_gated`).
+    """
+    from .config import CONFIG_NAME, parse_config
+    from .episodes import EpisodeRequest, EpisodeRunner, Journal, materialise_readonly, rmtree
+    from .tasks import check_held_out, load_suite
+
+    if baseline is None:
+        baseline = store.require_head()
+    if isinstance(baseline, Mapping):
+        base_files, base_release = dict(baseline), None
+    else:
+        base_files, base_release = store.files_of(baseline), baseline
+    if CONFIG_NAME not in base_files:
+        raise InvalidInput(f"the baseline harness has no {CONFIG_NAME}")
+    config = parse_config(base_files[CONFIG_NAME].data, source=f"{CONFIG_NAME} (baseline)")
+    suite = load_suite(base_files, config.gate.tasks)
+    canary = suite.canary
+    if not canary:
+        return None
+    check_held_out(canary, _interactions(ledger))
+    settings = GateSettings.from_config(config.gate, policy=policy, max_episodes=max_episodes, repeats=repeats)
+    if settings.policy != "always" and not config.agent:
+        raise InvalidInput(f"{CONFIG_NAME} has no 'agent' to run the canary tasks with; "
+                           "set e.g. agent: [reef-claude, -p, \"{prompt}\"]")
+    cand_files = dict(candidate_files)
+    base_cid = base_release.content_id if base_release is not None else _content_id(store, base_files)
+    cand_cid = _content_id(store, cand_files)
+    run = _run_key({"v": 1, "baseline": base_cid, "candidate": cand_cid, "suite": suite.digest,
+                    "agent": list(config.agent), "seed": settings.seed})
+    run_dir = Path(journal_dir) if journal_dir is not None else store.dir / "gate" / run
+    run_dir.mkdir(parents=True, exist_ok=True)
+    journal = Journal(run_dir / "journal.jsonl")
+    trees = run_dir / "trees"
+    trees.mkdir(exist_ok=True)
+    dirs = {CURRENT: materialise_readonly(trees / base_cid, base_files),
+            CANDIDATE: materialise_readonly(trees / cand_cid, cand_files)}
+    cids = {CURRENT: base_cid, CANDIDATE: cand_cid}
+    runner = EpisodeRunner(config.agent, suite_dir=dirs[CURRENT], seed=settings.seed, workers=workers,
+                           work_root=work_root, environ=environ, kill_grace=kill_grace,
+                           store_content=config.store_content)
+    by_id = {t.id: t for t in canary}
+    specs = [TaskSpec(t.id, t.sentinel) for t in canary]
+    base_rid = base_release.release_id if base_release is not None else None
+    errors: list[str] = []
+    counter = {"done": 0}
+    emit = progress or (lambda _e: None)
+
+    def on_result(res, resumed: bool) -> None:
+        counter["done"] += 1
+        if res.error and len(errors) < 20:
+            errors.append(f"{res.task_id} [{res.side} #{res.repeat + 1}]: {res.error}")
+        # A deterministic record id makes the resend after a resume idempotent (same id, same payload).
+        rec_id = f"ep.{run[5:]}.{hashlib.sha256(res.key.encode()).hexdigest()[:20]}"
+        _ledger_append(ledger, "episode", {"key": res.key, **res.ledger_payload(run)},
+                       release_id=base_rid if res.side == CURRENT else None, content_id=res.content_id,
+                       record_id=rec_id)
+        emit({"event": "episode", "task_id": res.task_id, "side": res.side, "repeat": res.repeat,
+              "score": res.score, "resumed": resumed, "done": counter["done"], "error": res.error})
+
+    def sample(reqs: list) -> dict:
+        eps = [EpisodeRequest(by_id[tid], side, r, dirs[side], cids[side]) for tid, side, r in reqs]
+        got = runner.run_many(eps, journal=journal, on_result=on_result)
+        return {(ep.task.id, ep.side, ep.repeat): got[ep.key].score for ep in eps}
+
+    est = estimate(settings, specs)
+    emit({"event": "plan", **est, "run": run, "resumable": len(journal)})
+    outcome = evaluate(settings, specs, sample)
+    utilities: dict[str, float | None] = {}
+    attribution_spent = 0
+    if attribute:
+        emit({"event": "stage", "stage": "attribution", "bullets": len(attribute)})
+        before = counter["done"]
+        utilities = _attribute(settings, canary, attribute, store, trees, dirs, cids, runner, journal, on_result)
+        attribution_spent = counter["done"] - before
+    verdict = Verdict(
+        decision=outcome.decision, reason=outcome.reason, policy=outcome.policy, per_task=outcome.per_task,
+        interval=outcome.interval, episodes_spent=outcome.episodes_spent,
+        episodes_budget=settings.max_episodes if settings.max_episodes is not None else
+        full_tally_cost(len(specs), settings.repeats),
+        bullet_utility=utilities, stage=outcome.stage, repeats=settings.repeats, run=run,
+        baseline_release_id=base_rid, baseline_content_id=base_cid, candidate_content_id=cand_cid,
+        suite_digest=suite.digest, attribution_episodes=attribution_spent, errors=tuple(errors), tally=outcome.tally,
+    )
+    payload = verdict.to_json()
+    payload.pop("record_id")
+    payload["new_bullets"] = [{"id": b.id, "path": b.path, "text": b.text} for b in new_bullets(base_files, cand_files)]
+    record_id = _ledger_append(ledger, "gate", payload, release_id=base_rid, content_id=cand_cid)
+    verdict = replace(verdict, record_id=record_id)
+    rmtree(trees)
+    emit({"event": "done", "decision": verdict.decision, "episodes_spent": verdict.episodes_spent})
+    return verdict
+
+
+def _attribute(settings, canary, attribute, store, trees, dirs, cids, runner, journal, on_result) -> dict:
+    """Leave-one-out: utility(b) = mean over tasks and repeats of candidate score minus ablated score."""
+    from .episodes import EpisodeRequest, materialise_readonly
+
+    out: dict[str, float | None] = {}
+    cand_reqs = [EpisodeRequest(t, CANDIDATE, r, dirs[CANDIDATE], cids[CANDIDATE])
+                 for r in range(settings.repeats) for t in canary]
+    for bid, files in attribute.items():
+        side = f"ablate:{bid}"
+        cid = _content_id(store, files)
+        tree = materialise_readonly(trees / cid, files)
+        reqs = []
+        for r in range(settings.repeats):
+            for t in canary:
+                reqs += [EpisodeRequest(t, CANDIDATE, r, dirs[CANDIDATE], cids[CANDIDATE]),
+                         EpisodeRequest(t, side, r, tree, cid)]
+        got = runner.run_many(reqs, journal=journal, on_result=on_result)
+        cand = [got[q.key].score for q in cand_reqs]
+        abl = [got[EpisodeRequest(q.task, side, q.repeat, tree, cid).key].score for q in cand_reqs]
+        out[bid] = (sum(cand) - sum(abl)) / len(cand) if cand else None
+    return out
+
+
+def publish_gated(store, files: Mapping, verdict: Verdict, *, reason: str, operation: str = "evolve",
+                  meta: Mapping | None = None):
+    """Publish `files` on the strength of `verdict`: only a publish verdict for exactly these bytes, and only
+    while the head is still the release it was judged against (compare-and-swap)."""
+    if verdict.decision != PUBLISH:
+        raise PolicyError(f"the canary gate rejected this candidate ({verdict.reason}); nothing was published")
+    cid = _content_id(store, files)
+    if cid != verdict.candidate_content_id:
+        raise PolicyError(f"the verdict {verdict.record_id or verdict.run} was for content "
+                          f"{verdict.candidate_content_id[:12]}, not {cid[:12]}; run the gate on these files")
+    return store.publish(
+        reason=reason, operation=operation, files=dict(files), expected_head=verdict.baseline_release_id,
+        evidence=tuple(x for x in (verdict.record_id,) if x), meta={**dict(meta or {}), "gate": verdict.release_meta()},
+    )

@@ -1,0 +1,540 @@
+"""The canary gate: statistics and policies on simulated scores, the episode runner on real processes, and
+`reef eval` / `reef ci` end to end with the example agent."""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import reef_exe
+from reef_cli.episodes import EpisodeRequest, EpisodeRunner, Journal, parse_score, run_command
+from reef_cli.errors import InvalidInput, PolicyError
+from reef_cli.gate import (
+    CANDIDATE, CURRENT, PUBLISH, REJECT, GateSettings, TaskSpec, Verdict, _pair_reqs, _Paired, _Book, ablations,
+    bootstrap_interval, estimate, evaluate, new_bullets, screen_tasks,
+)
+from reef_cli.gitstore import Entry
+from reef_cli.tasks import parse_task_file
+
+# ------------------------------------------------------------------------------------------------ statistics
+
+
+def table_sampler(table: dict, log: list | None = None):
+    """Scores from {(task, side): [score per repeat]}."""
+    def sample(reqs):
+        if log is not None:
+            log.extend(reqs)
+        return {r: table[(r[0], r[1])][r[2]] for r in reqs}
+    return sample
+
+
+def tasks(n, sentinels=()):
+    return [TaskSpec(f"t{i}", f"t{i}" in sentinels) for i in range(n)]
+
+
+def fill(n, k, cand, cur):
+    """cand/cur: per-task lists of per-repeat scores, or a float for every task and repeat."""
+    table = {}
+    for i in range(n):
+        for side, v in ((CANDIDATE, cand), (CURRENT, cur)):
+            table[(f"t{i}", side)] = v[i] if isinstance(v, list) else [v] * k
+    return table
+
+
+def test_bootstrap_is_seeded_and_monotone():
+    vals = [0.0, 1.0, 0.5, -0.2, 0.3]
+    a = bootstrap_interval(vals, 0.9, 2000, 7)
+    assert a == bootstrap_interval(vals, 0.9, 2000, 7)
+    assert a[0] < sum(vals) / len(vals) < a[1]
+    for i in range(len(vals)):
+        higher = list(vals)
+        higher[i] += 0.4
+        b = bootstrap_interval(higher, 0.9, 2000, 7)
+        assert b[0] >= a[0] and b[1] >= a[1]
+    assert bootstrap_interval([0.0] * 4, 0.9, 2000, 0) == (0.0, 0.0)
+    assert bootstrap_interval([0.2] * 4, 0.9, 2000, 0) == pytest.approx((0.2, 0.2))
+
+
+def test_a_clear_improvement_publishes_and_equal_is_rejected():
+    n, k = 6, 3
+    better = fill(n, k, [[1.0] * k] * 4 + [[0.0] * k] * 2, 0.0)
+    out = evaluate(GateSettings(), tasks(n), table_sampler(better))
+    assert out.decision == PUBLISH and out.interval[0] > 0 and out.interval[2] == 0.9
+    assert out.episodes_spent == 2 * n * k and "lower bound" in out.reason
+    same = fill(n, k, 1.0, 1.0)
+    out = evaluate(GateSettings(), tasks(n), table_sampler(same))
+    assert out.decision == REJECT and out.stage == "pass 1" and out.episodes_spent == 2 * n
+    assert {t.status for t in out.per_task} == {"same"}
+
+
+def test_a_regression_on_one_task_is_refused_even_when_the_mean_improves():
+    n, k = 6, 3
+    cand = [[1.0] * k] * 5 + [[0.0] * k]
+    cur = [[0.0] * k] * 5 + [[1.0] * k]
+    out = evaluate(GateSettings(), tasks(n), table_sampler(fill(n, k, cand, cur)))
+    assert out.decision == REJECT and "task 't5' regressed by 1.00 (tolerance 0.4)" in out.reason
+    assert [t.status for t in out.per_task][-1] == "regressed"
+    tally = evaluate(GateSettings(policy="tally"), tasks(n), table_sampler(fill(n, k, cand, cur)))
+    assert tally.decision == PUBLISH and tally.tally == {"wins": 15, "losses": 3, "ties": 0, "margin": 0}
+
+
+def test_a_failing_sentinel_blocks_and_stops_early():
+    n, k = 6, 3
+    cand = [[0.0] * k] + [[1.0] * k] * 5
+    cur = [[1.0] * k] + [[0.0] * k] * 5
+    log = []
+    out = evaluate(GateSettings(), tasks(n, sentinels=("t0",)), table_sampler(fill(n, k, cand, cur), log))
+    assert out.decision == REJECT and "sentinel task 't0' failed" in out.reason
+    assert out.stage == "early-stop" and out.episodes_spent < 2 * n * k
+    assert out.per_task[0].status == "sentinel-failed"
+    assert log[:2] == [("t0", CANDIDATE, 0), ("t0", CURRENT, 0)]  # sentinels are screened first
+
+
+def test_the_screen_rejects_a_candidate_that_is_behind_cheaply():
+    n, k = 12, 3
+    out = evaluate(GateSettings(), tasks(n), table_sampler(fill(n, k, 0.0, 1.0)))
+    assert out.decision == REJECT and out.stage == "screen" and out.episodes_spent == 6
+    assert sum(t.status == "not-run" for t in out.per_task) == n - 3
+
+
+def test_early_stop_never_changes_the_decision():
+    """Whenever the paired run stops because the decision is certain, judging all the episodes agrees."""
+    rng = random.Random(3)
+    checked = 0
+    for trial in range(150):
+        n, k = rng.choice((3, 5, 8)), rng.choice((1, 2, 3))
+        specs = tasks(n, sentinels=("t0",) if trial % 3 == 0 else ())
+        table = {(t.id, side): [float(rng.random() < p) for _ in range(k)]
+                 for t in specs for side, p in ((CANDIDATE, rng.random()), (CURRENT, rng.random()))}
+        settings = GateSettings(repeats=k, seed=trial)
+        out = evaluate(settings, specs, table_sampler(table))
+        if out.stage not in ("early-stop", "complete"):
+            continue
+        book = _Book(specs, settings, table_sampler(table))
+        book.run([(t.id, s, r) for t in specs for s in (CANDIDATE, CURRENT) for r in range(k)])
+        engine = _Paired(settings, specs, book)
+        assert engine.judge(*engine._filled("worst"))[0] == out.decision, (trial, out)
+        checked += 1
+    assert checked > 30
+
+
+def test_budget_is_respected_and_an_undecided_gate_rejects():
+    n, k = 6, 3
+    better = fill(n, k, [[1.0] * k] * 4 + [[0.0] * k] * 2, 0.0)
+    out = evaluate(GateSettings(max_episodes=20), tasks(n), table_sampler(better))
+    assert out.decision == REJECT and out.stage == "budget" and out.episodes_spent <= 20
+    assert "budget of 20 episodes" in out.reason
+
+
+def test_floor_and_always_policies():
+    n, k = 4, 2
+    table = fill(n, k, [[1.0, 1.0]] * 3 + [[1.0, 0.0]], 0.0)
+    log = []
+    out = evaluate(GateSettings(policy="floor", repeats=k), tasks(n), table_sampler(table, log))
+    assert out.decision == REJECT and "task 't3' cannot reach the floor 1" in out.reason
+    assert all(side == CANDIDATE for _, side, _ in log)
+    out = evaluate(GateSettings(policy="floor", repeats=k, floor=0.5), tasks(n), table_sampler(table))
+    assert out.decision == PUBLISH and {t.status for t in out.per_task} == {"passed"}
+    out = evaluate(GateSettings(policy="always"), tasks(n), table_sampler(table))
+    assert out.decision == PUBLISH and out.episodes_spent == 0
+
+
+def test_settings_come_from_config_with_overrides():
+    from reef_cli.config import GateConfig
+
+    s = GateSettings.from_config(GateConfig(repeats=5, tolerance=0.3), policy="tally", max_episodes=None)
+    assert (s.policy, s.repeats, s.tolerance, s.confidence, s.max_episodes) == ("tally", 5, 0.3, 0.9, None)
+    with pytest.raises(InvalidInput, match="gate policy 'best' is unknown"):
+        GateSettings(policy="best")
+
+
+def test_screen_and_estimate():
+    specs = tasks(12, sentinels=("t5",))
+    screen = screen_tasks(specs, GateSettings())
+    assert len(screen) == 3 and TaskSpec("t5", True) in screen
+    assert estimate(GateSettings(), specs) == {"policy": "paired", "tasks": 12, "repeats": 3, "max": 72, "min": 6,
+                                               "full_tally": 72, "budget": None}
+    assert estimate(GateSettings(max_episodes=10), specs)["max"] == 10
+    assert _pair_reqs(specs[:2], 1) == [("t0", CANDIDATE, 1), ("t0", CURRENT, 1), ("t1", CANDIDATE, 1),
+                                        ("t1", CURRENT, 1)]
+
+
+def test_verdict_round_trips():
+    out = evaluate(GateSettings(), tasks(3), table_sampler(fill(3, 3, 1.0, 0.0)))
+    v = Verdict(decision=out.decision, reason=out.reason, policy=out.policy, per_task=out.per_task,
+                interval=out.interval, episodes_spent=out.episodes_spent, episodes_budget=18,
+                bullet_utility={"b_1": 0.25}, record_id="rec_x", stage=out.stage, repeats=3)
+    assert Verdict.from_json(json.loads(json.dumps(v.to_json()))).to_json() == v.to_json()
+    assert v.release_meta()["record_id"] == "rec_x" and v.published
+
+
+def test_new_bullets_and_ablations():
+    base = {"CLAUDE.md": Entry(b"# x\n- old rule\n")}
+    cand = {"CLAUDE.md": Entry(b"# x\n- old rule\n- new one\n* another\n", 0o100644), "a.txt": Entry(b"- no\n")}
+    found = new_bullets(base, cand)
+    assert [(b.path, b.text) for b in found] == [("CLAUDE.md", "new one"), ("CLAUDE.md", "another")]
+    abl = ablations(base, cand)
+    assert abl[found[0].id]["CLAUDE.md"].data == b"# x\n- old rule\n* another\n"
+    assert abl[found[1].id]["a.txt"] == cand["a.txt"]
+
+
+# ------------------------------------------------------------------------------------------------ episodes
+
+
+def make_task(text: str):
+    return parse_task_file(text, "canary/t.yaml")[0]
+
+
+def runner_for(agent, tmp_path, **kw):
+    return EpisodeRunner(agent, suite_dir=tmp_path, seed=1, workers=2, work_root=tmp_path, kill_grace=0.5, **kw)
+
+
+def test_check_output_scores_the_episode():
+    assert parse_score("noise\nscore: 0.25\n", 1) == (0.25, None)
+    assert parse_score("score: 1.5\n", 0) == (0.0, "check printed score 1.5, outside [0, 1]")
+    assert parse_score("score: lots", 0)[1] == "check printed an unreadable score 'lots'"
+    assert parse_score("", 0) == (1.0, None) and parse_score("", 3) == (0.0, None)
+
+
+def test_an_episode_runs_setup_agent_and_check_in_a_fresh_dir(tmp_path):
+    task = make_task("""id: t
+prompt: hello there
+setup: {files: {in.txt: "x\\n"}, command: "echo prepared > prep"}
+check: |
+  test -f prep && test -f in.txt && grep -q 'hello there' out && echo "score: 0.75"
+""")
+    harness = tmp_path / "h"
+    harness.mkdir()
+    agent = ["sh", "-c", 'echo "$1" > out; test "$REEF_HARNESS_DIR" = "$2"; echo done', "agent", "{prompt}",
+             str(harness)]
+    res = runner_for(agent, tmp_path).run_one(EpisodeRequest(task, CANDIDATE, 0, harness, "c" * 40))
+    assert res.score == 0.75 and res.exit == 0 and res.check_exit == 0 and not res.timed_out and res.error is None
+    assert res.stdout["digest"].startswith("sha256:") and res.stdout["length"] == 5
+    assert not list(tmp_path.glob("reef-episode-*"))  # the work dir is gone
+
+
+def test_the_prompt_goes_to_stdin_when_the_agent_has_no_placeholder(tmp_path):
+    task = make_task("id: t\nprompt: via stdin\ncheck: grep -q 'via stdin' got\n")
+    res = runner_for(["sh", "-c", "cat > got"], tmp_path).run_one(EpisodeRequest(task, CURRENT, 0, tmp_path, "c" * 40))
+    assert res.score == 1.0
+
+
+def test_a_hung_episode_is_killed_at_its_timeout_with_its_process_group(tmp_path):
+    late = tmp_path / "late"
+    task = make_task(f"id: hang\nprompt: p\ncheck: 'true'\ntimeout: 0.5\n")
+    agent = ["sh", "-c", f"(sleep 1.5; touch {late}) & sleep 30"]
+    start = time.monotonic()
+    res = runner_for(agent, tmp_path).run_one(EpisodeRequest(task, CANDIDATE, 0, tmp_path, "c" * 40))
+    assert time.monotonic() - start < 5
+    assert res.timed_out and res.score == 0.0 and "timed out after 0.5s" in res.error
+    time.sleep(1.5)
+    assert not late.exists()  # the grandchild died with the group
+
+
+def test_leftover_background_processes_are_killed_after_a_normal_exit(tmp_path):
+    late = tmp_path / "late"
+    out, err = tmp_path / "o", tmp_path / "e"
+    oc = run_command(f"(sleep 0.8; touch {late}) & exit 3", cwd=tmp_path, env=os.environ, timeout=10, stdout=out,
+                     stderr=err)
+    assert oc.exit == 3 and not oc.timed_out
+    time.sleep(1.2)
+    assert not late.exists()
+
+
+def test_an_agent_that_cannot_start_scores_zero(tmp_path):
+    task = make_task("id: t\nprompt: p\ncheck: 'true'\n")
+    res = runner_for(["/nonexistent/agent"], tmp_path).run_one(EpisodeRequest(task, CANDIDATE, 0, tmp_path, "c" * 40))
+    assert res.score == 0.0 and "cannot start '/nonexistent/agent'" in res.error
+
+
+def test_a_skill_trigger_task_needs_the_skill_to_be_used(tmp_path):
+    task = make_task("id: s\nprompt: p\ncheck: 'true'\ntags: [skill-trigger]\nskill: notes\n")
+    used = ["sh", "-c", 'echo \'{"decision":"skill_used","skill":"notes"}\' >> "$REEF_ROUTING_FILE"']
+    assert runner_for(used, tmp_path).run_one(EpisodeRequest(task, CANDIDATE, 0, tmp_path, "c" * 40)).score == 1.0
+    res = runner_for(["true"], tmp_path).run_one(EpisodeRequest(task, CANDIDATE, 0, tmp_path, "c" * 40))
+    assert res.score == 0.0 and "skill 'notes' was not used" in res.error
+
+
+def test_journal_drops_a_torn_tail_and_serves_finished_episodes(tmp_path):
+    task = make_task("id: t\nprompt: p\ncheck: 'true'\n")
+    path = tmp_path / "j.jsonl"
+    runner = runner_for(["true"], tmp_path)
+    reqs = [EpisodeRequest(task, side, r, tmp_path, "c" * 40) for r in range(2) for side in (CANDIDATE, CURRENT)]
+    got = runner.run_many(reqs, journal=Journal(path))
+    assert len(got) == 4
+    with open(path, "ab") as f:
+        f.write(b'{"key": "torn')
+    journal = Journal(path)
+    assert len(journal) == 4 and path.read_bytes().endswith(b"}\n")
+    seen = []
+    runner2 = runner_for(["false"], tmp_path)  # would score differently if anything ran again
+    again = runner2.run_many(reqs, journal=journal, on_result=lambda r, resumed: seen.append(resumed))
+    assert seen == [True] * 4 and {k: v.score for k, v in again.items()} == {k: v.score for k, v in got.items()}
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root ignores read-only permissions")
+def test_the_harness_is_materialised_read_only(tmp_path):
+    from reef_cli.episodes import materialise_readonly
+
+    tree = materialise_readonly(tmp_path / "tree", {"CLAUDE.md": Entry(b"x\n")})
+    with pytest.raises(PermissionError):
+        (tree / "CLAUDE.md").write_text("changed")
+    with pytest.raises(PermissionError):
+        (tree / "new.md").write_text("added")
+
+
+# ------------------------------------------------------------------------------------------------ end to end
+
+NEWLINE = "- Always end files with a trailing newline."
+TABS = "- Use tabs for indentation in Makefiles."
+SPACES = "- Indent with four spaces."
+
+
+def set_block(root: Path, *bullets: str) -> None:
+    path = root / "CLAUDE.md"
+    text = path.read_text()
+    start = text.index("<!-- reef:begin learned -->") + len("<!-- reef:begin learned -->")
+    end = text.index("<!-- reef:end learned -->")
+    path.write_text(text[:start] + "\n" + "".join(b + "\n" for b in bullets) + text[end:])
+
+
+@pytest.fixture
+def project(reef, tmp_path):
+    """A claude-template project with the example suite and agent, published as release 2 (repeats 2)."""
+    from reef_cli.example_agent import suite_files
+
+    root = tmp_path / "proj"
+    root.mkdir()
+    assert reef("-C", str(root), "init").code == 0
+    (root / "canary").mkdir()
+    (root / "canary" / "example.yaml").write_text(suite_files()["example.yaml"])
+    cfg = root / "harness.yaml"
+    lines = [ln for ln in cfg.read_text().splitlines() if not ln.startswith("agent:")]
+    text = "\n".join(lines).replace("  evaluators: [evaluators/**]", "  evaluators: [evaluators/**]\n  repeats: 2")
+    cfg.write_text(text + '\nagent: ["{python}", -m, reef_cli.example_agent, -p, "{prompt}"]\n')
+    r = reef("-C", str(root), "publish", "-m", "canary suite and the example agent")
+    assert r.code == 0, r.err
+    return root
+
+
+def ledger_records(root: Path, kind: str) -> list[dict]:
+    from reef_cli.ledger import Ledger
+
+    path = root / ".reef" / "scenarios" / "default" / "ledger.jsonl"
+    return [r.to_json() for r in Ledger(path, "default").iter_records(kind=kind)]
+
+
+def test_eval_a_better_candidate_would_publish_and_is_recorded(reef, project):
+    set_block(project, NEWLINE, TABS)
+    r = reef("-C", str(project), "eval", "--json")
+    assert r.code == 0, r.err
+    v = json.loads(r.out)
+    assert v["decision"] == "publish" and v["policy"] == "paired" and v["interval"]["lo"] > 0
+    assert {t["task_id"]: t["status"] for t in v["per_task"]} == {
+        "greeting": "same", "notes-newline": "improved", "typo-fix": "improved", "makefile-build": "improved",
+        "script-ok": "same"}
+    gates = ledger_records(project, "gate")
+    assert [g["record_id"] for g in gates] == [v["record_id"]]
+    assert gates[0]["payload"]["decision"] == "publish" and gates[0]["content_id"] == v["candidate_content_id"]
+    episodes = ledger_records(project, "episode")
+    assert len(episodes) == v["episodes_spent"] == 20
+    ep = episodes[0]["payload"]
+    assert {"task_id", "side", "repeat", "score", "exit", "duration_s", "timed_out", "stdout", "stderr"} <= set(ep)
+    assert ep["stdout"]["digest"].startswith("sha256:")
+    assert "gate: policy paired" in r.err or r.err == ""
+
+
+def test_a_gated_publish_carries_the_verdict(reef, project):
+    from reef_cli.gate import gate_candidate, publish_gated
+    from reef_cli.ledger import Ledger
+    from reef_cli.project import Project
+    from reef_cli.store import HarnessStore
+
+    set_block(project, NEWLINE, TABS)
+    store = HarnessStore(Project(project), "default")
+    files = store.worktree_files()
+    with pytest.raises(PolicyError):
+        verdict_same = gate_candidate(store, store.files_of(store.require_head()), ledger=None)
+        publish_gated(store, store.files_of(store.require_head()), verdict_same, reason="nothing new")
+    verdict = gate_candidate(store, files, ledger=Ledger(store.ledger_path, "default"), workers=2)
+    res = publish_gated(store, files, verdict, reason="gated edit")
+    assert res.created and res.release.evidence == (verdict.record_id,)
+    assert res.release.meta["gate"]["decision"] == "publish" and res.release.meta["gate"]["record_id"]
+    with pytest.raises(PolicyError, match="was for content"):
+        publish_gated(store, {**files, "CLAUDE.local.md": Entry(b"x\n")}, verdict, reason="other bytes")
+
+
+def test_eval_an_equal_or_worse_candidate_is_rejected(reef, project):
+    r = reef("-C", str(project), "eval")
+    assert r.code == 0 and "nothing to evaluate" in r.out
+    set_block(project, "- Write clean code.")  # a rule the agent does not act on: equal
+    r = reef("-C", str(project), "eval")
+    assert r.code == 1 and "decision: reject" in r.out and "not better" in r.out
+    set_block(project, NEWLINE, TABS)
+    assert reef("-C", str(project), "publish", "-m", "good rules").code == 0
+    set_block(project, NEWLINE, TABS, SPACES)  # the later, bad rule breaks the Makefile task
+    r = reef("-C", str(project), "eval", "--json")
+    v = json.loads(r.out)
+    assert r.code == 1 and v["decision"] == "reject"
+    assert {t["task_id"]: t["status"] for t in v["per_task"]}.get("makefile-build") in ("regressed", "worse", None)
+    assert "makefile-build" in v["reason"] or "behind" in v["reason"] or "not better" in v["reason"]
+
+
+def test_eval_policies_reuse_the_journal(reef, project):
+    set_block(project, NEWLINE, TABS)
+    first = json.loads(reef("-C", str(project), "eval", "--json").out)
+    r = reef("-C", str(project), "eval", "--json", "--policy", "tally")
+    v = json.loads(r.out)
+    assert r.code == 0 and v["tally"] == {"wins": 6, "losses": 0, "ties": 4, "margin": 0}
+    assert len(ledger_records(project, "episode")) == first["episodes_spent"]  # idempotent resends, no new records
+    r = reef("-C", str(project), "eval", "--max-episodes", "4")
+    assert r.code == 1 and "budget of 4 episodes" in r.out
+
+
+def test_eval_attribution_measures_each_new_bullet(reef, project):
+    set_block(project, NEWLINE, TABS)
+    r = reef("-C", str(project), "eval", "--json", "--attribute")
+    v = json.loads(r.out)
+    utilities = sorted(v["bullet_utility"].values())
+    assert utilities == [pytest.approx(0.2), pytest.approx(0.4)]  # tabs fixes 1 of 5 tasks, newline 2 of 5
+    assert v["attribution_episodes"] > 0
+
+
+def test_eval_refuses_a_canary_task_the_reflector_has_seen(reef, project):
+    from reef_cli.ledger import Ledger
+
+    Ledger(project / ".reef/scenarios/default/ledger.jsonl", "default").append(
+        "interaction", {"task_id": "typo-fix"}, release_id=None, content_id=None)
+    set_block(project, NEWLINE)
+    r = reef("-C", str(project), "eval")
+    assert r.code == 4 and "canary task 'typo-fix' (canary/example.yaml) is no longer held out" in r.err
+
+
+def test_eval_usage_errors(reef, project):
+    r = reef("-C", str(project), "eval", "--candidate", "1", "--working-tree")
+    assert r.code == 2 and "mutually exclusive" in r.err
+    r = reef("-C", str(project), "eval", "--policy", "best")
+    assert r.code == 4 and "gate policy 'best' is unknown" in r.err
+
+
+def test_eval_candidate_release_and_no_canary(reef, project, tmp_path):
+    set_block(project, NEWLINE, TABS)
+    assert reef("-C", str(project), "publish", "-m", "rules").code == 0
+    r = reef("-C", str(project), "eval", "--candidate", "3", "--baseline", "2", "--json")
+    assert r.code == 0 and json.loads(r.out)["candidate"] == "release 3"
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    reef("-C", str(bare), "init")
+    (bare / "CLAUDE.local.md").write_text("- x\n")
+    r = reef("-C", str(bare), "eval")
+    assert r.code == 1 and "has no canary tasks" in r.err
+
+
+def test_ci_passes_a_better_change_and_writes_summary_and_junit(reef, project):
+    set_block(project, NEWLINE, TABS)
+    r = reef("-C", str(project), "ci", "--summary", "out/summary.md", "--junit", "out/junit.xml")
+    assert r.code == 0, r.err
+    md = (project / "out/summary.md").read_text()
+    assert md.startswith("## reef canary gate: ✅ pass") and "| `notes-newline` | 0.00 | 1.00 | +1.00 | improved |" in md
+    import xml.etree.ElementTree as ET
+
+    root = ET.parse(project / "out/junit.xml").getroot()
+    assert root.get("failures") == "0" and root.get("tests") == "6"
+    assert {c.get("name") for c in root.iter("testcase")} >= {"decision", "greeting", "makefile-build"}
+
+
+def test_ci_fails_a_change_that_is_not_better(reef, project):
+    set_block(project, "- Write clean code.")
+    r = reef("-C", str(project), "ci", "--json", "--junit", "j.xml", "--summary", "s.md")
+    assert r.code == 1
+    out = json.loads(r.out)
+    assert out["status"] == "fail" and out["verdict"]["decision"] == "reject"
+    assert "❌ not published" in (project / "s.md").read_text()
+    assert 'name="decision"' in (project / "j.xml").read_text() and "<failure" in (project / "j.xml").read_text()
+
+
+def test_ci_without_harness_changes_passes(reef, project):
+    r = reef("-C", str(project), "ci")
+    assert r.code == 0 and "no harness changes" in r.out
+
+
+@pytest.mark.parametrize("path, text", [
+    ("canary/example.yaml", "tasks:\n  - {id: easy, prompt: p, check: 'true'}\n"),
+    ("evaluators/check.sh", "exit 0\n"),
+    ("harness.yaml", None),
+    ("CLAUDE.md", None),
+])
+def test_ci_blocks_a_change_to_a_frozen_path(reef, project, path, text):
+    target = project / path
+    if path == "harness.yaml":
+        target.write_text(target.read_text().replace("repeats: 2", "repeats: 1"))
+    elif path == "CLAUDE.md":
+        target.write_text(target.read_text().replace("# Project instructions", "# My rules, edited by a bot"))
+    else:
+        target.parent.mkdir(exist_ok=True)
+        target.write_text(text)
+    set_block(project, NEWLINE, TABS)  # a real improvement rides along: still blocked
+    r = reef("-C", str(project), "ci", "--summary", "s.md", "--junit", "j.xml")
+    assert r.code == 4 and f"first: {path}" in r.err and r.err.startswith("reef: error: ")
+    assert "⛔ blocked by policy" in (project / "s.md").read_text()
+    assert f'classname="reef.frozen" name="{path}"' in (project / "j.xml").read_text()
+    assert not ledger_records(project, "episode")  # nothing ran
+
+
+def test_ci_against_a_base_checkout_without_a_store(reef, project, tmp_path):
+    import shutil
+
+    base = tmp_path / "base"
+    shutil.copytree(project, base, ignore=shutil.ignore_patterns(".reef"))
+    pr = tmp_path / "pr"
+    shutil.copytree(project, pr, ignore=shutil.ignore_patterns(".reef"))
+    set_block(pr, NEWLINE, TABS)
+    r = reef("-C", str(pr), "ci", "--base", str(base), "--json")
+    assert r.code == 0, r.err
+    assert json.loads(r.out)["verdict"]["decision"] == "publish"
+
+
+def test_an_eval_killed_mid_run_resumes_without_rerunning_finished_episodes(reef, project, tmp_path):
+    log = tmp_path / "invocations.log"
+    agent = tmp_path / "slow_agent.sh"
+    agent.write_text(f'#!/bin/sh\necho "$REEF_HARNESS_DIR $REEF_EPISODE_SEED" >> {log}\nsleep 0.2\n'
+                     f'exec {sys.executable} -m reef_cli.example_agent "$@"\n')
+    agent.chmod(0o755)
+    cfg = project / "harness.yaml"
+    cfg.write_text(cfg.read_text().replace('agent: ["{python}", -m, reef_cli.example_agent, -p, "{prompt}"]',
+                                           f'agent: ["{agent}", -p, "{{prompt}}"]'))
+    assert reef("-C", str(project), "publish", "-m", "slow agent").code == 0
+    set_block(project, NEWLINE, TABS)
+    proc = subprocess.Popen([reef_exe(), "-C", str(project), "eval", "--workers", "2", "--json"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    journal = []
+    while time.monotonic() < deadline:
+        journal = glob.glob(str(project / ".reef/scenarios/default/gate/*/journal.jsonl"))
+        if journal and len(Path(journal[0]).read_text().splitlines()) >= 6:
+            break
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=10)
+    done_before = [json.loads(line)["key"] for line in Path(journal[0]).read_text().splitlines()]
+    assert 6 <= len(done_before) < 20
+    time.sleep(0.5)  # let the episodes that were in flight finish writing the log
+    r = reef("-C", str(project), "eval", "--json")
+    assert r.code == 0 and json.loads(r.out)["decision"] == "publish"
+    entries = [json.loads(line) for line in Path(journal[0]).read_text().splitlines()]
+    assert len(entries) == 20 and len({e["key"] for e in entries}) == 20
+    trees = Path(journal[0]).parent / "trees"
+    runs = log.read_text().splitlines()
+    for e in entries:
+        if e["key"] in done_before:  # one agent run per finished episode, even across the kill and the resume
+            assert runs.count(f"{trees / e['content_id']} 0:{e['task_id']}:{e['repeat']}") == 1, e["key"]
+    assert len(runs) <= 20 + 2  # the only reruns are episodes in flight at the kill (at most one per worker)
