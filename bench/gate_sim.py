@@ -1,0 +1,190 @@
+"""Gate simulation: how often each gate policy accepts a candidate it should reject (false accept), rejects one it
+should accept (false reject), and how many episodes it spends, on simulated candidates with known true effects.
+
+Model. A canary set of T tasks; the current harness passes task t with probability p_t (spread over easy and hard
+tasks). A candidate shifts each task's pass probability by a known delta_t. An episode is a Bernoulli draw; the two
+sides of a pair share their random draw with probability `--rho` (the seeded agent's common luck) and draw
+independently otherwise. Candidate classes:
+
+* null      - no effect on any task                              (should reject)
+* harmful   - lowers 1/6, 1/3 or 1/2 of the tasks by 0.2-0.5      (should reject)
+* breaks    - like helpful, but breaks the task the current
+              harness passes most reliably (-0.7)                 (should reject: "improves here, breaks there")
+* helpful   - raises the 1/6, 1/3 or 1/2 of the tasks that fail
+              most often by 0.3-0.7                               (should accept; false rejects by true effect)
+
+Policies, all given the same episode budget (the full paired tally's 2*T*k):
+* paired     - reef's default (reef_cli.gate, the shipped code): screen, one pass, repeats, early stop,
+               bootstrap lower bound > 0, tolerance, sentinels.
+* tally      - reef 0.1.3's rule (shipped as policy 'tally'): all 2*T*k episodes, wins - losses > 0.
+* tally-k1   - the same rule with one repeat (2*T episodes): a tally at about our spend.
+* gepa       - GEPA-style strict minibatch rule: 3 random tasks once per side, accept only a strictly higher sum,
+               then the full set once per side, accept only a strictly higher mean.
+
+Run:  .venv/bin/python bench/gate_sim.py [--per-class 300] [--tasks 12] [--repeats 3] [--rho 0.5] [--seed 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from reef_cli.gate import CANDIDATE, CURRENT, PUBLISH, GateSettings, TaskSpec, evaluate, full_tally_cost  # noqa: E402
+
+CLASSES = ("null", "harmful", "breaks", "helpful")
+SHOULD_ACCEPT = {"helpful"}
+BINS = ("<0.10", "0.10-0.20", ">=0.20")
+
+
+def effect_bin(effect: float) -> str:
+    return BINS[0] if effect < 0.1 else BINS[1] if effect < 0.2 else BINS[2]
+
+
+@dataclass(frozen=True)
+class Candidate:
+    cls: str
+    p_cur: tuple[float, ...]
+    p_cand: tuple[float, ...]
+
+    @property
+    def true_effect(self) -> float:
+        return sum(c - u for c, u in zip(self.p_cand, self.p_cur)) / len(self.p_cur)
+
+
+def make_candidate(cls: str, n_tasks: int, rng: random.Random) -> Candidate:
+    p_cur = [rng.choice((rng.uniform(0.75, 0.98), rng.uniform(0.3, 0.75), rng.uniform(0.02, 0.3))) for _ in range(n_tasks)]
+    p_cand = list(p_cur)
+    idx = list(range(n_tasks))
+    rng.shuffle(idx)
+    share = max(1, round(n_tasks * rng.choice((1 / 6, 1 / 3, 1 / 2))))
+    if cls == "harmful":
+        for i in idx[:share]:
+            p_cand[i] = p_cur[i] - rng.uniform(0.2, 0.5)
+    elif cls in ("helpful", "breaks"):
+        for i in sorted(idx, key=lambda i: p_cur[i])[:share]:  # a useful rule fixes tasks that fail now
+            p_cand[i] = p_cur[i] + rng.uniform(0.3, 0.7)
+        if cls == "breaks":
+            j = max(idx, key=lambda i: p_cur[i])
+            p_cur[j] = max(p_cur[j], 0.9)
+            p_cand[j] = p_cur[j] - 0.7
+    clip = lambda x: min(1.0, max(0.0, x))  # noqa: E731
+    return Candidate(cls, tuple(map(clip, p_cur)), tuple(map(clip, p_cand)))
+
+
+class Episodes:
+    """Noisy episodes of one candidate; the same (task, repeat) always draws the same luck."""
+
+    def __init__(self, cand: Candidate, rho: float, seed: int):
+        self.cand = cand
+        self.rho = rho
+        self.seed = seed
+
+    def score(self, i: int, side: str, repeat: int) -> float:
+        rng = random.Random(f"{self.seed}:{i}:{repeat}")
+        shared, u_shared, u_cand, u_cur = rng.random() < self.rho, rng.random(), rng.random(), rng.random()
+        p = self.cand.p_cand[i] if side == CANDIDATE else self.cand.p_cur[i]
+        u = u_shared if shared else (u_cand if side == CANDIDATE else u_cur)
+        return 1.0 if u < p else 0.0
+
+    def sampler(self, ids: dict[str, int]):
+        def sample(reqs):
+            return {r: self.score(ids[r[0]], r[1], r[2]) for r in reqs}
+        return sample
+
+
+def run_policy(name: str, cand: Candidate, eps: Episodes, tasks: list[TaskSpec], repeats: int, seed: int) -> tuple[bool, int]:
+    ids = {t.id: i for i, t in enumerate(tasks)}
+    budget = full_tally_cost(len(tasks), repeats)
+    if name == "gepa":
+        rng = random.Random(f"gepa:{seed}")
+        mini = rng.sample(range(len(tasks)), min(3, len(tasks)))
+        spent = 2 * len(mini)
+        if sum(eps.score(i, CANDIDATE, 0) - eps.score(i, CURRENT, 0) for i in mini) <= 0:
+            return False, spent
+        spent += 2 * len(tasks)
+        diff = sum(eps.score(i, CANDIDATE, 1) - eps.score(i, CURRENT, 1) for i in range(len(tasks)))
+        return diff > 0, spent
+    policy, k = ("tally", 1) if name == "tally-k1" else (name, repeats)
+    settings = GateSettings(policy=policy, repeats=k, seed=seed, max_episodes=budget)
+    out = evaluate(settings, tasks, eps.sampler(ids))
+    return out.decision == PUBLISH, out.episodes_spent
+
+
+def main(argv: list[str] | None = None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--per-class", type=int, default=300)
+    ap.add_argument("--tasks", type=int, default=12)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--rho", type=float, default=0.5, help="chance that a pair shares its luck")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--policies", default="paired,tally,tally-k1,gepa")
+    args = ap.parse_args(argv)
+    policies = args.policies.split(",")
+    tasks = [TaskSpec(f"t{i:02d}") for i in range(args.tasks)]
+    full = full_tally_cost(args.tasks, args.repeats)
+    rng = random.Random(args.seed)
+    cands = [make_candidate(cls, args.tasks, rng) for cls in CLASSES for _ in range(args.per_class)]
+    stats = {p: {c: [0, 0, 0] for c in CLASSES} for p in policies}  # accepted, count, episodes
+    bins = {p: {b: [0, 0] for b in BINS} for p in policies}  # helpful candidates: accepted, count by true effect
+    t0 = time.perf_counter()
+    for n, cand in enumerate(cands):
+        eps = Episodes(cand, args.rho, seed=args.seed * 1_000_003 + n)
+        for p in policies:
+            acc, spent = run_policy(p, cand, eps, tasks, args.repeats, seed=n)
+            s = stats[p][cand.cls]
+            s[0] += acc
+            s[1] += 1
+            s[2] += spent
+            if cand.cls in SHOULD_ACCEPT:
+                b = bins[p][effect_bin(cand.true_effect)]
+                b[0] += acc
+                b[1] += 1
+    elapsed = time.perf_counter() - t0
+    print(f"gate_sim: {len(cands)} candidates ({args.per_class} per class), {args.tasks} tasks, k={args.repeats}, "
+          f"rho={args.rho}, seed={args.seed}; budget per candidate {full} episodes (full paired tally); {elapsed:.1f}s")
+    print()
+    header = f"{'policy':10} {'false-accept':>12} {'FA null':>8} {'FA harm':>8} {'FA breaks':>9} {'false-reject':>12} " \
+             f"{'episodes/cand':>13} {'vs tally':>8}"
+    print(header)
+    print("-" * len(header))
+    result = {}
+    tally_mean = None
+    if "tally" in stats:
+        tally_mean = sum(s[2] for s in stats["tally"].values()) / len(cands)
+    for p in policies:
+        st = stats[p]
+        bad = [c for c in CLASSES if c not in SHOULD_ACCEPT]
+        fa = sum(st[c][0] for c in bad) / sum(st[c][1] for c in bad)
+        fr = sum(st[c][1] - st[c][0] for c in SHOULD_ACCEPT) / sum(st[c][1] for c in SHOULD_ACCEPT)
+        mean_eps = sum(s[2] for s in st.values()) / len(cands)
+        ratio = mean_eps / tally_mean if tally_mean else float("nan")
+        per = {c: st[c][0] / st[c][1] for c in bad}
+        print(f"{p:10} {fa:12.1%} {per['null']:8.1%} {per['harmful']:8.1%} {per['breaks']:9.1%} {fr:12.1%} "
+              f"{mean_eps:13.1f} {ratio:8.2f}")
+        result[p] = {"false_accept": fa, "false_reject": fr, "episodes": mean_eps, "vs_tally": ratio, **{f"fa_{c}": v for c, v in per.items()}}
+    print()
+    print("false-reject by true mean effect of the helpful candidates (count):")
+    print(f"{'policy':10} " + " ".join(f"{b:>14}" for b in BINS))
+    for p in policies:
+        cells = []
+        for b in BINS:
+            acc, n = bins[p][b]
+            cells.append(f"{(n - acc) / n:8.1%} ({n:3d})" if n else f"{'-':>14}")
+        print(f"{p:10} " + " ".join(f"{c:>14}" for c in cells))
+        result[p]["false_reject_by_effect"] = {b: (1 - a / n) if n else None for b, (a, n) in bins[p].items()}
+    if "paired" in result and "tally" in result:
+        r = result["paired"]
+        ok = r["false_accept"] <= 0.05 and r["vs_tally"] <= 0.5
+        print()
+        print(f"target (paired: false-accept <= 5% and <= 50% of the tally's episodes): {'met' if ok else 'NOT met'}")
+    return result
+
+
+if __name__ == "__main__":
+    main()
