@@ -217,7 +217,7 @@ def test_log_show_diff_checkout(reef, tmp_path):
     log = json.loads(reef("-C", str(tmp_path), "log", "--json").out)
     assert [r["step"] for r in log] == [2, 1]
     rid = log[0]["release_id"]
-    k = next(k for k in range(8, len(rid)) if sum(r["release_id"].startswith(rid[:k]) for r in log) == 1)
+    k = next(k for k in range(8, len(rid) + 1) if sum(r["release_id"].startswith(rid[:k]) for r in log) == 1)
     shown = json.loads(reef("-C", str(tmp_path), "show", rid[:k].lower(), "--json").out)
     assert shown["release_id"] == log[0]["release_id"] and "CLAUDE.local.md" in shown["files"]
     d = reef("-C", str(tmp_path), "diff", "1", "2")
