@@ -478,6 +478,7 @@ class Verdict:
 # ------------------------------------------------------------------------------------------------ harness diffs
 
 _BULLET = re.compile(r"^\s*[-*]\s+(?P<text>\S.*?)\s*$")
+_REEF_ID = re.compile(r"\s*<!--\s*reef:(?P<id>[0-9a-f]{6,16})\s*-->\s*$")
 
 
 @dataclass(frozen=True)
@@ -488,7 +489,8 @@ class Bullet:
 
 
 def new_bullets(base: Mapping, cand: Mapping) -> list[Bullet]:
-    """Markdown bullet lines the candidate adds (per file), with a stable id from their text."""
+    """Markdown bullet lines the candidate adds (per file). The id is the bullet's reef id (`<!-- reef:ID -->`, so
+    the Reflector can credit the measured utility to its pattern), else a stable hash of its text."""
     out = []
     for path in sorted(cand):
         if not path.endswith(".md"):
@@ -498,8 +500,13 @@ def new_bullets(base: Mapping, cand: Mapping) -> list[Bullet]:
         for line in new_lines:
             m = _BULLET.match(line)
             if m and line not in old:
-                bid = "b_" + hashlib.sha256(m.group("text").encode("utf-8")).hexdigest()[:12]
-                out.append(Bullet(bid, path, m.group("text")))
+                text = m.group("text")
+                rid = _REEF_ID.search(text)
+                if rid:
+                    bid, text = rid.group("id"), text[: rid.start()].strip()
+                else:
+                    bid = "b_" + hashlib.sha256(text.encode("utf-8")).hexdigest()[:12]
+                out.append(Bullet(bid, path, text))
     return out
 
 
@@ -511,10 +518,12 @@ def ablations(base: Mapping, cand: Mapping) -> dict[str, dict]:
     for b in new_bullets(base, cand):
         entry = cand[b.path]
         lines = _text(entry).splitlines(keepends=True)
+        old_lines = set(_text(base[b.path]).splitlines()) if b.path in base else set()
         kept, dropped = [], False
         for line in lines:
-            m = _BULLET.match(line.rstrip("\n"))
-            if not dropped and m and m.group("text") == b.text:
+            m = _BULLET.match(line.rstrip("\r\n"))
+            text = _REEF_ID.sub("", m.group("text")).strip() if m else None
+            if not dropped and m and text == b.text and line.rstrip("\r\n") not in old_lines:
                 dropped = True
                 continue
             kept.append(line)
@@ -529,7 +538,7 @@ def _text(entry: Any) -> str:
     return data.decode("utf-8", "replace") if isinstance(data, bytes) else str(data)
 
 
-_BLOCK = re.compile(r"<!-- reef:begin (?P<name>[\w.-]+) -->.*?<!-- reef:end (?P=name) -->", re.S)
+_BLOCK = re.compile(r"<!--\s*reef:begin\s+(?P<name>[\w.-]+)\s*-->.*?<!--\s*reef:end\s+(?P=name)\s*-->", re.S)
 
 
 def _outside_blocks(text: str) -> str:

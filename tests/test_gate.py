@@ -187,6 +187,34 @@ def test_new_bullets_and_ablations():
     assert abl[found[1].id]["a.txt"] == cand["a.txt"]
 
 
+def test_new_bullets_use_the_reef_id_so_the_reflector_can_credit_them():
+    base = {"CLAUDE.md": Entry(b"<!-- reef:begin learned -->\n- kept <!-- reef:aaaaaa -->\n<!-- reef:end learned -->\n")}
+    cand = {"CLAUDE.md": Entry(b"<!-- reef:begin learned -->\n- kept <!-- reef:aaaaaa -->\n"
+                               b"- fresh rule <!-- reef:b3f2a1 -->\n<!-- reef:end learned -->\n")}
+    (b,) = new_bullets(base, cand)
+    assert (b.id, b.text) == ("b3f2a1", "fresh rule")
+    assert ablations(base, cand)["b3f2a1"]["CLAUDE.md"] == base["CLAUDE.md"]
+
+
+def test_frozen_changes_allow_edits_inside_the_managed_block_only(tmp_path):
+    from reef_cli.config import parse_config
+    from reef_cli.gate import frozen_changes
+
+    config = parse_config("version: 1\ninclude: ['**']\nzones: {managed: [CLAUDE.md], learned: [notes.md], "
+                          "evolvable: [skills/**]}\n")
+    base = {"CLAUDE.md": Entry(b"# Mine\n<!--  reef:begin learned -->\n<!-- reef:end learned -->\n"),
+            "notes.md": Entry(b""), "canary/a.yaml": Entry(b"x"), "rules.md": Entry(b"r")}
+    inside = {**base, "CLAUDE.md": Entry(b"# Mine\n<!--  reef:begin learned -->\n- new\n<!-- reef:end learned -->\n"),
+              "notes.md": Entry(b"- n\n"), "skills/s/SKILL.md": Entry(b"s")}
+    assert frozen_changes(tmp_path, config, base, inside) == []
+    outside = {**inside, "CLAUDE.md": Entry(b"# Yours\n<!--  reef:begin learned -->\n<!-- reef:end learned -->\n"),
+               "canary/a.yaml": Entry(b"y")}
+    del outside["rules.md"]
+    found = {v.path: (v.change, v.zone) for v in frozen_changes(tmp_path, config, base, outside)}
+    assert found == {"CLAUDE.md": ("modified", "managed"), "canary/a.yaml": ("modified", "frozen"),
+                     "rules.md": ("deleted", "frozen")}
+
+
 # ------------------------------------------------------------------------------------------------ episodes
 
 
