@@ -181,6 +181,7 @@ class EpisodeResult:
     stderr: dict = field(default_factory=dict)
     skills_used: tuple[str, ...] = ()
     tail: str = ""
+    record_id: str = ""  # minted when the episode ends and journaled, so a resend after a crash reuses it
 
     def to_json(self) -> dict:
         return {
@@ -188,6 +189,7 @@ class EpisodeResult:
             "content_id": self.content_id, "score": self.score, "exit": self.exit, "check_exit": self.check_exit,
             "duration_s": round(self.duration_s, 3), "timed_out": self.timed_out, "error": self.error,
             "stdout": self.stdout, "stderr": self.stderr, "skills_used": list(self.skills_used), "tail": self.tail,
+            "record_id": self.record_id,
         }
 
     @classmethod
@@ -197,7 +199,7 @@ class EpisodeResult:
             score=float(d["score"]), exit=d.get("exit"), check_exit=d.get("check_exit"),
             duration_s=float(d.get("duration_s", 0.0)), timed_out=bool(d.get("timed_out", False)),
             error=d.get("error"), stdout=dict(d.get("stdout") or {}), stderr=dict(d.get("stderr") or {}),
-            skills_used=tuple(d.get("skills_used") or ()), tail=d.get("tail", ""),
+            skills_used=tuple(d.get("skills_used") or ()), tail=d.get("tail", ""), record_id=d.get("record_id", ""),
         )
 
     def ledger_payload(self, run: str) -> dict:
@@ -340,12 +342,14 @@ class EpisodeRunner:
         }
 
         def result(score, exit_code, check_exit, duration, timed_out, error, tail=""):
+            from .ids import new_id
+
             return EpisodeResult(
                 key=req.key, task_id=task.id, side=req.side, repeat=req.repeat, content_id=req.content_id,
                 score=score, exit=exit_code, check_exit=check_exit, duration_s=duration, timed_out=timed_out,
                 error=error, stdout=digest_fields(_read(out), self.store_content),
                 stderr=digest_fields(_read(err), self.store_content),
-                skills_used=_skills_used(routing), tail=tail,
+                skills_used=_skills_used(routing), tail=tail, record_id=new_id("ep"),
             )
 
         total = 0.0

@@ -107,7 +107,8 @@ def full_tally_cost(n_tasks: int, repeats: int) -> int:
 
 
 def screen_tasks(tasks: Sequence[TaskSpec], settings: GateSettings) -> list[TaskSpec]:
-    """Sentinels first, then a seeded sample, `screen` of the set and at least `screen_min` (never all of it)."""
+    """The screen: every sentinel, then a seeded sample, `screen` of the set and at least `screen_min` tasks (all of
+    them in a suite that small)."""
     n = len(tasks)
     size = min(n, max(settings.screen_min, math.ceil(settings.screen * n)))
     sentinels = [t for t in tasks if t.sentinel]
@@ -197,7 +198,7 @@ class Outcome:
     per_task: tuple[TaskScore, ...]
     interval: tuple[float, float, float] | None
     episodes_spent: int
-    stage: str  # screen | full | early-stop | complete | budget | skipped
+    stage: str  # screen | pass N (futility) | early-stop | complete | budget | skipped
     tally: dict = field(default_factory=dict)
 
 
@@ -680,8 +681,8 @@ def gate_candidate(
         counter["done"] += 1
         if res.error and len(errors) < 20:
             errors.append(f"{res.task_id} [{res.side} #{res.repeat + 1}]: {res.error}")
-        # A deterministic record id makes the resend after a resume idempotent (same id, same payload).
-        rec_id = f"ep.{run[5:]}.{hashlib.sha256(res.key.encode()).hexdigest()[:20]}"
+        # The record id was journaled with the episode, so the resend after a resume is idempotent.
+        rec_id = res.record_id or f"ep.{run[5:]}.{hashlib.sha256(res.key.encode()).hexdigest()[:20]}"
         _ledger_append(ledger, "episode", {"key": res.key, **res.ledger_payload(run)},
                        release_id=base_rid if res.side == CURRENT else None, content_id=res.content_id,
                        record_id=rec_id)

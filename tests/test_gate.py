@@ -426,6 +426,10 @@ def test_eval_policies_reuse_the_journal(reef, project):
     assert len(ledger_records(project, "episode")) == first["episodes_spent"]  # idempotent resends, no new records
     r = reef("-C", str(project), "eval", "--max-episodes", "4")
     assert r.code == 1 and "budget of 4 episodes" in r.out
+    for journal in glob.glob(str(project / ".reef/scenarios/default/gate/*/journal.jsonl")):
+        os.unlink(journal)  # a lost journal means running again, with fresh records (never a conflict)
+    r = reef("-C", str(project), "eval", "--json")
+    assert r.code == 0 and len(ledger_records(project, "episode")) == 2 * first["episodes_spent"]
 
 
 def test_eval_attribution_measures_each_new_bullet(reef, project):
