@@ -126,6 +126,12 @@ class GitStore:
         self._blob_ids[tree_id] = out
         return out
 
+    def remember_blob_ids(self, tree_id: str, ids: dict[str, str]) -> None:
+        """Seed the cache with a tree we just built from `ids`, so the next diff need not walk it."""
+        if len(self._blob_ids) > 16:
+            self._blob_ids.clear()
+        self._blob_ids[tree_id] = dict(ids)
+
     def hash_blob(self, data: bytes) -> str:
         return str(self._pygit2.hash(data))
 

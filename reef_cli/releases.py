@@ -70,18 +70,28 @@ class ReleaseLog:
 
     def __init__(self, path: Path):
         self.path = path
-
-    def _lines(self) -> list[bytes]:
-        try:
-            return self.path.read_bytes().split(b"\n")
-        except FileNotFoundError:
-            return [b""]
+        self._valid: tuple[int, int, bytes, list[Release]] | None = None  # (inode, size, last line, releases)
 
     def read(self) -> list[Release]:
-        parts = self._lines()
-        complete, tail = parts[:-1], parts[-1]
-        out: list[Release] = []
-        for n, line in enumerate(complete, 1):
+        """Every release, validated. Within a process only the lines appended since the last read are parsed,
+        provided the file is the same one and the previously validated last line is still where it was."""
+        try:
+            with open(self.path, "rb") as f:
+                st = os.fstat(f.fileno())
+                start, out = 0, []
+                if self._valid is not None and self._valid[0] == st.st_ino and self._valid[1] <= st.st_size:
+                    _, size, last, cached = self._valid
+                    f.seek(max(0, size - len(last)))
+                    if not last or f.read(len(last)) == last:
+                        start, out = size, list(cached)
+                f.seek(start)
+                data = f.read()
+        except FileNotFoundError:
+            return []
+        parts = data.split(b"\n")
+        complete = parts[:-1]
+        first = len(out) + 1
+        for n, line in enumerate(complete, first):
             try:
                 rel = Release.from_json(json.loads(line))
             except (ValueError, KeyError, TypeError) as exc:
@@ -92,7 +102,10 @@ class ReleaseLog:
             if rel.step != len(out) + 1 or (out and rel.parent_release_id != out[-1].release_id):
                 raise StoreError(f"{self.path}: line {n} breaks the chain (step {rel.step} after {len(out)})")
             out.append(rel)
-        del tail  # a torn tail is ignored here and truncated by repair()
+        # a torn tail (parts[-1]) is ignored here and truncated by repair()
+        end = start + sum(len(p) + 1 for p in complete)
+        last = (complete[-1] + b"\n") if complete else (self._valid[2] if start and self._valid else b"")
+        self._valid = (st.st_ino, end, last, list(out))
         return out
 
     def head(self) -> Release | None:

@@ -7,10 +7,12 @@ the Git ref (derived; repaired from the log on open). The scenario lock serialis
 from __future__ import annotations
 
 import difflib
+import functools
 import errno
 import json
 import os
 import stat
+import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -61,6 +63,7 @@ class PublishResult:
     changes: tuple[Change, ...] = field(default_factory=tuple)
 
 
+@functools.lru_cache(maxsize=4096)
 def _may_contain(dir_rel: str, patterns: tuple[str, ...]) -> bool:
     """Could any pattern match something under `dir_rel`? Lets the walk skip node_modules and friends."""
     parts = dir_rel.split("/")
@@ -90,8 +93,17 @@ def _may_contain(dir_rel: str, patterns: tuple[str, ...]) -> bool:
     return False
 
 
-def collect_files(root: Path, include: tuple[str, ...], exclude: tuple[str, ...] = ()) -> dict[str, Entry]:
-    """The harness files in a working tree: every regular file or in-tree symlink matched by `include`."""
+RACY_S = 2.0  # a file modified this close to when it was cached may change again within the same mtime tick
+
+
+def collect_files(root: Path, include: tuple[str, ...], exclude: tuple[str, ...] = (),
+                  stat_cache: dict | None = None) -> dict[str, Entry]:
+    """The harness files in a working tree: every regular file or in-tree symlink matched by `include`.
+
+    `stat_cache` ({path: (stat key, cached at, Entry)}, kept by the caller) skips re-reading files whose size,
+    mtime, inode and mode are unchanged — trusted only for files that were already older than RACY_S when cached,
+    the rule git uses against same-tick rewrites.
+    """
     from .zones import glob_matcher
 
     included, excluded = glob_matcher(tuple(include)), glob_matcher(tuple(exclude))
@@ -106,7 +118,7 @@ def collect_files(root: Path, include: tuple[str, ...], exclude: tuple[str, ...]
         for e in entries:
             rel = f"{dir_rel}{e.name}"
             if e.is_dir(follow_symlinks=False):
-                if e.name in SKIP_DIRS or not _may_contain(rel, include):
+                if e.name in SKIP_DIRS or not _may_contain(rel, tuple(include)):
                     continue
                 walk(e.path, rel + "/")
                 continue
@@ -122,8 +134,15 @@ def collect_files(root: Path, include: tuple[str, ...], exclude: tuple[str, ...]
                     )
                 out[rel] = Entry(os.fsencode(target), MODE_LINK)
             elif stat.S_ISREG(st.st_mode):
+                key = (st.st_size, st.st_mtime_ns, st.st_ino, st.st_mode)
+                hit = stat_cache.get(rel) if stat_cache is not None else None
+                if hit is not None and hit[0] == key and hit[1] - st.st_mtime_ns / 1e9 > RACY_S:
+                    out[rel] = hit[2]
+                    continue
                 with open(e.path, "rb") as f:
                     out[rel] = Entry(f.read(), mode_of(st.st_mode))
+                if stat_cache is not None:
+                    stat_cache[rel] = (key, time.time(), out[rel])
 
     walk(str(root), "")
     return dict(sorted(out.items()))
@@ -190,6 +209,7 @@ class HarnessStore:
         self.log = ReleaseLog(self.dir / "releases.jsonl")
         self.now = now
         self._git: GitStore | None = None
+        self._stat_cache: dict = {}
 
     # -- layout -------------------------------------------------------------------------------------------------
     @property
@@ -291,7 +311,7 @@ class HarnessStore:
     def worktree_files(self, config: HarnessConfig | None = None) -> dict[str, Entry]:
         config = config or self.worktree_config()
         include = tuple(config.include) + (CONFIG_NAME,)
-        return collect_files(self.project.root, include, config.exclude)
+        return collect_files(self.project.root, include, config.exclude, self._stat_cache)
 
     def changes(self, base: dict[str, Entry], new: dict[str, Entry], config: HarnessConfig) -> tuple[Change, ...]:
         from .zones import decide
@@ -310,12 +330,14 @@ class HarnessStore:
             out.append(Change(rel, kind, decide(self.project.root, zones, rel).zone))
         return tuple(out)
 
-    def changes_by_id(self, base: Release | None, files: dict[str, Entry], config: HarnessConfig) -> tuple[Change, ...]:
+    def changes_by_id(self, base: Release | None, files: dict[str, Entry], config: HarnessConfig,
+                      new: dict[str, str] | None = None) -> tuple[Change, ...]:
         """Like changes(), comparing blob ids instead of reading the base release's blobs."""
         from .zones import classify_many
 
         old = self.git.blob_ids(base.content_id) if base else {}
-        new = {rel: f"{e.mode:o}:{self.git.hash_blob(e.data)}" for rel, e in files.items()}
+        if new is None:
+            new = self._ids(files)
         kinds = []
         for rel in sorted(set(old) | set(new)):
             if rel not in new:
@@ -359,7 +381,8 @@ class HarnessStore:
             raise InvalidInput(f"the harness has no {CONFIG_NAME}; it is required in every release")
         config = parse_config(files[CONFIG_NAME].data, source=str(self.project.root / CONFIG_NAME))
         current = self.head()
-        tree_id = self._tree_for(current, files)
+        new_ids = self._ids(files)
+        tree_id = self._tree_for(current, files, new_ids)
         self.dir.mkdir(parents=True, exist_ok=True)
         with self.lock():
             self.log.repair()
@@ -373,7 +396,7 @@ class HarnessStore:
                 )
             if head is not None and head.content_id == tree_id and not allow_empty:
                 return PublishResult(head, False, ())
-            changes = self.changes_by_id(head, files, config)
+            changes = self.changes_by_id(head, files, config, new_ids)
             when = self.now()
             release = Release(
                 release_id=new_id("rel"),
@@ -397,18 +420,23 @@ class HarnessStore:
             self.git.set_ref(self.ref, commit_id)
         return PublishResult(release, True, changes)
 
-    def _tree_for(self, base: Release | None, files: dict[str, Entry]) -> str:
+    def _ids(self, files: dict[str, Entry]) -> dict[str, str]:
+        return {rel: f"{e.mode:o}:{self.git.hash_blob(e.data)}" for rel, e in files.items()}
+
+    def _tree_for(self, base: Release | None, files: dict[str, Entry], new: dict[str, str]) -> str:
         """Write only what differs from `base`: hashing is cheap, object writes and tree rebuilds are not."""
         if base is None:
             return self.git.write_tree(files)
         old = self.git.blob_ids(base.content_id)
         changed: dict[str, Entry | None] = {rel: None for rel in old.keys() - files.keys()}
         for rel, entry in files.items():
-            if old.get(rel) != f"{entry.mode:o}:{self.git.hash_blob(entry.data)}":
+            if old.get(rel) != new[rel]:
                 changed[rel] = entry
         if not changed:
             return base.content_id
-        return self.git.update_tree(base.content_id, changed)
+        tree = self.git.update_tree(base.content_id, changed)
+        self.git.remember_blob_ids(tree, new)
+        return tree
 
     def repair_ref(self) -> None:
         head = self.head()

@@ -369,3 +369,37 @@ def test_incremental_tree_equals_full_tree(tmp_path):
         tree = git.update_tree(tree, changes)
         assert tree == git.write_tree(files), step
         assert git.read_tree(tree) == files
+
+
+def test_stat_cache_never_hides_a_change(tmp_path):
+    """The working-tree stat cache reuses only old, unchanged files: a same-size rewrite is always seen."""
+    import os as _os
+
+    from reef_cli.store import collect_files
+
+    fresh, old = tmp_path / "a.md", tmp_path / "b.md"
+    fresh.write_text("one\n")
+    old.write_text("old\n")
+    _os.utime(old, (1_000_000_000, 1_000_000_000))
+    cache: dict = {}
+    first = collect_files(tmp_path, ("*.md",), stat_cache=cache)
+    reads = []
+    real_open = open
+
+    def counting_open(path, *a, **k):
+        reads.append(_os.path.basename(path))
+        return real_open(path, *a, **k)
+
+    import builtins
+
+    builtins.open, saved = counting_open, builtins.open
+    try:
+        fresh.write_text("two\n")  # same size, likely the same mtime tick: racy, so it must be re-read
+        second = collect_files(tmp_path, ("*.md",), stat_cache=cache)
+        old.write_text("older\n")  # an old file that changed size is re-read too
+        third = collect_files(tmp_path, ("*.md",), stat_cache=cache)
+    finally:
+        builtins.open = saved
+    assert first["a.md"].data == b"one\n" and second["a.md"].data == b"two\n"
+    assert second["b.md"].data == b"old\n" and third["b.md"].data == b"older\n"
+    assert sorted(reads) == ["a.md", "a.md", "b.md"]  # the unchanged old file came from the cache once
