@@ -72,6 +72,25 @@ class Project:
         return sorted(p.name for p in base.iterdir() if (p / "scenario.json").exists())
 
 
+@dataclass(frozen=True)
+class ScenarioPaths:
+    """Where one scenario's state lives; enough for `reef report`, which must not pay for the store's imports."""
+
+    project: Project
+    scenario: str
+
+    @property
+    def dir(self) -> Path:
+        return self.project.scenario_dir(self.scenario)
+
+    @property
+    def ledger_path(self) -> Path:
+        return self.dir / "ledger.jsonl"
+
+    def exists(self) -> bool:
+        return (self.dir / "scenario.json").is_file()
+
+
 def find_project(start: Path) -> Project:
     """Walk up from `start` to the first directory holding `.reef/project.json`."""
     here = Path(os.path.abspath(start))

@@ -24,18 +24,32 @@ class Env:
     def scenario(self) -> str:
         return self.scenario_name or self.environ.get("REEF_SCENARIO") or self.project().default_scenario()
 
+    def paths(self):
+        """The scenario's locations without loading the store (the lean path of `reef report`)."""
+        from ..project import ScenarioPaths
+
+        project = self.project()
+        paths = ScenarioPaths(project, self.scenario())
+        self._require(paths)
+        return paths
+
     def store(self):
         from ..store import HarnessStore
 
         project = self.project()
         store = HarnessStore(project, self.scenario())
+        self._require(store)
+        return store
+
+    @staticmethod
+    def _require(store) -> None:
+        project = store.project
         if not store.exists():
             known = ", ".join(project.scenarios()) or "none"
             raise NotFound(
                 f"scenario '{store.scenario}' does not exist in {project.root} (known: {known}); "
                 f"create it with 'reef init --scenario {store.scenario}'"
             )
-        return store
 
 
 def emit_json(obj) -> None:

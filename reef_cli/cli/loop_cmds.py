@@ -44,7 +44,7 @@ def report(
     env: Env = ctx.obj
     if feedback is not None and feedback_json is not None:
         raise InvalidInput("--feedback and --feedback-json are mutually exclusive")
-    store = env.store()
+    store = env.paths()
     fb = feedback
     if feedback_json is not None:
         fb = load_feedback_json(feedback_json if str(feedback_json) == "-" or feedback_json.is_absolute() else env.cwd / feedback_json)
