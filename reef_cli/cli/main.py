@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import sys
-import traceback
 from pathlib import Path
 from typing import Optional
 
@@ -104,6 +103,8 @@ def build_app(argv: list[str]) -> typer.Typer:
 
 
 def _crash_log(exc: BaseException) -> Path:
+    import traceback  # only on a crash: it pulls in linecache and tokenize (~8 ms)
+
     base = Path(os.environ.get("XDG_STATE_HOME") or (Path.home() / ".local" / "state")) / "reef"
     try:
         base.mkdir(parents=True, exist_ok=True)
