@@ -94,7 +94,7 @@ def _yaml():
     return y
 
 
-def _line_of(doc: Any, path: list) -> int | None:
+def line_of(doc: Any, path: list) -> int | None:
     """1-based line of the deepest node on `path` that ruamel kept position info for."""
     line = None
     node = doc
@@ -112,11 +112,11 @@ def _line_of(doc: Any, path: list) -> int | None:
     return line
 
 
-def _plain(obj: Any) -> Any:
+def plain_data(obj: Any) -> Any:
     if isinstance(obj, dict):
-        return {str(k): _plain(v) for k, v in obj.items()}
+        return {str(k): plain_data(v) for k, v in obj.items()}
     if isinstance(obj, list):
-        return [_plain(v) for v in obj]
+        return [plain_data(v) for v in obj]
     return obj
 
 
@@ -158,7 +158,7 @@ def config_data(raw: bytes, source: str = CONFIG_NAME, validate: bool = True) ->
         data = _load_rt(text, source)  # re-parse only to report the line
     if not isinstance(data, dict):
         raise InvalidInput(f"{source}: expected a mapping at the top level")
-    data = _plain(data)
+    data = plain_data(data)
     if not validate:
         return data
     errors = sorted(_validator().iter_errors(data), key=lambda e: (len(e.absolute_path), list(map(str, e.absolute_path))))
@@ -170,7 +170,7 @@ def config_data(raw: bytes, source: str = CONFIG_NAME, validate: bool = True) ->
             if extra:
                 path = path + [extra[0]]
         field_name = ".".join(str(p) for p in path) or "(top level)"
-        line = _line_of(_load_rt(text, source), path)
+        line = line_of(_load_rt(text, source), path)
         where = f" line {line}" if line else ""
         message = err.message
         if err.validator == "additionalProperties" and path:

@@ -15,6 +15,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
+from .config import line_of, plain_data
 from .errors import InvalidInput, PolicyError
 
 CANARY = "canary"
@@ -133,28 +134,6 @@ def _validator(kind: str):
     return jsonschema.Draft202012Validator(sub)
 
 
-def _line_of(doc: Any, path: list) -> int | None:
-    line = None
-    node = doc
-    for part in path:
-        lc = getattr(node, "lc", None)
-        try:
-            if lc is not None:
-                line = (lc.item(part) if isinstance(part, int) else lc.key(part))[0] + 1
-            node = node[part]
-        except (KeyError, IndexError, TypeError, AttributeError):
-            break
-    return line
-
-
-def _plain(obj: Any) -> Any:
-    if isinstance(obj, dict):
-        return {str(k): _plain(v) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [_plain(v) for v in obj]
-    return obj
-
-
 def parse_task_file(text: str | bytes, source: str) -> list[Task]:
     """Tasks of one YAML file; an error names the file, the line, the task and the field."""
     from jsonschema.exceptions import best_match
@@ -174,7 +153,7 @@ def parse_task_file(text: str | bytes, source: str) -> list[Task]:
         raise InvalidInput(f"{source}:{where} invalid YAML: {problem}") from None
     if not isinstance(doc, dict):
         raise InvalidInput(f"{source}: expected a task (a mapping with 'id') or a suite (a mapping with 'tasks')")
-    data = _plain(doc)
+    data = plain_data(doc)
     kind = "suite" if "tasks" in data else "task"
     err = best_match(_validator(kind).iter_errors(data))
     if err is not None:
@@ -186,7 +165,7 @@ def parse_task_file(text: str | bytes, source: str) -> list[Task]:
                 path = path + [extra[0]]
         else:
             message = err.message
-        where = _line_of(doc, path)
+        where = line_of(doc, path)
         task_hint = ""
         if kind == "suite" and len(path) >= 2 and path[0] == "tasks" and isinstance(path[1], int):
             tid = data["tasks"][path[1]].get("id") if isinstance(data["tasks"][path[1]], dict) else None
