@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Mapping, Sequence
 
+from .durable import append_durable
 from .errors import InvalidInput
 from .tasks import Task
 
@@ -482,12 +483,7 @@ class Journal:
     def add(self, res: EpisodeResult) -> None:
         line = _canonical(res.to_json()) + b"\n"
         with self._lock:
-            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-            try:
-                os.write(fd, line)
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+            append_durable(self.path, line)
             self._done[res.key] = res
 
 

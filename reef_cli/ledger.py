@@ -42,6 +42,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from .durable import fsync_dir
 from .errors import ConflictError, InvalidInput, NotFound, StoreError
 from .ids import new_id
 
@@ -351,14 +352,6 @@ def _read_line_at(fd: int, offset: int) -> bytes:
         offset += len(block)
 
 
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 # --- the shared durable mark: "the ledger with inode I is durable up to offset N" -------------------------------
 
 
@@ -554,7 +547,7 @@ class Ledger:
         try:
             try:
                 self._fd = os.open(self.path, flags | os.O_CREAT | os.O_EXCL, 0o644)
-                _fsync_dir(self.path.parent)
+                fsync_dir(self.path.parent)
             except FileExistsError:
                 self._fd = os.open(self.path, flags)
         except OSError as exc:
@@ -1124,7 +1117,7 @@ class Ledger:
             raise
         os.close(fd)
         os.replace(temp, self.path)
-        _fsync_dir(self.path.parent)
+        fsync_dir(self.path.parent)
         os.close(self._fd)
         self._fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CLOEXEC)
         self._ino = os.fstat(self._fd).st_ino

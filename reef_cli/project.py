@@ -8,6 +8,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from .durable import write_atomic  # noqa: F401  (callers import it from here too)
 from .errors import InvalidInput, NotFound, StoreError
 
 STATE_DIR = ".reef"
@@ -22,21 +23,6 @@ def check_scenario_name(name: str) -> str:
             f"scenario name '{name}' is invalid: use 1-64 lowercase letters, digits, '.', '_' or '-', starting with a letter or digit"
         )
     return name
-
-
-def write_atomic(path: Path, data: bytes) -> None:
-    """Temp file, fsync, rename, fsync the directory: readers see the old or the new file, never half of one."""
-    from .releases import fsync_dir
-
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        os.write(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    fsync_dir(path.parent)
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from .durable import append_durable
 from .errors import NotFound, StoreError
 
 OPERATIONS = ("init", "publish", "rollback", "promote", "freeze", "unfreeze", "evolve", "weights")
@@ -55,14 +56,6 @@ class Release:
             runtime_load_id=d.get("runtime_load_id"),
             meta=dict(d.get("meta") or {}),
         )
-
-
-def fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class ReleaseLog:
@@ -160,16 +153,7 @@ class ReleaseLog:
             return False
 
     def append(self, release: Release) -> None:
-        line = canonical(release.to_json()) + b"\n"
-        new = not self.path.exists()
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        try:
-            os.write(fd, line)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        if new:
-            fsync_dir(self.path.parent)
+        append_durable(self.path, canonical(release.to_json()) + b"\n")
 
     def find(self, ref: str) -> Release:
         """By full id, unique id prefix, or step number."""
