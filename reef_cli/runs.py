@@ -133,6 +133,7 @@ def run_recorded(
     capture: bool | None = None,
     on_output=None,
     release: Release | None = None,
+    store_content: bool | None = None,
 ) -> RunResult:
     """`release` pins the run to a release already materialised by the caller (a wrapper's install root), so a
     publish between the caller's install and this call cannot re-attribute the run."""
@@ -217,9 +218,10 @@ def run_recorded(
         "captured": bool(capture),
         "routing": read_routing(routing_file),
     }
+    keep_text = config.store_content if store_content is None else store_content
     if capture:
-        payload["stdout"] = tees[0].fields(config.store_content)
-        payload["stderr"] = tees[1].fields(config.store_content)
+        payload["stdout"] = tees[0].fields(keep_text)
+        payload["stderr"] = tees[1].fields(keep_text)
         if on_output is not None:
             extra = on_output(bytes(tees[0].buf), bytes(tees[1].buf))
             if extra:

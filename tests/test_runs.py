@@ -196,3 +196,13 @@ def test_report_structured_feedback_and_idempotency(project, tmp_path):
     r = run_reef("report", "--score", "0.9", "--receipt", receipt, "--id", "rep_1", cwd=project)
     assert r.returncode == 3 and "rep_1" in r.stderr
     assert len(records(project, "report")) == 1
+
+
+def test_run_stores_digests_by_default_and_text_on_request(project):
+    secret = "ghp_" + "Z9y8X7w6V5u4T3s2R1q0" * 2
+    assert run_reef("run", "--", "sh", "-c", "echo visible-output-marker", cwd=project).returncode == 0
+    assert run_reef("run", "--store-content", "--", "sh", "-c", f"echo full-text-marker {secret}", cwd=project).returncode == 0
+    first, second = records(project, "interaction")
+    assert "text" not in first["payload"]["stdout"] and first["payload"]["stdout"]["excerpt"].startswith("visible-output-marker")
+    assert second["payload"]["stdout"]["text"].startswith("full-text-marker [REDACTED")
+    assert secret not in json.dumps(second)

@@ -16,13 +16,15 @@ def run(
     cmd: List[str] = typer.Argument(..., metavar="-- CMD [ARGS]...", help="The agent command to run."),
     observe_only: bool = typer.Option(False, "--observe-only", help="Record the run, but never let it originate a proposal."),
     adapter: Optional[str] = typer.Option(None, "--adapter", help="Name of the agent adapter (for records and observe-only rules)."),
+    store_content: Optional[bool] = typer.Option(None, "--store-content/--digest-only", help="Keep the full (redacted) output text, or only digests and excerpts (default: harness.yaml ledger.store_content, else digests)."),
 ) -> None:
     """Run CMD under the current release and record a receipt; exits with CMD's status."""
     from ..runs import run_recorded
 
     env: Env = ctx.obj
     store = env.store()
-    result = run_recorded(store, list(cmd), adapter=adapter, observe_only=observe_only, cwd=env.cwd)
+    result = run_recorded(store, list(cmd), adapter=adapter, observe_only=observe_only, cwd=env.cwd,
+                          store_content=store_content)
     sys.stderr.write(f"reef: receipt {result.record.record_id} (release {result.release.release_id})\n")
     raise typer.Exit(result.exit_code)
 
