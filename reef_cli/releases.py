@@ -156,9 +156,16 @@ class ReleaseLog:
         append_durable(self.path, canonical(release.to_json()) + b"\n")
 
     def find(self, ref: str) -> Release:
-        """By full id, unique id prefix, or step number."""
+        """By full id, unique id prefix, step number, or HEAD / HEAD~N (N releases before the head)."""
         releases = self.read()
         ref = ref.strip()
+        if ref.upper() == "HEAD" or ref.upper().startswith("HEAD~"):
+            back = ref[5:] or "0"
+            if not back.isdigit():
+                raise NotFound(f"release '{ref}': expected HEAD or HEAD~N")
+            if int(back) >= len(releases):
+                raise NotFound(f"release '{ref}' does not exist (the chain has {len(releases)} release(s))")
+            return releases[-1 - int(back)]
         if ref.isdigit():
             step = int(ref)
             for r in releases:

@@ -184,6 +184,10 @@ def test_rollback_republishes_and_restores_worktree(reef, tmp_path):
     assert r.code == 0 and "nothing to do" in r.out
     r = reef("-C", str(tmp_path), "rollback", "99")
     assert r.code == 1 and "release step 99 does not exist" in r.err
+    shown = json.loads(reef("-C", str(tmp_path), "show", "HEAD~1", "--json").out)
+    assert shown["step"] == 2 and json.loads(reef("-C", str(tmp_path), "show", "head", "--json").out)["step"] == 3
+    r = reef("-C", str(tmp_path), "show", "HEAD~3")
+    assert r.code == 1 and "'HEAD~3' does not exist" in r.err
 
 
 def test_rollback_refuses_dirty_worktree(reef, tmp_path):

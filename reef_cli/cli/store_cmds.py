@@ -122,7 +122,7 @@ def log(ctx: typer.Context, limit: int = typer.Option(0, "-n", help="Show at mos
     console().print(table)
 
 
-def show(ctx: typer.Context, release: str = typer.Argument(..., help="Release id, unique prefix, or step number."), as_json: bool = JSON) -> None:
+def show(ctx: typer.Context, release: str = typer.Argument(..., help="Release id, unique prefix, step number, or HEAD~N."), as_json: bool = JSON) -> None:
     """Show one release and the files it holds."""
     store = ctx.obj.store()
     rel = store.find(release)
@@ -156,7 +156,7 @@ def checkout(ctx: typer.Context, release: str = typer.Argument(...), dest: Path 
 
 def rollback(
     ctx: typer.Context,
-    release: str = typer.Argument(..., help="Release to return to (id, prefix or step)."),
+    release: str = typer.Argument(..., help="Release to return to (id, prefix, step or HEAD~N)."),
     force: bool = typer.Option(False, "--force", help="Overwrite unpublished working-tree changes."),
     as_json: bool = JSON,
 ) -> None:
