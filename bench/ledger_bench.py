@@ -119,12 +119,13 @@ def scale(scratch: Path, count: int, size: int) -> None:
     import resource
 
     path = scratch / "scale.jsonl"
+    first = None
     with Ledger(path, "bench") as ledger:
         for start in range(0, count, 5000):
             batch = [NewRecord("interaction", payload(i, size), "rel_bench", "c_bench")
                      for i in range(start, min(count, start + 5000))]
             records = ledger.append_many(batch)
-            first = first if start else records[0]
+            first = first or records[0]
     last = records[-1]
     print()
     print(f"| {count:,} records ({path.stat().st_size / 1e6:.0f} MB), each step in a fresh Ledger | ms |")

@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -306,7 +306,7 @@ def apply_ops(files: dict, ops: list[Op], *, config, memory: PatternMemory, root
     Raises PolicyError (Frozen path, text outside a block changed), BudgetRefused (a bullet that cannot fit),
     InvalidInput (damaged block, schema). Budgets are enforced on every add/update.
     """
-    from .zones import MANAGED, check_write, decide
+    from .zones import MANAGED, check_write
 
     out = dict(files)
     applied: list[Op] = []
@@ -437,7 +437,7 @@ def bullet_lines_with_blocks(text: str):
 def plan(memory: PatternMemory, files: dict, config, *, now: datetime, root: Path | None = None,
          only: set[str] | None = None) -> Plan:
     """What the Curator proposes for `files` given `memory` (which is copied, then expired/merged)."""
-    from .zones import FROZEN, decide
+    from .zones import decide
 
     memory = memory.copy()
     zone_map = config.zone_map()

@@ -317,7 +317,6 @@ class EpisodeRunner:
         return f"{self.seed}:{task.id}:{repeat}"
 
     def run_one(self, req: EpisodeRequest) -> EpisodeResult:
-        task = req.task
         ep_dir = Path(tempfile.mkdtemp(prefix="reef-episode-", dir=self.work_root))
         try:
             return self._run_in(ep_dir, req)

@@ -69,7 +69,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
 
-from .curate import (Blocked, Contradiction, Op, Plan, Surfaces, apply_ops, diff_lines, iso, plan as curate_plan,
+from .curate import (Blocked, Contradiction, Op, Surfaces, apply_ops, diff_lines, iso, plan as curate_plan,
                      reearn_needed, tier_of)
 from .errors import ConflictError, InvalidInput, NotFound, PolicyError
 from .gitstore import Entry
@@ -561,7 +561,6 @@ def _continue(store, ledger, journal: Journal, state: dict, opts: Options, out: 
     _proposal_record(store, ledger, state)  # idempotent: a resume resends the same record id
     contradictions = [Contradiction.from_json(c) for c in state["contradictions"]]
     verdict = state.get("verdict")
-    keys = {o.key for o in ops if o.key}
     if state["gated"] and verdict is None:
         gate = _gate()
         attribute = _attribution(files, ops, opts.attribute)

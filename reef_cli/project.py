@@ -8,8 +8,10 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from .durable import write_atomic  # noqa: F401  (callers import it from here too)
+from .durable import write_atomic
 from .errors import InvalidInput, NotFound, StoreError
+
+__all__ = ["Project", "ScenarioPaths", "find_project", "check_scenario_name", "write_atomic"]
 
 STATE_DIR = ".reef"
 PROJECT_FILE = "project.json"

@@ -172,8 +172,6 @@ def redact(text: str) -> tuple[str, int]:
     count = 0
 
     def sub(pattern: re.Pattern[str], replace: Callable[[re.Match[str]], str | None], source: str) -> str:
-        nonlocal count
-
         def one(match: re.Match[str]) -> str:
             nonlocal count
             replaced = replace(match)

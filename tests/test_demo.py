@@ -6,7 +6,6 @@ import json
 import sys
 import time
 
-import pytest
 
 AGENT = """import os, pathlib
 h = pathlib.Path(os.environ["REEF_HARNESS_DIR"])

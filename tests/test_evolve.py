@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, reef_exe
+from conftest import reef_exe
 
 
 # ------------------------------------------------------------------------------------------- helpers (shared)

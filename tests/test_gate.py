@@ -258,7 +258,7 @@ def test_the_prompt_goes_to_stdin_when_the_agent_has_no_placeholder(tmp_path):
 
 def test_a_hung_episode_is_killed_at_its_timeout_with_its_process_group(tmp_path):
     late = tmp_path / "late"
-    task = make_task(f"id: hang\nprompt: p\ncheck: 'true'\ntimeout: 0.5\n")
+    task = make_task("id: hang\nprompt: p\ncheck: 'true'\ntimeout: 0.5\n")
     agent = ["sh", "-c", f"(sleep 1.5; touch {late}) & sleep 30"]
     start = time.monotonic()
     res = runner_for(agent, tmp_path).run_one(EpisodeRequest(task, CANDIDATE, 0, tmp_path, "c" * 40))

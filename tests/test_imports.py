@@ -3,7 +3,6 @@ run after every agent session stay off the heavy dependencies."""
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys

@@ -206,3 +206,29 @@ def test_run_stores_digests_by_default_and_text_on_request(project):
     assert "text" not in first["payload"]["stdout"] and first["payload"]["stdout"]["excerpt"].startswith("visible-output-marker")
     assert second["payload"]["stdout"]["text"].startswith("full-text-marker [REDACTED")
     assert secret not in json.dumps(second)
+
+
+def test_fast_run_parser_knows_every_option_of_the_typer_command():
+    """`reef run` is parsed without typer on its hot path; both parsers must accept the same options."""
+    from typer import main as typer_main
+
+    from reef_cli.cli.entry import GLOBAL_VALUE_OPTIONS, RUN_FLAGS, RUN_VALUE_OPTIONS, parse_fast_run
+    from reef_cli.cli.main import build_app
+
+    root = typer_main.get_command(build_app(["run"]))
+    typer_run = {o for p in root.commands["run"].params for o in p.opts + p.secondary_opts if o.startswith("-")}
+    typer_root = {o for p in root.params for o in p.opts if o.startswith("-") and o not in ("--version", "-h", "--help")}
+    assert typer_run - {"-h", "--help"} == set(RUN_FLAGS) | set(RUN_VALUE_OPTIONS)
+    assert typer_root == set(GLOBAL_VALUE_OPTIONS)
+    assert parse_fast_run(["-C", "d", "--scenario=x", "run", "--observe-only", "--adapter", "pi", "--digest-only",
+                           "--", "a", "--b"]) == {"directory": "d", "scenario": "x", "observe_only": True,
+                                                  "adapter": "pi", "store_content": False, "cmd": ["a", "--b"]}
+    for unknown in (["run", "--help"], ["run", "--", ], ["run", "cmd"], ["status"], ["--version"], ["run", "--bogus", "--", "x"]):
+        assert parse_fast_run(unknown) is None, unknown
+
+
+def test_run_usage_errors_still_come_from_typer(project):
+    r = run_reef("run", "--bogus", "--", "true", cwd=project)
+    assert r.returncode == 2 and "No such option" in r.stderr
+    r = run_reef("run", cwd=project)
+    assert r.returncode == 2 and "Missing argument" in r.stderr

@@ -9,7 +9,7 @@ from typing import Optional
 
 import typer
 
-from .context import Env, console, emit_json
+from .context import console, emit_json
 
 app = typer.Typer(help="The append-only, hash-chained ledger of runs, reports and decisions.", no_args_is_help=True)
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import List, Optional
 
@@ -19,14 +18,10 @@ def run(
     store_content: Optional[bool] = typer.Option(None, "--store-content/--digest-only", help="Keep the full (redacted) output text, or only digests and excerpts (default: harness.yaml ledger.store_content, else digests)."),
 ) -> None:
     """Run CMD under the current release and record a receipt; exits with CMD's status."""
-    from ..runs import run_recorded
+    from .entry import record_run
 
-    env: Env = ctx.obj
-    store = env.store()
-    result = run_recorded(store, list(cmd), adapter=adapter, observe_only=observe_only, cwd=env.cwd,
-                          store_content=store_content)
-    sys.stderr.write(f"reef: receipt {result.record.record_id} (release {result.release.release_id})\n")
-    raise typer.Exit(result.exit_code)
+    code = record_run(ctx.obj, list(cmd), observe_only=observe_only, adapter=adapter, store_content=store_content)
+    raise typer.Exit(code)
 
 
 def report(

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 from typing import Optional
@@ -11,6 +10,7 @@ import typer
 
 from ..errors import ExitCode, ReefError
 from .context import Env
+from .entry import guarded
 
 
 def _new_app() -> typer.Typer:
@@ -102,25 +102,6 @@ def build_app(argv: list[str]) -> typer.Typer:
     return _apps[key]
 
 
-def _crash_log(exc: BaseException) -> Path:
-    import traceback  # only on a crash: it pulls in linecache and tokenize (~8 ms)
-
-    base = Path(os.environ.get("XDG_STATE_HOME") or (Path.home() / ".local" / "state")) / "reef"
-    try:
-        base.mkdir(parents=True, exist_ok=True)
-        path = base / "crash.log"
-        with open(path, "a") as f:
-            f.write("".join(traceback.format_exception(exc)))
-        return path
-    except OSError:
-        import tempfile
-
-        path = Path(tempfile.gettempdir()) / "reef-crash.log"
-        with open(path, "a") as f:
-            f.write("".join(traceback.format_exception(exc)))
-        return path
-
-
 def run(argv: list[str] | None = None) -> int:
     """Run the CLI and return its exit code (tests call this in-process)."""
     from typer import main as typer_main
@@ -131,30 +112,23 @@ def run(argv: list[str] | None = None) -> int:
         from typer._click import exceptions as click_exc
     except ImportError:  # pragma: no cover
         import click.exceptions as click_exc
-    try:
-        rv = click_cmd.main(args=argv, prog_name="reef", standalone_mode=False)
-        return int(rv) if isinstance(rv, int) else 0
-    except ReefError as exc:
-        sys.stderr.write(f"reef: error: {exc}\n")
-        return int(exc.exit_code)
-    except (getattr(click_exc, "Exit", typer.Exit), typer.Exit) as exc:
-        return int(exc.exit_code)
-    except (getattr(click_exc, "Abort", typer.Abort), typer.Abort):
-        sys.stderr.write("reef: interrupted\n")
-        return int(ExitCode.INTERRUPTED)
-    except click_exc.ClickException as exc:
-        exc.show()
-        return int(ExitCode.USAGE) if isinstance(exc, click_exc.UsageError) else int(ExitCode.ERROR)
-    except KeyboardInterrupt:
-        sys.stderr.write("reef: interrupted\n")
-        return int(ExitCode.INTERRUPTED)
-    except BrokenPipeError:
-        return int(ExitCode.OK)
-    except Exception as exc:  # a bug, not a user error: short line here, traceback in a file
-        path = _crash_log(exc)
-        sys.stderr.write(f"reef: unexpected error: {type(exc).__name__}: {exc} (traceback in {path})\n")
-        return int(ExitCode.ERROR)
+    def invoke() -> int:
+        try:
+            rv = click_cmd.main(args=argv, prog_name="reef", standalone_mode=False)
+            return int(rv) if isinstance(rv, int) else 0
+        except (getattr(click_exc, "Exit", typer.Exit), typer.Exit) as exc:
+            return int(exc.exit_code)
+        except (getattr(click_exc, "Abort", typer.Abort), typer.Abort):
+            sys.stderr.write("reef: interrupted\n")
+            return int(ExitCode.INTERRUPTED)
+        except click_exc.ClickException as exc:
+            exc.show()
+            return int(ExitCode.USAGE) if isinstance(exc, click_exc.UsageError) else int(ExitCode.ERROR)
+
+    return guarded(invoke)
 
 
 def main() -> None:
-    sys.exit(run())
+    from .entry import main as entry_main
+
+    entry_main()
