@@ -208,27 +208,34 @@ def test_run_stores_digests_by_default_and_text_on_request(project):
     assert secret not in json.dumps(second)
 
 
-def test_fast_run_parser_knows_every_option_of_the_typer_command():
-    """`reef run` is parsed without typer on its hot path; both parsers must accept the same options."""
+def test_fast_parser_knows_every_option_of_the_typer_commands():
+    """`reef run` and `reef report` are parsed without typer on their hot path; both parsers must agree."""
     from typer import main as typer_main
 
-    from reef_cli.cli.entry import GLOBAL_VALUE_OPTIONS, RUN_FLAGS, RUN_VALUE_OPTIONS, parse_fast_run
+    from reef_cli.cli.entry import FAST, GLOBAL_VALUE_OPTIONS, parse_fast
     from reef_cli.cli.main import build_app
 
-    root = typer_main.get_command(build_app(["run"]))
-    typer_run = {o for p in root.commands["run"].params for o in p.opts + p.secondary_opts if o.startswith("-")}
-    typer_root = {o for p in root.params for o in p.opts if o.startswith("-") and o not in ("--version", "-h", "--help")}
-    assert typer_run - {"-h", "--help"} == set(RUN_FLAGS) | set(RUN_VALUE_OPTIONS)
-    assert typer_root == set(GLOBAL_VALUE_OPTIONS)
-    assert parse_fast_run(["-C", "d", "--scenario=x", "run", "--observe-only", "--adapter", "pi", "--digest-only",
-                           "--", "a", "--b"]) == {"directory": "d", "scenario": "x", "observe_only": True,
-                                                  "adapter": "pi", "store_content": False, "cmd": ["a", "--b"]}
-    for unknown in (["run", "--help"], ["run", "--", ], ["run", "cmd"], ["status"], ["--version"], ["run", "--bogus", "--", "x"]):
-        assert parse_fast_run(unknown) is None, unknown
+    for name, spec in FAST.items():
+        root = typer_main.get_command(build_app([name]))
+        typer_opts = {o for p in root.commands[name].params for o in p.opts + p.secondary_opts if o.startswith("-")}
+        assert typer_opts - {"-h", "--help"} == set(spec.flags) | set(spec.values) | set(spec.multi), name
+        typer_root = {o for p in root.params for o in p.opts if o.startswith("-") and o not in ("--version", "-h", "--help")}
+        assert typer_root == set(GLOBAL_VALUE_OPTIONS)
+    assert parse_fast(["-C", "d", "--scenario=x", "run", "--observe-only", "--adapter", "pi", "--digest-only",
+                       "--", "a", "--b"]) == ("run", {"directory": "d", "scenario": "x", "observe_only": True,
+                                                      "adapter": "pi", "store_content": False, "cmd": ["a", "--b"]})
+    assert parse_fast(["report", "--score=0", "--receipt", "r1", "--receipt", "r2", "--json"]) == (
+        "report", {"directory": None, "scenario": None, "score": "0", "feedback": None, "feedback_json": None,
+                   "record_id": None, "receipt": ["r1", "r2"], "as_json": True})
+    for other in (["run", "--help"], ["run", "--"], ["run", "cmd"], ["status"], ["--version"],
+                  ["run", "--bogus", "--", "x"], ["report", "--feedback", "x"], ["report", "--score"]):
+        assert parse_fast(other) is None, other
 
 
-def test_run_usage_errors_still_come_from_typer(project):
+def test_usage_errors_still_come_from_typer(project):
     r = run_reef("run", "--bogus", "--", "true", cwd=project)
     assert r.returncode == 2 and "No such option" in r.stderr
     r = run_reef("run", cwd=project)
     assert r.returncode == 2 and "Missing argument" in r.stderr
+    r = run_reef("report", "--feedback", "x", cwd=project)
+    assert r.returncode == 2 and "Missing option '--score'" in r.stderr

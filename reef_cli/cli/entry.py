@@ -1,28 +1,58 @@
-"""The `reef` console script. `reef run -- CMD` runs after every agent session, so its well-formed common case is
-parsed here without importing typer (~30 ms); anything else — help, a usage error, every other command — goes to
-the typer app in `main.py`, which defines the same options (a test keeps the two in step)."""
+"""The `reef` console script. `reef run -- CMD` and `reef report` run after every agent session, so their
+well-formed common case is parsed here without importing typer (~30 ms); anything else — help, a usage error,
+every other command — goes to the typer app in `main.py`, which declares the same options (a test keeps the two in
+step) and calls the same functions below."""
 
 from __future__ import annotations
 
 import os
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import ExitCode, ReefError
 
 GLOBAL_VALUE_OPTIONS = {"-C": "directory", "--scenario": "scenario", "-s": "scenario"}
-RUN_FLAGS = {"--observe-only": ("observe_only", True), "--store-content": ("store_content", True),
-             "--digest-only": ("store_content", False)}
-RUN_VALUE_OPTIONS = {"--adapter": "adapter"}
 
 
-def parse_fast_run(argv: list[str]) -> dict | None:
-    """`[-C DIR] [--scenario S] run [--observe-only] [--adapter A] [--store-content|--digest-only] -- CMD...`,
-    or None for anything this parser does not fully understand (the typer app then handles it)."""
-    out = {"directory": None, "scenario": None, "observe_only": False, "adapter": None, "store_content": None}
+@dataclass(frozen=True)
+class FastSpec:
+    """The options of one hot command, as the typer command in loop_cmds.py declares them."""
+
+    flags: dict  # option -> (key, value)
+    values: dict  # option -> key
+    multi: dict  # option -> key (repeatable)
+    defaults: dict
+    rest: bool  # takes `-- CMD...`
+    required: tuple = ()
+
+
+FAST = {
+    "run": FastSpec(
+        flags={"--observe-only": ("observe_only", True), "--store-content": ("store_content", True),
+               "--digest-only": ("store_content", False)},
+        values={"--adapter": "adapter"}, multi={},
+        defaults={"observe_only": False, "adapter": None, "store_content": None}, rest=True),
+    "report": FastSpec(
+        flags={"--json": ("as_json", True)},
+        values={"--score": "score", "--feedback": "feedback", "--feedback-json": "feedback_json", "--id": "record_id"},
+        multi={"--receipt": "receipt"},
+        defaults={"score": None, "feedback": None, "feedback_json": None, "record_id": None, "receipt": [],
+                  "as_json": False}, rest=False, required=("score",)),
+}
+
+
+def _split(arg: str) -> tuple[str, str | None]:
+    return tuple(arg.split("=", 1)) if arg.startswith("--") and "=" in arg else (arg, None)  # type: ignore[return-value]
+
+
+def parse_fast(argv: list[str]) -> tuple[str, dict] | None:
+    """`[-C DIR] [--scenario S] run|report OPTIONS...`, or None for anything this parser does not fully understand
+    (help, a usage error, another command): the typer app then handles it and says what is wrong."""
+    out: dict = {"directory": None, "scenario": None}
     i, n = 0, len(argv)
-    while i < n and argv[i] != "run":
-        arg, value = argv[i].split("=", 1) if argv[i].startswith("--") and "=" in argv[i] else (argv[i], None)
+    while i < n and argv[i] not in FAST:
+        arg, value = _split(argv[i])
         if arg not in GLOBAL_VALUE_OPTIONS:
             return None
         if value is None:
@@ -31,25 +61,35 @@ def parse_fast_run(argv: list[str]) -> dict | None:
             value, i = argv[i + 1], i + 1
         out[GLOBAL_VALUE_OPTIONS[arg]] = value
         i += 1
+    if i >= n:
+        return None
+    name, spec = argv[i], FAST[argv[i]]
+    out.update({k: (list(v) if isinstance(v, list) else v) for k, v in spec.defaults.items()})
     i += 1
-    while i < n and argv[i] != "--":
-        arg, value = argv[i].split("=", 1) if argv[i].startswith("--") and "=" in argv[i] else (argv[i], None)
-        if arg in RUN_FLAGS and value is None:
-            key, flag = RUN_FLAGS[arg]
+    while i < n and not (spec.rest and argv[i] == "--"):
+        arg, value = _split(argv[i])
+        if arg in spec.flags and value is None:
+            key, flag = spec.flags[arg]
             out[key] = flag
-        elif arg in RUN_VALUE_OPTIONS:
+        elif arg in spec.values or arg in spec.multi:
             if value is None:
                 if i + 1 >= n:
                     return None
                 value, i = argv[i + 1], i + 1
-            out[RUN_VALUE_OPTIONS[arg]] = value
+            if arg in spec.multi:
+                out[spec.multi[arg]].append(value)
+            else:
+                out[spec.values[arg]] = value
         else:
             return None
         i += 1
-    if i >= n or i + 1 >= n:
-        return None  # no `--`, or nothing after it: let typer say what is missing
-    out["cmd"] = argv[i + 1 :]
-    return out
+    if spec.rest:
+        if i + 1 >= n:
+            return None  # no `--`, or nothing after it
+        out["cmd"] = argv[i + 1 :]
+    if any(out[k] is None for k in spec.required):
+        return None
+    return name, out
 
 
 def record_run(env, cmd: list[str], *, observe_only: bool, adapter: str | None, store_content: bool | None) -> int:
@@ -97,7 +137,33 @@ def guarded(fn) -> int:
         return int(ExitCode.ERROR)
 
 
-def run_fast(opts: dict) -> int:
+def record_report(env, score: str, *, feedback: str | None, feedback_json: str | None, receipt: list[str],
+                  record_id: str | None, as_json: bool) -> int:
+    """Attach a score and feedback to the named receipts, or to this shell's unreported runs."""
+    from ..errors import InvalidInput
+    from ..reports import load_feedback_json, report
+    from ..sessions import PendingReceipts, shell_key
+    from .context import emit_json
+
+    if feedback is not None and feedback_json is not None:
+        raise InvalidInput("--feedback and --feedback-json are mutually exclusive")
+    paths = env.paths()
+    fb = feedback
+    if feedback_json is not None:
+        fb = load_feedback_json(Path(feedback_json) if feedback_json == "-" else env.cwd / feedback_json)
+    pending = PendingReceipts(paths.dir, shell_key(env.environ))
+    receipts = list(receipt or pending.peek())
+    record = report(paths, score, feedback=fb, receipts=receipts, record_id=record_id)
+    if not receipt:
+        pending.clear(receipts)
+    if as_json:
+        emit_json(record.to_json())
+    else:
+        print(f"reported {record.payload['score']:g} on {len(receipts)} receipt(s): {record.record_id}")
+    return 0
+
+
+def run_fast(name: str, opts: dict) -> int:
     from .context import Env
 
     def go() -> int:
@@ -107,17 +173,20 @@ def run_fast(opts: dict) -> int:
             if not cwd.is_dir():
                 raise ReefError(f"-C {opts['directory']}: not a directory")
         env = Env(cwd=cwd, scenario_name=opts["scenario"])
-        return record_run(env, opts["cmd"], observe_only=opts["observe_only"], adapter=opts["adapter"],
-                          store_content=opts["store_content"])
+        if name == "run":
+            return record_run(env, opts["cmd"], observe_only=opts["observe_only"], adapter=opts["adapter"],
+                              store_content=opts["store_content"])
+        return record_report(env, opts["score"], feedback=opts["feedback"], feedback_json=opts["feedback_json"],
+                             receipt=opts["receipt"], record_id=opts["record_id"], as_json=opts["as_json"])
 
     return guarded(go)
 
 
 def main() -> None:
     argv = sys.argv[1:]
-    opts = parse_fast_run(argv)
-    if opts is not None:
-        sys.exit(run_fast(opts))
+    parsed = parse_fast(argv)
+    if parsed is not None:
+        sys.exit(run_fast(*parsed))
     from .main import run
 
     sys.exit(run(argv))

@@ -7,7 +7,7 @@ from typing import List, Optional
 
 import typer
 
-from .context import Env, emit_json
+
 
 
 def run(
@@ -34,26 +34,10 @@ def report(
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Attach a score and feedback to receipts."""
-    from ..errors import InvalidInput
-    from ..reports import load_feedback_json, report as do_report
-    from ..sessions import PendingReceipts, shell_key
+    from .entry import record_report
 
-    env: Env = ctx.obj
-    if feedback is not None and feedback_json is not None:
-        raise InvalidInput("--feedback and --feedback-json are mutually exclusive")
-    store = env.paths()
-    fb = feedback
-    if feedback_json is not None:
-        fb = load_feedback_json(feedback_json if str(feedback_json) == "-" or feedback_json.is_absolute() else env.cwd / feedback_json)
-    pending = PendingReceipts(store.dir, shell_key(env.environ))
-    receipts = list(receipt or pending.peek())
-    record = do_report(store, score, feedback=fb, receipts=receipts, record_id=record_id)
-    if not receipt:
-        pending.clear(receipts)
-    if as_json:
-        emit_json(record.to_json())
-    else:
-        print(f"reported {record.payload['score']:g} on {len(receipts)} receipt(s): {record.record_id}")
+    record_report(ctx.obj, score, feedback=feedback, feedback_json=str(feedback_json) if feedback_json else None,
+                  receipt=list(receipt or []), record_id=record_id, as_json=as_json)
 
 
 def register(app: typer.Typer) -> None:
