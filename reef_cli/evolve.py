@@ -420,6 +420,14 @@ def _lock(directory: Path):
 
 
 def evolve(store, opts: Options) -> Outcome:
+    """One evolve step. A scenario bound to a recipe whose `publish` is `review` (recipes/harness-review.yaml) always
+    proposes: nothing publishes until a human runs `reef harness promote`."""
+    from dataclasses import replace
+
+    from .recipes import load as load_recipe
+
+    if not opts.review and not opts.dry_run and load_recipe(store.info().recipe).publish == "review":
+        opts = replace(opts, review=True)
     directory = evolve_dir(store)
     lock = _lock(directory) if not opts.dry_run else None
     try:

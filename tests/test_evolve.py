@@ -406,3 +406,20 @@ def test_the_whole_loop_through_reef_run_and_reef_report(reef, tmp_path):
     assert failure["count"] == 5 and failure["origins"] == {"failure": 5}
     assert lint["count"] == 5 and sorted(block_ids(root / "CLAUDE.md")) == sorted([lint["id"], failure["id"]])
     assert set(out["release"]["evidence"]) >= set(lint["evidence"])
+
+
+def test_harness_review_recipe_always_proposes(reef, tmp_path):
+    """A scenario bound to recipes/harness-review.yaml never publishes from evolve: every change waits for promote."""
+    from reef_cli.ledger import Ledger
+
+    root = tmp_path / "proj"
+    root.mkdir()
+    assert reef("-C", str(root), "init", "--recipe", "harness-review").code == 0
+    ledger = Ledger(root / ".reef" / "scenarios" / "default" / "ledger.jsonl", "default")
+    feedback(ledger, LINT, 5)
+    out = evolve(reef, root)
+    assert out["status"] == "review" and out["pending"]["status"] == "pending"
+    assert len(releases(reef, root)) == 1
+    r = reef("-C", str(root), "harness", "promote", out["pending"]["proposal_id"], "--json")
+    assert r.code == 0, r.err
+    assert json.loads(r.out)["release"]["operation"] == "promote" and len(releases(reef, root)) == 2
