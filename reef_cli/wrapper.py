@@ -25,7 +25,7 @@ import sys
 import time
 from pathlib import Path
 
-from .errors import ConflictError, ExitCode, InvalidInput, NotFound, ReefError
+from .errors import ConflictError, ExitCode, InvalidInput, NotFound
 
 LAST_KEEP = 50
 
@@ -289,35 +289,19 @@ def _note(message: str) -> None:
 
 
 def main_for(adapter_name: str, argv: list[str] | None = None) -> int:
+    from .cli.entry import guarded
+
     args = list(sys.argv[1:] if argv is None else argv)
-    prog = f"reef-{adapter_name}"
-    try:
+
+    def go() -> int:
         if args and args[0] == "report":
             return report(adapter_name, args[1:])
         harness = episode_harness(dict(os.environ))
         if harness is not None:
             return run_episode(adapter_name, harness, args, environ=dict(os.environ))
         return run(adapter_name, args)
-    except ReefError as exc:
-        sys.stderr.write(f"{prog}: error: {exc}\n")
-        return int(exc.exit_code)
-    except KeyboardInterrupt:
-        sys.stderr.write(f"{prog}: interrupted\n")
-        return int(ExitCode.INTERRUPTED)
-    except Exception as exc:  # a bug: one line here, the traceback in a file
-        import tempfile
-        import traceback
 
-        base = Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state") / "reef"
-        try:
-            base.mkdir(parents=True, exist_ok=True)
-            log = base / "crash.log"
-        except OSError:
-            log = Path(tempfile.gettempdir()) / "reef-crash.log"
-        with open(log, "a") as f:
-            f.write("".join(traceback.format_exception(exc)))
-        sys.stderr.write(f"{prog}: unexpected error: {type(exc).__name__}: {exc} (traceback in {log})\n")
-        return int(ExitCode.ERROR)
+    return guarded(go, prog=f"reef-{adapter_name}")
 
 
 def claude_main() -> None:

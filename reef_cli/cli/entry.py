@@ -119,21 +119,22 @@ def crash_log(exc: BaseException) -> Path:
     return path
 
 
-def guarded(fn) -> int:
-    """The one place exceptions become messages and exit codes (typer's own exceptions are handled in main.run)."""
+def guarded(fn, prog: str = "reef") -> int:
+    """The one place exceptions become messages and exit codes, for `reef` and the `reef-<agent>` wrappers
+    (typer's own exceptions are handled in main.run)."""
     try:
         return fn()
     except ReefError as exc:
-        sys.stderr.write(f"reef: error: {exc}\n")
+        sys.stderr.write(f"{prog}: error: {exc}\n")
         return int(exc.exit_code)
     except KeyboardInterrupt:
-        sys.stderr.write("reef: interrupted\n")
+        sys.stderr.write(f"{prog}: interrupted\n")
         return int(ExitCode.INTERRUPTED)
     except BrokenPipeError:
         return int(ExitCode.OK)
     except Exception as exc:  # a bug, not a user error: short line here, traceback in a file
         path = crash_log(exc)
-        sys.stderr.write(f"reef: unexpected error: {type(exc).__name__}: {exc} (traceback in {path})\n")
+        sys.stderr.write(f"{prog}: unexpected error: {type(exc).__name__}: {exc} (traceback in {path})\n")
         return int(ExitCode.ERROR)
 
 
