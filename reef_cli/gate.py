@@ -39,6 +39,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
+from .config import GateConfig
 from .errors import InvalidInput, PolicyError
 
 POLICIES = ("paired", "tally", "floor", "always")
@@ -57,18 +58,23 @@ Progress = Callable[[dict], None]
 # ------------------------------------------------------------------------------------------------ settings
 
 
+_DEFAULTS = GateConfig()  # one source for the defaults: harness.yaml's gate section
+
+
 @dataclass(frozen=True)
 class GateSettings:
-    policy: str = "paired"
-    repeats: int = 3
-    confidence: float = 0.9
-    tolerance: float = 0.4
-    seed: int = 0
-    margin: int = 0
-    floor: float = 1.0
-    screen: float = 0.25
-    screen_min: int = 3
-    resamples: int = 2000
+    """GateConfig's scalar settings plus what one run may override (`--max-episodes`), validated."""
+
+    policy: str = _DEFAULTS.policy
+    repeats: int = _DEFAULTS.repeats
+    confidence: float = _DEFAULTS.confidence
+    tolerance: float = _DEFAULTS.tolerance
+    seed: int = _DEFAULTS.seed
+    margin: int = _DEFAULTS.margin
+    floor: float = _DEFAULTS.floor
+    screen: float = _DEFAULTS.screen
+    screen_min: int = _DEFAULTS.screen_min
+    resamples: int = _DEFAULTS.resamples
     max_episodes: int | None = None
 
     def __post_init__(self) -> None:
