@@ -41,19 +41,12 @@ class GitStore:
         except pygit2.GitError as exc:
             raise StoreError(f"{path}: cannot open reef's object store: {exc}") from None
 
-    def write_tree(self, files: dict[str, Entry], known: dict[str, str] | None = None) -> str:
-        """Hash a flat {posix path: Entry} map into a tree; returns the tree id (the release's content_id).
-
-        `known` ({path: "mode:blob id"} of a tree already stored) lets unchanged blobs skip the object write.
-        """
+    def write_tree(self, files: dict[str, Entry]) -> str:
+        """Hash a flat {posix path: Entry} map into a tree; returns the tree id (the release's content_id)."""
         pygit2 = self._pygit2
         index = pygit2.Index()
-        stored = {v.split(":", 1)[1] for v in known.values()} if known else set()
         for rel, entry in files.items():
-            oid = pygit2.hash(entry.data)
-            if str(oid) not in stored:
-                oid = self.repo.create_blob(entry.data)
-            index.add(pygit2.IndexEntry(rel, oid, entry.mode))
+            index.add(pygit2.IndexEntry(rel, self.repo.create_blob(entry.data), entry.mode))
         return str(index.write_tree(self.repo))
 
     def update_tree(self, base_tree_id: str, changes: dict[str, Entry | None]) -> str:

@@ -13,9 +13,6 @@ from pathlib import Path
 from .durable import append_durable
 from .errors import NotFound, StoreError
 
-OPERATIONS = ("init", "publish", "rollback", "promote", "freeze", "unfreeze", "evolve", "weights")
-
-
 def canonical(obj) -> bytes:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
 

@@ -1,7 +1,7 @@
 """The harness store of one scenario: working tree <-> Git trees, publishing by compare-and-swap, rollback.
 
 Order of a publish: objects first (orphans are harmless), then the fsync'd release-log line (the commit point), then
-the Git ref (derived; repaired from the log on open). The scenario lock serialises writers across processes.
+the Git ref (derived; a ref left behind by a crash is repaired from the log by the next publish). The scenario lock serialises writers across processes.
 """
 
 from __future__ import annotations
@@ -313,26 +313,9 @@ class HarnessStore:
         include = tuple(config.include) + (CONFIG_NAME,)
         return collect_files(self.project.root, include, config.exclude, self._stat_cache)
 
-    def changes(self, base: dict[str, Entry], new: dict[str, Entry], config: HarnessConfig) -> tuple[Change, ...]:
-        from .zones import decide
-
-        zones = config.zone_map()
-        out = []
-        for rel in sorted(set(base) | set(new)):
-            if rel not in new:
-                kind = "deleted"
-            elif rel not in base:
-                kind = "added"
-            elif base[rel] != new[rel]:
-                kind = "modified"
-            else:
-                continue
-            out.append(Change(rel, kind, decide(self.project.root, zones, rel).zone))
-        return tuple(out)
-
-    def changes_by_id(self, base: Release | None, files: dict[str, Entry], config: HarnessConfig,
+    def changes(self, base: Release | None, files: dict[str, Entry], config: HarnessConfig,
                       new: dict[str, str] | None = None) -> tuple[Change, ...]:
-        """Like changes(), comparing blob ids instead of reading the base release's blobs."""
+        """What differs between `base` and `files`, with each path's zone; compares blob ids, never reads blobs."""
         from .zones import classify_many
 
         old = self.git.blob_ids(base.content_id) if base else {}
@@ -352,7 +335,7 @@ class HarnessStore:
     def status(self) -> tuple[Release, tuple[Change, ...]]:
         head = self.require_head()
         config = self.worktree_config()
-        return head, self.changes_by_id(head, self.worktree_files(config), config)
+        return head, self.changes(head, self.worktree_files(config), config)
 
     # -- writing ------------------------------------------------------------------------------------------------
     def publish(
@@ -388,6 +371,8 @@ class HarnessStore:
             self.log.repair()
             chain = self.log.read()  # validates every line: corruption anywhere stops the publish
             head = chain[-1] if chain else None
+            if head is not None and self.git.get_ref(self.ref) != head.commit_id:
+                self.git.set_ref(self.ref, head.commit_id)  # a crash between the log line and the ref: repair
             head_id = head.release_id if head else None
             if head_id != expected_head:
                 raise ConflictError(
@@ -396,7 +381,7 @@ class HarnessStore:
                 )
             if head is not None and head.content_id == tree_id and not allow_empty:
                 return PublishResult(head, False, ())
-            changes = self.changes_by_id(head, files, config, new_ids)
+            changes = self.changes(head, files, config, new_ids)
             when = self.now()
             release = Release(
                 release_id=new_id("rel"),
@@ -437,13 +422,6 @@ class HarnessStore:
         tree = self.git.update_tree(base.content_id, changed)
         self.git.remember_blob_ids(tree, new)
         return tree
-
-    def repair_ref(self) -> None:
-        head = self.head()
-        if head is not None and self.git.get_ref(self.ref) != head.commit_id:
-            with self.lock():
-                head = self.head()
-                self.git.set_ref(self.ref, head.commit_id)
 
     def dirty_paths(self) -> list[str]:
         _, changes = self.status()

@@ -407,3 +407,18 @@ def test_stat_cache_never_hides_a_change(tmp_path):
     assert first["a.md"].data == b"one\n" and second["a.md"].data == b"two\n"
     assert second["b.md"].data == b"old\n" and third["b.md"].data == b"older\n"
     assert sorted(reads) == ["a.md", "a.md", "b.md"]  # the unchanged old file came from the cache once
+
+
+def test_a_ref_left_behind_by_a_crash_is_repaired_by_the_next_publish(reef, tmp_path):
+    """The release log is the commit point; the Git ref is derived and catches up, even on a no-op publish."""
+    from reef_cli.gitstore import GitStore
+
+    init(reef, tmp_path)
+    (tmp_path / "CLAUDE.local.md").write_text("a\n")
+    reef("-C", str(tmp_path), "publish", "-m", "two")
+    log = json.loads(reef("-C", str(tmp_path), "log", "--json").out)
+    ref = "refs/reef/scenarios/default"
+    GitStore(tmp_path / ".reef" / "git").set_ref(ref, log[1]["commit_id"])  # died after the log line, before the ref
+    r = reef("-C", str(tmp_path), "publish", "-m", "nothing new")
+    assert r.code == 0 and "nothing to publish" in r.out
+    assert GitStore(tmp_path / ".reef" / "git").get_ref(ref) == log[0]["commit_id"]

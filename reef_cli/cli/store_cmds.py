@@ -13,10 +13,6 @@ from .context import Env, console, emit_json, note
 JSON = typer.Option(False, "--json", help="Print machine-readable JSON.")
 
 
-def _release_row(r) -> dict:
-    return r.to_json()
-
-
 def init(
     ctx: typer.Context,
     template: Optional[str] = typer.Option(None, "--template", "-t", help="Starter harness: claude, agents or minimal."),
