@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 import random
@@ -82,14 +81,20 @@ def write_lines(path: Path, lines: list[bytes]) -> None:
 
 
 @contextlib.contextmanager
-def sync_lock_held(ledger: Ledger):
-    """Hold the ledger's sync lock from outside, as a sync in flight in another process would."""
-    fd = os.open(ledger.sync_path, os.O_RDWR | os.O_CREAT)
+def syncs_held(monkeypatch: pytest.MonkeyPatch):
+    """Every sync started inside the block waits until the block ends (a slow disk); yields the syncs started."""
+    release, started, real = threading.Event(), [], ledger_mod._fdatasync
+
+    def slow(fd: int) -> None:
+        started.append(fd)
+        assert release.wait(10)
+        real(fd)
+
+    monkeypatch.setattr(ledger_mod, "_fdatasync", slow)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
+        yield started
     finally:
-        os.close(fd)
+        release.set()
 
 
 def background(target, *args, **kwargs) -> threading.Thread:
@@ -246,13 +251,13 @@ def test_conflicting_resend_names_the_id_and_changes_nothing(ledger: Ledger, pat
     assert path.read_bytes() == before
 
 
-def test_a_resend_waits_until_the_original_is_durable(path: Path) -> None:
+def test_a_resend_waits_until_the_original_is_durable(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The original's writer may still be waiting for its sync; the resend must not acknowledge before it."""
     writer, resender = Ledger(path, "demo"), Ledger(path, "demo")
     writer.append("interaction", {}, release_id="r", content_id="c")
     resender.append("interaction", {}, release_id="r", content_id="c")
     acked = threading.Event()
-    with sync_lock_held(writer):  # no sync can finish
+    with syncs_held(monkeypatch):  # no sync can finish
         background(writer.append, "report", {"s": 1}, release_id="r", content_id="c", record_id="x")
         wait_for(lambda: b'"record_id":"x"' in path.read_bytes())
         background(lambda: (resender.append("report", {"s": 1}, release_id="r", content_id="c", record_id="x"),
@@ -542,20 +547,23 @@ def test_concurrent_writer_processes_keep_one_intact_chain(tmp_path: Path) -> No
     assert len({r.record_id for r in records}) == writers * count
 
 
-def test_concurrent_writers_share_one_sync(path: Path) -> None:
-    """Two writers whose lines are both written before a sync starts are both covered by that one sync."""
+def test_a_writer_syncs_outside_the_writer_lock(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """While one writer waits for its sync, another can append and start its own, so the filesystem can fold both
+    into one journal commit (group commit); neither is acknowledged before its sync ends."""
     first, second = Ledger(path, "demo"), Ledger(path, "demo")
     first.append("interaction", {}, release_id="r", content_id="c")
     second.append("interaction", {}, release_id="r", content_id="c")
-    before = first.fsyncs + second.fsyncs
-    with sync_lock_held(first):  # a sync "in flight" elsewhere
-        threads = [background(w.append, "interaction", {"n": n}, release_id="r", content_id="c")
+    acked = []
+    with syncs_held(monkeypatch) as started:
+        threads = [background(lambda w=w, n=n: acked.append(w.append("interaction", {"n": n}, release_id="r",
+                                                                      content_id="c")))
                    for n, w in enumerate((first, second))]
-        wait_for(lambda: len(lines_of(path)) == 4)
-        assert all(t.is_alive() for t in threads)  # written, not yet acknowledged
+        wait_for(lambda: len(lines_of(path)) == 4 and len(started) == 2)
+        time.sleep(0.05)
+        assert acked == []  # both written and syncing at once, neither acknowledged
     for thread in threads:
         thread.join(timeout=10)
-    assert first.fsyncs + second.fsyncs - before == 1
+    assert sorted(r.payload["n"] for r in acked) == [0, 1]
     assert first.verify().ok
     first.close()
     second.close()
