@@ -179,10 +179,12 @@ def worker(mode: str, path: str, count: int, size: int) -> None:
     sys.stdout.write("ready\n")
     sys.stdout.flush()
     sys.stdin.readline()
+    cpu_before = os.times()
     start = time.monotonic_ns()
     syncs = run()
     end = time.monotonic_ns()
-    sys.stdout.write(json.dumps({"start": start, "end": end, "fsyncs": syncs}) + "\n")
+    cpu = [after - before for after, before in zip(os.times()[:2], cpu_before[:2])]
+    sys.stdout.write(json.dumps({"start": start, "end": end, "fsyncs": syncs, "cpu": cpu}) + "\n")
     sys.stdout.flush()
 
 
@@ -213,7 +215,8 @@ def concurrent(mode: str, path: Path, writers: int, count: int, size: int) -> di
         assert result.ok and result.count == total + writers, result
     flushes = None if flushes_before is None or flushes_after is None else flushes_after - flushes_before
     return {"records": total, "seconds": seconds, "rate": total / seconds, "fsyncs": sum(r["fsyncs"] for r in reports),
-            "flushes": flushes}
+            "flushes": flushes, "user_us": sum(r["cpu"][0] for r in reports) / total * 1e6,
+            "sys_us": sum(r["cpu"][1] for r in reports) / total * 1e6}
 
 
 def main() -> None:
@@ -283,15 +286,17 @@ def main() -> None:
             print(f"| {name} | {median:.0f} | {p90:.0f} | {rate:,.0f} |")
         print()
         print(f"| {args.writers} writer processes x {args.per_writer} | raw fsync records/s (just before) | "
-              f"ledger records/s | ratio | records per device flush | floor records/s | floor ratio |")
-        print("|---|---:|---:|---:|---:|---:|---:|")
+              f"ledger records/s | ratio | records per device flush | CPU µs per record (user+sys) | "
+              f"floor records/s | floor ratio | floor CPU µs per record |")
+        print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
         ratios, floors = [], []
         for trial, (raw_rate, multi, floor) in enumerate(trials):
             ratios.append(multi["rate"] / raw_rate)
             floors.append(floor["rate"] / raw_rate)
             shared = f"{multi['records'] / multi['flushes']:.1f}" if multi["flushes"] else "n/a"
             print(f"| trial {trial + 1} | {raw_rate:,.0f} | {multi['rate']:,.0f} | {ratios[-1]:.2f}x | {shared} | "
-                  f"{floor['rate']:,.0f} | {floors[-1]:.2f}x |")
+                  f"{multi['user_us']:.0f}+{multi['sys_us']:.0f} | {floor['rate']:,.0f} | {floors[-1]:.2f}x | "
+                  f"{floor['user_us']:.0f}+{floor['sys_us']:.0f} |")
         print()
         single = rows[2][1][0] / rows[0][1][0]
         print(f"single-writer append / raw fsync, median latency: {single:.2f}x (target <= 1.3x); "

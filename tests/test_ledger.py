@@ -195,6 +195,77 @@ def test_invalid_input_is_refused_before_anything_is_written(ledger: Ledger, pat
     assert not path.exists() or path.read_bytes() == b""
 
 
+# --- the common case: system clock, generated id, fields already seen (a flat path of its own in `append`) ----
+
+
+def test_a_system_clock_append_writes_the_canonical_line(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.jsonl"
+    with Ledger(path, "démo ✓") as ledger:
+        first = ledger.append("fast_path_probe", {"b": [1, 2], "a": "é"}, release_id=None, content_id="c_fast")
+        second = ledger.append("fast_path_probe", {"z": {"y": None}, "t": (1,)}, release_id=None,
+                               content_id="c_fast")  # kind and ids now known: the flat path
+        third = ledger.append("fast_path_probe", {}, release_id="r_fast", content_id=None)
+        records = [first, second, third]
+        assert lines_of(path) == [canonical_json(r.to_json()) + b"\n" for r in records]
+        assert all(r.hash == r.compute_hash() for r in records)
+        assert [r.prev_hash for r in records] == [ZERO_HASH, first.hash, second.hash]
+        assert [r.seq for r in records] == [1, 2, 3] and all(ID_RE.fullmatch(r.record_id) for r in records)
+        assert [r.record_id for r in records] == sorted(r.record_id for r in records)
+        assert all(re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", r.created_at) for r in records)
+        assert second.payload == {"z": {"y": None}, "t": [1]}
+        assert [ledger.get(r.record_id) for r in records] == records
+        assert ledger.verify().ok
+
+
+def test_the_common_case_still_refuses_bad_payloads(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.jsonl"
+    looped: dict = {}
+    looped["self"] = looped
+    with Ledger(path, "demo") as ledger:
+        ledger.append("fast_path_probe", {}, release_id="r_fast", content_id="c_fast")
+        before = path.read_bytes()
+        for payload, message in (
+            ({"x": object()}, "not JSON-serialisable"),
+            ({"x": float("nan")}, "not JSON-serialisable"),
+            ({"x": "\ud800"}, "not JSON-serialisable"),
+            (looped, "it contains itself"),
+        ):
+            with pytest.raises(InvalidInput, match=message):
+                ledger.append("fast_path_probe", payload, release_id="r_fast", content_id="c_fast")
+        assert path.read_bytes() == before
+        assert ledger.append("fast_path_probe", {"ok": 1}, release_id="r_fast", content_id="c_fast").seq == 2
+
+
+@pytest.mark.parametrize("step", [0, 1], ids=["same millisecond", "next millisecond"])
+def test_a_forked_child_never_repeats_the_parents_ids(step: int) -> None:
+    """Parent and child each take the next id after a fork: the child starts from neither the parent's last id
+    (same millisecond: an increment of it) nor its unused randomness (next millisecond: a fresh draw)."""
+    from reef_cli.ids import new_id_at
+
+    ms = 7_258_118_400_000 + 10 * step  # year 2200: later than any id this process issued before
+    new_id_at("t", ms)
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - child
+        os.write(write, new_id_at("t", ms + step).encode())
+        os._exit(0)
+    os.close(write)
+    os.waitpid(pid, 0)
+    child = os.read(read, 200).decode()
+    os.close(read)
+    assert child and child != new_id_at("t", ms + step)
+
+
+def test_the_direct_json_scanner_accepts_and_rejects_what_json_loads_does() -> None:
+    for text in ('{"a":1}', ' {"a": [1, 2]}\t', '"s"', "[]"):
+        assert ledger_mod._loads(text) == json.loads(text)
+    for text in ('{"a":1} x', "", "{", "nan", '{"a":1}{"b":2}'):
+        with pytest.raises(ValueError):
+            json.loads(text)
+        with pytest.raises(ValueError):
+            ledger_mod._loads(text)
+
+
 def test_a_naive_clock_is_refused(path: Path) -> None:
     with Ledger(path, "demo", now=lambda: datetime(2026, 1, 1)) as ledger:
         with pytest.raises(InvalidInput, match="has no timezone"):
