@@ -83,8 +83,8 @@ class _FakeLedger:
     def __init__(self, n: int):
         self.n = n
 
-    def iter_records(self, kind=None, since=None, release_id=None):
-        return record_stream(self.n)
+    def iter_records(self, kind=None, since=None, release_id=None, from_seq=None):
+        return (r for r in record_stream(self.n) if from_seq is None or r.seq >= from_seq)
 
     def get(self, record_id):
         from reef_cli.errors import NotFound

@@ -462,8 +462,9 @@ class _Draft:
 
 
 _known_kinds: set[str] = set()
-_known_refs: set[str] = set()
-"""Kinds and release/content ids already validated in this process (each is checked once, not per append)."""
+_known_refs: dict[str | None, str] = {None: "null"}
+"""Kinds, and release/content ids with their JSON, already validated in this process (each is checked once, not
+per append)."""
 
 
 def _draft(kind: Any, payload: Any, release_id: Any, content_id: Any, record_id: Any) -> _Draft:
@@ -490,7 +491,7 @@ def _draft(kind: Any, payload: Any, release_id: Any, content_id: Any, record_id:
             if value is not None and (type(value) is not str or not _REF_RE.fullmatch(value) or not _utf8(value)):
                 raise InvalidInput(f"{name} {value!r} must be 1-256 characters without control characters, or None")
             if value is not None and len(_known_refs) < 4096:
-                _known_refs.add(value)
+                _known_refs[value] = _quote(value)
     if record_id is not None and (type(record_id) is not str or not _ID_RE.fullmatch(record_id)):
         raise InvalidInput(
             f"record_id {record_id!r} must be 1-128 characters of letters, digits and '_.:-', starting with a "
@@ -775,8 +776,10 @@ class Ledger:
             or type(kind) is not str
             or kind not in _known_kinds
             or type(payload) is not dict
-            or not (release_id is None or (type(release_id) is str and release_id in _known_refs))
-            or not (content_id is None or (type(content_id) is str and content_id in _known_refs))
+            or (release_id is not None and type(release_id) is not str)
+            or (content_id is not None and type(content_id) is not str)
+            or (release_json := _known_refs.get(release_id)) is None
+            or (content_json := _known_refs.get(content_id)) is None
         ):
             return self._append([_draft(kind, payload, release_id, content_id, record_id)])[0]
         # The common case, written out flat (fields already seen valid, generated id, system clock): it runs after
@@ -788,7 +791,7 @@ class Ledger:
             ms = time.time_ns() // 1_000_000
             created_at, record_id = _stamp_ms(ms), new_id_at("rec", ms)
             head = (
-                f'{{"content_id":{_json_str(content_id)},"created_at":"{created_at}",'.encode(),
+                f'{{"content_id":{content_json},"created_at":"{created_at}",'.encode(),
                 f'"kind":"{kind}","payload":{payload_text},"prev_hash":"'.encode(),
             )
         except (TypeError, ValueError, RecursionError):  # not JSON, or a lone surrogate: say so as _draft does
@@ -806,7 +809,7 @@ class Ledger:
                     fd = self._fd
                 seq, prev = self._seq + 1, self._hash
                 tail = (
-                    f'{prev}","record_id":"{record_id}","release_id":{_json_str(release_id)},"scenario":'
+                    f'{prev}","record_id":"{record_id}","release_id":{release_json},"scenario":'
                     f'{self._scenario_json},"seq":{seq}}}\n'
                 ).encode()
                 hashed.update(tail[:-1])
