@@ -522,7 +522,7 @@ CHILD = textwrap.dedent(
         lock = os.open(ledger.lock_path, os.O_RDWR | os.O_CREAT)  # in round 0 it may be the first one here
         fcntl.flock(lock, fcntl.LOCK_EX)
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
-        os.write(fd, b'{"content_id":"c","created_at":"2026-01-01T00:00:00.000Z","hash":"0123')
+        os.write(fd, b'{"content_id":"c","created_at":"2026-01-01T00:00:00.000Z","hash":"TORN')
         print("torn", flush=True)
         os.kill(os.getpid(), signal.SIGKILL)
     blob = "x" * 300_000
@@ -571,7 +571,7 @@ def test_sigkill_never_loses_an_acknowledged_record_nor_keeps_a_partial_one(tmp_
         assert result.ok, result.message
         stored = Counter(record.record_id for record in ledger.iter_records())
     assert all(line.endswith(b"\n") and json.loads(line) for line in lines_of(path))
-    assert b'"hash":"0123' not in path.read_bytes()  # every half-written line was cut off
+    assert b'"hash":"TORN' not in path.read_bytes()  # every half-written line was cut off (no hash has capitals)
     assert max(stored.values()) == 1
     assert not [rid for rid in acknowledged if stored[rid] != 1]
     assert result.count == sum(stored.values())
