@@ -5,9 +5,10 @@ Git commits on `refs/reef/scenarios/<name>` mirror the log; the log is authorita
 
 from __future__ import annotations
 
+import copy
 import json
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from .durable import append_durable
@@ -33,9 +34,20 @@ class Release:
     meta: dict = field(default_factory=dict)
 
     def to_json(self) -> dict:
-        d = asdict(self)
-        d["evidence"] = list(self.evidence)
-        return d
+        return {
+            "release_id": self.release_id,
+            "scenario": self.scenario,
+            "content_id": self.content_id,
+            "commit_id": self.commit_id,
+            "parent_release_id": self.parent_release_id,
+            "step": self.step,
+            "operation": self.operation,
+            "reason": self.reason,
+            "evidence": list(self.evidence),
+            "created_at": self.created_at,
+            "runtime_load_id": self.runtime_load_id,
+            "meta": copy.deepcopy(self.meta) if self.meta else {},  # a copy, as asdict made: callers may edit it
+        }
 
     @classmethod
     def from_json(cls, d: dict) -> "Release":

@@ -6,7 +6,9 @@ the Git ref (derived; a ref left behind by a crash is repaired from the log by t
 
 from __future__ import annotations
 
+import contextlib
 import difflib
+import fcntl
 import functools
 import errno
 import json
@@ -210,6 +212,7 @@ class HarnessStore:
         self.now = now
         self._git: GitStore | None = None
         self._stat_cache: dict = {}
+        self._blob_id_cache: dict[bytes, str] = {}
 
     # -- layout -------------------------------------------------------------------------------------------------
     @property
@@ -226,10 +229,16 @@ class HarnessStore:
             self._git = GitStore(self.project.git_dir)
         return self._git
 
+    @contextlib.contextmanager
     def lock(self):
-        from filelock import FileLock
-
-        return FileLock(str(self.dir / "lock"))
+        """The scenario lock: `flock(2)` on `<scenario>/lock`, the primitive `filelock.FileLock` uses on the same path,
+        taken blocking (FileLock's set-up and polling cost ~0.2 ms per publish)."""
+        fd = os.open(self.dir / "lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)
 
     def exists(self) -> bool:
         return (self.dir / "scenario.json").is_file()
@@ -406,7 +415,18 @@ class HarnessStore:
         return PublishResult(release, True, changes)
 
     def _ids(self, files: dict[str, Entry]) -> dict[str, str]:
-        return {rel: f"{e.mode:o}:{self.git.hash_blob(e.data)}" for rel, e in files.items()}
+        """Blob ids by path. Unchanged files come back from the stat cache as the same bytes objects, whose hash
+        Python keeps and whose equality is identity, so their ids are a dict lookup instead of a SHA-1."""
+        known = self._blob_id_cache
+        if len(known) > 4 * len(files) + 64:
+            known.clear()
+        out = {}
+        for rel, e in files.items():
+            blob = known.get(e.data)
+            if blob is None:
+                blob = known[e.data] = self.git.hash_blob(e.data)
+            out[rel] = f"{e.mode:o}:{blob}"
+        return out
 
     def _tree_for(self, base: Release | None, files: dict[str, Entry], new: dict[str, str]) -> str:
         """Write only what differs from `base`: hashing is cheap, object writes and tree rebuilds are not."""
