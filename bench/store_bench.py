@@ -29,9 +29,9 @@ def make_tree(root: Path, files: int) -> None:
         p = root / ".claude" / "skills" / f"skill-{i:03d}" / "SKILL.md"
         p.parent.mkdir(parents=True, exist_ok=True)
         p.write_text(f"---\nname: skill-{i:03d}\ndescription: skill number {i}\n---\n\n" + "Body line.\n" * 40)
-    hour_ago = time.time() - 3600  # a harness is mostly files nobody touched recently (both sides see the same tree)
-    for p in root.rglob("*"):
-        if p.is_file() and ".reef" not in p.parts:
+    hour_ago = time.time() - 3600  # a harness is mostly files and directories nobody touched recently (both sides
+    for p in [root, *root.rglob("*")]:  # see the same tree)
+        if ".reef" not in p.parts:
             os.utime(p, (hour_ago, hour_ago))
 
 

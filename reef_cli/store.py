@@ -102,34 +102,61 @@ def collect_files(root: Path, include: tuple[str, ...], exclude: tuple[str, ...]
                   stat_cache: dict | None = None) -> dict[str, Entry]:
     """The harness files in a working tree: every regular file or in-tree symlink matched by `include`.
 
-    `stat_cache` ({path: (stat key, cached at, Entry)}, kept by the caller) skips re-reading files whose size,
-    mtime, inode and mode are unchanged — trusted only for files that were already older than RACY_S when cached,
-    the rule git uses against same-tick rewrites.
+    `stat_cache` (a dict kept by the caller) skips work on what has not changed, trusting only entries that were
+    already older than RACY_S when cached (the rule git uses against same-tick rewrites): a file whose size, mtime,
+    inode and mode are unchanged is not re-read ({path: (stat key, cached at, Entry)}), and a directory whose mtime
+    and inode are unchanged is not re-listed ({("dir", path, include, exclude): (stat key, cached at, entries)}) —
+    adding, removing or renaming an entry changes its directory's mtime. Each entry is still lstat'ed.
     """
     from .zones import glob_matcher
 
-    included, excluded = glob_matcher(tuple(include)), glob_matcher(tuple(exclude))
+    include, exclude = tuple(include), tuple(exclude)
+    included, excluded = glob_matcher(include), glob_matcher(exclude)
     out: dict[str, Entry] = {}
     root_real = os.path.realpath(root)
+    now = time.time()
 
-    def walk(dir_abs: str, dir_rel: str) -> None:
+    def listing(dir_abs: str, dir_rel: str, dir_st: os.stat_result | None) -> list[tuple[str, bool]]:
+        """The entries worth a look: (name, is a directory), from the cache or from the directory itself."""
+        key = cache_key = None
+        if stat_cache is not None and dir_st is not None:
+            cache_key = ("dir", dir_rel, include, exclude)
+            key = (dir_st.st_mtime_ns, dir_st.st_ino)
+            hit = stat_cache.get(cache_key)
+            if hit is not None and hit[0] == key and hit[1] - dir_st.st_mtime_ns / 1e9 > RACY_S:
+                return hit[2]
         try:
-            entries = list(os.scandir(dir_abs))
+            with os.scandir(dir_abs) as found:
+                entries = []
+                for e in found:
+                    rel = f"{dir_rel}{e.name}"
+                    if e.is_dir(follow_symlinks=False):
+                        if e.name not in SKIP_DIRS and _may_contain(rel, include):
+                            entries.append((e.name, True))
+                    elif included(rel) and not excluded(rel):
+                        entries.append((e.name, False))
         except OSError as exc:
             raise StoreError(f"{dir_abs}: cannot read directory: {exc.strerror}") from None
-        for e in entries:
-            rel = f"{dir_rel}{e.name}"
-            if e.is_dir(follow_symlinks=False):
-                if e.name in SKIP_DIRS or not _may_contain(rel, tuple(include)):
-                    continue
-                walk(e.path, rel + "/")
-                continue
-            if not included(rel) or excluded(rel):
-                continue
-            st = e.stat(follow_symlinks=False)
-            if stat.S_ISLNK(st.st_mode):
-                target = os.readlink(e.path)
-                resolved = os.path.realpath(e.path)
+        if cache_key is not None:
+            stat_cache[cache_key] = (key, now, entries)
+        return entries
+
+    def walk(dir_abs: str, dir_rel: str, dir_st: os.stat_result | None) -> None:
+        for name, is_dir in listing(dir_abs, dir_rel, dir_st):
+            path, rel = f"{dir_abs}/{name}", f"{dir_rel}{name}"
+            try:
+                st = os.lstat(path)
+            except FileNotFoundError:
+                continue  # removed since it was listed
+            if is_dir != stat.S_ISDIR(st.st_mode):  # replaced since it was listed: list the directory again
+                if stat_cache is not None:
+                    stat_cache.pop(("dir", dir_rel, include, exclude), None)
+                return walk(dir_abs, dir_rel, None)
+            if is_dir:
+                walk(path, rel + "/", st)
+            elif stat.S_ISLNK(st.st_mode):
+                target = os.readlink(path)
+                resolved = os.path.realpath(path)
                 if not (resolved == root_real or resolved.startswith(root_real + os.sep)):
                     raise InvalidInput(
                         f"{rel} is a symlink to '{target}' outside the harness; reef stores links only within the harness"
@@ -141,12 +168,17 @@ def collect_files(root: Path, include: tuple[str, ...], exclude: tuple[str, ...]
                 if hit is not None and hit[0] == key and hit[1] - st.st_mtime_ns / 1e9 > RACY_S:
                     out[rel] = hit[2]
                     continue
-                with open(e.path, "rb") as f:
+                with open(path, "rb") as f:
                     out[rel] = Entry(f.read(), mode_of(st.st_mode))
                 if stat_cache is not None:
-                    stat_cache[rel] = (key, time.time(), out[rel])
+                    stat_cache[rel] = (key, now, out[rel])
 
-    walk(str(root), "")
+    root_abs = str(root)
+    try:
+        root_st = os.stat(root_abs)
+    except OSError as exc:
+        raise StoreError(f"{root_abs}: cannot read directory: {exc.strerror}") from None
+    walk(root_abs.rstrip("/") or "/", "", root_st)
     return dict(sorted(out.items()))
 
 

@@ -405,6 +405,53 @@ def test_stat_cache_never_hides_a_change(tmp_path):
     assert sorted(reads) == ["a.md", "a.md", "b.md"]  # the unchanged old file came from the cache once
 
 
+def test_directory_cache_sees_added_removed_and_retyped_entries(tmp_path):
+    """Old directories are not re-listed while their mtime and inode hold; anything that changes an entry's name
+    changes that mtime, and an entry whose type changed behind a forged mtime makes its directory be listed again."""
+    import os as _os
+
+    from reef_cli.store import collect_files
+
+    sub = tmp_path / "a" / "b"
+    sub.mkdir(parents=True)
+    (sub / "one.md").write_text("1\n")
+    (tmp_path / "top.md").write_text("t\n")
+    (tmp_path / "skip.txt").write_text("not included\n")
+    hour_ago = 1_000_000_000
+    for path in (sub / "one.md", tmp_path / "top.md", sub, sub.parent, tmp_path):
+        _os.utime(path, (hour_ago, hour_ago))
+    cache: dict = {}
+    assert set(collect_files(tmp_path, ("**/*.md",), stat_cache=cache)) == {"a/b/one.md", "top.md"}
+    assert {key[1] for key in cache if isinstance(key, tuple)} == {"", "a/", "a/b/"}  # all three listings kept
+    scans = []
+    real_scandir = _os.scandir
+
+    def counting_scandir(path):
+        scans.append(_os.path.relpath(path, tmp_path))
+        return real_scandir(path)
+
+    _os.scandir = counting_scandir
+    try:
+        assert set(collect_files(tmp_path, ("**/*.md",), stat_cache=cache)) == {"a/b/one.md", "top.md"}
+        assert scans == []  # nothing re-listed
+        (sub / "two.md").write_text("2\n")  # moves a/b's mtime
+        (tmp_path / "top.md").unlink()  # moves the root's
+        assert set(collect_files(tmp_path, ("**/*.md",), stat_cache=cache)) == {"a/b/one.md", "a/b/two.md"}
+        assert sorted(scans) == [".", "a/b"]
+        for path in (sub, tmp_path):
+            _os.utime(path, (hour_ago, hour_ago))
+        collect_files(tmp_path, ("**/*.md",), stat_cache=cache)  # cache the forged-old listings
+        (sub / "one.md").unlink()
+        (sub / "one.md").mkdir()
+        (sub / "one.md" / "inner.md").write_text("i\n")
+        _os.utime(sub, (hour_ago, hour_ago))  # the listing of a/b looks unchanged, but one.md is a directory now
+        scans.clear()
+        assert set(collect_files(tmp_path, ("**/*.md",), stat_cache=cache)) == {"a/b/one.md/inner.md", "a/b/two.md"}
+        assert "a/b" in scans
+    finally:
+        _os.scandir = real_scandir
+
+
 def test_a_ref_left_behind_by_a_crash_is_repaired_by_the_next_publish(reef, tmp_path):
     """The release log is the commit point; the Git ref is derived and catches up, even on a no-op publish."""
     from reef_cli.gitstore import GitStore
