@@ -11,8 +11,8 @@ Why it is built this way:
   and the filesystem folds them into shared journal commits and device flushes (ext4's jbd2 and XFS's log force
   commit every change made while the previous commit ran in one go): group commit, done where it is cheapest. A
   user-level scheme (a shared "durable up to" mark, one writer syncing for the others while they slept) was built
-  first and measured slower: with 8 writers on 2 vCPUs and ~120 µs syncs it reached 1.0x the raw single-writer
-  rate against ~1.9x for this, because waking the waiters cost more CPU than the syncs it saved
+  first and measured slower: with 8 writers on 2 vCPUs and ~150 µs syncs it reached 1.0x the raw single-writer
+  rate against ~1.5x for this, because waking the waiters cost more CPU than the syncs it saved
   (bench/RESULTS.md). One `Ledger` shared by threads syncs under its mutex; use one instance per thread for
   overlapping syncs.
 * **Cheap opens.** Opening never reads the whole file: the writer re-reads only the last line (for `seq` and
@@ -74,8 +74,8 @@ os.register_at_fork(after_in_child=lambda: _this_pid.__setitem__(0, os.getpid())
 
 def _c_encoder() -> Callable[[Any], str]:
     """`_ENCODER.encode` without its per-call set-up: the C encoder built once, used only when it agrees with the
-    stdlib encoder on a sample (its constructor is private API). Without check_circular (a fresh markers dict per call would
-    cost what this saves) a cycle surfaces as RecursionError, which callers treat as bad input."""
+    stdlib encoder on a sample (its constructor is private API). Without check_circular (a fresh markers dict per
+    call would cost what this saves) a cycle surfaces as RecursionError, which callers treat as bad input."""
     make = getattr(json.encoder, "c_make_encoder", None)
     if make is None:
         return _ENCODER.encode
