@@ -13,8 +13,7 @@ Why it is built this way:
   user-level scheme (a shared "durable up to" mark, one writer syncing for the others while they slept) was built
   first and measured slower: with 8 writers on 2 vCPUs and ~150 µs syncs it reached 1.0x the raw single-writer
   rate against ~1.5x for this, because waking the waiters cost more CPU than the syncs it saved
-  (bench/RESULTS.md). One `Ledger` shared by threads syncs under its mutex; use one instance per thread for
-  overlapping syncs.
+  (bench/RESULTS.md). Threads sharing one `Ledger` also sync outside its mutex, so their syncs overlap too.
 * **Cheap opens.** Opening never reads the whole file: the writer re-reads only the last line (for `seq` and
   `prev_hash`) and only when the file grew since it last looked. A crash's torn last line is truncated there. A
   file replaced under a writer (compaction renames a copy over it) is noticed by its descriptor's link count
@@ -534,6 +533,8 @@ class Ledger:
         self._mutex = threading.Lock()
         self._pid: int | None = None
         self._fd = self._lock_fd = self._idx_fd = -1
+        self._syncing = 0  # appends between their write and the end of their sync (they sync without the mutex)
+        self._retired: list[int] = []
         self._ino = 0
         self._size = -1  # ledger size when this process last held the writer lock; -1: unknown
         self._seq = 0
@@ -561,9 +562,13 @@ class Ledger:
 
     def _close_fds(self) -> None:
         if self._pid == os.getpid():
-            for fd in (self._fd, self._lock_fd, self._idx_fd):
+            if self._fd >= 0:
+                self._retire(self._fd)
+            for fd in (self._lock_fd, self._idx_fd):
                 if fd >= 0:
                     os.close(fd)
+        else:  # a forked child: the parent's threads and their syncs did not come along
+            self._syncing, self._retired = 0, []
         self._fd = self._lock_fd = self._idx_fd = -1
         self._pid = None
         self._ino = 0
@@ -583,7 +588,7 @@ class Ledger:
     def _open_ledger(self) -> None:
         """(Re)open the file at `path`, creating it durably if missing. Called under the writer lock."""
         if self._fd >= 0:
-            os.close(self._fd)
+            self._retire(self._fd)
             self._fd = -1
         flags = os.O_RDWR | os.O_APPEND | os.O_CLOEXEC
         try:
@@ -595,6 +600,30 @@ class Ledger:
         except OSError as exc:
             raise StoreError(f"cannot open ledger {self.path}: {exc.strerror}") from None
         self._ino, self._size = os.fstat(self._fd).st_ino, -1
+
+    def _sync_outside(self, fd: int) -> None:
+        """fdatasync `fd` without holding the mutex, so threads sharing this instance sync at the same time (and
+        the kernel folds their syncs together) as separate processes do. The caller counted itself in `_syncing`
+        under the mutex; while it is non-zero, replaced descriptors are kept open (`_retire`) instead of closed."""
+        try:
+            _fdatasync(fd)
+        except OSError as exc:
+            raise StoreError(f"cannot sync {self.path}: {exc.strerror}; the last records may not be durable") from None
+        finally:
+            with self._mutex:
+                self._syncing -= 1
+                self.fsyncs += 1
+                if not self._syncing and self._retired:
+                    for old in self._retired:
+                        os.close(old)
+                    self._retired.clear()
+
+    def _retire(self, fd: int) -> None:
+        """Close a replaced ledger descriptor, or keep it until the syncs in flight on it are done."""
+        if self._syncing:
+            self._retired.append(fd)
+        else:
+            os.close(fd)
 
     def _sync_now(self) -> None:
         try:
@@ -825,7 +854,8 @@ class Ledger:
                 self._seq, self._hash = seq, digest
             finally:
                 fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
-            self._sync_now()
+            self._syncing += 1
+        self._sync_outside(fd)
         record = Record.__new__(Record)
         record.__dict__.update(
             record_id=record_id, kind=kind, scenario=self.scenario, release_id=release_id, content_id=content_id,
@@ -860,8 +890,9 @@ class Ledger:
                 written, end = self._write(drafts, ids, created_at, existing)
             finally:
                 fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
-            if end or existing:  # a resend must not be acknowledged before the original is durable
-                self._sync_now()
+            fd = self._fd
+            self._syncing += 1
+        self._sync_outside(fd)  # also for a resend: it must not be acknowledged before the original is durable
         return [item if isinstance(item, Record) else self._record(*item) for item in written]
 
     def _resolve_ids(self, drafts: list[_Draft]) -> dict[int, Record]:
@@ -1157,7 +1188,7 @@ class Ledger:
         os.close(fd)
         os.replace(temp, self.path)
         fsync_dir(self.path.parent)
-        os.close(self._fd)
+        self._retire(self._fd)
         self._fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CLOEXEC)
         self._ino = os.fstat(self._fd).st_ino
         self._size, self._seq, self._hash = size, record.seq, record.hash

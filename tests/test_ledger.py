@@ -640,6 +640,33 @@ def test_a_writer_syncs_outside_the_writer_lock(path: Path, monkeypatch: pytest.
     second.close()
 
 
+def test_threads_sharing_one_ledger_sync_at_the_same_time(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One instance shared by threads (a gateway's request threads) overlaps their syncs as processes do; closing it
+    or compacting through it while syncs are in flight neither breaks them nor acknowledges them early."""
+    shared = Ledger(path, "demo")
+    fill(shared, 3)
+    acked: list = []
+    with syncs_held(monkeypatch) as started:
+        threads = [background(lambda n=n: acked.append(shared.append("interaction", {"n": n}, release_id="r",
+                                                                       content_id="c")))
+                   for n in range(3)]
+        threads.append(background(lambda: acked.extend(shared.append_many(
+            [NewRecord("report", {"n": 3}, "r", "c", "client-3")]))))
+        wait_for(lambda: len(lines_of(path)) == 7 and len(started) == 4)
+        shared.compact(keep=2)  # swaps the file under the syncing threads; their records are in the copy
+        shared.close()
+        time.sleep(0.05)
+        assert acked == []
+    for thread in threads:
+        thread.join(timeout=10)
+    assert sorted(r.payload["n"] for r in acked) == [0, 1, 2, 3]
+    with Ledger(path, "demo") as reader:
+        assert reader.verify().ok
+        kept = list(reader.iter_records())
+    assert len(kept) == 3 and kept[-1].kind == "compaction"  # the last two records, then the compaction record
+    assert shared.append("interaction", {"after": 1}, release_id="r", content_id="c").seq == kept[-1].seq + 1
+
+
 def test_writers_respect_a_filelock_on_the_lock_file(ledger: Ledger) -> None:
     fill(ledger, 1)
     done = threading.Event()
