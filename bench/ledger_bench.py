@@ -188,6 +188,30 @@ def worker(mode: str, path: str, count: int, size: int) -> None:
     sys.stdout.flush()
 
 
+def shared_by_threads(path: Path, threads: int, count: int, size: int) -> float:
+    """Records/s of `threads` threads appending through one shared Ledger (a gateway's request threads)."""
+    import threading
+
+    with Ledger(path, "bench") as ledger:
+        ledger.append("interaction", payload(0, size), release_id="rel_bench", content_id="c_bench")
+        bodies = [payload(i, size) for i in range(count)]
+
+        def run() -> None:
+            for body in bodies:
+                ledger.append("interaction", body, release_id="rel_bench", content_id="c_bench")
+
+        workers = [threading.Thread(target=run) for _ in range(threads)]
+        start = time.perf_counter()
+        for worker_thread in workers:
+            worker_thread.start()
+        for worker_thread in workers:
+            worker_thread.join()
+        seconds = time.perf_counter() - start
+        result = ledger.verify()
+    assert result.ok and result.count == threads * count + 1, result
+    return threads * count / seconds
+
+
 def concurrent(mode: str, path: Path, writers: int, count: int, size: int) -> dict:
     procs = [
         subprocess.Popen(
@@ -232,6 +256,8 @@ def main() -> None:
                         help="also show the single-writer cost with the sync replaced by a sleep and a busy-wait")
     parser.add_argument("--scale", type=int, default=0, metavar="N",
                         help="also time one-shot operations on an N-record ledger (e.g. 300000)")
+    parser.add_argument("--threads", action="store_true",
+                        help="also time --writers threads sharing one Ledger in this process, per trial")
     parser.add_argument("--worker", nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
@@ -265,6 +291,9 @@ def main() -> None:
             multi = concurrent("ledger", scratch / f"multi-{trial}.jsonl", args.writers, args.per_writer,
                                args.payload_bytes)
             floor = concurrent("floor", scratch / f"floor-{trial}.dat", args.writers, args.per_writer, line_size)
+            if args.threads:
+                multi["threads_rate"] = shared_by_threads(scratch / f"threads-{trial}.jsonl", args.writers,
+                                                          args.per_writer, args.payload_bytes)
             trials.append((raw_rate, multi, floor))
         load_after = os.getloadavg()[0]
 
@@ -305,6 +334,14 @@ def main() -> None:
             print(f"{args.writers} writers / raw single-writer fsync rate, median of trials: "
                   f"{statistics.median(ratios):.2f}x (target >= 4x); the no-work floor reached "
                   f"{statistics.median(floors):.2f}x")
+        if args.threads and trials:
+            print()
+            print(f"| {args.writers} threads x {args.per_writer}, one shared Ledger | raw fsync records/s | "
+                  f"ledger records/s | ratio |")
+            print("|---|---:|---:|---:|")
+            for trial, (raw_rate, multi, _) in enumerate(trials):
+                print(f"| trial {trial + 1} | {raw_rate:,.0f} | {multi['threads_rate']:,.0f} | "
+                      f"{multi['threads_rate'] / raw_rate:.2f}x |")
         if args.diagnose:
             diagnose(scratch, args.single, args.payload_bytes, rows[0][1][0])
         if args.scale:
