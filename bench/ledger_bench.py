@@ -179,12 +179,17 @@ def worker(mode: str, path: str, count: int, size: int) -> None:
     sys.stdout.write("ready\n")
     sys.stdout.flush()
     sys.stdin.readline()
-    cpu_before = os.times()
+    import resource
+
+    cpu_before, switches_before = os.times(), resource.getrusage(resource.RUSAGE_SELF)
     start = time.monotonic_ns()
     syncs = run()
     end = time.monotonic_ns()
     cpu = [after - before for after, before in zip(os.times()[:2], cpu_before[:2])]
-    sys.stdout.write(json.dumps({"start": start, "end": end, "fsyncs": syncs, "cpu": cpu}) + "\n")
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    switches = [usage.ru_nvcsw - switches_before.ru_nvcsw, usage.ru_nivcsw - switches_before.ru_nivcsw]
+    sys.stdout.write(json.dumps({"start": start, "end": end, "fsyncs": syncs, "cpu": cpu, "switches": switches})
+                     + "\n")
     sys.stdout.flush()
 
 
@@ -240,7 +245,8 @@ def concurrent(mode: str, path: Path, writers: int, count: int, size: int) -> di
     flushes = None if flushes_before is None or flushes_after is None else flushes_after - flushes_before
     return {"records": total, "seconds": seconds, "rate": total / seconds, "fsyncs": sum(r["fsyncs"] for r in reports),
             "flushes": flushes, "user_us": sum(r["cpu"][0] for r in reports) / total * 1e6,
-            "sys_us": sum(r["cpu"][1] for r in reports) / total * 1e6}
+            "sys_us": sum(r["cpu"][1] for r in reports) / total * 1e6,
+            "switches": [sum(r["switches"][i] for r in reports) / total for i in (0, 1)]}
 
 
 def main() -> None:

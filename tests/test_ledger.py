@@ -514,7 +514,11 @@ def test_a_tampered_last_line_blocks_appends_and_is_kept(path: Path) -> None:
 CHILD = textwrap.dedent(
     """
     import fcntl, os, signal, sys, time
+    import reef_cli.ledger as ledger_module
     from reef_cli.ledger import Ledger
+
+    if os.environ.get("LEAD_SYNCS"):
+        ledger_module._COORDINATE_ABOVE_NS = 0  # every sync led, as on a disk whose syncs take milliseconds
 
     path, tag = sys.argv[1], sys.argv[2]
     ledger = Ledger(path, "crash")
@@ -540,8 +544,11 @@ CHILD = textwrap.dedent(
 )
 
 
-def test_sigkill_never_loses_an_acknowledged_record_nor_keeps_a_partial_one(tmp_path: Path) -> None:
+@pytest.mark.parametrize("led", [False, True], ids=["kernel-shared syncs", "led syncs"])
+def test_sigkill_never_loses_an_acknowledged_record_nor_keeps_a_partial_one(tmp_path: Path, led: bool) -> None:
+    """Children are killed mid-write and mid-sync (with led syncs, also while leading one)."""
     path = tmp_path / "ledger.jsonl"
+    env = child_env() | ({"LEAD_SYNCS": "1"} if led else {})
     child = tmp_path / "child.py"
     child.write_text(CHILD)
     rng = random.Random(1234)
@@ -549,7 +556,7 @@ def test_sigkill_never_loses_an_acknowledged_record_nor_keeps_a_partial_one(tmp_
     for round_ in range(30):
         procs = [
             subprocess.Popen([sys.executable, str(child), str(path), f"r{round_}w{w}"], stdout=subprocess.PIPE,
-                             env=child_env())
+                             env=env)
             for w in range(2)
         ]
         if round_ % 3 == 0:  # a third writer dies mid-line while these two run (it kills itself; wait for it)
@@ -579,9 +586,13 @@ def test_sigkill_never_loses_an_acknowledged_record_nor_keeps_a_partial_one(tmp_
 
 WRITER = textwrap.dedent(
     """
-    import sys, time
+    import os, sys, time
     from pathlib import Path
+    import reef_cli.ledger as ledger_module
     from reef_cli.ledger import Ledger
+
+    if os.environ.get("LEAD_SYNCS"):
+        ledger_module._COORDINATE_ABOVE_NS = 0
 
     path, tag, count, go = sys.argv[1], sys.argv[2], int(sys.argv[3]), Path(sys.argv[4])
     ledger = Ledger(path, "demo")
@@ -594,7 +605,8 @@ WRITER = textwrap.dedent(
 )
 
 
-def test_concurrent_writer_processes_keep_one_intact_chain(tmp_path: Path) -> None:
+@pytest.mark.parametrize("led", [False, True], ids=["kernel-shared syncs", "led syncs"])
+def test_concurrent_writer_processes_keep_one_intact_chain(tmp_path: Path, led: bool) -> None:
     path = tmp_path / "ledger.jsonl"
     script = tmp_path / "writer.py"
     script.write_text(WRITER)
@@ -602,7 +614,7 @@ def test_concurrent_writer_processes_keep_one_intact_chain(tmp_path: Path) -> No
     writers, count = 4, 60
     procs = [
         subprocess.Popen([sys.executable, str(script), str(path), f"w{n}", str(count), str(go)], stdout=subprocess.PIPE,
-                         env=child_env(), text=True)
+                         env=child_env() | ({"LEAD_SYNCS": "1"} if led else {}), text=True)
         for n in range(writers)
     ]
     time.sleep(0.3)
@@ -665,6 +677,97 @@ def test_threads_sharing_one_ledger_sync_at_the_same_time(path: Path, monkeypatc
         kept = list(reader.iter_records())
     assert len(kept) == 3 and kept[-1].kind == "compaction"  # the last two records, then the compaction record
     assert shared.append("interaction", {"after": 1}, release_id="r", content_id="c").seq == kept[-1].seq + 1
+
+
+# --- led syncs: where syncs take milliseconds, one writer syncs for all (forced here by a zero threshold) --------
+
+
+@pytest.fixture
+def led(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(ledger_mod, "_COORDINATE_ABOVE_NS", 0)
+
+
+def sync_page(ledger: Ledger) -> ledger_mod._SyncState:
+    fd = os.open(ledger.sync_path, os.O_RDWR | os.O_CREAT)
+    try:
+        return ledger_mod._SyncState(fd)
+    finally:
+        os.close(fd)
+
+
+def counting_syncs(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    calls: list[int] = []
+    real = ledger_mod._fdatasync
+    monkeypatch.setattr(ledger_mod, "_fdatasync", lambda fd: (calls.append(fd), real(fd)))
+    return calls
+
+
+def test_a_led_sync_covers_every_line_written_before_it(path: Path, led: None) -> None:
+    first, second = Ledger(path, "demo"), Ledger(path, "demo")
+    first.append("interaction", {}, release_id="r", content_id="c")
+    second.append("interaction", {}, release_id="r", content_id="c")
+    before = first.fsyncs + second.fsyncs
+    lead = os.open(first.sync_path, os.O_RDWR)
+    try:
+        __import__("fcntl").flock(lead, __import__("fcntl").LOCK_EX)  # a leader elsewhere, about to sync
+        acked: list = []
+        threads = [background(lambda w=w, n=n: acked.append(w.append("interaction", {"n": n}, release_id="r",
+                                                                      content_id="c")))
+                   for n, w in enumerate((first, second))]
+        wait_for(lambda: len(lines_of(path)) == 4)
+        time.sleep(0.05)
+        assert acked == []  # written, waiting for a leader
+    finally:
+        os.close(lead)
+    for thread in threads:
+        thread.join(timeout=10)
+    assert len(acked) == 2
+    assert first.fsyncs + second.fsyncs - before == 1  # whoever led synced both lines
+    state = sync_page(first).read()
+    assert state is not None and state[1] == path.stat().st_size and state[3] == 0
+    assert first.verify().ok
+    first.close()
+    second.close()
+
+
+def test_a_sync_whose_leader_died_is_taken_over(path: Path, led: None) -> None:
+    ledger = Ledger(path, "demo")
+    ledger.append("interaction", {}, release_id="r", content_id="c")
+    page = sync_page(ledger)
+    page.write(path.stat().st_ino, 0, 7, 1, 5_000_000, 0)  # sync 7 "in flight"; nobody holds its lock
+    done = background(ledger.append, "interaction", {"n": 1}, release_id="r", content_id="c")
+    done.join(timeout=10)
+    assert not done.is_alive()
+    ino, synced, gen, syncing, _, _ = page.read()
+    assert (ino, synced, gen, syncing) == (path.stat().st_ino, path.stat().st_size, 8, 0)
+    ledger.close()
+
+
+def test_a_torn_sync_page_is_ignored(path: Path, led: None) -> None:
+    ledger = Ledger(path, "demo")
+    ledger.append("interaction", {}, release_id="r", content_id="c")
+    Path(ledger.sync_path).write_bytes(os.urandom(4096))
+    assert ledger.append("interaction", {"n": 1}, release_id="r", content_id="c").seq == 2
+    assert sync_page(ledger).read()[1] == path.stat().st_size
+    ledger.close()
+
+
+def test_cutting_a_torn_tail_takes_back_a_durable_size_beyond_it(path: Path, led: None,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """A leader may have synced half a line that its writer never finished; once that is cut off, the durable size
+    must not vouch for the record appended in its place."""
+    with Ledger(path, "demo") as ledger:
+        ledger.append("interaction", {}, release_id="r", content_id="c")
+    good = path.stat().st_size
+    with path.open("ab") as f:
+        f.write(b'{"content_id":"c","created_at":"2026-01-01T00:00:00.000Z","hash":"TORN' + b"x" * 5000)
+    sync_page(ledger).write(path.stat().st_ino, path.stat().st_size, 3, 0, 5_000_000, 0)  # torn bytes "durable"
+    calls = counting_syncs(monkeypatch)
+    with Ledger(path, "demo") as fresh:
+        record = fresh.append("interaction", {"n": 1}, release_id="r", content_id="c")
+    assert record.seq == 2 and path.stat().st_size < good + 5000
+    assert len(calls) >= 2  # the cut itself, and the new record's own sync: nothing vouched for it
+    assert sync_page(ledger).read()[1] == path.stat().st_size
 
 
 def test_writers_respect_a_filelock_on_the_lock_file(ledger: Ledger) -> None:
