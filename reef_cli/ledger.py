@@ -648,7 +648,12 @@ class Ledger:
                 self._fd = os.open(self.path, flags)
         except OSError as exc:
             raise StoreError(f"cannot open ledger {self.path}: {exc.strerror}") from None
-        self._ino, self._size = os.fstat(self._fd).st_ino, -1
+        st = os.fstat(self._fd)
+        self._ino, self._size = st.st_ino, -1
+        # A sync page left from a file that had this inode number before (deleted and recreated, say) must not
+        # vouch for this one: nothing in it is known durable beyond what its size allows.
+        self._correct_sync_page(lambda current: current[0] == st.st_ino and current[1] > st.st_size,
+                                lambda current: (st.st_ino, st.st_size))
 
     def _sync_outside(self, fd: int, ino: int, end: int, own: int) -> None:
         """Make the ledger (inode `ino`, descriptor `fd`) durable up to offset `end` (`own` bytes of it ours),
@@ -865,18 +870,24 @@ class Ledger:
 
     def _forget_durable_beyond(self, size: int) -> None:
         """The file shrank to `size` under the writer lock. A durable size published beyond it (a leader may have
-        synced a torn or failed line) would vouch for whatever is appended there next: take it back, under the
-        leader lock so no sync in flight publishes over it. No sync page, no leaders: nothing to do."""
+        synced a torn or failed line) would vouch for whatever is appended there next: take it back."""
+        self._correct_sync_page(lambda current: current[1] > size, lambda current: (current[0], size))
+
+    def _correct_sync_page(self, wrong: Callable[[tuple], bool], right: Callable[[tuple], tuple[int, int]]) -> None:
+        """Rewrite the sync page's (inode, durable size) as `right` says where `wrong` says so (an unreadable page
+        always is), under the leader lock so no sync in flight publishes over it. Called under the writer lock and
+        the mutex; leaders never wait for the writer lock, so this cannot deadlock. No page, no leaders: nothing."""
         try:
             lead = os.open(self.sync_path, os.O_RDWR | os.O_CLOEXEC)
         except FileNotFoundError:
             return
         try:
-            fcntl.flock(lead, fcntl.LOCK_EX)  # leaders never wait for the writer lock, which we hold: no deadlock
+            fcntl.flock(lead, fcntl.LOCK_EX)
             state = self._state_page()
-            current = state.read()
-            if current is not None and current[1] > size:
-                state.write(current[0], size, current[2], 0, current[4], current[5])
+            read = state.read()
+            current = read or (0, 0, 0, 0, 0, 0)
+            if read is None or wrong(current):
+                state.write(*right(current), current[2], 0, current[4], 0)
         finally:
             os.close(lead)
 
@@ -1383,6 +1394,8 @@ class Ledger:
         self._retire(self._fd)
         self._fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CLOEXEC)
         self._ino = os.fstat(self._fd).st_ino
+        ino = self._ino  # the copy was synced whole before the swap: durable to its end, whatever the page said
+        self._correct_sync_page(lambda current: True, lambda current: (ino, size))
         self._size, self._seq, self._hash = size, record.seq, record.hash
         if self._idx_fd >= 0 or self.index_path.exists():
             self._catch_up_index()  # the header names the old inode, so this rebuilds

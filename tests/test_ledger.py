@@ -770,6 +770,28 @@ def test_cutting_a_torn_tail_takes_back_a_durable_size_beyond_it(path: Path, led
     assert sync_page(ledger).read()[1] == path.stat().st_size
 
 
+def test_a_sync_page_vouching_past_the_files_end_is_not_trusted(path: Path, led: None,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """A page left by an earlier file with the same inode number (deleted and recreated) is corrected on open."""
+    with Ledger(path, "demo") as ledger:
+        ledger.append("interaction", {}, release_id="r", content_id="c")
+    sync_page(ledger).write(path.stat().st_ino, 10**9, 4, 0, 5_000_000, 0)
+    calls = counting_syncs(monkeypatch)
+    with Ledger(path, "demo") as fresh:
+        fresh.append("interaction", {"n": 1}, release_id="r", content_id="c")
+    assert len(calls) == 1  # not vouched for by the stale page
+    assert sync_page(ledger).read()[1] == path.stat().st_size
+
+
+def test_compaction_resets_the_sync_page_to_the_new_file(ledger: Ledger, path: Path, led: None) -> None:
+    fill(ledger, 6)
+    ledger.compact(keep=2)
+    ino, synced, _, syncing, _, _ = sync_page(ledger).read()
+    assert (ino, synced, syncing) == (path.stat().st_ino, path.stat().st_size, 0)
+    fill(ledger, 1)
+    assert ledger.verify().ok
+
+
 def test_writers_respect_a_filelock_on_the_lock_file(ledger: Ledger) -> None:
     fill(ledger, 1)
     done = threading.Event()
