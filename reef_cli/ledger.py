@@ -12,11 +12,12 @@ Why it is built this way:
   - fast syncs (under 1 ms, e.g. NVMe or a VM's virtio disk): each writer issues its own and the filesystem folds
     overlapping ones into shared journal commits. Waking sleepers costs more CPU than such a sync, so user-space
     coordination only slowed this case down (measured: 1.0x the raw rate with 8 writers against ~1.5x).
-  - slow syncs (a disk or cloud volume taking milliseconds to flush): one writer leads a sync for everyone, through
-    a mapped page (`<ledger>.sync`: durable-up-to offset, generation of the sync in flight) and two generation lock
-    files (`_durable_by_leader`). ext4 alone splits such writers into two groups that take turns, about half per
-    commit; a leader with a short commit delay gathers nearly all of them (8 writers: 3.1x -> 4-5x the raw rate).
-  Only a durable size published after a real sync is trusted; cutting a torn line takes back any size beyond it.
+  - slow syncs (a disk or cloud volume taking milliseconds to flush): one writer leads a sync for everyone
+    (`group_commit.SyncLeader`: a mapped durable-up-to page and generation locks). ext4 alone splits such writers
+    into two groups that take turns, about half per commit; a leader with a short commit delay gathers nearly all
+    of them (8 writers: 3.1x -> ~4.9x the raw rate).
+  Only a durable size published after a real sync is trusted; cutting a torn line takes back any size beyond it,
+  and a new or swapped-in file resets the page.
 * **Cheap opens.** Opening never reads the whole file: the writer re-reads only the last line (for `seq` and
   `prev_hash`) and only when the file grew since it last looked. A crash's torn last line is truncated there. A
   file replaced under a writer (compaction renames a copy over it) is noticed by its descriptor's link count
@@ -33,15 +34,11 @@ Why it is built this way:
 from __future__ import annotations
 
 import fcntl
-import functools
 import hashlib
 import itertools
 import json
-import mmap
-import operator
 import os
 import re
-import struct
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -52,6 +49,8 @@ from typing import Any
 
 from .durable import fsync_dir
 from .errors import ConflictError, InvalidInput, NotFound, StoreError
+from . import group_commit
+from .group_commit import SyncLeader
 from .ids import new_id, new_id_at
 
 ZERO_HASH = "0" * 64
@@ -433,45 +432,6 @@ def _read_line_at(fd: int, offset: int) -> bytes:
         offset += len(block)
 
 
-# --- the shared sync page (used only where syncs take milliseconds) ---------------------------------------------
-
-
-class _SyncState:
-    """A mapped page in `<ledger>.sync`: the ledger's inode, the offset up to which it is known durable, the
-    generation of the latest sync and whether it is in flight, the moving average of sync times, and how many bytes
-    the last sync covered. Only a leader (holding the flock on the file) stores to it, all fields in one copy; a
-    reader takes one copy too, and a torn one fails the check word and reads as None ("nothing known")."""
-
-    SIZE = 4096
-    _LAYOUT = struct.Struct("<QQQQQQQ")
-    _MAGIC = 0x7265_6566_7379_6E63  # "reefsync" (the page an earlier version kept here had another layout)
-
-    def __init__(self, fd: int):
-        if os.fstat(fd).st_size < self.SIZE:
-            os.ftruncate(fd, self.SIZE)  # growing only; a concurrent grower does the same
-        self.map = mmap.mmap(fd, self.SIZE)
-
-    def read(self) -> tuple[int, int, int, int, int, int] | None:
-        *fields, check = self._LAYOUT.unpack(self.map[: self._LAYOUT.size])
-        if check != functools.reduce(operator.xor, fields, self._MAGIC):
-            return None
-        return tuple(fields)  # type: ignore[return-value]
-
-    def write(self, ino: int, synced: int, gen: int, syncing: int, average: int, batch: int) -> None:
-        fields = (ino, synced, gen, syncing, average, batch)
-        self.map[: self._LAYOUT.size] = self._LAYOUT.pack(*fields, functools.reduce(operator.xor, fields, self._MAGIC))
-
-    def close(self) -> None:
-        self.map.close()
-
-
-_COORDINATE_ABOVE_NS = 1_000_000
-"""Syncs slower than this on average are led (one writer syncs for all, `Ledger._durable_by_leader`); faster ones
-are issued by each writer and shared by the kernel, because waking sleepers costs more than such syncs do."""
-_MAX_COMMIT_DELAY_NS = 1_000_000
-_LEADER_RETRY_S = 20e-6
-
-
 # --- the ledger -------------------------------------------------------------------------------------------------
 
 _quote = json.encoder.encode_basestring  # the escaping the canonical encoder applies to str (non-ASCII kept)
@@ -577,12 +537,12 @@ class Ledger:
         self.lock_path = self.path.with_name(self.path.name + ".lock")
         self.index_path = self.path.with_name(self.path.name + ".idx")
         self.sync_path = self.path.with_name(self.path.name + ".sync")
+        self._leader = SyncLeader(str(self.sync_path))
         self._mutex = threading.Lock()
         self._pid: int | None = None
         self._fd = self._lock_fd = self._idx_fd = -1
         self._syncing = 0  # appends between their write and the end of their sync (they sync without the mutex)
         self._sync_ns = 0  # moving average of this instance's syncs
-        self._state: _SyncState | None = None  # the shared sync page, mapped once syncs prove slow
         self._retired: list[int] = []
         self._ino = 0
         self._size = -1  # ledger size when this process last held the writer lock; -1: unknown
@@ -652,8 +612,8 @@ class Ledger:
         self._ino, self._size = st.st_ino, -1
         # A sync page left from a file that had this inode number before (deleted and recreated, say) must not
         # vouch for this one: nothing in it is known durable beyond what its size allows.
-        self._correct_sync_page(lambda current: current[0] == st.st_ino and current[1] > st.st_size,
-                                lambda current: (st.st_ino, st.st_size))
+        self._leader.correct(lambda current: current[0] == st.st_ino and current[1] > st.st_size,
+                             lambda current: (st.st_ino, st.st_size))
 
     def _sync_outside(self, fd: int, ino: int, end: int, own: int) -> None:
         """Make the ledger (inode `ino`, descriptor `fd`) durable up to offset `end` (`own` bytes of it ours),
@@ -662,8 +622,8 @@ class Ledger:
         open (`_retire`). Fast syncs are issued here and shared by the kernel; slow ones are led."""
         took = 0
         try:
-            if (self._state is not None or self._sync_ns >= _COORDINATE_ABOVE_NS) and self._coordinated():
-                self._durable_by_leader(fd, ino, end, own)
+            if max(self._sync_ns, self._leader.shared_average()) >= group_commit.COORDINATE_ABOVE_NS:
+                self._leader.make_durable(fd, ino, end, own, _fdatasync, self._noted)
             else:
                 started = time.monotonic_ns()
                 _fdatasync(fd)
@@ -685,100 +645,9 @@ class Ledger:
         self.fsyncs += 1
         self._sync_ns = took if not self._sync_ns else (7 * self._sync_ns + took) // 8
 
-    def _coordinated(self) -> bool:
-        """Whether syncs are slow enough to be worth a leader: this instance's moving average of the syncs it made,
-        or the shared one that leaders keep in the sync page, over `_COORDINATE_ABOVE_NS`."""
-        shared = 0
-        if self._state is not None:
-            state = self._state.read()
-            shared = state[4] if state is not None else 0
-        return max(self._sync_ns, shared) >= _COORDINATE_ABOVE_NS
-
-    def _durable_by_leader(self, fd: int, ino: int, end: int, own: int) -> None:
-        """Group commit led from user space, for disks whose syncs take milliseconds. The shared page says how far
-        the file is durable and which sync is in flight. A writer already covered returns; one that sees a sync in
-        flight waits on that sync's generation lock (held exclusively by its leader, shared by its waiters: all
-        wake together, and the next leader takes the other generation's lock, so no leader can barge in front of
-        them); otherwise it tries to lead: publish the sync, wait a moment for the writers that the previous sync
-        just released (they are appending again), note the file's size, fdatasync, publish the new durable size.
-
-        Why not leave it to the kernel here too: ext4 commits one journal transaction at a time, so writers settle
-        into two groups taking turns, about half of them per commit; this gathers nearly all of them. Only the
-        published durable size is trusted, and only after a real sync; the locks only decide who sleeps."""
-        state = self._open_state()
-        waited = None
-        while True:
-            current = state.read()
-            if current is not None and current[0] == ino and current[1] >= end:
-                return
-            if current is not None and current[0] == ino and current[3] and current[2] != waited:
-                self._wait_for_generation(current[2])
-                waited = current[2]  # still "in flight" after its lock came free: its leader died; lead instead
-                continue
-            lead = os.open(self.sync_path, os.O_RDWR | os.O_CLOEXEC)
-            try:
-                try:
-                    fcntl.flock(lead, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                except BlockingIOError:
-                    time.sleep(_LEADER_RETRY_S)  # another writer is taking the lead; it publishes in a moment
-                    continue
-                current = state.read() or (0, 0, 0, 0, 0, 0)
-                if current[0] == ino and current[1] >= end:
-                    return
-                self._lead_sync(state, fd, ino, own, current)
-                return
-            finally:
-                os.close(lead)  # closing drops the flock
-
-    def _lead_sync(self, state: _SyncState, fd: int, ino: int, own: int, current: tuple) -> None:
-        _, synced, gen, _, average, batch = current
-        synced = synced if current[0] == ino else 0
-        gen += 1
-        generation = os.open(self._generation_path(gen), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-        try:
-            fcntl.flock(generation, fcntl.LOCK_EX)  # free: its last waiters left two syncs ago
-            state.write(ino, synced, gen, 1, average, batch)
-            if batch > 2 * own:
-                # The last sync carried other writers, who are appending again now: give them a moment to be in
-                # this one too (a commit delay, as databases use; only with company, and a small part of a sync).
-                time.sleep(min(average // 16, _MAX_COMMIT_DELAY_NS) / 1e9)
-            size = os.fstat(fd).st_size
-            started = time.monotonic_ns()
-            _fdatasync(fd)
-            took = time.monotonic_ns() - started
-            with self._mutex:
-                self._note_sync(took)
-            average = took if not average else (7 * average + took) // 8
-            state.write(ino, size, gen, 0, average, size - synced)
-        except BaseException:
-            state.write(ino, synced, gen, 0, average, batch)  # nothing more is durable: waiters look again
-            raise
-        finally:
-            os.close(generation)
-
-    def _wait_for_generation(self, gen: int) -> None:
-        waiter = os.open(self._generation_path(gen), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-        try:
-            fcntl.flock(waiter, fcntl.LOCK_SH)  # granted when that sync's leader is done (or has died)
-        finally:
-            os.close(waiter)
-
-    def _generation_path(self, gen: int) -> str:
-        return f"{self.sync_path}.{gen % 2}"
-
-    def _open_state(self) -> _SyncState:
+    def _noted(self, took: int) -> None:
         with self._mutex:
-            return self._state_page()
-
-    def _state_page(self) -> _SyncState:
-        """The mapped sync page, mapped on first use (call with the mutex held)."""
-        if self._state is None:
-            fd = os.open(self.sync_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-            try:
-                self._state = _SyncState(fd)
-            finally:
-                os.close(fd)  # the mapping stays valid; leaders lock the file through their own descriptors
-        return self._state
+            self._note_sync(took)
 
     def _retire(self, fd: int) -> None:
         """Close a replaced ledger descriptor, or keep it until the syncs in flight on it are done."""
@@ -871,25 +740,7 @@ class Ledger:
     def _forget_durable_beyond(self, size: int) -> None:
         """The file shrank to `size` under the writer lock. A durable size published beyond it (a leader may have
         synced a torn or failed line) would vouch for whatever is appended there next: take it back."""
-        self._correct_sync_page(lambda current: current[1] > size, lambda current: (current[0], size))
-
-    def _correct_sync_page(self, wrong: Callable[[tuple], bool], right: Callable[[tuple], tuple[int, int]]) -> None:
-        """Rewrite the sync page's (inode, durable size) as `right` says where `wrong` says so (an unreadable page
-        always is), under the leader lock so no sync in flight publishes over it. Called under the writer lock and
-        the mutex; leaders never wait for the writer lock, so this cannot deadlock. No page, no leaders: nothing."""
-        try:
-            lead = os.open(self.sync_path, os.O_RDWR | os.O_CLOEXEC)
-        except FileNotFoundError:
-            return
-        try:
-            fcntl.flock(lead, fcntl.LOCK_EX)
-            state = self._state_page()
-            read = state.read()
-            current = read or (0, 0, 0, 0, 0, 0)
-            if read is None or wrong(current):
-                state.write(*right(current), current[2], 0, current[4], 0)
-        finally:
-            os.close(lead)
+        self._leader.correct(lambda current: current[1] > size, lambda current: (current[0], size))
 
     # -- the id index (under the writer lock; written only when a lookup needs it)
 
@@ -1395,7 +1246,7 @@ class Ledger:
         self._fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CLOEXEC)
         self._ino = os.fstat(self._fd).st_ino
         ino = self._ino  # the copy was synced whole before the swap: durable to its end, whatever the page said
-        self._correct_sync_page(lambda current: True, lambda current: (ino, size))
+        self._leader.correct(lambda current: True, lambda current: (ino, size))
         self._size, self._seq, self._hash = size, record.seq, record.hash
         if self._idx_fd >= 0 or self.index_path.exists():
             self._catch_up_index()  # the header names the old inode, so this rebuilds

@@ -20,6 +20,7 @@ from pathlib import Path
 import filelock
 import pytest
 
+import reef_cli.group_commit as group_commit
 import reef_cli.ledger as ledger_mod
 from reef_cli.errors import ConflictError, ExitCode, InvalidInput, NotFound, StoreError
 from reef_cli.ledger import (
@@ -514,11 +515,11 @@ def test_a_tampered_last_line_blocks_appends_and_is_kept(path: Path) -> None:
 CHILD = textwrap.dedent(
     """
     import fcntl, os, signal, sys, time
-    import reef_cli.ledger as ledger_module
+    import reef_cli.group_commit as group_commit
     from reef_cli.ledger import Ledger
 
     if os.environ.get("LEAD_SYNCS"):
-        ledger_module._COORDINATE_ABOVE_NS = 0  # every sync led, as on a disk whose syncs take milliseconds
+        group_commit.COORDINATE_ABOVE_NS = 0  # every sync led, as on a disk whose syncs take milliseconds
 
     path, tag = sys.argv[1], sys.argv[2]
     ledger = Ledger(path, "crash")
@@ -588,11 +589,11 @@ WRITER = textwrap.dedent(
     """
     import os, sys, time
     from pathlib import Path
-    import reef_cli.ledger as ledger_module
+    import reef_cli.group_commit as group_commit
     from reef_cli.ledger import Ledger
 
     if os.environ.get("LEAD_SYNCS"):
-        ledger_module._COORDINATE_ABOVE_NS = 0
+        group_commit.COORDINATE_ABOVE_NS = 0
 
     path, tag, count, go = sys.argv[1], sys.argv[2], int(sys.argv[3]), Path(sys.argv[4])
     ledger = Ledger(path, "demo")
@@ -684,13 +685,13 @@ def test_threads_sharing_one_ledger_sync_at_the_same_time(path: Path, monkeypatc
 
 @pytest.fixture
 def led(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(ledger_mod, "_COORDINATE_ABOVE_NS", 0)
+    monkeypatch.setattr(group_commit, "COORDINATE_ABOVE_NS", 0)
 
 
-def sync_page(ledger: Ledger) -> ledger_mod._SyncState:
+def sync_page(ledger: Ledger) -> group_commit.SyncPage:
     fd = os.open(ledger.sync_path, os.O_RDWR | os.O_CREAT)
     try:
-        return ledger_mod._SyncState(fd)
+        return group_commit.SyncPage(fd)
     finally:
         os.close(fd)
 

@@ -1,0 +1,175 @@
+"""Group commit led from user space, for ledgers on disks whose syncs take milliseconds.
+
+Where a sync takes ~150 µs (NVMe, a VM's virtio disk) each ledger writer issues its own and the filesystem folds
+overlapping ones into shared journal commits: waking sleepers would cost more CPU than the syncs it saves. Where a
+sync takes milliseconds (a disk or cloud volume flushing its cache), ext4 alone splits concurrent writers into two
+groups that take turns, about half of them per commit; a leader gathers nearly all of them. This module is that
+leader; `Ledger` decides when to use it (`COORDINATE_ABOVE_NS`).
+
+Shared state, next to the ledger: `<ledger>.sync` is a mapped page (`SyncPage`) saying how far the file is
+durable and which sync is in flight, and flock on that file is the leader lock; `<ledger>.sync.0` and `.sync.1`
+are generation locks. A leader holds its generation's lock exclusively while it syncs and its waiters queue on it
+shared, so they all wake together when it is done; the next leader takes the other generation's lock, so it can
+never take the lock the waiters are queued on before they have it (flock hands nothing over). Only a durable size
+published after a real sync is trusted; the locks only decide who sleeps.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import functools
+import mmap
+import operator
+import os
+import struct
+import threading
+import time
+from collections.abc import Callable
+
+COORDINATE_ABOVE_NS = 1_000_000
+"""Syncs slower than this on average are led; faster ones are left to each writer and the kernel."""
+MAX_COMMIT_DELAY_NS = 1_000_000
+_LEADER_RETRY_S = 20e-6
+
+State = tuple[int, int, int, int, int, int]
+"""(ledger inode, durable up to offset, generation of the latest sync, whether it is in flight, moving average of
+sync times in ns, bytes the last sync covered)."""
+
+
+class SyncPage:
+    """The mapped page in `<ledger>.sync`. Only a leader (holding the flock on the file) stores to it, all fields
+    in one copy; a reader takes one copy too, and a torn one fails the check word and reads as None ("nothing
+    known")."""
+
+    SIZE = 4096
+    _LAYOUT = struct.Struct("<QQQQQQQ")
+    _MAGIC = 0x7265_6566_7379_6E63  # "reefsync" (the page an earlier version kept here had another layout)
+
+    def __init__(self, fd: int):
+        if os.fstat(fd).st_size < self.SIZE:
+            os.ftruncate(fd, self.SIZE)  # growing only; a concurrent grower does the same
+        self.map = mmap.mmap(fd, self.SIZE)
+
+    def read(self) -> State | None:
+        *fields, check = self._LAYOUT.unpack(self.map[: self._LAYOUT.size])
+        if check != functools.reduce(operator.xor, fields, self._MAGIC):
+            return None
+        return tuple(fields)  # type: ignore[return-value]
+
+    def write(self, ino: int, synced: int, gen: int, syncing: int, average: int, batch: int) -> None:
+        fields = (ino, synced, gen, syncing, average, batch)
+        self.map[: self._LAYOUT.size] = self._LAYOUT.pack(*fields, functools.reduce(operator.xor, fields, self._MAGIC))
+
+
+class SyncLeader:
+    """The group-commit side of one `Ledger` instance. Every lock is taken through a descriptor of its own, so
+    threads of one process exclude each other as processes do (two flocks on one descriptor would not)."""
+
+    def __init__(self, path: str):
+        self.path = path  # "<ledger>.sync"
+        self._page: SyncPage | None = None
+        self._mapping = threading.Lock()
+
+    def page(self) -> SyncPage:
+        """The page, mapped on first use."""
+        with self._mapping:
+            if self._page is None:
+                fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+                try:
+                    self._page = SyncPage(fd)
+                finally:
+                    os.close(fd)  # the mapping stays valid
+            return self._page
+
+    def shared_average(self) -> int:
+        """The moving average of sync times that leaders keep in the page; 0 when nothing is known here."""
+        if self._page is None:
+            return 0
+        state = self._page.read()
+        return state[4] if state is not None else 0
+
+    def make_durable(self, fd: int, ino: int, end: int, own: int, sync: Callable[[int], None],
+                     note: Callable[[int], None]) -> None:
+        """Return once the ledger (inode `ino`, descriptor `fd`) is durable up to `end` (`own` bytes of it ours):
+        at once if a published sync covered it; else after the sync in flight, if that covers it; else after
+        leading one. `sync` is the fdatasync to use and `note(ns)` is told how long each sync led here took."""
+        page = self.page()
+        waited = None
+        while True:
+            current = page.read()
+            if current is not None and current[0] == ino and current[1] >= end:
+                return
+            if current is not None and current[0] == ino and current[3] and current[2] != waited:
+                self._wait_for(current[2])
+                waited = current[2]  # still "in flight" after its lock came free: its leader died; lead instead
+                continue
+            lead = os.open(self.path, os.O_RDWR | os.O_CLOEXEC)
+            try:
+                try:
+                    fcntl.flock(lead, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    time.sleep(_LEADER_RETRY_S)  # another writer is taking the lead; it publishes in a moment
+                    continue
+                current = page.read() or (0, 0, 0, 0, 0, 0)
+                if current[0] == ino and current[1] >= end:
+                    return
+                self._lead(page, fd, ino, own, current, sync, note)
+                return
+            finally:
+                os.close(lead)  # closing drops the flock
+
+    def _lead(self, page: SyncPage, fd: int, ino: int, own: int, current: State, sync: Callable[[int], None],
+              note: Callable[[int], None]) -> None:
+        """Publish the sync, wait a moment for the writers the previous sync just released (only with company),
+        note the file's size, sync, publish the new durable size."""
+        _, synced, gen, _, average, batch = current
+        synced = synced if current[0] == ino else 0
+        gen += 1
+        generation = os.open(self._generation_path(gen), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.flock(generation, fcntl.LOCK_EX)  # free: its last waiters left two syncs ago
+            page.write(ino, synced, gen, 1, average, batch)
+            if batch > 2 * own:
+                # The last sync carried other writers, who are appending again now: give them a moment to be in
+                # this one too (a commit delay, as databases use; a small part of a sync).
+                time.sleep(min(average // 16, MAX_COMMIT_DELAY_NS) / 1e9)
+            size = os.fstat(fd).st_size
+            started = time.monotonic_ns()
+            sync(fd)
+            took = time.monotonic_ns() - started
+            note(took)
+            average = took if not average else (7 * average + took) // 8
+            page.write(ino, size, gen, 0, average, size - synced)
+        except BaseException:
+            page.write(ino, synced, gen, 0, average, batch)  # nothing more is durable: waiters look again
+            raise
+        finally:
+            os.close(generation)
+
+    def _wait_for(self, gen: int) -> None:
+        waiter = os.open(self._generation_path(gen), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.flock(waiter, fcntl.LOCK_SH)  # granted when that sync's leader is done (or has died)
+        finally:
+            os.close(waiter)
+
+    def _generation_path(self, gen: int) -> str:
+        return f"{self.path}.{gen % 2}"
+
+    def correct(self, wrong: Callable[[State], bool], right: Callable[[State], tuple[int, int]]) -> None:
+        """Rewrite the page's (inode, durable size) as `right` says where `wrong` says so (an unreadable page
+        always is), under the leader lock so no sync in flight publishes over it. The ledger calls this under its
+        writer lock; leaders never wait for that lock, so this cannot deadlock. No page, no leaders: nothing."""
+        try:
+            lead = os.open(self.path, os.O_RDWR | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return
+        try:
+            fcntl.flock(lead, fcntl.LOCK_EX)
+            page = self.page()
+            read = page.read()
+            current = read or (0, 0, 0, 0, 0, 0)
+            if read is None or wrong(current):
+                page.write(*right(current), current[2], 0, current[4], 0)
+        finally:
+            os.close(lead)
