@@ -20,7 +20,7 @@ def write_atomic(path: Path, data: bytes) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
-        os.write(fd, data)
+        write_all(fd, data)
         os.fsync(fd)
     finally:
         os.close(fd)
@@ -33,9 +33,47 @@ def append_durable(path: Path, line: bytes) -> None:
     new = not path.exists()
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
-        os.write(fd, line)
+        write_all(fd, line)
         os.fsync(fd)
     finally:
         os.close(fd)
     if new:
         fsync_dir(path.parent)
+
+
+def write_all(fd: int, data: bytes) -> int:
+    """`os.write` until every byte is written (a write may stop short, e.g. on a signal or a nearly full disk)."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+    return len(data)
+
+
+def last_lines(handle, limit: int, block: int = 64 * 1024) -> list[tuple[int, bytes]]:
+    """Up to `limit` complete lines from the end of a binary file, newest first, as (offset, bytes without the
+    newline), reading blocks backwards: an append-only log's tail costs the same on any length. Text after the
+    final newline (a torn write) is never a line."""
+    position = handle.seek(0, os.SEEK_END)
+    pending = b""  # the start of a line that began before `position`
+    seen_newline = False
+    found: list[tuple[int, bytes]] = []
+    while position > 0 and len(found) < limit:
+        step = min(block, position)
+        position -= step
+        handle.seek(position)
+        parts = (handle.read(step) + pending).split(b"\n")
+        pending = parts[0]
+        if len(parts) == 1:
+            continue
+        offset = position + len(pending) + 1
+        complete: list[tuple[int, bytes]] = []
+        for raw in parts[1:]:
+            complete.append((offset, raw))
+            offset += len(raw) + 1
+        if not seen_newline:
+            complete.pop()  # what follows the file's last newline
+            seen_newline = True
+        found.extend(reversed(complete))
+    if position == 0 and seen_newline and len(found) < limit:
+        found.append((0, pending))
+    return found[:limit]

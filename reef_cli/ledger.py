@@ -47,7 +47,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from .durable import fsync_dir
+from .durable import fsync_dir, last_lines, write_all
 from .errors import ConflictError, InvalidInput, NotFound, StoreError
 from . import group_commit
 from .group_commit import SyncLeader
@@ -519,6 +519,42 @@ def _draft_of(item: NewRecord | Mapping[str, Any]) -> _Draft:
         raise InvalidInput(f"record field {exc.args[0]!r} is required") from None
 
 
+def _line_head(content_json: str, created_at: str, kind: str, payload_text: str) -> tuple[bytes, bytes]:
+    """A record's canonical line is assembled around its already-encoded payload, keys in sorted order: these are
+    the parts before "hash" (which sorts between "created_at" and "kind") and from "kind" to the opening quote of
+    "prev_hash". Neither depends on the chain, so appends build and hash them before taking the writer lock."""
+    return (
+        f'{{"content_id":{content_json},"created_at":"{created_at}",'.encode(),
+        f'"kind":"{kind}","payload":{payload_text},"prev_hash":"'.encode(),
+    )
+
+
+def _line_tail(prev: str, record_id: str, release_json: str, scenario_json: str, seq: int) -> bytes:
+    """The rest of the line, from the previous hash on (record ids never need escaping: see _ID_RE)."""
+    return (
+        f'{prev}","record_id":"{record_id}","release_id":{release_json},"scenario":{scenario_json},"seq":{seq}}}\n'
+    ).encode()
+
+
+def _finish_line(hashed: Any, head: tuple[bytes, bytes], tail: bytes) -> tuple[str, bytes]:
+    """The hash (over the record without "hash": `hashed` has taken both parts of `head`) and the line, which is
+    the same bytes with "hash" spliced in."""
+    hashed.update(tail[:-1])
+    digest = hashed.hexdigest()
+    return digest, b"".join((head[0], b'"hash":"', digest.encode(), b'",', head[1], tail))
+
+
+def _new_record(record_id: str, kind: str, scenario: str, release_id: str | None, content_id: str | None,
+                created_at: str, payload_text: str, seq: int, prev: str, digest: str) -> Record:
+    """A Record for a line just written; its payload is decoded from `payload_text` on first use (`_Payload`)."""
+    record = Record.__new__(Record)  # the fields are known good: skip the frozen __init__'s ten __setattr__s
+    record.__dict__.update(
+        record_id=record_id, kind=kind, scenario=scenario, release_id=release_id, content_id=content_id,
+        created_at=created_at, _payload_text=payload_text, seq=seq, prev_hash=prev, hash=digest,
+    )
+    return record
+
+
 class Ledger:
     """One scenario's ledger file. Cheap to construct; files are opened on first write and kept open.
 
@@ -859,16 +895,13 @@ class Ledger:
             return self._append([_draft(kind, payload, release_id, content_id, record_id)])[0]
         # The common case, written out flat (fields already seen valid, generated id, system clock): it runs after
         # every agent session next to a ~150 µs sync, and on a VM each µs of Python here costs two or three once
-        # the CPU has idled through the previous sync (bench/RESULTS.md). The line is `_line`'s canonical JSON;
-        # everything up to "prev_hash" is built and hashed before taking the writer lock.
+        # the CPU has idled through the previous sync (bench/RESULTS.md). Everything up to "prev_hash" is built
+        # and hashed before taking the writer lock.
         try:
             payload_text = _encode(payload)
             ms = time.time_ns() // 1_000_000
             created_at, record_id = _stamp_ms(ms), new_id_at("rec", ms)
-            head = (
-                f'{{"content_id":{content_json},"created_at":"{created_at}",'.encode(),
-                f'"kind":"{kind}","payload":{payload_text},"prev_hash":"'.encode(),
-            )
+            head = _line_head(content_json, created_at, kind, payload_text)
         except (TypeError, ValueError, RecursionError):  # not JSON, or a lone surrogate: say so as _draft does
             return self._append([_draft(kind, payload, release_id, content_id, None)])[0]
         hashed = hashlib.sha256(head[0])
@@ -883,32 +916,17 @@ class Ledger:
                     self._refresh()
                     fd = self._fd
                 seq, prev = self._seq + 1, self._hash
-                tail = (
-                    f'{prev}","record_id":"{record_id}","release_id":{release_json},"scenario":'
-                    f'{self._scenario_json},"seq":{seq}}}\n'
-                ).encode()
-                hashed.update(tail[:-1])
-                digest = hashed.hexdigest()
-                line = b"".join((head[0], b'"hash":"', digest.encode(), b'",', head[1], tail))
-                try:
-                    written = os.write(fd, line)
-                    if written != len(line):
-                        _write_fd(fd, line[written:])
-                except OSError as exc:
-                    raise self._taken_back(fd, self._size, exc) from None
-                self._size += len(line)
+                digest, line = _finish_line(hashed, head, _line_tail(prev, record_id, release_json,
+                                                                     self._scenario_json, seq))
+                self._append_bytes(fd, line)
                 self._seq, self._hash = seq, digest
             finally:
                 fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
             self._syncing += 1
             end, ino = self._size, self._ino
         self._sync_outside(fd, ino, end, len(line))
-        record = Record.__new__(Record)
-        record.__dict__.update(
-            record_id=record_id, kind=kind, scenario=self.scenario, release_id=release_id, content_id=content_id,
-            created_at=created_at, _payload_text=payload_text, seq=seq, prev_hash=prev, hash=digest,
-        )
-        return record
+        return _new_record(record_id, kind, self.scenario, release_id, content_id, created_at, payload_text, seq,
+                           prev, digest)
 
     def append_many(self, items: Iterable[NewRecord | Mapping[str, Any]]) -> list[Record]:
         """Append several records (NewRecord or mappings with the same fields) under one lock, one write and at
@@ -998,37 +1016,31 @@ class Ledger:
         if not lines:
             return written, 0
         data = lines[0] if len(lines) == 1 else b"".join(lines)
-        try:
-            done = os.write(self._fd, data)
-            if done != len(data):
-                _write_fd(self._fd, data[done:])
-        except OSError as exc:
-            raise self._taken_back(self._fd, self._size, exc) from None
-        self._size += len(data)
+        self._append_bytes(self._fd, data)
         self._seq, self._hash = seq, prev
         return written, self._size
 
     def _line(self, draft: _Draft, record_id: str, seq: int, prev: str, created_at: str) -> tuple[str, bytes]:
-        """The record's hash and its line. Canonical JSON, assembled around the already-encoded payload (keys in
-        sorted order; "hash" sorts between "created_at" and "kind"): the hashed body is the record without "hash",
-        and the line is the same bytes with "hash" spliced in."""
-        left = f'{{"content_id":{_json_str(draft.content_id)},"created_at":"{created_at}",'
-        middle = (
-            f'"kind":"{draft.kind}","payload":{draft.payload_text},"prev_hash":"{prev}","record_id":'
-            f'{_quote(record_id)},"release_id":{_json_str(draft.release_id)},"scenario":{self._scenario_json},'
-            f'"seq":{seq}}}'
-        )
-        digest = hashlib.sha256(f"{left}{middle}".encode()).hexdigest()
-        return digest, f'{left}"hash":"{digest}",{middle}\n'.encode()
+        """The record's hash and its line."""
+        head = _line_head(_json_str(draft.content_id), created_at, draft.kind, draft.payload_text)
+        hashed = hashlib.sha256(head[0])
+        hashed.update(head[1])
+        return _finish_line(hashed, head, _line_tail(prev, record_id, _json_str(draft.release_id),
+                                                      self._scenario_json, seq))
 
     def _record(self, draft: _Draft, record_id: str, seq: int, prev: str, created_at: str, digest: str) -> Record:
-        record = Record.__new__(Record)  # the fields are known good: skip the frozen __init__'s ten __setattr__s
-        record.__dict__.update(
-            record_id=record_id, kind=draft.kind, scenario=self.scenario, release_id=draft.release_id,
-            content_id=draft.content_id, created_at=created_at, _payload_text=draft.payload_text, seq=seq,
-            prev_hash=prev, hash=digest,
-        )
-        return record
+        return _new_record(record_id, draft.kind, self.scenario, draft.release_id, draft.content_id, created_at,
+                           draft.payload_text, seq, prev, digest)
+
+    def _append_bytes(self, fd: int, data: bytes) -> None:
+        """Write `data` at the end under the writer lock; on failure cut the file back so no partial line stays."""
+        try:
+            written = os.write(fd, data)
+            if written != len(data):
+                write_all(fd, data[written:])
+        except OSError as exc:
+            raise self._taken_back(fd, self._size, exc) from None
+        self._size += len(data)
 
     # -- reading (no lock: a torn or in-flight last line is skipped)
 
@@ -1103,7 +1115,7 @@ class Ledger:
         except FileNotFoundError:
             return []
         with handle:
-            found = _last_lines(handle, n + 1)  # one spare: the last may be a torn write, which is skipped
+            found = last_lines(handle, n + 1, _BLOCK)  # one spare: the last may be a torn write, which is skipped
         records: list[Record] = []
         for index, (offset, raw) in enumerate(found):
             if len(records) == n:
@@ -1208,10 +1220,10 @@ class Ledger:
                     continue
                 buffer.append(line.raw + b"\n")
                 if len(buffer) >= 4096:
-                    size += _write_fd(fd, b"".join(buffer))
+                    size += write_all(fd, b"".join(buffer))
                     buffer.clear()
             if buffer:
-                size += _write_fd(fd, b"".join(buffer))
+                size += write_all(fd, b"".join(buffer))
             if first is None or last is None:
                 raise StoreError(f"{self.path} changed during compaction")
             payload: dict[str, Any] = {
@@ -1233,7 +1245,7 @@ class Ledger:
             fields = (draft, new_record_id(now), self._seq + 1, self._hash, format_time(now))
             digest, line = self._line(*fields)
             record = self._record(*fields, digest)
-            size += _write_fd(fd, line)
+            size += write_all(fd, line)
             os.fsync(fd)
         except BaseException:
             os.close(fd)
@@ -1268,42 +1280,6 @@ def _quick_tail(raw: bytes) -> tuple[int, str] | None:
         return int(raw[at + 7 : -1]), digest.decode("ascii")
     except ValueError:
         return None
-
-
-def _write_fd(fd: int, data: bytes) -> int:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]
-    return len(data)
-
-
-def _last_lines(handle, limit: int) -> list[tuple[int, bytes]]:
-    """Up to `limit` complete lines from the end, newest first, as (offset, bytes without newline); reads blocks
-    backwards. Text after the final newline (a torn write) is never a line."""
-    position = handle.seek(0, os.SEEK_END)
-    pending = b""  # the start of a line that began before `position`
-    seen_newline = False
-    found: list[tuple[int, bytes]] = []
-    while position > 0 and len(found) < limit:
-        step = min(_BLOCK, position)
-        position -= step
-        handle.seek(position)
-        parts = (handle.read(step) + pending).split(b"\n")
-        pending = parts[0]
-        if len(parts) == 1:
-            continue
-        offset = position + len(pending) + 1
-        complete: list[tuple[int, bytes]] = []
-        for raw in parts[1:]:
-            complete.append((offset, raw))
-            offset += len(raw) + 1
-        if not seen_newline:
-            complete.pop()  # what follows the file's last newline
-            seen_newline = True
-        found.extend(reversed(complete))
-    if position == 0 and seen_newline and len(found) < limit:
-        found.append((0, pending))
-    return found[:limit]
 
 
 def _search_index(fd: int, ids: set[str]) -> dict[str, int]:

@@ -11,7 +11,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .durable import append_durable
+from .durable import append_durable, last_lines
 from .errors import NotFound, StoreError
 
 def canonical(obj) -> bytes:
@@ -114,28 +114,12 @@ class ReleaseLog:
         """The last complete line, read from the end of the file (cheap on long logs)."""
         try:
             with open(self.path, "rb") as f:
-                f.seek(0, os.SEEK_END)
-                size = f.tell()
-                if size == 0:
-                    return None
-                block = min(size, 65536)
-                while True:
-                    f.seek(size - block)
-                    chunk = f.read(block)
-                    end = chunk.rfind(b"\n")
-                    if end == -1:
-                        if block == size:
-                            return None
-                        block = min(size, block * 4)
-                        continue
-                    start = chunk.rfind(b"\n", 0, end)
-                    if start == -1 and block < size:
-                        block = min(size, block * 4)
-                        continue
-                    line = chunk[start + 1 : end]
-                    break
+                found = last_lines(f, 1)
         except FileNotFoundError:
             return None
+        if not found:
+            return None
+        line = found[0][1]
         try:
             return Release.from_json(json.loads(line))
         except (ValueError, KeyError, TypeError):
@@ -145,15 +129,14 @@ class ReleaseLog:
         """Truncate a torn last line; call with the scenario lock held. Returns True if it truncated."""
         try:
             with open(self.path, "rb+") as f:
-                f.seek(0, os.SEEK_END)
-                size = f.tell()
+                size = f.seek(0, os.SEEK_END)
                 if size == 0:
                     return False
                 f.seek(size - 1)
                 if f.read(1) == b"\n":
                     return False
-                data = self.path.read_bytes()
-                keep = data.rfind(b"\n") + 1
+                found = last_lines(f, 1)
+                keep = found[0][0] + len(found[0][1]) + 1 if found else 0
                 f.truncate(keep)
                 f.flush()
                 os.fsync(f.fileno())
