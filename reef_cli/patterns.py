@@ -34,8 +34,8 @@ Decisions (where the issue is silent):
 * **Negative evidence.** A `negative` ledger record sets `suppressed = {record_id, origin, since_seq, needed,
   earned}`; every later observation of the key (seq > since_seq) increments `earned`, and the suppression lifts when
   `earned >= needed`. Memory is a fold over the ledger in seq order, so the counter is exact and replayable.
-* **Budget.** At most `budgets.max_patterns` patterns (default 500); beyond it the lowest-value unsuppressed patterns
-  go (order in `value`). Patterns not seen for `expiry_days` are dropped by the Curator (`expire`).
+* **Budget.** At most `DEFAULT_MAX_PATTERNS` (500) patterns; beyond it the lowest-value unsuppressed patterns go
+  (order in `value`). Patterns not seen for `expiry_days` are dropped by the Curator (`expire`).
 """
 
 from __future__ import annotations
@@ -117,6 +117,11 @@ def similarity(a: frozenset[str], b: frozenset[str]) -> float:
 
 def key_for(polarity: str, terms: frozenset[str]) -> str:
     return f"{polarity}:" + "+".join(sorted(t for t in terms if " " not in t)[:KEY_TERMS])
+
+
+def _terms_or_key(text: str, key: str) -> frozenset[str]:
+    """A pattern's terms: those of its text, else (a text of only stop words) the words of its key."""
+    return terms_of(text) or frozenset(key.split(":", 1)[-1].split("+"))
 
 
 def sentence(text: str) -> str:
@@ -206,7 +211,7 @@ class Pattern:
             raise InvalidInput(f"{source}: a pattern entry is malformed ({type(exc).__name__}: {exc})") from None
         if p.polarity not in ("do", "dont"):
             raise InvalidInput(f"{source}: pattern {p.key!r} has polarity {p.polarity!r}; expected do or dont")
-        p.terms = terms_of(p.text) or frozenset(p.key.split(":", 1)[-1].split("+"))
+        p.terms = _terms_or_key(p.text, p.key)
         return p
 
 
@@ -234,7 +239,7 @@ class PatternMemory:
         self._by_terms: dict[tuple[str, frozenset], str] = {}
         self._by_term: dict[tuple[str, str], set[str]] = {}
         self._ids: dict[str, str] = {}
-        self._matches: dict[tuple[str, frozenset], str | None] = {}  # valid until the set of patterns changes
+        self._matches: dict[tuple[str, frozenset, float], str | None] = {}  # valid until the set of patterns changes
         for p in (patterns or {}).values():
             self._index(p)
 
@@ -326,11 +331,13 @@ class PatternMemory:
         key = self._by_terms.get((polarity, terms))
         if key is not None:
             return self.patterns[key]
-        memo = (polarity, terms)
-        if memo in self._matches and len(self._matches) < 100_000:
+        memo = (polarity, terms, threshold)
+        if memo in self._matches:
             hit = self._matches[memo]
             return self.patterns[hit] if hit is not None else None
         best = self._search(polarity, terms, threshold)
+        if len(self._matches) >= 100_000:
+            self._matches.clear()
         self._matches[memo] = best.key if best is not None else None
         return best
 
@@ -349,9 +356,6 @@ class PatternMemory:
         return best
 
     # -- folding
-    def observe(self, obs: Observation, threshold: float) -> Pattern:
-        return self.add(obs, self.match(obs.polarity, obs.terms, threshold))
-
     def add(self, obs: Observation, p: Pattern | None) -> Pattern:
         """Count `obs` into `p` (the result of `match`), or into a new pattern when `p` is None."""
         if p is None:
@@ -361,8 +365,6 @@ class PatternMemory:
                 p = Pattern(key=key, id=self.new_id(key), text=obs.text, polarity=obs.polarity, terms=obs.terms,
                             first_seen=obs.created_at)
                 self._index(p)
-        if p.count == 0 and not p.first_seen:
-            p.first_seen = obs.created_at
         p.count += 1
         if obs.created_at > p.last_seen:
             p.last_seen = obs.created_at
@@ -393,8 +395,8 @@ class PatternMemory:
         p = self.patterns.get(key)
         if p is None:
             polarity = polarity if polarity in ("do", "dont") else polarity_of(text)
-            terms = terms_of(text) or frozenset(key.split(":", 1)[-1].split("+"))
-            p = Pattern(key=key, id=self.new_id(key), text=sentence(text) or key, polarity=polarity, terms=terms)
+            p = Pattern(key=key, id=self.new_id(key), text=sentence(text) or key, polarity=polarity,
+                        terms=_terms_or_key(text, key))
             self._index(p)
         if reset:  # a human demoted it: its past observations no longer count toward any tier
             p.count, p.observe_only, p.evidence, p.origins, p.utility = 0, 0, [], {}, None
