@@ -315,9 +315,7 @@ class Verifier:
         if rec is None:
             try:
                 rec = self.ledger.get(rid)
-            except NotFound:
-                return None
-            except InvalidInput:
+            except (NotFound, InvalidInput):
                 return None
         if rec.scenario != self.scenario:
             return None
@@ -447,55 +445,28 @@ class Reflector:
     # -- the record loop
     def _fold(self, rec) -> None:
         kind = rec.kind
-        mem = self.memory
+        p = rec.payload
         if kind == "interaction":
-            p = rec.payload
             oo = bool(p.get("observe_only"))
             self.receipts.note(rec.record_id, oo)
-            code = p.get("exit_code")
-            if code in (0, None):
-                return
+            if p.get("exit_code") in (0, None):
+                return  # most runs succeed: skip the lesson extraction
             lessons = interaction_lessons(rec)
-            if self.llm is not None:
-                if lessons:
-                    self._queue(rec, oo)
-                return
         elif kind == "report":
-            receipts = [r for r in rec.payload.get("receipts") or () if isinstance(r, str)]
+            receipts = [r for r in p.get("receipts") or () if isinstance(r, str)]
             oo = bool(receipts) and all(self.receipts.observe_only(r) for r in receipts)
             lessons = report_lessons(rec)
-            if self.llm is not None:
-                fb = rec.payload.get("feedback")
-                lessons = [ls for ls in lessons if ls.origin in ("lesson", "do", "dont")]
-                if fb:
-                    self._queue(rec, oo)
         elif kind == "routing":
-            oo = bool(rec.payload.get("observe_only"))
+            oo = bool(p.get("observe_only"))
             lessons = routing_lessons(rec)
-            if self.llm is not None:
-                if lessons:
-                    self._queue(rec, oo)
-                return
-        elif kind == "negative":
-            self._negative(rec)
-            return
-        elif kind == "promotion":
-            pl = rec.payload
-            if pl.get("human") and isinstance(pl.get("key"), str) and mem.lift(pl["key"]):
-                self.result.lifted.add(pl["key"])
-            return
-        elif kind == "gate":
-            util = rec.payload.get("bullet_utility")
-            if isinstance(util, Mapping):
-                for bid, value in sorted(util.items()):
-                    pat = mem.by_id(str(bid))
-                    if pat is not None and isinstance(value, (int, float)) and not isinstance(value, bool):
-                        pat.utility = round(float(value), 6)
-                        self.result.utilities += 1
-                        self.result.touched.add(pat.key)
-            return
         else:
+            self._fold_other(rec)
             return
+        if self.llm is not None:
+            # The model reads every record with a signal; the builtin keeps only the user's structured lessons.
+            if lessons or (kind == "report" and p.get("feedback")):
+                self._queue(rec, oo)
+            lessons = [ls for ls in lessons if ls.origin in ("lesson", "do", "dont")]
         if not lessons:
             return
         lessons = self._accept(lessons, [rec], "builtin")
@@ -503,6 +474,27 @@ class Reflector:
         seen: set = set()
         for lesson in lessons:
             self._observe(lesson, meta, seen)
+
+    def _fold_other(self, rec) -> None:
+        """Records that carry no lesson but change memory: negative evidence, a human's promotion, the gate's
+        measured utility."""
+        kind = rec.kind
+        pl = rec.payload
+        mem = self.memory
+        if kind == "negative":
+            self._negative(rec)
+        elif kind == "promotion":
+            if pl.get("human") and isinstance(pl.get("key"), str) and mem.lift(pl["key"]):
+                self.result.lifted.add(pl["key"])
+        elif kind == "gate":
+            util = pl.get("bullet_utility")
+            if isinstance(util, Mapping):
+                for bid, value in sorted(util.items()):
+                    pat = mem.by_id(str(bid))
+                    if pat is not None and isinstance(value, (int, float)) and not isinstance(value, bool):
+                        pat.utility = round(float(value), 6)
+                        self.result.utilities += 1
+                        self.result.touched.add(pat.key)
 
     def _negative(self, rec) -> None:
         pl = rec.payload
