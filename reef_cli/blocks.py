@@ -36,6 +36,7 @@ _END = re.compile(rf"^\s*<!--\s*reef:end\s+({_NAME})\s*-->\s*$")
 _ANY_MARKER = re.compile(r"^\s*<!--\s*reef:(begin|end)\b")
 _BULLET = re.compile(r"^\s*[-*]\s+(?P<text>.*?)\s*<!--\s*reef:(?P<id>[0-9a-f]{6,16})\s*-->\s*$")
 _ID_COMMENT = re.compile(r"<!--\s*reef:(?!begin\b|end\b)([^\s>]*)\s*-->")
+_LIST_ITEM = re.compile(r"^\s*(?:[-*+]|\d+[.)])\s+(.*\S)\s*$")
 ID_RE = re.compile(r"^[0-9a-f]{6,16}$")
 MAX_BULLET_CHARS = 300
 
@@ -157,6 +158,14 @@ class Block:
                 f"(budget max_chars {max_chars})"
             )
 
+    def _keep_within(self, before: list, max_bullets: int | None, max_chars: int | None, what: str) -> None:
+        """Undo the edit just made (back to `before`) when it breaks a budget, then raise."""
+        try:
+            self._check(max_bullets, max_chars, what)
+        except BudgetExceeded:
+            self._items = before
+            raise
+
     def add(self, bullet_id: str, text: str, *, max_bullets: int | None = None, max_chars: int | None = None) -> None:
         """Append a bullet before the end marker; an existing id is updated in place instead (never duplicated)."""
         if self.get(bullet_id) is not None:
@@ -167,23 +176,14 @@ class Block:
         while insert_at > 0 and isinstance(self._items[insert_at - 1], str) and not _strip_eol(self._items[insert_at - 1]).strip():
             insert_at -= 1  # keep trailing blank lines (a human's spacing) after the bullets
         self._items.insert(insert_at, Bullet(bullet_id, clean_text(text), 0))
-        try:
-            self._check(max_bullets, max_chars, f"adding reef:{bullet_id}")
-        except BudgetExceeded:
-            self._items = before
-            raise
-        return None
+        self._keep_within(before, max_bullets, max_chars, f"adding reef:{bullet_id}")
 
     def update(self, bullet_id: str, text: str, *, max_bullets: int | None = None, max_chars: int | None = None) -> None:
         for n, item in enumerate(self._items):
             if isinstance(item, Bullet) and item.id == bullet_id:
                 before = list(self._items)
                 self._items[n] = Bullet(bullet_id, clean_text(text), item.line)
-                try:
-                    self._check(max_bullets, max_chars, f"updating reef:{bullet_id}")
-                except BudgetExceeded:
-                    self._items = before
-                    raise
+                self._keep_within(before, max_bullets, max_chars, f"updating reef:{bullet_id}")
                 return
         raise InvalidInput(f"{self.source}: no bullet reef:{bullet_id} in managed block '{self.name}'")
 
@@ -261,11 +261,16 @@ def outside_unchanged(old: str, new: str, *, source: str, name: str = DEFAULT_BL
 
 
 def bullet_lines(text: str) -> list[tuple[int, str]]:
-    """Markdown list items of a file (1-based line, text without marker); used to find human rules that a learned
-    bullet would contradict."""
+    """Markdown list items outside reef's blocks (1-based line, text without marker): the human's rules, which a
+    learned bullet must not contradict."""
     out = []
+    inside = False
     for n, raw in enumerate(text.split("\n"), 1):
-        m = re.match(r"^\s*(?:[-*+]|\d+[.)])\s+(.*\S)\s*$", _strip_eol(raw))
+        body = _strip_eol(raw)
+        if _ANY_MARKER.match(body):
+            inside = not inside
+            continue
+        m = None if inside else _LIST_ITEM.match(body)
         if m:
             out.append((n, _ID_COMMENT.sub("", m.group(1)).strip()))
     return out

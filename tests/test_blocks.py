@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from reef_cli.blocks import BudgetExceeded, clean_text, outside_unchanged, parse, render_bullet
+from reef_cli.blocks import BudgetExceeded, bullet_lines, clean_text, outside_unchanged, parse, render_bullet
 from reef_cli.errors import InvalidInput
 
 DOC = """# Title
@@ -99,6 +99,11 @@ def test_damaged_blocks_are_reported_with_file_and_line(damage, line, message):
     with pytest.raises(InvalidInput, match=message) as exc:
         parse(damage(DOC), source="CLAUDE.md")
     assert f"CLAUDE.md:{line}:" in str(exc.value)
+
+
+def test_bullet_lines_are_the_list_items_outside_reefs_blocks():
+    doc = "- Human rule. <!-- reef:abc123 -->\r\n" + DOC + "1. Numbered rule.\n"
+    assert bullet_lines(doc) == [(1, "Human rule."), (12, "Numbered rule.")]
 
 
 def test_no_markers_is_not_damage():
