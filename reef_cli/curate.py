@@ -47,10 +47,11 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
-from .blocks import BudgetExceeded, append_block, bullet_lines, new_file, parse as parse_block, render_bullet
+from .blocks import (BudgetExceeded, append_block, begin_marker, bullet_lines, end_marker, new_file, outside_unchanged,
+                     parse as parse_block, render_bullet)
 from .errors import InvalidInput, PolicyError
 from .gitstore import Entry
-from .patterns import Pattern, PatternMemory, similarity, terms_of
+from .patterns import DEFAULT_MAX_PATTERNS, EVIDENCE_CAP, Pattern, PatternMemory, polarity_of, similarity, terms_of
 
 RANK = {"memory": 0, "notes": 1, "block": 2, "skill": 3}
 _SLUG_NAME = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
@@ -196,7 +197,7 @@ def skill_file(slug: str, bullet_id: str, text: str, count: int) -> str:
     desc = text if len(text) <= 1024 else text[:1021] + "..."
     return (f"---\nname: {slug}\ndescription: {json.dumps(desc, ensure_ascii=False)}\n---\n\n"
             f"# {text}\n\nLearned by reef from {count} observations; reef may update or remove this file.\n\n"
-            f"<!-- reef:begin learned -->\n{render_bullet(bullet_id, text)}\n<!-- reef:end learned -->\n")
+            f"{begin_marker()}\n{render_bullet(bullet_id, text)}\n{end_marker()}\n")
 
 
 def validate_skill(path: str, text: str) -> None:
@@ -227,7 +228,7 @@ def _text(entry: Entry | None) -> str | None:
         return None
 
 
-@dataclass
+@dataclass(frozen=True)
 class Where:
     surface: str
     path: str
@@ -282,21 +283,21 @@ class BudgetRefused(InvalidInput):
 
 
 def _load_block(files: dict, path: str, zone: str, *, create: bool):
+    """The block of `path` to edit; None when the file is missing and `create` is false."""
     text = _text(files.get(path))
     if text is None:
         if path in files:
             raise InvalidInput(f"{path}: not UTF-8 text; reef will not edit it")
         if not create:
-            return None, None
+            return None
         text = new_file("Notes learned by reef")
     block = parse_block(text, source=path)
     if block is None:
         if zone == "managed" or not create:
             raise PolicyError(f"{path} has no reef managed block; add '<!-- reef:begin learned -->' and "
                               f"'<!-- reef:end learned -->' where reef may write")
-        text = append_block(text)
-        block = parse_block(text, source=path)
-    return text, block
+        block = parse_block(append_block(text), source=path)
+    return block
 
 
 def apply_ops(files: dict, ops: list[Op], *, config, memory: PatternMemory, root: Path | None = None,
@@ -335,7 +336,7 @@ def apply_ops(files: dict, ops: list[Op], *, config, memory: PatternMemory, root
         old_text = _text(out.get(op.path))
         if root is not None and zone == MANAGED and op.path not in touched_managed:
             touched_managed[op.path] = old_text or ""
-        text, block = _load_block(out, op.path, zone, create=op.op == "add")
+        block = _load_block(out, op.path, zone, create=op.op == "add")
         if block is None:
             continue
         if op.op in ("remove", "merge"):
@@ -368,8 +369,6 @@ def apply_ops(files: dict, ops: list[Op], *, config, memory: PatternMemory, root
         out[op.path] = Entry(block.render().encode("utf-8"), files[op.path].mode if op.path in files else 0o100644)
     for path, before in touched_managed.items():
         after = _text(out.get(path)) or ""
-        from .blocks import outside_unchanged
-
         if not outside_unchanged(before, after, source=path):
             raise PolicyError(f"{path}: an edit would change text outside reef's managed block; refused")
     return out, applied
@@ -401,8 +400,6 @@ def reearn_needed(config, surface: str | None) -> int:
 
 def _human_lines(files: dict) -> list[tuple[str, int, str, frozenset, str]]:
     """(path, line, text, terms, polarity) for Markdown list items outside reef's blocks."""
-    from .patterns import polarity_of
-
     out = []
     for path in sorted(files):
         if not path.endswith(".md"):
@@ -410,28 +407,11 @@ def _human_lines(files: dict) -> list[tuple[str, int, str, frozenset, str]]:
         text = _text(files[path])
         if text is None:
             continue
-        inside = False
-        for n, item in bullet_lines_with_blocks(text):
-            if n < 0:
-                inside = not inside
-                continue
-            if inside:
-                continue
+        for n, item in bullet_lines(text):
             terms = terms_of(item)
             if terms:
                 out.append((path, n, item, terms, polarity_of(item)))
     return out
-
-
-_MARKER = re.compile(r"^\s*<!--\s*reef:(?:begin|end)\b")
-
-
-def bullet_lines_with_blocks(text: str):
-    """List items with their line, interleaved with (-1, marker) where a reef block opens or closes."""
-    marks = {n: raw for n, raw in enumerate(text.split("\n"), 1) if _MARKER.match(raw)}
-    items = dict(bullet_lines(text))
-    for n in sorted(set(marks) | set(items)):
-        yield (-1, marks[n]) if n in marks else (n, items[n])
 
 
 def plan(memory: PatternMemory, files: dict, config, *, now: datetime, root: Path | None = None,
@@ -472,7 +452,7 @@ def plan(memory: PatternMemory, files: dict, config, *, now: datetime, root: Pat
                               f"expired: not seen since {p.last_seen[:10]} ({config.expiry_days} days)",
                               zone(w.path), None, None, key))
             memory.remove(key)
-    evicted = memory.enforce_budget(_max_patterns(config))
+    evicted = memory.enforce_budget(DEFAULT_MAX_PATTERNS)
     # merges of near-duplicate learned bullets within one block
     merged: list[tuple[str, str]] = []
     for surface in ("notes", "block"):
@@ -563,19 +543,13 @@ def _included(config, path: str) -> bool:
     return any(glob_match(g, path) for g in config.include) and not any(glob_match(g, path) for g in config.exclude)
 
 
-def _max_patterns(config) -> int:
-    from .patterns import DEFAULT_MAX_PATTERNS
-
-    return int(getattr(config, "max_patterns", DEFAULT_MAX_PATTERNS) or DEFAULT_MAX_PATTERNS)
-
-
 def _absorb(memory: PatternMemory, keep: Pattern, drop: Pattern, wording: str) -> None:
     keep.count += drop.count
     keep.observe_only += drop.observe_only
     for rid in drop.evidence:
         if rid not in keep.evidence:
             keep.evidence.append(rid)
-    keep.evidence[:] = sorted(keep.evidence)[-10:]
+    keep.evidence[:] = sorted(keep.evidence)[-EVIDENCE_CAP:]
     for k, v in drop.origins.items():
         keep.origins[k] = keep.origins.get(k, 0) + v
     keep.first_seen = min(x for x in (keep.first_seen, drop.first_seen) if x) if (keep.first_seen or drop.first_seen) else ""
@@ -594,8 +568,6 @@ def _learned_clash(memory: PatternMemory, surfaces: Surfaces, p: Pattern):
             if w.surface == "skill":
                 continue
             terms = other.terms if other is not None else terms_of(w.text)
-            from .patterns import polarity_of
-
             pol = other.polarity if other is not None else polarity_of(w.text)
             if pol != p.polarity and similarity(terms, p.terms) >= threshold:
                 return other, (bid, w.path, w.text)
@@ -606,35 +578,29 @@ def _simulate(result: Plan, files: dict, config, root: Path | None) -> Plan:
     """Apply each group on its own (in order) to find the ones a budget, schema or guard refuses."""
     current = dict(files)
     kept: list[Op] = []
-    for group, group_ops in _ordered_groups(result.ops, result.memory):
+    for group, group_ops in _ordered_groups(result):
         try:
             current, applied = apply_ops(current, group_ops, config=config, memory=result.memory, root=root)
-        except BudgetRefused as exc:
+        except (BudgetRefused, PolicyError, InvalidInput) as exc:
             add = next((o for o in group_ops if o.op == "add"), group_ops[0])
-            result.blocked.append(Blocked(add.key or group, add.path, "budget", str(exc), False, add.tier, add.text))
-            continue
-        except PolicyError as exc:
-            add = next((o for o in group_ops if o.op == "add"), group_ops[0])
-            kind = "no-block" if "no reef managed block" in str(exc) else "frozen"
+            if isinstance(exc, BudgetRefused):
+                kind = "budget"
+            elif isinstance(exc, PolicyError):
+                kind = "no-block" if "no reef managed block" in str(exc) else "frozen"
+            else:
+                kind = "schema" if add.surface == "skill" else "damaged"
             result.blocked.append(Blocked(add.key or group, add.path, kind, str(exc), kind == "frozen", add.tier,
                                           add.text))
-            continue
-        except InvalidInput as exc:
-            add = next((o for o in group_ops if o.op == "add"), group_ops[0])
-            kind = "schema" if add.surface == "skill" else "damaged"
-            result.blocked.append(Blocked(add.key or group, add.path, kind, str(exc), False, add.tier, add.text))
             continue
         kept.extend(applied)
     result.ops = kept
     return result
 
 
-def _ordered_groups(ops: list[Op], memory: PatternMemory) -> list[tuple[str, list[Op]]]:
+def _ordered_groups(result: Plan) -> list[tuple[str, list[Op]]]:
     """Removals (expiry, merges) first so they free budget, then additions from the highest value down, so a full
     block refuses the weakest newcomer instead of adding and evicting it in one release."""
-    groups: dict[str, list[Op]] = {}
-    for op in ops:
-        groups.setdefault(op.group, []).append(op)
+    memory = result.memory
 
     def rank(item):
         g, gops = item
@@ -643,7 +609,7 @@ def _ordered_groups(ops: list[Op], memory: PatternMemory) -> list[tuple[str, lis
         add = next(o for o in gops if o.op == "add")
         value = bullet_value(memory, add.bullet_id)
         return (1, tuple(-x if isinstance(x, (int, float)) else x for x in value[:2]), g)
-    return sorted(groups.items(), key=rank)
+    return sorted(result.groups().items(), key=rank)
 
 
 def diff_lines(ops: list[Op], contradictions: list[Contradiction] = (), blocked: list[Blocked] = ()) -> list[str]:
