@@ -8,7 +8,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import NotFound
+from ..errors import NotFound, ReefError
 from ..project import Project, find_project
 
 
@@ -17,9 +17,23 @@ class Env:
     cwd: Path = field(default_factory=Path.cwd)
     scenario_name: str | None = None
     environ: dict = field(default_factory=lambda: dict(os.environ))
+    _project: Project | None = field(default=None, init=False, repr=False, compare=False)
+
+    @classmethod
+    def at(cls, directory: str | Path | None, scenario_name: str | None) -> "Env":
+        """`reef [-C DIR] [--scenario S]`: one definition for the typer callback and the fast path in entry.py."""
+        cwd = Path.cwd()
+        if directory is not None:
+            cwd = (cwd / directory).resolve()
+            if not cwd.is_dir():
+                raise ReefError(f"-C {directory}: not a directory")
+        return cls(cwd=cwd, scenario_name=scenario_name)
 
     def project(self) -> Project:
-        return find_project(self.cwd)
+        """Found once per process: `store()` and `paths()` need it, and so does `scenario()` under them."""
+        if self._project is None:
+            self._project = find_project(self.cwd)
+        return self._project
 
     def scenario(self) -> str:
         return self.scenario_name or self.environ.get("REEF_SCENARIO") or self.project().default_scenario()

@@ -168,12 +168,7 @@ def run_fast(name: str, opts: dict) -> int:
     from .context import Env
 
     def go() -> int:
-        cwd = Path.cwd()
-        if opts["directory"] is not None:
-            cwd = (cwd / opts["directory"]).resolve()
-            if not cwd.is_dir():
-                raise ReefError(f"-C {opts['directory']}: not a directory")
-        env = Env(cwd=cwd, scenario_name=opts["scenario"])
+        env = Env.at(opts["directory"], opts["scenario"])
         if name == "run":
             return record_run(env, opts["cmd"], observe_only=opts["observe_only"], adapter=opts["adapter"],
                               store_content=opts["store_content"])

@@ -8,9 +8,9 @@ from typing import Optional
 
 import typer
 
-from ..errors import ExitCode, ReefError
+from ..errors import ExitCode
 from .context import Env
-from .entry import guarded
+from .entry import GLOBAL_VALUE_OPTIONS, guarded
 
 
 def _new_app() -> typer.Typer:
@@ -42,12 +42,7 @@ def _root(
     directory: Optional[Path] = typer.Option(None, "-C", help="Run as if reef was started in DIR."),
     scenario: Optional[str] = typer.Option(None, "--scenario", "-s", help="Scenario to use (default: the project's default; env REEF_SCENARIO)."),
 ) -> None:
-    cwd = Path.cwd()
-    if directory is not None:
-        cwd = (cwd / directory).resolve()
-        if not cwd.is_dir():
-            raise ReefError(f"-C {directory}: not a directory")
-    ctx.obj = Env(cwd=cwd, scenario_name=scenario)
+    ctx.obj = Env.at(directory, scenario)
 
 
 # Commands run after every agent session: building only their own module keeps start-up lean.
@@ -74,7 +69,7 @@ def _first_command(argv: list[str]) -> str | None:
     i = 0
     while i < len(argv):
         arg = argv[i]
-        if arg in ("-C", "--scenario", "-s"):
+        if arg in GLOBAL_VALUE_OPTIONS:
             i += 2
             continue
         if arg.startswith("-"):
