@@ -54,6 +54,7 @@ from .gitstore import Entry
 from .patterns import DEFAULT_MAX_PATTERNS, EVIDENCE_CAP, Pattern, PatternMemory, polarity_of, similarity, terms_of
 
 RANK = {"memory": 0, "notes": 1, "block": 2, "skill": 3}
+SIGN = {"add": "+", "remove": "-", "update": "~", "merge": "-"}  # how an Op reads in a diff line or a reason
 _SLUG_NAME = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
 
 
@@ -91,7 +92,7 @@ class Op:
                    old_text=d.get("old_text"), group=d.get("group", ""))
 
     def line(self) -> str:
-        sign = {"add": "+", "remove": "-", "update": "~", "merge": "-"}.get(self.op, "?")
+        sign = SIGN.get(self.op, "?")
         body = f"{self.old_text!r} -> {self.text!r}" if self.op == "update" else self.text
         return f"{sign} [{self.path}] reef:{self.bullet_id}  {body}  ({self.reason})"
 

@@ -69,8 +69,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
 
-from .curate import (Blocked, Contradiction, Op, Surfaces, apply_ops, diff_lines, iso, plan as curate_plan,
-                     reearn_needed, tier_of)
+from .curate import (RANK, SIGN, Blocked, Contradiction, Op, Surfaces, apply_ops, diff_lines, iso,
+                     plan as curate_plan, reearn_needed, skill_path, tier_of)
 from .errors import ConflictError, InvalidInput, NotFound, PolicyError
 from .gitstore import Entry
 from .patterns import PatternMemory
@@ -173,14 +173,16 @@ def with_memory(files: dict, config, memory: PatternMemory) -> dict:
     out = dict(files)
     path = memory_path(config)
     data = memory.dumps()
-    if path in out and out[path].data != data:
+    old = out.get(path)
+    if old is not None:
+        if old.data == data:
+            return out
         try:
-            if PatternMemory.loads(out[path].data, path).dumps() == data:
+            if PatternMemory.loads(old.data, path).dumps() == data:
                 return out
         except InvalidInput:
             pass
-    if path not in out or out[path].data != data:
-        out[path] = Entry(data, out[path].mode if path in out else 0o100644)
+    out[path] = Entry(data, old.mode if old is not None else 0o100644)
     return out
 
 
@@ -367,20 +369,19 @@ def _evidence(memory: PatternMemory, keys: set[str]) -> list[str]:
 def _reason(ops: list[Op], contradictions: list[Contradiction], extra: str = "") -> str:
     parts = []
     for o in ops:
-        sign = {"add": "+", "remove": "-", "update": "~", "merge": "-"}[o.op]
-        parts.append(f"{sign}{o.bullet_id} {o.path}")
+        parts.append(f"{SIGN[o.op]}{o.bullet_id} {o.path}")
     text = "evolve: " + ("; ".join(parts) if parts else "pattern memory only")
     if extra:
         text += f" ({extra})"
     return text
 
 
-def _dirty_conflict(store, paths: set[str], allow: set[str]) -> None:
+def _dirty_conflict(store, paths: set[str]) -> None:
     try:
         dirty = set(store.dirty_paths())
     except InvalidInput:
         return
-    clash = sorted((dirty & paths) - allow)
+    clash = sorted(dirty & paths)
     if clash:
         raise ConflictError(f"{', '.join(clash[:5])} has unpublished edits in the working tree; publish or revert "
                             f"them before reef writes there (nothing was changed)")
@@ -393,10 +394,8 @@ class Journal:
     def load(self) -> dict | None:
         try:
             return json.loads(self.path.read_text())
-        except FileNotFoundError:
+        except (FileNotFoundError, ValueError):  # a torn journal was never the commit point of anything: start over
             return None
-        except ValueError:
-            return None  # a torn journal was never the commit point of anything: start over
 
     def save(self, data: dict) -> None:
         write_atomic(self.path, canonical(data) + b"\n")
@@ -480,7 +479,7 @@ def _evolve(store, ledger, opts: Options) -> Outcome:
         out.gated = has_gate
         return out
     if not opts.review:  # before anything is written: a user's unpublished edit of a target stops the evolve
-        _dirty_conflict(store, {o.path for o in p.ops} | {c.path for c in p.contradictions}, set())
+        _dirty_conflict(store, {o.path for o in p.ops} | {c.path for c in p.contradictions})
     if refl.changed:
         _reflect_records(store, ledger, refl, memory, config)
     out.negatives += write_negatives(store, ledger, blocked_neg)
@@ -699,13 +698,11 @@ def _resume(store, ledger, journal: Journal, state: dict, opts: Options) -> Outc
     out = Outcome("published", resumed=True, evolve_id=state.get("evolve_id"), reflect=state.get("reflect"),
                   pending=state.get("pending"), blocked=state.get("blocked") or [], diff=state.get("diff") or [])
     if done is not None:
-        head, config, base, memory, ops, files = _candidate(store, state)
-        published = store.files_of(done)
-        negatives = []
+        base = store.files_of(store.find(state["base_release_id"]))
         verdict = state.get("verdict") or {}
         if verdict.get("decision") not in (None, "publish"):
             out.status = "rejected"
-        _finish(store, ledger, journal, state, base, published, negatives)
+        _finish(store, ledger, journal, state, base, store.files_of(done), [])
         out.release, out.evidence = done.to_json(), list(done.evidence)
         out.ops = list(done.meta.get("bullets") or [])
         out.verdict = state.get("verdict")
@@ -810,7 +807,7 @@ def _promote(store, ref: str, opts: Options) -> Outcome:
     config = store.config_of(head)
     base = store.files_of(head)
     prop = find_proposal(store, ref)
-    only_keys: set[str] | None = None
+    by_key = False  # REF names one key of a pending proposal, not the proposal
     if prop is not None:
         if prop["status"] != "pending":
             raise ConflictError(f"proposal {prop['proposal_id']} is {prop['status']}, not pending")
@@ -819,11 +816,12 @@ def _promote(store, ref: str, opts: Options) -> Outcome:
                    any(o["bullet_id"] == ref.removeprefix("reef:") for o in p["ops"]) or
                    any(c["bullet_id"] == ref.removeprefix("reef:") for c in p["contradictions"])]
         if pending:
-            prop = pending[-1]
-            memory = _current_memory(store, config, base, prop)
-            pat = memory.resolve(ref)
-            only_keys = {pat.key if pat else ref}
+            prop, by_key = pending[-1], True
     memory = _current_memory(store, config, base, prop)
+    only_keys: set[str] | None = None
+    if by_key:
+        pat = memory.resolve(ref)
+        only_keys = {pat.key if pat else ref}
     if prop is not None:
         ops = [Op.from_json(o) for o in prop["ops"]]
         contradictions = [Contradiction.from_json(c) for c in prop["contradictions"]]
@@ -838,14 +836,14 @@ def _promote(store, ref: str, opts: Options) -> Outcome:
         pat = memory.resolve(ref)
         if pat is None:
             raise NotFound(f"'{ref}' is neither a pending proposal nor a pattern key or bullet id in pattern memory")
-        ops, contradictions = _human_promotion(store, config, base, memory, pat, opts)
+        ops, contradictions = _human_promotion(store, config, base, memory, pat), []
         source = f"pattern {pat.key}"
     keys = {o.key for o in ops if o.key}
     for k in keys:
         memory.lift(k)
     files, applied = apply_ops(with_memory(base, config, memory), ops, config=config, memory=memory,
                                root=store.project.root)
-    _dirty_conflict(store, {o.path for o in applied}, set())
+    _dirty_conflict(store, {o.path for o in applied})
     out = Outcome("nothing", ops=[o.to_json() for o in applied], evidence=_evidence(memory, keys))
     ledger = ledger_of(store)
     with ledger:
@@ -890,10 +888,8 @@ def _promote(store, ref: str, opts: Options) -> Outcome:
     return out
 
 
-def _human_promotion(store, config, base, memory: PatternMemory, pat, opts: Options):
+def _human_promotion(store, config, base, memory: PatternMemory, pat) -> list[Op]:
     """Ops that move `pat` one surface above where it lives now (a human overrides the count)."""
-    from .curate import RANK, skill_path
-
     surfaces = Surfaces(with_memory(base, config, memory), config)
     home = surfaces.home(pat.id)
     current = home.surface if home else "memory"
@@ -910,7 +906,7 @@ def _human_promotion(store, config, base, memory: PatternMemory, pat, opts: Opti
         if RANK[w.surface] < RANK[target]:
             ops.append(Op("remove", w.surface, w.path, pat.id, pat.key, w.text, f"promoted to {target}",
                           _zone(store, config, w.path), None, None, pat.key))
-    return ops, []
+    return ops
 
 
 def reject(store, ref: str, reason: str = "") -> Outcome:
@@ -951,8 +947,6 @@ def demote(store, ref: str, reason: str, opts: Options) -> Outcome:
 
 
 def _demote(store, ref: str, reason: str, opts: Options) -> Outcome:
-    from .curate import RANK
-
     head = store.require_head()
     config = store.config_of(head)
     base = store.files_of(head)
@@ -984,7 +978,7 @@ def _demote(store, ref: str, reason: str, opts: Options) -> Outcome:
                 _reflect_records(store, ledger, result, memory, config)
         files, applied = apply_ops(with_memory(base, config, memory), ops, config=config, memory=memory,
                                    root=store.project.root)
-        _dirty_conflict(store, {o.path for o in applied}, set())
+        _dirty_conflict(store, {o.path for o in applied})
         out = Outcome("nothing", ops=[o.to_json() for o in applied], negatives=negatives, diff=diff_lines(applied))
         if files != base:
             res = store.publish(reason=f"demote {key or bid}: " + _reason(applied, [])[len("evolve: "):],
