@@ -205,6 +205,7 @@ def test_run_stores_digests_by_default_and_text_on_request(project):
     first, second = records(project, "interaction")
     assert "text" not in first["payload"]["stdout"] and first["payload"]["stdout"]["excerpt"].startswith("visible-output-marker")
     assert second["payload"]["stdout"]["text"].startswith("full-text-marker [REDACTED")
+    assert second["payload"]["stdout"]["text"] == "full-text-marker [REDACTED:github_token]\n"  # redacted once, whole
     assert secret not in json.dumps(second)
 
 
