@@ -26,21 +26,12 @@ from typing import Callable, Iterable, Mapping, Sequence
 
 from .durable import append_durable
 from .errors import InvalidInput
+from .redact import content_fields
+from .releases import canonical
 from .tasks import Task
 
 SCORE_PREFIX = "score:"
 TAIL_CHARS = 600
-
-
-def _canonical(obj) -> bytes:
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
-
-
-def digest_fields(data: bytes, store_content: bool = False) -> dict:
-    """What the ledger keeps of an output: digest, length and a redacted excerpt (the redaction module decides)."""
-    from .redact import content_fields
-
-    return dict(content_fields(data, store_content))
 
 
 # ------------------------------------------------------------------------------------------------ processes
@@ -347,8 +338,8 @@ class EpisodeRunner:
             return EpisodeResult(
                 key=req.key, task_id=task.id, side=req.side, repeat=req.repeat, content_id=req.content_id,
                 score=score, exit=exit_code, check_exit=check_exit, duration_s=duration, timed_out=timed_out,
-                error=error, stdout=digest_fields(_read(out), self.store_content),
-                stderr=digest_fields(_read(err), self.store_content),
+                error=error, stdout=content_fields(_read(out), self.store_content),
+                stderr=content_fields(_read(err), self.store_content),
                 skills_used=_skills_used(routing), tail=tail, record_id=new_id("ep"),
             )
 
@@ -476,11 +467,8 @@ class Journal:
     def __len__(self) -> int:
         return len(self._done)
 
-    def results(self) -> list[EpisodeResult]:
-        return list(self._done.values())
-
     def add(self, res: EpisodeResult) -> None:
-        line = _canonical(res.to_json()) + b"\n"
+        line = canonical(res.to_json()) + b"\n"
         with self._lock:
             append_durable(self.path, line)
             self._done[res.key] = res

@@ -17,6 +17,7 @@ from typing import Any, Iterable, Mapping
 
 from .config import line_of, plain_data
 from .errors import InvalidInput, PolicyError
+from .releases import canonical
 
 CANARY = "canary"
 TRAIN = "train"
@@ -82,7 +83,7 @@ class Task:
     @property
     def digest(self) -> str:
         """Identity of what the task asks and how it is scored (not where it is written down)."""
-        return "sha256:" + hashlib.sha256(_canonical(self.to_json())).hexdigest()
+        return "sha256:" + hashlib.sha256(canonical(self.to_json())).hexdigest()
 
 
 @dataclass(frozen=True)
@@ -107,15 +108,11 @@ class Suite:
     @property
     def digest(self) -> str:
         body = [t.digest for t in sorted(self.canary, key=lambda t: t.id)]
-        return "sha256:" + hashlib.sha256(_canonical(body)).hexdigest()
+        return "sha256:" + hashlib.sha256(canonical(body)).hexdigest()
 
 
 def prompt_digest(prompt: str) -> str:
     return "sha256:" + hashlib.sha256(prompt.encode("utf-8")).hexdigest()
-
-
-def _canonical(obj) -> bytes:
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
 
 
 @lru_cache(maxsize=1)
@@ -221,14 +218,6 @@ def load_suite(files: Mapping[str, Any], globs: Iterable[str]) -> Suite:
             seen[task.id] = path
             tasks.append(task)
     return Suite(tuple(tasks), tuple(picked))
-
-
-def load_suite_dir(root: Path, globs: Iterable[str]) -> Suite:
-    """The suite under a directory on disk (tests, `reef eval` on a plain checkout)."""
-    from .store import collect_files
-
-    globs = tuple(globs)
-    return load_suite(collect_files(Path(root), globs), globs)
 
 
 def check_held_out(tasks: Iterable[Task], records: Iterable[Any]) -> None:
