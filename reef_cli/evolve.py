@@ -366,14 +366,10 @@ def _evidence(memory: PatternMemory, keys: set[str]) -> list[str]:
     return sorted(out)
 
 
-def _reason(ops: list[Op], contradictions: list[Contradiction], extra: str = "") -> str:
-    parts = []
-    for o in ops:
-        parts.append(f"{SIGN[o.op]}{o.bullet_id} {o.path}")
-    text = "evolve: " + ("; ".join(parts) if parts else "pattern memory only")
-    if extra:
-        text += f" ({extra})"
-    return text
+def _reason(ops: list[Op], extra: str = "") -> str:
+    """A release reason after its verb: one `+ID PATH` per bullet operation."""
+    text = "; ".join(f"{SIGN[o.op]}{o.bullet_id} {o.path}" for o in ops) or "pattern memory only"
+    return f"{text} ({extra})" if extra else text
 
 
 def _dirty_conflict(store, paths: set[str]) -> None:
@@ -633,7 +629,7 @@ def _continue(store, ledger, journal: Journal, state: dict, opts: Options, out: 
             if cid != verdict["candidate_content_id"]:
                 raise PolicyError(f"the gate judged content {verdict['candidate_content_id'][:12]}, not "
                                   f"{cid[:12]}; nothing was published")
-        res = store.publish(reason=_reason(publish_ops, contradictions, extra), operation="evolve", files=files,
+        res = store.publish(reason="evolve: " + _reason(publish_ops, extra), operation="evolve", files=files,
                             expected_head=head.release_id, evidence=tuple(evidence), meta=meta)
         release = res.release
         state["phase"] = "published"
@@ -849,7 +845,7 @@ def _promote(store, ref: str, opts: Options) -> Outcome:
     with ledger:
         release = None
         if files != base:
-            res = store.publish(reason=f"promote {source}: " + _reason(applied, contradictions)[len("evolve: "):],
+            res = store.publish(reason=f"promote {source}: " + _reason(applied),
                                 operation="promote", files=files, expected_head=head.release_id,
                                 evidence=tuple(out.evidence),
                                 meta={"bullets": [o.to_json() for o in applied], "patterns": sorted(keys),
@@ -981,7 +977,7 @@ def _demote(store, ref: str, reason: str, opts: Options) -> Outcome:
         _dirty_conflict(store, {o.path for o in applied})
         out = Outcome("nothing", ops=[o.to_json() for o in applied], negatives=negatives, diff=diff_lines(applied))
         if files != base:
-            res = store.publish(reason=f"demote {key or bid}: " + _reason(applied, [])[len("evolve: "):],
+            res = store.publish(reason=f"demote {key or bid}: " + _reason(applied),
                                 operation="evolve", files=files, expected_head=head.release_id,
                                 evidence=tuple(n["record_id"] for n in negatives),
                                 meta={"action": "demote", "by": "human", "bullets": [o.to_json() for o in applied],
