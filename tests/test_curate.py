@@ -29,7 +29,7 @@ def test_tier_ladder_reaches_the_right_surfaces(reef, tmp_path):
     mem = {p["text"]: p for p in memory(root).values()}
     ids = {n: mem[t]["id"] for n, t in lessons.items()}
     assert {n: mem[t]["count"] for n, t in lessons.items()} == {n: n for n in lessons}
-    assert block_ids(root / "CLAUDE.local.md") == sorted([ids[3], ids[4]], key=[ids[4], ids[3]].index)  # value order
+    assert block_ids(root / "CLAUDE.local.md") == [ids[4], ids[3]]  # value order: count 4 before count 3
     assert block_ids(root / "CLAUDE.md") == [ids[5]]  # 4 does not reach the block
     assert not any(ids[1] in (root / f).read_text() for f in ("CLAUDE.md", "CLAUDE.local.md"))  # 1: memory only
     pending = out["pending"]

@@ -28,14 +28,18 @@ SUITE = """tasks:
 """
 
 
-def test_demo_with_an_agent_and_suite_of_our_own(reef, tmp_path):
+def own_agent_and_suite(tmp_path) -> tuple[str, ...]:
+    """`reef demo` options for AGENT and SUITE, written under tmp_path."""
     agent = tmp_path / "agent.py"
     agent.write_text(AGENT)
     suite = tmp_path / "suite"
     suite.mkdir()
     (suite / "tasks.yaml").write_text(SUITE)
-    r = reef("-C", str(tmp_path), "demo", "--json", "--agent", f"{sys.executable} {agent} {{prompt}}",
-             "--suite", str(suite))
+    return ("--agent", f"{sys.executable} {agent} {{prompt}}", "--suite", str(suite))
+
+
+def test_demo_with_an_agent_and_suite_of_our_own(reef, tmp_path):
+    r = reef("-C", str(tmp_path), "demo", "--json", *own_agent_and_suite(tmp_path))
     assert r.code == 0, r.err
     out = json.loads(r.out)
     assert out["baseline_score"] == 0.0 and out["final_score"] == 1.0 and out["improved"] is True
@@ -49,12 +53,7 @@ def test_demo_with_an_agent_and_suite_of_our_own(reef, tmp_path):
 
 
 def test_demo_text_output_shows_scores_verdicts_and_the_diff(reef, tmp_path):
-    agent = tmp_path / "agent.py"
-    agent.write_text(AGENT)
-    suite = tmp_path / "suite"
-    suite.mkdir()
-    (suite / "tasks.yaml").write_text(SUITE)
-    r = reef("-C", str(tmp_path), "demo", "--agent", f"{sys.executable} {agent} {{prompt}}", "--suite", str(suite))
+    r = reef("-C", str(tmp_path), "demo", *own_agent_and_suite(tmp_path))
     assert r.code == 0, r.err
     assert "canary score of release 1: 0.00" in r.out and "(was 0.00)" in r.out
     assert "gate: publish" in r.out and "per-bullet diff, release 1 -> final:" in r.out

@@ -17,12 +17,13 @@ from conftest import reef_exe
 # ------------------------------------------------------------------------------------------- helpers (shared)
 
 
-def init_project(reef, tmp_path: Path, template: str = "claude"):
+def init_project(reef, tmp_path: Path, *init_args: str):
+    """A project (`reef init` with `init_args`, default the claude template) and its default scenario's ledger."""
     from reef_cli.ledger import Ledger
 
     root = tmp_path / "proj"
     root.mkdir()
-    r = reef("-C", str(root), "init", "--template", template)
+    r = reef("-C", str(root), "init", *(init_args or ("--template", "claude")))
     assert r.code == 0, r.err
     return root, Ledger(root / ".reef" / "scenarios" / "default" / "ledger.jsonl", "default")
 
@@ -69,6 +70,13 @@ def releases(reef, root: Path) -> list[dict]:
 
 LINT = {"lesson": "Run the linter before committing."}
 LINT_KEY = "do:before+commit+linter+run"
+
+
+def reearn(reef, root: Path, n: int) -> None:
+    """Publish harness.yaml with `negative_evidence.reearn: n`."""
+    cfg = root / "harness.yaml"
+    cfg.write_text(cfg.read_text() + f"negative_evidence:\n  reearn: {n}\n")
+    assert reef("-C", str(root), "publish", "-m", f"reearn {n}").code == 0
 
 
 # ------------------------------------------------------------------------------------------- release shape
@@ -156,9 +164,7 @@ def test_rejected_proposal_is_suppressed_until_reearned(reef, tmp_path):
 
 def test_reearn_count_is_configurable(reef, tmp_path):
     root, ledger = init_project(reef, tmp_path)
-    cfg = root / "harness.yaml"
-    cfg.write_text(cfg.read_text() + "negative_evidence:\n  reearn: 2\n")
-    assert reef("-C", str(root), "publish", "-m", "reearn 2").code == 0
+    reearn(reef, root, 2)
     feedback(ledger, LINT, 5)
     pid = evolve(reef, root, "--review")["pending"]["proposal_id"]
     assert reef("-C", str(root), "harness", "reject", pid).code == 0
@@ -170,9 +176,7 @@ def test_reearn_count_is_configurable(reef, tmp_path):
 
 def test_rollback_is_negative_evidence_and_reearning_restores(reef, tmp_path):
     root, ledger = init_project(reef, tmp_path)
-    cfg = root / "harness.yaml"
-    cfg.write_text(cfg.read_text() + "negative_evidence:\n  reearn: 2\n")
-    assert reef("-C", str(root), "publish", "-m", "reearn 2").code == 0
+    reearn(reef, root, 2)
     feedback(ledger, LINT, 5)
     pub = evolve(reef, root)
     bid = memory(root)[LINT_KEY]["id"]
@@ -185,7 +189,7 @@ def test_rollback_is_negative_evidence_and_reearning_restores(reef, tmp_path):
     assert any(n["origin"] == "rollback" and n["key"] == LINT_KEY for n in out["negatives"])
     mem = memory(root)[LINT_KEY]
     assert mem["count"] == 5 and mem["suppressed"]["origin"] == "rollback"
-    assert pub["release"]["release_id"] in mem["suppressed"]["reason"] or "rolled back" in mem["suppressed"]["reason"]
+    assert pub["release"]["release_id"] in mem["suppressed"]["reason"] and "rolled back" in mem["suppressed"]["reason"]
     again = evolve(reef, root)  # recorded once, however often evolve looks at the rollback
     assert not again["negatives"]
     feedback(ledger, LINT, 1)
@@ -410,12 +414,7 @@ def test_the_whole_loop_through_reef_run_and_reef_report(reef, tmp_path):
 
 def test_harness_review_recipe_always_proposes(reef, tmp_path):
     """A scenario bound to recipes/harness-review.yaml never publishes from evolve: every change waits for promote."""
-    from reef_cli.ledger import Ledger
-
-    root = tmp_path / "proj"
-    root.mkdir()
-    assert reef("-C", str(root), "init", "--recipe", "harness-review").code == 0
-    ledger = Ledger(root / ".reef" / "scenarios" / "default" / "ledger.jsonl", "default")
+    root, ledger = init_project(reef, tmp_path, "--recipe", "harness-review")
     feedback(ledger, LINT, 5)
     out = evolve(reef, root)
     assert out["status"] == "review" and out["pending"]["status"] == "pending"
