@@ -50,11 +50,12 @@ def load_feedback_json(path: Path) -> dict:
 
 def _owner_scenario(store, receipt: str) -> str | None:
     from .ledger import Ledger
+    from .project import ScenarioPaths
 
     for name in store.project.scenarios():
         if name == store.scenario:
             continue
-        other = store.project.scenario_dir(name) / "ledger.jsonl"
+        other = ScenarioPaths(store.project, name).ledger_path
         if other.exists():
             try:
                 Ledger(other, name).get(receipt)
@@ -67,7 +68,6 @@ def _owner_scenario(store, receipt: str) -> str | None:
 def report(store, score, *, feedback: str | dict | None = None, receipts: list[str], record_id: str | None = None):
     """Validate everything first, then append one report record; nothing is written on a refusal."""
     from .ledger import Ledger
-    from .redact import redact_obj
 
     value = parse_score(score)
     if not receipts:
@@ -87,8 +87,11 @@ def report(store, score, *, feedback: str | dict | None = None, receipts: list[s
         if rec.kind != "interaction":
             raise InvalidInput(f"record {rid} is a {rec.kind} record, not a receipt of a run")
         releases.append((rec.release_id, rec.content_id))
-    payload = {"score": value, "feedback": redact_obj(feedback)[0] if feedback is not None else None,
-               "receipts": list(receipts)}
+    if feedback is not None:
+        from .redact import redact_obj  # its patterns cost ~3 ms to compile: only when there is feedback
+
+        feedback = redact_obj(feedback)[0]
+    payload = {"score": value, "feedback": feedback, "receipts": list(receipts)}
     if len({r for r, _ in releases}) > 1:
         payload["receipt_releases"] = {rid: rel for rid, (rel, _) in zip(receipts, releases)}
     release_id, content_id = releases[0]
