@@ -185,7 +185,8 @@ _FEEDBACK_CACHE: dict = {}
 def feedback_lessons(fb) -> tuple[tuple[str, str, str, str], ...]:
     """(text, polarity, quoted span, origin) for each lesson in one feedback value; memoised, since the same
     feedback is often given many times."""
-    memo = fb if isinstance(fb, str) else json.dumps(fb, sort_keys=True, default=str)
+    # A str is its own key; structured feedback keys as a tuple, so '{"do": "x"}' typed as text never hits {"do": "x"}.
+    memo = fb if isinstance(fb, str) else ("json", json.dumps(fb, sort_keys=True, default=str))
     hit = _FEEDBACK_CACHE.get(memo)
     if hit is not None:
         return hit

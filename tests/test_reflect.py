@@ -199,3 +199,10 @@ def test_llm_backend_needs_a_url_and_model(reef, tmp_path):
     feedback(ledger, "Always run the tests before finishing.")
     r = reef("-C", str(root), "harness", "reflect", "--backend", "llm")
     assert r.code == 4 and "needs a model URL" in r.err
+
+
+def test_feedback_text_that_looks_like_json_is_not_served_from_the_structured_cache():
+    from reef_cli.reflect import feedback_lessons
+
+    assert [x[3] for x in feedback_lessons({"do": "use tabs for indentation"})] == ["do"]
+    assert feedback_lessons('{"do": "use tabs for indentation"}') == ()  # a description, not a directive
