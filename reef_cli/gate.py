@@ -34,7 +34,7 @@ import json
 import math
 import random
 import re
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
@@ -50,7 +50,6 @@ REJECT = "reject"
 SENTINEL_PASS = 0.5
 MIN_LEAD = 2  # after each pass the candidate must lead by this many episodes: one lucky episode is not a lead
 
-Req = tuple  # (task_id, side, repeat)
 Sampler = Callable[[list], Mapping]
 Progress = Callable[[dict], None]
 
@@ -90,13 +89,7 @@ class GateSettings:
     @classmethod
     def from_config(cls, gate: Any, **overrides) -> "GateSettings":
         """From harness.yaml's GateConfig; `overrides` with value None are ignored."""
-        base = {}
-        for name in cls.__dataclass_fields__:
-            if hasattr(gate, name):
-                value = getattr(gate, name)
-                if isinstance(value, tuple):
-                    continue
-                base[name] = value
+        base = {name: getattr(gate, name) for name in cls.__dataclass_fields__ if hasattr(gate, name)}
         base.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**base)
 
@@ -211,8 +204,7 @@ class Outcome:
 class _Book:
     """The scores collected so far and the episode budget."""
 
-    def __init__(self, tasks: Sequence[TaskSpec], settings: GateSettings, sample: Sampler) -> None:
-        self.tasks = list(tasks)
+    def __init__(self, settings: GateSettings, sample: Sampler) -> None:
         self.k = settings.repeats
         self.sample = sample
         self.budget = settings.max_episodes
@@ -348,7 +340,7 @@ class _Paired:
 def evaluate(settings: GateSettings, tasks: Sequence[TaskSpec], sample: Sampler) -> Outcome:
     """Run `settings.policy` over `tasks`, asking `sample(requests) -> {request: score}` for episodes."""
     tasks = list(tasks)
-    book = _Book(tasks, settings, sample)
+    book = _Book(settings, sample)
     policy = settings.policy
     interval = None
     tally: dict = {}
@@ -438,6 +430,11 @@ class Verdict:
     attribution_episodes: int = 0
     errors: tuple[str, ...] = ()
     tally: dict = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, outcome: Outcome, **run: Any) -> "Verdict":
+        """The engine's outcome, field for field, plus what only a real run knows (`run`: budget, ids, utilities)."""
+        return cls(**{f.name: getattr(outcome, f.name) for f in fields(Outcome)}, **run)
 
     @property
     def published(self) -> bool:
@@ -625,9 +622,7 @@ def gate_candidate(
     progress: Progress | None = None,
     journal_dir: Path | None = None,
     repeats: int | None = None,
-    work_root: Path | None = None,
     environ: Mapping[str, str] | None = None,
-    kill_grace: float = 2.0,
 ) -> Verdict | None:
     """Run the canary gate of `candidate_files` against `baseline` (default: the head release).
 
@@ -674,8 +669,7 @@ def gate_candidate(
             CANDIDATE: materialise_readonly(trees / cand_cid, cand_files)}
     cids = {CURRENT: base_cid, CANDIDATE: cand_cid}
     runner = EpisodeRunner(config.agent, suite_dir=dirs[CURRENT], seed=settings.seed, workers=workers,
-                           work_root=work_root, environ=environ, kill_grace=kill_grace,
-                           store_content=config.store_content)
+                           environ=environ, store_content=config.store_content)
     by_id = {t.id: t for t in canary}
     specs = [TaskSpec(t.id, t.sentinel) for t in canary]
     base_rid = base_release.release_id if base_release is not None else None
@@ -710,14 +704,13 @@ def gate_candidate(
         before = counter["done"]
         utilities = _attribute(settings, canary, attribute, store, trees, dirs, cids, runner, journal, on_result)
         attribution_spent = counter["done"] - before
-    verdict = Verdict(
-        decision=outcome.decision, reason=outcome.reason, policy=outcome.policy, per_task=outcome.per_task,
-        interval=outcome.interval, episodes_spent=outcome.episodes_spent,
+    verdict = Verdict.of(
+        outcome,
         episodes_budget=settings.max_episodes if settings.max_episodes is not None else
         full_tally_cost(len(specs), settings.repeats),
-        bullet_utility=utilities, stage=outcome.stage, repeats=settings.repeats, run=run,
+        bullet_utility=utilities, repeats=settings.repeats, run=run,
         baseline_release_id=base_rid, baseline_content_id=base_cid, candidate_content_id=cand_cid,
-        suite_digest=suite.digest, attribution_episodes=attribution_spent, errors=tuple(errors), tally=outcome.tally,
+        suite_digest=suite.digest, attribution_episodes=attribution_spent, errors=tuple(errors),
     )
     payload = verdict.to_json()
     payload.pop("record_id")
@@ -740,14 +733,11 @@ def _attribute(settings, canary, attribute, store, trees, dirs, cids, runner, jo
         side = f"ablate:{bid}"
         cid = _content_id(store, files)
         tree = materialise_readonly(trees / cid, files)
-        reqs = []
-        for r in range(settings.repeats):
-            for t in canary:
-                reqs += [EpisodeRequest(t, CANDIDATE, r, dirs[CANDIDATE], cids[CANDIDATE]),
-                         EpisodeRequest(t, side, r, tree, cid)]
-        got = runner.run_many(reqs, journal=journal, on_result=on_result)
+        abl_reqs = [EpisodeRequest(q.task, side, q.repeat, tree, cid) for q in cand_reqs]
+        pairs = [q for pair in zip(cand_reqs, abl_reqs) for q in pair]  # interleaved, as the gate runs its sides
+        got = runner.run_many(pairs, journal=journal, on_result=on_result)
         cand = [got[q.key].score for q in cand_reqs]
-        abl = [got[EpisodeRequest(q.task, side, q.repeat, tree, cid).key].score for q in cand_reqs]
+        abl = [got[q.key].score for q in abl_reqs]
         out[bid] = (sum(cand) - sum(abl)) / len(cand) if cand else None
     return out
 

@@ -119,7 +119,7 @@ def test_early_stop_never_changes_the_decision():
         out = evaluate(settings, specs, table_sampler(table))
         if out.stage not in ("early-stop", "complete"):
             continue
-        book = _Book(specs, settings, table_sampler(table))
+        book = _Book(settings, table_sampler(table))
         book.run([(t.id, s, r) for t in specs for s in (CANDIDATE, CURRENT) for r in range(k)])
         engine = _Paired(settings, specs, book)
         assert engine.judge(*engine._filled("worst"))[0] == out.decision, (trial, out)
@@ -170,9 +170,8 @@ def test_screen_and_estimate():
 
 def test_verdict_round_trips():
     out = evaluate(GateSettings(), tasks(3), table_sampler(fill(3, 3, 1.0, 0.0)))
-    v = Verdict(decision=out.decision, reason=out.reason, policy=out.policy, per_task=out.per_task,
-                interval=out.interval, episodes_spent=out.episodes_spent, episodes_budget=18,
-                bullet_utility={"b_1": 0.25}, record_id="rec_x", stage=out.stage, repeats=3)
+    v = Verdict.of(out, episodes_budget=18, bullet_utility={"b_1": 0.25}, record_id="rec_x", repeats=3)
+    assert (v.decision, v.stage, v.per_task, v.interval) == (out.decision, out.stage, out.per_task, out.interval)
     assert Verdict.from_json(json.loads(json.dumps(v.to_json()))).to_json() == v.to_json()
     assert v.release_meta()["record_id"] == "rec_x" and v.published
 
@@ -390,7 +389,7 @@ def test_a_gated_publish_carries_the_verdict(reef, project):
     set_block(project, NEWLINE, TABS)
     store = HarnessStore(Project(project), "default")
     files = store.worktree_files()
-    with pytest.raises(PolicyError):
+    with pytest.raises(PolicyError, match="the canary gate rejected this candidate"):
         verdict_same = gate_candidate(store, store.files_of(store.require_head()), ledger=None)
         publish_gated(store, store.files_of(store.require_head()), verdict_same, reason="nothing new")
     verdict = gate_candidate(store, files, ledger=Ledger(store.ledger_path, "default"), workers=2)
