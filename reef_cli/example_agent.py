@@ -150,9 +150,9 @@ def _frontmatter(text: str) -> dict:
     return parse(text).meta or {}
 
 
+@dataclass(frozen=True)
 class Routing:
-    def __init__(self, path: str | None):
-        self.path = path
+    path: str | None  # $REEF_ROUTING_FILE; None: decisions are not logged
 
     def log(self, **decision) -> None:
         if not self.path:
@@ -161,18 +161,19 @@ class Routing:
             f.write(json.dumps(decision, sort_keys=True) + "\n")
 
 
+@dataclass(frozen=True)
 class Agent:
-    def __init__(self, prompt: str, harness: Harness, harness_dir: Path | None, *, noise: float, seed: str,
-                 routing: Routing, cwd: Path):
-        self.prompt = prompt
-        self.h = harness
-        self.dir = harness_dir
-        self.noise = noise
-        self.seed = seed
-        self.routing = routing
-        self.cwd = cwd
-        self.applied: list[str] = []
-        self.wrote: list[str] = []
+    """One episode: the prompt, the harness it reads, and what it applied and wrote (for its closing line)."""
+
+    prompt: str
+    h: Harness
+    dir: Path | None  # the harness directory, where a used skill's SKILL.md is read from
+    noise: float
+    seed: str
+    routing: Routing
+    cwd: Path
+    applied: list[str] = field(default_factory=list)
+    wrote: list[str] = field(default_factory=list)
 
     def luck(self, rule: str) -> bool:
         """Whether noise flips this behaviour in this episode (same seed and prompt: same answer)."""
