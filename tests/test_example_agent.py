@@ -33,7 +33,7 @@ description: Use when writing release notes.
 
 @pytest.fixture
 def agent(tmp_path, monkeypatch):
-    """Run the agent in-process in a fresh work dir: agent(prompt, harness_text=None, **env) -> (code, work, out)."""
+    """Run the agent in-process in a fresh work dir: agent(prompt, claude_md=None, files=, args=) -> (code, work)."""
     harness = tmp_path / "harness"
     harness.mkdir()
     routing = tmp_path / "routing.jsonl"
@@ -48,7 +48,7 @@ def agent(tmp_path, monkeypatch):
     monkeypatch.setenv("REEF_EPISODE_SEED", "0:t:0")
     counter = {"n": 0}
 
-    def run(prompt, claude_md=None, *, files=None, args=(), capsys=None):
+    def run(prompt, claude_md=None, *, files=None, args=()):
         counter["n"] += 1
         work = tmp_path / f"work{counter['n']}"
         work.mkdir()
@@ -153,6 +153,9 @@ def test_rule_keywords():
     assert classify("Always add a trailing newline to files") == "trailing-newline"
     assert classify("Use tabs for indentation in Makefiles") == "makefile-tabs"
     assert classify("Run the tests before finishing (write TESTED marker)") == "run-tests"
+    assert classify("Indent with four spaces") == "spaces-indent"
+    assert classify("Start shell scripts with a #!/bin/sh shebang") == "shebang"
+    assert classify("Start release notes with a '# Release notes' heading") == "release-heading"
     assert classify("Be kind") is None
 
 

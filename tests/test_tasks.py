@@ -95,6 +95,9 @@ def test_suite_digest_covers_only_the_canary_split():
     changed_train = [t if t.split == "canary" else parse_task_file(
         "id: learn\nsplit: train\nprompt: other\ncheck: 'true'\n", "x")[0] for t in base]
     assert Suite(tuple(changed_train)).digest == d1
+    changed_canary = [parse_task_file("id: hello\nprompt: other\ncheck: 'true'\n", "x")[0] if t.id == "hello" else t
+                      for t in base]
+    assert Suite(tuple(changed_canary)).digest != d1
 
 
 class Rec:
