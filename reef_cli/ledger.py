@@ -52,6 +52,7 @@ from .errors import ConflictError, InvalidInput, NotFound, StoreError
 from . import group_commit
 from .group_commit import SyncLeader
 from .ids import new_id, new_id_at
+from .times import format_ms, format_time, utc_now
 
 ZERO_HASH = "0" * 64
 REMOVED_LIST_LIMIT = 1000
@@ -119,41 +120,6 @@ def _utf8(text: str) -> bool:
     except UnicodeEncodeError:
         return False
     return True
-
-
-def utc_now() -> datetime:
-    return datetime.now(timezone.utc)
-
-
-def format_time(moment: datetime) -> str:
-    """ISO-8601 UTC with milliseconds and 'Z'; fixed width, so these strings sort like the times they name."""
-    if moment.tzinfo is not timezone.utc:
-        if moment.tzinfo is None:
-            raise InvalidInput(f"time {moment.isoformat()} has no timezone; pass an aware datetime (e.g. UTC)")
-        moment = moment.astimezone(timezone.utc)
-    global _last_second
-    m = moment
-    second = (m.second, m.minute, m.hour, m.day, m.month, m.year)
-    cached, prefix = _last_second  # one tuple, read once: threads may replace it meanwhile
-    if second != cached:  # every append formats the time: the part up to the second is cached
-        prefix = f"{m.year:04d}-{m.month:02d}-{m.day:02d}T{m.hour:02d}:{m.minute:02d}:{m.second:02d}."
-        _last_second = second, prefix
-    return f"{prefix}{m.microsecond // 1000:03d}Z"
-
-
-_last_second: tuple = ((), "")
-_last_epoch_second: tuple = (None, "")
-
-
-def _stamp_ms(ms: int) -> str:
-    """`format_time` of a time given in ms since the epoch, formatting the date and time once per second."""
-    global _last_epoch_second
-    second, prefix = _last_epoch_second
-    if ms // 1000 != second:
-        second = ms // 1000
-        prefix = format_time(datetime.fromtimestamp(second, timezone.utc))[:-4]  # up to and including "SS."
-        _last_epoch_second = second, prefix
-    return f"{prefix}{ms % 1000:03d}Z"
 
 
 # --- record ids -------------------------------------------------------------------------------------------------
@@ -900,7 +866,7 @@ class Ledger:
         try:
             payload_text = _encode(payload)
             ms = time.time_ns() // 1_000_000
-            created_at, record_id = _stamp_ms(ms), new_id_at("rec", ms)
+            created_at, record_id = format_ms(ms), new_id_at("rec", ms)
             head = _line_head(content_json, created_at, kind, payload_text)
         except (TypeError, ValueError, RecursionError):  # not JSON, or a lone surrogate: say so as _draft does
             return self._append([_draft(kind, payload, release_id, content_id, None)])[0]
@@ -939,7 +905,7 @@ class Ledger:
         this reads `time_ns` and builds neither a datetime nor a second id clock reading."""
         if self._clock is None:
             ms = time.time_ns() // 1_000_000
-            return _stamp_ms(ms), [rid or new_id_at("rec", ms) for rid in supplied]
+            return format_ms(ms), [rid or new_id_at("rec", ms) for rid in supplied]
         now = self._clock()
         return format_time(now), [rid or new_record_id(now) for rid in supplied]
 

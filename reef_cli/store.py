@@ -1,7 +1,8 @@
 """The harness store of one scenario: working tree <-> Git trees, publishing by compare-and-swap, rollback.
 
 Order of a publish: objects first (orphans are harmless), then the fsync'd release-log line (the commit point), then
-the Git ref (derived; a ref left behind by a crash is repaired from the log by the next publish). The scenario lock serialises writers across processes.
+the Git ref (derived; a ref left behind by a crash is repaired from the log by the next publish). The scenario lock
+serialises writers across processes.
 """
 
 from __future__ import annotations
@@ -16,26 +17,20 @@ import os
 import stat
 import time
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime
 from pathlib import Path
 from typing import Callable
 
 from .config import CONFIG_NAME, HarnessConfig, parse_config
+from .durable import write_all
 from .errors import ConflictError, InvalidInput, NotFound, StoreError
 from .gitstore import MODE_EXEC, MODE_LINK, Entry, GitStore, mode_of
 from .ids import new_id
 from .project import Project, check_scenario_name, write_atomic
 from .releases import Release, ReleaseLog, canonical
+from .times import format_time, utc_now
 
 SKIP_DIRS = {".reef", ".git"}
-
-
-def utcnow() -> datetime:
-    return datetime.now(timezone.utc)
-
-
-def iso(ts: datetime) -> str:
-    return ts.astimezone(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 @dataclass(frozen=True)
@@ -224,7 +219,7 @@ def write_files(dest: Path, files: dict[str, Entry], *, read_only: bool = False)
                 raise InvalidInput(f"{target} is a symlink; reef never writes through symlinks") from None
             raise
         try:
-            os.write(fd, entry.data)
+            write_all(fd, entry.data)
         finally:
             os.close(fd)
         mode = 0o755 if entry.mode == MODE_EXEC else 0o644
@@ -236,7 +231,7 @@ def write_files(dest: Path, files: dict[str, Entry], *, read_only: bool = False)
 class HarnessStore:
     """One scenario's release chain over the project's working tree."""
 
-    def __init__(self, project: Project, scenario: str, *, now: Callable[[], datetime] = utcnow):
+    def __init__(self, project: Project, scenario: str, *, now: Callable[[], datetime] = utc_now):
         self.project = project
         self.scenario = check_scenario_name(scenario)
         self.dir = project.scenario_dir(scenario)
@@ -297,7 +292,7 @@ class HarnessStore:
                         "a scenario's recipe never changes — use another --scenario name"
                     )
                 return info
-            info = ScenarioInfo(self.scenario, recipe, iso(self.now()))
+            info = ScenarioInfo(self.scenario, recipe, format_time(self.now()))
             write_atomic(self.dir / "scenario.json", canonical(info.to_json()) + b"\n")
             return info
 
@@ -434,7 +429,7 @@ class HarnessStore:
                 operation=operation,
                 reason=reason,
                 evidence=tuple(evidence),
-                created_at=iso(when),
+                created_at=format_time(when),
                 runtime_load_id=runtime_load_id,
                 meta=dict(meta or {}),
             )
