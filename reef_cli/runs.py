@@ -7,6 +7,7 @@ stdout are terminals the child gets them directly (interactive agents need a TTY
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import hashlib
 import json
@@ -73,6 +74,34 @@ class _Tee:
         if self.length > len(self.buf):
             out["truncated"] = True
         return out
+
+
+@contextlib.contextmanager
+def forwarding(proc, signals: tuple, ignore: tuple = ()):
+    """While the body runs, pass `signals` on to `proc` and ignore `ignore`; the previous handlers come back after.
+    Only the main thread may set handlers: elsewhere this does nothing."""
+    def forward(signum, _frame):
+        try:
+            proc.send_signal(signum)
+        except ProcessLookupError:
+            pass
+
+    previous = {}
+    if threading.current_thread() is threading.main_thread():
+        for sig in signals:
+            previous[sig] = signal.signal(sig, forward)
+        for sig in ignore:
+            previous[sig] = signal.signal(sig, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def exit_status(status: int) -> int:
+    """A child's wait status as a shell reports it: its exit code, or 128+N when signal N killed it."""
+    return 128 - status if status < 0 else status
 
 
 def read_routing(path: Path) -> list[dict]:
@@ -180,31 +209,17 @@ def run_recorded(
     except PermissionError:
         raise InvalidInput(f"command is not executable: {argv[0]}") from None
 
-    def forward(signum, _frame):
-        try:
-            proc.send_signal(signum)
-        except ProcessLookupError:
-            pass
-
-    previous = {}
-    on_main = threading.current_thread() is threading.main_thread()
-    if on_main:
-        for sig in FORWARDED + ((signal.SIGINT,) if not interactive else ()):
-            previous[sig] = signal.signal(sig, forward)
-        if interactive:
-            previous[signal.SIGINT] = signal.signal(signal.SIGINT, signal.SIG_IGN)  # the terminal delivers it to the child
     tees = []
-    try:
+    # An interactive child gets Ctrl-C from the terminal itself; we only must not die of it first.
+    with forwarding(proc, FORWARDED + (() if interactive else (signal.SIGINT,)),
+                    ignore=(signal.SIGINT,) if interactive else ()):
         if capture:
             tees = [_Tee(proc.stdout, stdout_fd), _Tee(proc.stderr, stderr_fd)]
         status = proc.wait()
         for t in tees:
             t.thread.join()
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
     duration = time.time() - started
-    exit_code = 128 - status if status < 0 else status
+    exit_code = exit_status(status)
     payload = {
         "argv": argv,
         "cwd": str(cwd or os.getcwd()),

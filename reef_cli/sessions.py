@@ -26,21 +26,26 @@ def shell_key(environ: dict | None = None) -> str:
     return f"p-{ppid}-{started}"
 
 
+@contextlib.contextmanager
+def flocked(path: str | Path):
+    """An exclusive flock(2) on `path` (the primitive filelock.FileLock uses on the same file), taken directly:
+    the filelock package's import alone costs 15-50 ms on every `reef run` and every agent start."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
 class PendingReceipts:
     def __init__(self, scenario_dir: Path, key: str):
         self.dir = scenario_dir / "pending"
         self.path = self.dir / f"{key}.json"
 
-    @contextlib.contextmanager
     def _lock(self):
-        """flock directly: the filelock package's import alone costs ~15 ms on every `reef run`."""
         self.dir.mkdir(parents=True, exist_ok=True)
-        fd = os.open(f"{self.path}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            yield
-        finally:
-            os.close(fd)
+        return flocked(f"{self.path}.lock")
 
     def _write(self, receipts: list[str]) -> None:
         """Rename into place without fsync: this is convenience state, rebuilt by naming receipts explicitly."""

@@ -76,15 +76,14 @@ class Binding:
 
 
 def prepare(binding: Binding, store):
-    """Verify the install root, bring it to the head release, and return its record."""
-    from filelock import FileLock
-
+    """Verify the install root, bring it to the head release, and return its record and the head as read here."""
     from .install import install, load_record, record_path, verify
+    from .sessions import flocked
 
     adapter = binding.adapter
     lock_path = record_path(binding.project, adapter.name, binding.agent_dir).with_suffix(".lock")
     lock_path.parent.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(lock_path)):
+    with flocked(lock_path):
         record = load_record(binding.project, adapter, binding.root)
         head = store.require_head()
         if record is not None:
@@ -95,13 +94,13 @@ def prepare(binding: Binding, store):
                                     f"run an unreviewed harness. Restore it with: {binding.restore_hint()} — or make "
                                     "the change in the reef project and publish it")
             if record.content_id == head.content_id and os.path.isdir(binding.agent_dir):
-                return record
+                return record, head
         wrapper = Path(record.wrapper) if record and record.wrapper else None
         result = install(store, adapter, release=head, root=binding.root, bin_dir=wrapper.parent if wrapper else None,
                          write_wrapper=wrapper is not None, environ=binding.environ)
         if record is not None and not result.current:
             _note(f"updated the {adapter.name} harness to release {head.release_id} (step {head.step})")
-        return result.record
+        return result.record, head
 
 
 def run(adapter_name: str, args: list[str], *, environ: dict | None = None, cwd: Path | None = None) -> int:
@@ -111,7 +110,9 @@ def run(adapter_name: str, args: list[str], *, environ: dict | None = None, cwd:
     binding = Binding(adapter_name, environ, cwd)
     adapter = binding.adapter
     store = binding.store()
-    record = prepare(binding, store)
+    record, head = prepare(binding, store)
+    # the record's release is the head read by prepare, unless a rollback republished the same content since
+    release = head if record.release_id == head.release_id else store.find(record.release_id)
     binary = find_binary(adapter, binding.environ)
     if binary is None:
         raise NotFound(install_hint(adapter))
@@ -125,7 +126,7 @@ def run(adapter_name: str, args: list[str], *, environ: dict | None = None, cwd:
 
     result = run_recorded(store, [binary, *args], env=child_env, adapter=adapter.name,
                           harness_dir=Path(record.agent_dir), extra_payload={"install": installed},
-                          cwd=cwd or Path.cwd(), on_output=on_output, release=store.find(record.release_id))
+                          cwd=cwd or Path.cwd(), on_output=on_output, release=release)
     receipt = result.record.record_id
     _remember(binding, receipt)
     if not binding.environ.get("REEF_QUIET"):
@@ -194,25 +195,16 @@ def run_plain(argv: list[str], *, env: dict, cwd: Path | None = None) -> int:
     import signal
     import subprocess
 
+    from .runs import exit_status, forwarding
+
     try:
         proc = subprocess.Popen(argv, env=env, cwd=cwd)
     except OSError as exc:
         raise InvalidInput(f"cannot run {argv[0]}: {exc.strerror}") from None
-
-    def forward(signum, _frame):
-        try:
-            proc.send_signal(signum)
-        except ProcessLookupError:
-            pass
-
-    sigs = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
-    previous = {sig: signal.signal(sig, forward) for sig in sigs}
-    try:
+    with forwarding(proc, (signal.SIGTERM, signal.SIGHUP, signal.SIGINT, signal.SIGQUIT, signal.SIGUSR1,
+                           signal.SIGUSR2)):
         status = proc.wait()
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-    return 128 - status if status < 0 else status
+    return exit_status(status)
 
 
 # -- the last session of this shell ----------------------------------------------------------------------------------
@@ -223,12 +215,11 @@ def _shell(binding: Binding) -> str:
 
 
 def _remember(binding: Binding, receipt: str) -> None:
-    from filelock import FileLock
-
     from .project import write_atomic
+    from .sessions import flocked
 
     path = binding.last_path()
-    with FileLock(str(path) + ".lock"):
+    with flocked(f"{path}.lock"):
         sessions = _read_sessions(path)
         sessions[_shell(binding)] = {"receipts": [receipt], "at": time.time()}
         keep = dict(sorted(sessions.items(), key=lambda kv: kv[1].get("at", 0))[-LAST_KEEP:])
@@ -244,12 +235,11 @@ def _read_sessions(path: Path) -> dict:
 
 
 def _forget(binding: Binding, receipts: list[str]) -> None:
-    from filelock import FileLock
-
     from .project import write_atomic
+    from .sessions import flocked
 
     path = binding.last_path()
-    with FileLock(str(path) + ".lock"):
+    with flocked(f"{path}.lock"):
         sessions = _read_sessions(path)
         mine = sessions.get(_shell(binding))
         if mine and set(mine.get("receipts", [])) <= set(receipts):
@@ -260,7 +250,8 @@ def _forget(binding: Binding, receipts: list[str]) -> None:
 def report(adapter_name: str, args: list[str], *, environ: dict | None = None, cwd: Path | None = None) -> int:
     """`reef-<agent> report ...`: `reef report` for the bound project, on this shell's last wrapper session."""
     from .cli.main import run as reef_run
-    from .sessions import PendingReceipts, shell_key
+    from .project import ScenarioPaths
+    from .sessions import PendingReceipts
 
     binding = Binding(adapter_name, environ, cwd)
     explicit = any(a == "--receipt" or a.startswith("--receipt=") for a in args)
@@ -279,7 +270,7 @@ def report(adapter_name: str, args: list[str], *, environ: dict | None = None, c
     code = reef_run(argv)
     if code == 0 and receipts:
         _forget(binding, receipts)
-        PendingReceipts(binding.store().dir, shell_key(binding.environ)).clear(receipts)
+        PendingReceipts(ScenarioPaths(binding.project, binding.scenario).dir, _shell(binding)).clear(receipts)
     return code
 
 

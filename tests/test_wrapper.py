@@ -179,7 +179,8 @@ def test_under_reef_the_wrapper_runs_the_harness_it_is_given_and_records_nothing
 
 
 def test_the_wrapper_start_stays_off_heavy_imports(setup):
-    """Every agent start goes through the wrapper: once installed, it must not pay for pygit2, YAML, rich or typer."""
+    """Every agent start goes through the wrapper: once installed, it must not pay for pygit2, YAML, rich, typer or
+    filelock."""
     env = {**setup["env"], "REEF_CLAUDE_BIN": "/bin/true", "REEF_PROJECT": str(setup["project"]),
            "REEF_INSTALL_ROOT": str(setup["tmp"] / "root"), "REEF_QUIET": "1"}
     assert subprocess.run([sys.executable, "-m", "reef_cli.wrapper", "claude"], cwd=setup["code"], env=env,
@@ -188,6 +189,6 @@ def test_the_wrapper_start_stays_off_heavy_imports(setup):
                        env=env, capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     names = {line.rsplit("|", 1)[1].strip() for line in r.stderr.splitlines() if line.startswith("import time:")}
-    heavy = sorted(n for n in names if n.split(".")[0] in ("pygit2", "jsonschema", "rich", "typer", "click")
+    heavy = sorted(n for n in names if n.split(".")[0] in ("pygit2", "jsonschema", "rich", "typer", "click", "filelock")
                    or n.startswith("ruamel.yaml"))
     assert heavy == []
