@@ -44,23 +44,19 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 from pathlib import Path
 
 from .blocks import (BudgetExceeded, append_block, begin_marker, bullet_lines, end_marker, new_file, outside_unchanged,
                      parse as parse_block, render_bullet)
 from .errors import InvalidInput, PolicyError
 from .gitstore import Entry
+from .times import format_time
 from .patterns import DEFAULT_MAX_PATTERNS, EVIDENCE_CAP, Pattern, PatternMemory, polarity_of, similarity, terms_of
 
 RANK = {"memory": 0, "notes": 1, "block": 2, "skill": 3}
 SIGN = {"add": "+", "remove": "-", "update": "~", "merge": "-"}  # how an Op reads in a diff line or a reason
 _SLUG_NAME = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
-
-
-def iso(ts: datetime) -> str:
-    ts = ts.astimezone(timezone.utc)
-    return ts.strftime("%Y-%m-%dT%H:%M:%S.") + f"{ts.microsecond // 1000:03d}Z"
 
 
 # --------------------------------------------------------------------------------------------- data
@@ -440,7 +436,7 @@ def plan(memory: PatternMemory, files: dict, config, *, now: datetime, root: Pat
 
     surfaces = Surfaces(files, config)
     # expiry
-    cutoff = iso(now - timedelta(days=config.expiry_days))
+    cutoff = format_time(now - timedelta(days=config.expiry_days))
     expired = []
     for key in sorted(memory.patterns):
         p = memory.patterns[key]

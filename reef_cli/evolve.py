@@ -69,11 +69,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
 
-from .curate import (RANK, SIGN, Blocked, Contradiction, Op, Surfaces, apply_ops, diff_lines, iso,
+from .curate import (RANK, SIGN, Blocked, Contradiction, Op, Surfaces, apply_ops, diff_lines,
                      plan as curate_plan, reearn_needed, skill_path, tier_of)
 from .errors import ConflictError, InvalidInput, NotFound, PolicyError
 from .gitstore import Entry
 from .patterns import PatternMemory
+from .times import format_time, utc_now
 from .project import write_atomic
 from .releases import canonical
 
@@ -736,7 +737,7 @@ def write_proposal(store, head, memory: PatternMemory, ops: list[Op], contradict
             other["superseded_by"] = pid
             _save_proposal(store, other)
     prop = {"version": 1, "proposal_id": pid, "status": "pending", "mode": mode,
-            "created_at": iso(datetime.now(timezone.utc)), **body, "memory": memory.dumps().decode("utf-8"),
+            "created_at": format_time(utc_now()), **body, "memory": memory.dumps().decode("utf-8"),
             "blocked": [b.to_json() for b in blocked], "evidence": evidence, "keys": sorted(keys),
             "diff": diff_lines(ops, contradictions, blocked)}
     ledger = ledger_of(store)
@@ -870,7 +871,7 @@ def _promote(store, ref: str, opts: Options) -> Outcome:
         remaining_keys = set(prop["keys"]) - keys
         prop["status"] = "promoted" if not remaining_keys or only_keys is None else "pending"
         prop.setdefault("promoted", []).append({"keys": sorted(keys), "release_id": release.release_id if release
-                                                else None, "at": iso(datetime.now(timezone.utc))})
+                                                else None, "at": format_time(utc_now())})
         if only_keys is not None and remaining_keys:
             prop["ops"] = [o for o in prop["ops"] if o.get("key") not in keys and
                            not any(o.get("group") == a.group for a in applied)]
@@ -927,7 +928,7 @@ def reject(store, ref: str, reason: str = "") -> Outcome:
     with ledger:
         negatives = write_negatives(store, ledger, items)
     prop["status"] = "rejected"
-    prop["rejected_at"] = iso(datetime.now(timezone.utc))
+    prop["rejected_at"] = format_time(utc_now())
     prop["reason"] = reason
     _save_proposal(store, prop)
     return Outcome("rejected", pending=_proposal_summary(prop), negatives=negatives)
