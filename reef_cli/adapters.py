@@ -137,13 +137,18 @@ def captured_events(adapter: Adapter, stdout: bytes) -> dict:
     return out
 
 
+def data_dir(environ: dict | None = None) -> Path:
+    """$XDG_DATA_HOME or ~/.local/share: where pinned agents and install roots live."""
+    env = os.environ if environ is None else environ
+    return Path(env.get("XDG_DATA_HOME") or os.path.join(env.get("HOME") or os.path.expanduser("~"), ".local", "share"))
+
+
 def agents_dir(environ: dict | None = None) -> Path:
     """Where `adapters/install-agents.sh` puts pinned agent CLIs: $REEF_AGENTS_DIR or <data dir>/reef/agents."""
     env = os.environ if environ is None else environ
     if env.get("REEF_AGENTS_DIR"):
         return Path(env["REEF_AGENTS_DIR"])
-    data = env.get("XDG_DATA_HOME") or os.path.join(env.get("HOME") or os.path.expanduser("~"), ".local", "share")
-    return Path(data) / "reef" / "agents"
+    return data_dir(env) / "reef" / "agents"
 
 
 def find_binary(adapter: Adapter, environ: dict | None = None) -> str | None:

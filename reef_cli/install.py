@@ -24,7 +24,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
 
-from .adapters import Adapter
+from .adapters import Adapter, data_dir
 from .errors import ConflictError, InvalidInput
 from .gitstore import MODE_EXEC, Entry
 from .project import Project, write_atomic
@@ -84,11 +84,6 @@ class InstallResult:
 
 
 # -- where things go -------------------------------------------------------------------------------------------------
-def data_dir(environ: dict | None = None) -> Path:
-    env = os.environ if environ is None else environ
-    return Path(env.get("XDG_DATA_HOME") or os.path.join(env.get("HOME") or os.path.expanduser("~"), ".local", "share"))
-
-
 def default_root(project: Project, scenario: str, environ: dict | None = None) -> Path:
     """<data dir>/reef/installs/<project name>-<hash>-<scenario>: outside the project, one per project+scenario."""
     real = os.path.realpath(project.root)
@@ -101,6 +96,10 @@ def default_bin_dir(environ: dict | None = None) -> Path:
     if env.get("REEF_BIN_DIR"):
         return Path(env["REEF_BIN_DIR"])
     return Path(env.get("HOME") or os.path.expanduser("~")) / ".local" / "bin"
+
+
+def wrapper_path(adapter: Adapter, bin_dir: Path | None, environ: dict | None = None) -> Path:
+    return Path(os.path.abspath(bin_dir or default_bin_dir(environ))) / f"reef-{adapter.name}"
 
 
 def record_path(project: Project, adapter: str, agent_dir: Path) -> Path:
@@ -301,16 +300,27 @@ def install(
     if write_wrapper:
         wrapper = str(write_wrapper_script(adapter, store.project, store.scenario, root,
                                            bin_dir or default_bin_dir(environ)))
-    record = InstallRecord(
-        adapter=adapter.name, project=str(store.project.root), scenario=store.scenario, root=str(root),
-        agent_dir=str(agent_dir), release_id=release.release_id, content_id=release.content_id, step=release.step,
-        files={rel: sha256(e.data) for rel, e in files.items()}, installed_at=now(), wrapper=wrapper,
-    )
+    record = _record(store, adapter, release, root, files, now(), wrapper)
     path = record_path(store.project, adapter.name, agent_dir)
     path.parent.mkdir(parents=True, exist_ok=True)
     write_atomic(path, canonical(record.to_json()) + b"\n")
     return InstallResult(record, False, tuple(synced.written), tuple(synced.removed), tuple(synced.links),
                          compiled.warnings)
+
+
+def _record(store, adapter: Adapter, release: Release, root: Path, files: dict[str, Entry], installed_at: str,
+            wrapper: str | None) -> InstallRecord:
+    """What `install` writes and what the printed installer writes: the same record."""
+    return InstallRecord(
+        adapter=adapter.name, project=str(store.project.root), scenario=store.scenario, root=str(root),
+        agent_dir=str(root / adapter.config_dir), release_id=release.release_id, content_id=release.content_id,
+        step=release.step, files={rel: sha256(e.data) for rel, e in files.items()}, installed_at=installed_at,
+        wrapper=wrapper,
+    )
+
+
+def _marker(store, adapter: Adapter) -> bytes:
+    return canonical({"adapter": adapter.name, "project": str(store.project.root), "scenario": store.scenario}) + b"\n"
 
 
 def _claim(agent_dir: Path, store, adapter: Adapter) -> None:
@@ -329,7 +339,7 @@ def _claim(agent_dir: Path, store, adapter: Adapter) -> None:
 
 
 def _write_marker(agent_dir: Path, store, adapter: Adapter) -> None:
-    data = canonical({"adapter": adapter.name, "project": str(store.project.root), "scenario": store.scenario}) + b"\n"
+    data = _marker(store, adapter)
     path = agent_dir / MARKER
     if os.path.islink(path) or not path.is_file() or path.read_bytes() != data:
         _write_replace(path, data, 0o644)
@@ -354,9 +364,8 @@ def wrapper_text(adapter: Adapter, project: Project, scenario: str, root: Path, 
 
 
 def write_wrapper_script(adapter: Adapter, project: Project, scenario: str, root: Path, bin_dir: Path) -> Path:
-    bin_dir = Path(os.path.abspath(bin_dir))
-    bin_dir.mkdir(parents=True, exist_ok=True)
-    path = bin_dir / f"reef-{adapter.name}"
+    path = wrapper_path(adapter, bin_dir)
+    path.parent.mkdir(parents=True, exist_ok=True)
     data = wrapper_text(adapter, project, scenario, root).encode()
     if os.path.isdir(path) and not os.path.islink(path):
         raise ConflictError(f"{path} is a directory; cannot install the reef-{adapter.name} wrapper there")
@@ -368,7 +377,7 @@ def write_wrapper_script(adapter: Adapter, project: Project, scenario: str, root
 def _wrapper_ok(record, adapter, store, root, bin_dir, write_wrapper, environ) -> bool:
     if not write_wrapper:
         return True
-    path = Path(os.path.abspath(bin_dir or default_bin_dir(environ))) / f"reef-{adapter.name}"
+    path = wrapper_path(adapter, bin_dir, environ)
     if record.wrapper != str(path) or path.is_symlink() or not path.is_file():
         return False
     return path.read_bytes() == wrapper_text(adapter, store.project, store.scenario, root).encode()
@@ -388,13 +397,8 @@ def shell_script(store, adapter: Adapter, *, release: Release | None = None, roo
     files = compiled_for_install(store, adapter, release).files
     previous = load_record(store.project, adapter, root)
     stale = sorted(set(previous.files) - set(files)) if previous else []
-    bin_path = Path(os.path.abspath(bin_dir or default_bin_dir(environ))) / f"reef-{adapter.name}"
-    record = InstallRecord(
-        adapter=adapter.name, project=str(store.project.root), scenario=store.scenario, root=str(root),
-        agent_dir=str(agent_dir), release_id=release.release_id, content_id=release.content_id, step=release.step,
-        files={rel: sha256(e.data) for rel, e in files.items()}, installed_at=utcnow_iso(), wrapper=str(bin_path),
-    )
-    marker = canonical({"adapter": adapter.name, "project": str(store.project.root), "scenario": store.scenario}) + b"\n"
+    bin_path = wrapper_path(adapter, bin_dir, environ)
+    record = _record(store, adapter, release, root, files, utcnow_iso(), str(bin_path))
     q = shlex.quote
     lines = [
         "#!/bin/sh",
@@ -417,7 +421,7 @@ def shell_script(store, adapter: Adapter, *, release: Release | None = None, roo
     for rel, entry in sorted(files.items()):
         mode = "755" if entry.mode == MODE_EXEC else "644"
         lines.extend(_emit(f"put {q(rel)} {mode}", entry.data))
-    lines.extend(_emit(f"put {q(MARKER)} 644", marker))
+    lines.extend(_emit(f"put {q(MARKER)} 644", _marker(store, adapter)))
     sums = "".join(f"{sha256(e.data)}  {rel}\n" for rel, e in sorted(files.items()) if "\n" not in rel and "\\" not in rel)
     if sums:  # the bytes written are the bytes hashed: catches any shell that mangles a heredoc
         lines.extend(_emit("if command -v sha256sum >/dev/null 2>&1 && ! (cd \"$dest\" && sha256sum --quiet -c -)",
