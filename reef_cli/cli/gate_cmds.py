@@ -194,7 +194,7 @@ def _ci_store(env: Env, base_dir: Path | None):
         project.state.mkdir(exist_ok=True)
         (project.state / ".gitignore").write_text("*\n")
         write_atomic(project.state / PROJECT_FILE, canonical({"version": 1, "default_scenario": "default"}) + b"\n")
-    store = HarnessStore(project, env.scenario_name or env.environ.get("REEF_SCENARIO") or project.default_scenario())
+    store = HarnessStore(project, env.scenario())  # finds the project just made when there was none
     if not store.exists():
         store.create(cfg.recipe)
     return store, base_files, base_files, f"{base_dir}"

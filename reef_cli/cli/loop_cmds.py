@@ -8,8 +8,6 @@ from typing import List, Optional
 import typer
 
 
-
-
 def run(
     ctx: typer.Context,
     cmd: List[str] = typer.Argument(..., metavar="-- CMD [ARGS]...", help="The agent command to run."),
