@@ -545,6 +545,7 @@ class Ledger:
         self._fd = self._lock_fd = self._idx_fd = -1
         self._syncing = 0  # appends between their write and the end of their sync (they sync without the mutex)
         self._sync_ns = 0  # moving average of this instance's syncs
+        self._reserved: set[str] = set()  # ids from reserve_id(), not yet appended
         self._retired: list[int] = []
         self._ino = 0
         self._size = -1  # ledger size when this process last held the writer lock; -1: unknown
@@ -848,7 +849,7 @@ class Ledger:
         """Append one record and return it once it is durable. With `record_id`, an identical resend returns the
         stored record and different content under that id raises ConflictError."""
         if (
-            record_id is not None
+            (record_id is not None and record_id not in self._reserved)
             or self._clock is not None
             or type(kind) is not str
             or kind not in _known_kinds
@@ -866,7 +867,7 @@ class Ledger:
         try:
             payload_text = _encode(payload)
             ms = time.time_ns() // 1_000_000
-            created_at, record_id = format_ms(ms), new_id_at("rec", ms)
+            created_at, record_id = format_ms(ms), record_id or new_id_at("rec", ms)
             head = _line_head(content_json, created_at, kind, payload_text)
         except (TypeError, ValueError, RecursionError):  # not JSON, or a lone surrogate: say so as _draft does
             return self._append([_draft(kind, payload, release_id, content_id, None)])[0]
@@ -886,6 +887,7 @@ class Ledger:
                                                                      self._scenario_json, seq))
                 self._append_bytes(fd, line)
                 self._seq, self._hash = seq, digest
+                self._reserved.discard(record_id)  # stored now: a second append of it is a resend
             finally:
                 fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
             self._syncing += 1
@@ -893,6 +895,14 @@ class Ledger:
         self._sync_outside(fd, ino, end, len(line))
         return _new_record(record_id, kind, self.scenario, release_id, content_id, created_at, payload_text, seq,
                            prev, digest)
+
+    def reserve_id(self) -> str:
+        """A fresh record id for a record appended later through this instance (`reef run` hands it to the agent
+        as its receipt before the run). It is new by construction, so appending it skips the idempotency lookup
+        that a client-supplied id costs (a pass over the id index)."""
+        record_id = new_record_id()
+        self._reserved.add(record_id)
+        return record_id
 
     def append_many(self, items: Iterable[NewRecord | Mapping[str, Any]]) -> list[Record]:
         """Append several records (NewRecord or mappings with the same fields) under one lock, one write and at
@@ -920,6 +930,7 @@ class Ledger:
                 start = self._size
                 existing = self._resolve_ids(drafts)
                 written, _ = self._write(drafts, ids, created_at, existing)
+                self._reserved.difference_update(ids)  # stored now: a second append of any is a resend
             finally:
                 fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
             fd, ino, end = self._fd, self._ino, self._size
@@ -931,7 +942,7 @@ class Ledger:
     def _resolve_ids(self, drafts: list[_Draft]) -> dict[int, Record]:
         """Records already stored or earlier in the batch under a draft's client-supplied id, by draft position;
         ConflictError if the content differs."""
-        supplied = {d.record_id for d in drafts if d.record_id is not None}
+        supplied = {d.record_id for d in drafts if d.record_id is not None and d.record_id not in self._reserved}
         if not supplied:
             return {}
         stored = self._lookup(supplied)

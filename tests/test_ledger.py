@@ -341,6 +341,22 @@ def test_a_resend_waits_until_the_original_is_durable(path: Path, monkeypatch: p
     resender.close()
 
 
+@pytest.mark.parametrize("clocked", [False, True], ids=["flat append", "batch path"])
+def test_a_reserved_id_is_appended_without_the_idempotency_lookup(path: Path, clocked: bool) -> None:
+    """`reef run` reserves its receipt before the run; appending it must not pay for a pass over the id index."""
+    with Ledger(path, "demo", now=Clock() if clocked else None) as ledger:
+        fill(ledger, 3)
+        rid = ledger.reserve_id()
+        assert ID_RE.fullmatch(rid)
+        record = ledger.append("interaction", {"run": 1}, release_id="rel_1", content_id="c_1", record_id=rid)
+        assert record.record_id == rid and record.seq == 4
+        assert not ledger.index_path.exists()  # no lookup happened
+        again = ledger.append("interaction", {"run": 1}, release_id="rel_1", content_id="c_1", record_id=rid)
+        assert again == record and len(lines_of(path)) == 4  # afterwards it is an ordinary resend
+        with pytest.raises(ConflictError):
+            ledger.append("interaction", {"run": 2}, release_id="rel_1", content_id="c_1", record_id=rid)
+
+
 def test_batch_with_a_repeated_id(ledger: Ledger) -> None:
     same = NewRecord("report", {"s": 1}, "r", "c", "dup")
     first, second = ledger.append_many([same, same])
