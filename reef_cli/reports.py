@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from pathlib import Path
 
 from .errors import InvalidInput, NotFound
@@ -34,7 +35,7 @@ def parse_score(raw) -> float:
 
 def load_feedback_json(path: Path) -> dict:
     try:
-        text = path.read_text(encoding="utf-8") if str(path) != "-" else __import__("sys").stdin.read()
+        text = path.read_text(encoding="utf-8") if str(path) != "-" else sys.stdin.read()
     except FileNotFoundError:
         raise InvalidInput(f"--feedback-json {path}: no such file") from None
     except UnicodeDecodeError:
