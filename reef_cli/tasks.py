@@ -115,6 +115,10 @@ def prompt_digest(prompt: str) -> str:
     return "sha256:" + hashlib.sha256(prompt.encode("utf-8")).hexdigest()
 
 
+def _digest_of(arg: Any) -> str | None:
+    return prompt_digest(arg) if isinstance(arg, str) else None
+
+
 @lru_cache(maxsize=1)
 def _schema() -> dict:
     return json.loads((Path(__file__).parent / "schemas" / "task.schema.json").read_text())
@@ -243,6 +247,10 @@ def check_held_out(tasks: Iterable[Task], records: Iterable[Any]) -> None:
             digest = prompt.get("digest") if isinstance(prompt, dict) else None
             task = by_digest.get(digest) if isinstance(digest, str) else None
             how = "its prompt"
+        if task is None and isinstance(payload.get("argv"), list):
+            # `reef run -- agent -p PROMPT` records the command line: the prompt is one of its arguments
+            task = next((by_digest[d] for d in map(_digest_of, payload["argv"]) if d in by_digest), None)
+            how = "its prompt in a command line"
         if task is not None:
             raise PolicyError(
                 f"canary task '{task.id}' ({task.source}) is no longer held out: the Reflector has seen {how} in "

@@ -116,6 +116,10 @@ def test_a_canary_task_the_reflector_has_seen_is_refused():
     seen_prompt = {"prompt": {"digest": prompt_digest('Write the text "hi" to hi.txt.')}}
     with pytest.raises(PolicyError, match="the Reflector has seen its prompt in interaction"):
         check_held_out(tasks, [{"kind": "interaction", "payload": seen_prompt, "record_id": "r"}])
+    check_held_out(tasks, [Rec("interaction", {"argv": ["claude", "-p", "Write hi."]})])
+    with pytest.raises(PolicyError, match="seen its prompt in a command line in interaction rec_RUN"):
+        check_held_out(tasks, [Rec("interaction", {"argv": ["claude", "-p", 'Write the text "hi" to hi.txt.']},
+                                   "rec_RUN")])
 
 
 def test_train_tasks_may_have_been_seen():
