@@ -166,7 +166,7 @@ def run_recorded(
 ) -> RunResult:
     """`release` pins the run to a release already materialised by the caller (a wrapper's install root), so a
     publish between the caller's install and this call cannot re-attribute the run."""
-    from .ledger import Ledger, new_record_id
+    from .ledger import Ledger
     from .sessions import PendingReceipts, shell_key
 
     if not argv:
@@ -176,7 +176,8 @@ def run_recorded(
     if harness_dir is None:
         harness_dir = tree
     base_env = dict(os.environ if env is None else env)
-    record_id = new_record_id()
+    ledger = Ledger(store.ledger_path, store.scenario)
+    record_id = ledger.reserve_id()  # the receipt the child sees; reserved, so appending it needs no id lookup
     runs_dir = store.dir / "runs"
     runs_dir.mkdir(parents=True, exist_ok=True)
     routing_file = runs_dir / f"{record_id}.routing.jsonl"
@@ -252,7 +253,6 @@ def run_recorded(
     payload, _ = redact_obj(payload)
     for name, text in texts.items():
         payload[name]["text"] = text
-    ledger = Ledger(store.ledger_path, store.scenario)
     record = ledger.append("interaction", payload, release_id=release.release_id, content_id=release.content_id,
                            record_id=record_id)
     try:
