@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -28,6 +27,7 @@ from .durable import append_durable
 from .errors import InvalidInput
 from .redact import content_fields
 from .releases import canonical
+from .store import rmtree, write_files
 from .tasks import Task
 
 SCORE_PREFIX = "score:"
@@ -262,22 +262,6 @@ def _skills_used(routing: Path) -> tuple[str, ...]:
     return tuple(dict.fromkeys(out))
 
 
-def rmtree(path: Path) -> None:
-    """Remove a tree even where the agent or reef made parts of it read-only."""
-
-    def fix(func, p, _exc):
-        try:
-            os.chmod(os.path.dirname(p), 0o755)
-            if os.path.isdir(p) and not os.path.islink(p):
-                os.chmod(p, 0o755)
-            func(p)
-        except OSError:
-            pass
-
-    if path.exists():
-        shutil.rmtree(path, onerror=fix)
-
-
 class EpisodeRunner:
     """Runs episodes for one gate run: the agent command, the trusted suite directory and the seed are fixed."""
 
@@ -479,8 +463,6 @@ class Journal:
 
 def materialise_readonly(dest: Path, files: Mapping) -> Path:
     """A read-only copy of a harness (files and directories) at `dest`, built once (a marker beside it says so)."""
-    from .store import write_files
-
     marker = dest.with_name(dest.name + ".complete")
     if marker.exists() and dest.is_dir():
         return dest

@@ -518,23 +518,31 @@ class HarnessStore:
             return cache
         tmp = cache.with_name(f"{cache.name}.{os.getpid()}.tmp")
         if tmp.exists():
-            _rmtree(tmp)
+            rmtree(tmp)
         write_files(tmp, self.files_of(release), read_only=True)
         (tmp / ".reef-complete").write_text(release.content_id + "\n")
         try:
             os.rename(tmp, cache)
         except OSError:
-            _rmtree(tmp)  # another process won the race; its copy is identical
+            rmtree(tmp)  # another process won the race; its copy is identical
         return cache
 
 
-def _rmtree(path: Path) -> None:
-    """Remove a tree that materialise() made read-only."""
+def rmtree(path: Path) -> None:
+    """Remove a tree even where reef (a materialised harness) or an agent made parts of it read-only."""
     import shutil
 
-    for dirpath, dirnames, _ in os.walk(path):
-        os.chmod(dirpath, 0o755)
-    shutil.rmtree(path)
+    def fix(func, p, _exc):
+        try:
+            os.chmod(os.path.dirname(p), 0o755)
+            if os.path.isdir(p) and not os.path.islink(p):
+                os.chmod(p, 0o755)
+            func(p)
+        except OSError:
+            pass
+
+    if path.exists():
+        shutil.rmtree(path, onerror=fix)
 
 
 def unified_diff(old: dict[str, Entry], new: dict[str, Entry], a_label: str, b_label: str) -> str:
