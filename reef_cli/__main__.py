@@ -1,3 +1,3 @@
-from reef_cli.cli.main import main
+from reef_cli.cli.entry import main
 
 main()

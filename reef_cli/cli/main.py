@@ -121,9 +121,3 @@ def run(argv: list[str] | None = None) -> int:
             return int(ExitCode.USAGE) if isinstance(exc, click_exc.UsageError) else int(ExitCode.ERROR)
 
     return guarded(invoke)
-
-
-def main() -> None:
-    from .entry import main as entry_main
-
-    entry_main()
