@@ -127,6 +127,20 @@ def test_run_observe_only_flag_and_rule(project):
     assert flags == [True, True, False]
 
 
+def test_a_run_inside_a_gate_episode_records_its_task_so_the_canary_check_sees_it(project):
+    """An episode's agent run through `reef run` (or a wrapper) would let the Reflector see a canary task."""
+    from reef_cli.errors import PolicyError
+    from reef_cli.tasks import check_held_out, parse_task_file
+
+    assert run_reef("run", "--", "true", cwd=project).returncode == 0
+    assert run_reef("run", "--", "true", cwd=project, env={"REEF_TASK_ID": "hello"}).returncode == 0
+    plain, episode = records(project, "interaction")
+    assert "task_id" not in plain["payload"] and episode["payload"]["task_id"] == "hello"
+    canary = parse_task_file("tasks:\n  - {id: hello, prompt: Say hi., check: 'true'}\n", "canary/a.yaml")
+    with pytest.raises(PolicyError, match=f"seen its id in interaction {episode['record_id']}"):
+        check_held_out(canary, [plain, episode])
+
+
 def test_run_redacts_secrets(project):
     key = "sk-ant-api03-" + "A1b2C3d4E5f6G7h8I9j0" * 4
     r = run_reef("run", "--", "sh", "-c", f"echo token={key}", "--api-key", key, cwd=project)
