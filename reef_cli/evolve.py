@@ -139,12 +139,6 @@ class Outcome:
 # --------------------------------------------------------------------------------------------- shared pieces
 
 
-def ledger_of(store):
-    from .ledger import Ledger
-
-    return Ledger(store.ledger_path, store.scenario)
-
-
 def evolve_dir(store) -> Path:
     d = store.dir / "evolve"
     d.mkdir(parents=True, exist_ok=True)
@@ -313,7 +307,7 @@ def run_reflect(store, opts: Options) -> ReflectOutcome:
 
     head = store.require_head()
     config = store.config_of(head)
-    ledger = ledger_of(store)
+    ledger = store.ledger()
     with ledger:
         negatives = [] if opts.dry_run else record_rollback_negatives(store, ledger, config)
         files = store.files_of(head)
@@ -427,7 +421,7 @@ def evolve(store, opts: Options) -> Outcome:
     directory = evolve_dir(store)
     lock = _lock(directory) if not opts.dry_run else None
     try:
-        ledger = ledger_of(store)
+        ledger = store.ledger()
         with ledger:
             if not opts.dry_run:
                 journal = Journal(directory)
@@ -740,7 +734,7 @@ def write_proposal(store, head, memory: PatternMemory, ops: list[Op], contradict
             "created_at": format_time(utc_now()), **body, "memory": memory.dumps().decode("utf-8"),
             "blocked": [b.to_json() for b in blocked], "evidence": evidence, "keys": sorted(keys),
             "diff": diff_lines(ops, contradictions, blocked)}
-    ledger = ledger_of(store)
+    ledger = store.ledger()
     with ledger:
         rec = ledger.append("proposal", {k: v for k, v in prop.items() if k != "memory"},
                             release_id=head.release_id, content_id=head.content_id, record_id=f"prop-{pid}")
@@ -842,7 +836,7 @@ def _promote(store, ref: str, opts: Options) -> Outcome:
                                root=store.project.root)
     _dirty_conflict(store, {o.path for o in applied})
     out = Outcome("nothing", ops=[o.to_json() for o in applied], evidence=_evidence(memory, keys))
-    ledger = ledger_of(store)
+    ledger = store.ledger()
     with ledger:
         release = None
         if files != base:
@@ -924,7 +918,7 @@ def reject(store, ref: str, reason: str = "") -> Outcome:
         items.append((f"neg-rej-{prop['proposal_id']}-{_sha(c['key'])[:16]}", _negative_payload(
             c["key"], c["text"], "", "human", reason or f"contradiction in {prop['proposal_id']} rejected by a human",
             reearn_needed(config, c["surface"]), bullet_id=c["bullet_id"], proposal_id=prop["proposal_id"])))
-    ledger = ledger_of(store)
+    ledger = store.ledger()
     with ledger:
         negatives = write_negatives(store, ledger, items)
     prop["status"] = "rejected"
@@ -960,7 +954,7 @@ def _demote(store, ref: str, reason: str, opts: Options) -> Outcome:
     ops = [Op("remove", w.surface, w.path, bid, key, w.text, "demoted by a human", _zone(store, config, w.path),
               None, None, key or bid) for w in where]
     top = max((w.surface for w in where), key=lambda s: RANK[s], default=None)
-    ledger = ledger_of(store)
+    ledger = store.ledger()
     with ledger:
         negatives = []
         if key is not None:

@@ -78,6 +78,12 @@ class ScenarioPaths:
     def exists(self) -> bool:
         return (self.dir / "scenario.json").is_file()
 
+    def ledger(self):
+        """This scenario's ledger (constructing one reads and opens nothing)."""
+        from .ledger import Ledger
+
+        return Ledger(self.ledger_path, self.scenario)
+
 
 def find_project(start: Path) -> Project:
     """Walk up from `start` to the first directory holding `.reef/project.json`."""

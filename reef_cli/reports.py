@@ -68,14 +68,12 @@ def _owner_scenario(store, receipt: str) -> str | None:
 
 def report(store, score, *, feedback: str | dict | None = None, receipts: list[str], record_id: str | None = None):
     """Validate everything first, then append one report record; nothing is written on a refusal."""
-    from .ledger import Ledger
-
     value = parse_score(score)
     if not receipts:
         raise InvalidInput("no receipt to report on: this shell has no unreported run; pass --receipt ID")
     if isinstance(feedback, str) and len(feedback.encode()) > FEEDBACK_MAX:
         raise InvalidInput(f"--feedback is {len(feedback.encode())} bytes; the limit is {FEEDBACK_MAX}")
-    ledger = Ledger(store.ledger_path, store.scenario)
+    ledger = store.ledger()
     releases = []
     for rid in receipts:
         try:

@@ -166,7 +166,6 @@ def run_recorded(
 ) -> RunResult:
     """`release` pins the run to a release already materialised by the caller (a wrapper's install root), so a
     publish between the caller's install and this call cannot re-attribute the run."""
-    from .ledger import Ledger
     from .sessions import PendingReceipts, shell_key
 
     if not argv:
@@ -176,7 +175,7 @@ def run_recorded(
     if harness_dir is None:
         harness_dir = tree
     base_env = dict(os.environ if env is None else env)
-    ledger = Ledger(store.ledger_path, store.scenario)
+    ledger = store.ledger()
     record_id = ledger.reserve_id()  # the receipt the child sees; reserved, so appending it needs no id lookup
     runs_dir = store.dir / "runs"
     runs_dir.mkdir(parents=True, exist_ok=True)

@@ -26,7 +26,7 @@ from .durable import write_all
 from .errors import ConflictError, InvalidInput, NotFound, StoreError
 from .gitstore import MODE_EXEC, MODE_LINK, Entry, GitStore, mode_of
 from .ids import new_id
-from .project import Project, check_scenario_name, write_atomic
+from .project import Project, ScenarioPaths, check_scenario_name, write_atomic
 from .releases import Release, ReleaseLog, canonical
 from .times import format_time, utc_now
 
@@ -248,7 +248,10 @@ class HarnessStore:
 
     @property
     def ledger_path(self) -> Path:
-        return self.dir / "ledger.jsonl"
+        return ScenarioPaths(self.project, self.scenario).ledger_path
+
+    def ledger(self):
+        return ScenarioPaths(self.project, self.scenario).ledger()
 
     @property
     def git(self) -> GitStore:

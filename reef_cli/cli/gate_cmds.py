@@ -113,12 +113,6 @@ def _render(verdict, label: str) -> None:
         print(f"gate record: {verdict.record_id}")
 
 
-def _ledger(store):
-    from ..ledger import Ledger
-
-    return Ledger(store.ledger_path, store.scenario)
-
-
 def eval_cmd(
     ctx: typer.Context,
     candidate: Optional[str] = typer.Option(None, "--candidate", help="Evaluate this release (id, prefix or step)."),
@@ -155,7 +149,7 @@ def eval_cmd(
         note(f"warning: the {label} changes {v.path} ({v.reason}); the gate judges with release {base.step}'s tasks, "
              "evaluators and settings")
     with _interruptible(), _progress(not as_json) as progress:
-        verdict = gate_candidate(store, files, ledger=_ledger(store), baseline=base, workers=workers, policy=policy,
+        verdict = gate_candidate(store, files, ledger=store.ledger(), baseline=base, workers=workers, policy=policy,
                                  max_episodes=max_episodes, repeats=repeats, progress=progress, environ=env.environ,
                                  attribute=ablations(base_files, files) if attribute else None)
     if verdict is None:
@@ -234,7 +228,7 @@ def ci(
         report.status, report.reason = "pass", "no harness changes; nothing to gate"
     else:
         with _interruptible(), _progress(not as_json) as progress:
-            verdict = gate_candidate(store, files, ledger=_ledger(store), baseline=baseline, workers=workers,
+            verdict = gate_candidate(store, files, ledger=store.ledger(), baseline=baseline, workers=workers,
                                      policy=policy, max_episodes=max_episodes, progress=progress, environ=env.environ)
         if verdict is None:
             report.status, report.reason = "pass", "no canary tasks (harness.yaml gate.tasks); nothing to gate"

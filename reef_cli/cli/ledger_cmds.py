@@ -15,10 +15,7 @@ app = typer.Typer(help="The append-only, hash-chained ledger of runs, reports an
 
 
 def _ledger(ctx: typer.Context):
-    from ..ledger import Ledger
-
-    store = ctx.obj.store()
-    return Ledger(store.ledger_path, store.scenario)
+    return ctx.obj.store().ledger()
 
 
 def _parse_time(value: str, flag: str) -> datetime:
@@ -88,11 +85,9 @@ def query(
 ) -> None:
     """Records matching every filter, oldest first (streams)."""
     store = ctx.obj.store()
-    from ..ledger import Ledger
-
     release_id = store.find(release).release_id if release else None
     since_ts = _parse_time(since, "--since") if since else None
-    it = Ledger(store.ledger_path, store.scenario).iter_records(kind=kind, since=since_ts, release_id=release_id)
+    it = store.ledger().iter_records(kind=kind, since=since_ts, release_id=release_id)
     if as_json:
         _render(it, True, "")
     else:
