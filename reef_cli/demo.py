@@ -26,7 +26,6 @@ from __future__ import annotations
 import os
 import shlex
 import shutil
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -81,12 +80,6 @@ def _configure(root: Path, agent: tuple[str, ...], suite: dict[str, str]) -> Non
     cfg.write_text(text.rstrip("\n") + f"\nagent: {_yaml_list(agent)}\n")
 
 
-def _argv(agent: tuple[str, ...], prompt: str) -> tuple[list[str], str | None]:
-    used = any("{prompt}" in a for a in agent)
-    argv = [a.replace("{prompt}", prompt).replace("{python}", sys.executable) for a in agent]
-    return argv, (None if used else prompt)
-
-
 def canary_score(store, release, *, environ: dict, workers: int | None = None) -> tuple[float, dict[str, float]]:
     """Mean canary score of one release: every canary task, `gate.repeats` times (no ledger records)."""
     from .episodes import EpisodeRequest, EpisodeRunner
@@ -111,7 +104,7 @@ def canary_score(store, release, *, environ: dict, workers: int | None = None) -
 
 def _session(store, task, agent: tuple[str, ...], environ: dict, round_no: int) -> dict:
     """One recorded run of a train task, checked, and reported like a user would."""
-    from .episodes import parse_score, run_command
+    from .episodes import agent_argv, parse_score, run_command
     from .reports import report
     from .runs import run_recorded
     from .store import write_files
@@ -121,8 +114,8 @@ def _session(store, task, agent: tuple[str, ...], environ: dict, round_no: int) 
     try:
         if task.setup is not None and task.setup.files:
             write_files(work, {p: Entry(t.encode("utf-8")) for p, t in task.setup.files})
-        argv, stdin_prompt = _argv(agent, task.prompt)
-        if stdin_prompt is not None:
+        argv, prompt_in_argv = agent_argv(agent, task.prompt)
+        if not prompt_in_argv:
             argv = ["/bin/sh", "-c", 'printf "%s" "$REEF_DEMO_PROMPT" | "$@"', "reef-demo", *argv]
         env = {**environ, "REEF_DEMO_PROMPT": task.prompt, "REEF_TASK_ID": "", "REEF_WORK_DIR": str(work)}
         res = run_recorded(store, argv, env=env, adapter="demo", cwd=work, stdout_fd=None, stderr_fd=None,
