@@ -10,8 +10,7 @@ from pathlib import Path
 from .config import CONFIG_NAME, DEFAULT_RECIPE, parse_config
 from .errors import ConflictError, InvalidInput, NotFound
 from .gitstore import Entry
-from .project import PROJECT_FILE, Project, check_scenario_name, write_atomic
-from .releases import canonical
+from .project import PROJECT_FILE, Project, check_scenario_name
 from .store import HarnessStore, PublishResult, collect_files, write_files
 
 TEMPLATES_DIR = Path(__file__).resolve().parent.parent / "harness_templates"
@@ -216,10 +215,8 @@ def init_project(
     config = parse_config((root / CONFIG_NAME).read_bytes(), source=str(root / CONFIG_NAME))
     recipe = recipe or config.recipe
     load_recipe(recipe)
-    project.state.mkdir(exist_ok=True)
     if created_project:
-        write_atomic(project.state / PROJECT_FILE, canonical({"version": 1, "default_scenario": scenario}) + b"\n")
-        (project.state / ".gitignore").write_text("*\n")
+        project.create_state(scenario)
     store = HarnessStore(project, scenario)
     store.create(recipe)
     head = store.head()

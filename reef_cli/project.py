@@ -53,6 +53,15 @@ class Project:
     def default_scenario(self) -> str:
         return self.settings().get("default_scenario", DEFAULT_SCENARIO)
 
+    def create_state(self, default_scenario: str) -> None:
+        """Make `root` a reef project: `.reef/` (ignored by the user's git) with its project file, written last as
+        the marker `find_project` looks for."""
+        from .releases import canonical
+
+        self.state.mkdir(exist_ok=True)
+        (self.state / ".gitignore").write_text("*\n")
+        write_atomic(self.state / PROJECT_FILE, canonical({"version": 1, "default_scenario": default_scenario}) + b"\n")
+
     def scenarios(self) -> list[str]:
         base = self.state / "scenarios"
         if not base.is_dir():

@@ -170,8 +170,7 @@ def _ci_store(env: Env, base_dir: Path | None):
     project without `.reef/` gets a private one (a CI workspace is thrown away after the job)."""
     from ..config import CONFIG_NAME, load_config
     from ..errors import NotFound
-    from ..project import PROJECT_FILE, Project, find_project, write_atomic
-    from ..releases import canonical
+    from ..project import Project, find_project
     from ..store import HarnessStore, collect_files
 
     if base_dir is None:
@@ -185,9 +184,7 @@ def _ci_store(env: Env, base_dir: Path | None):
         project = find_project(env.cwd)
     except NotFound:
         project = Project(env.cwd)
-        project.state.mkdir(exist_ok=True)
-        (project.state / ".gitignore").write_text("*\n")
-        write_atomic(project.state / PROJECT_FILE, canonical({"version": 1, "default_scenario": "default"}) + b"\n")
+        project.create_state("default")
     store = HarnessStore(project, env.scenario())  # finds the project just made when there was none
     if not store.exists():
         store.create(cfg.recipe)
