@@ -52,7 +52,7 @@ from .errors import ConflictError, InvalidInput, NotFound, StoreError
 from . import group_commit
 from .group_commit import SyncLeader
 from .ids import new_id, new_id_at
-from .times import format_ms, format_time, utc_now
+from .times import format_ms, format_time
 
 ZERO_HASH = "0" * 64
 REMOVED_LIST_LIMIT = 1000
@@ -534,8 +534,7 @@ class Ledger:
         self.path = Path(path)
         self.scenario = scenario
         self._scenario_json = _quote(scenario)
-        self._clock = now
-        self._now = now or utc_now
+        self._clock = now  # None: the system clock, read as time_ns (see _stamp)
         self.lock_path = self.path.with_name(self.path.name + ".lock")
         self.index_path = self.path.with_name(self.path.name + ".idx")
         self.sync_path = self.path.with_name(self.path.name + ".sync")
@@ -1217,9 +1216,9 @@ class Ledger:
             }
             if cut <= REMOVED_LIST_LIMIT:
                 payload["removed"] = removed
-            now = self._now()
+            created_at, (record_id,) = self._stamp([None])
             draft = _Draft("compaction", _encode(payload), None, None, None)
-            fields = (draft, new_record_id(now), self._seq + 1, self._hash, format_time(now))
+            fields = (draft, record_id, self._seq + 1, self._hash, created_at)
             digest, line = self._line(*fields)
             record = self._record(*fields, digest)
             size += write_all(fd, line)
