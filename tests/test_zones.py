@@ -141,6 +141,26 @@ def test_zone_map_rejects_non_mapping() -> None:
         ZoneMap.from_mapping(["frozen"])  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize(
+    ("zones_yaml", "message"),
+    [("managed: ['[z-a]']", "zones.managed: invalid glob"), ("evolvable: ['../x/**']", "uses '..'")],
+)
+def test_harness_yaml_zones_get_the_zone_map_checks(zones_yaml: str, message: str) -> None:
+    """The schema only asks for non-empty strings; the zone map a writer gets from harness.yaml is checked too."""
+    from reef_cli.config import parse_config
+
+    config = parse_config(f"version: 1\ninclude: ['**']\nzones:\n  {zones_yaml}\n")
+    with pytest.raises(InvalidInput, match=re_escape(message)):
+        config.zone_map()
+
+
+def test_harness_yaml_zone_map() -> None:
+    from reef_cli.config import parse_config
+
+    config = parse_config("version: 1\ninclude: ['**']\nzones:\n  learned: [reef/**]\ngate:\n  tasks: [c/*.yaml]\n")
+    assert config.zone_map() == ZoneMap(learned=("reef/**",), always_frozen=("c/*.yaml", "evaluators/**"))
+
+
 def re_escape(text: str) -> str:
     import re
 
