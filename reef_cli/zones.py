@@ -434,9 +434,9 @@ class _Guard:
             target_rel = self._inside(target)
             if target_rel is None:
                 return _frozen(f"symlink {shown} points outside the harness")
-            landing = self._judge_spellings(target_rel, walk=False) if target_rel else None
-            if landing is None:
+            if not target_rel:
                 return _frozen(f"symlink {shown} lands on the harness root itself")
+            landing = self._judge_spellings(target_rel, walk=False)
             if landing.zone == FROZEN:
                 return _frozen(f"symlink {shown} lands in frozen path {_quote(target_rel)} ({landing.reason})")
         first = _quote(self._show(links[0][0]))
@@ -502,13 +502,10 @@ class _Guard:
         return None
 
     def _match(self, rel: str) -> _Verdict:
+        """The zone of a lexically normal path; `_judge` has already refused private segments."""
         segments = rel.split("/")
-        folded = [s.casefold() for s in segments]
-        for seg in folded:
-            if seg in PRIVATE_DIRS:
-                return _frozen(f"path enters {seg}")
-        if len(folded) == 1 and folded[0] in ZONE_MAP_NAMES:
-            return _frozen(f"{folded[0]} is the zone map and is always frozen")
+        if len(segments) == 1 and segments[0].casefold() in ZONE_MAP_NAMES:
+            return _frozen(f"{segments[0].casefold()} is the zone map and is always frozen")
         for seg in segments:
             if _SHORT_NAME.fullmatch(seg):
                 return _frozen(
