@@ -11,6 +11,7 @@ from .errors import StoreError
 MODE_FILE = 0o100644
 MODE_EXEC = 0o100755
 MODE_LINK = 0o120000
+MODE_TREE = 0o040000
 
 
 @dataclass(frozen=True)
@@ -68,7 +69,7 @@ class GitStore:
                     tb.insert(head, repo.create_blob(entry.data), entry.mode)
             for name, sub_changes in nested.items():
                 existing = tb.get(name)
-                existing_oid = existing.id if existing is not None and existing.filemode == 0o040000 else None
+                existing_oid = existing.id if existing is not None and existing.filemode == MODE_TREE else None
                 new_oid = build(existing_oid, sub_changes)
                 if new_oid is None:
                     if existing is not None:
@@ -83,47 +84,37 @@ class GitStore:
         return str(oid)
 
     def read_tree(self, tree_id: str) -> dict[str, Entry]:
-        out: dict[str, Entry] = {}
-        try:
-            tree = self.repo[tree_id]
-        except (KeyError, ValueError):
-            raise StoreError(f"{self.path}: tree {tree_id} is missing from reef's object store") from None
-        self._walk(tree, "", out)
-        return out
-
-    def _walk(self, tree, prefix: str, out: dict[str, Entry]) -> None:
-        for item in tree:
-            rel = f"{prefix}{item.name}"
-            if item.filemode == 0o040000:
-                self._walk(self.repo[item.id], rel + "/", out)
-            else:
-                out[rel] = Entry(self.repo[item.id].data, int(item.filemode))
+        return {rel: Entry(self.repo[item.id].data, int(item.filemode)) for rel, item in self._items(tree_id)}
 
     def blob_ids(self, tree_id: str) -> dict[str, str]:
         """{path: "mode:blob id"} without reading blob contents (cheap status checks); cached per tree id."""
         cached = self._blob_ids.get(tree_id)
-        if cached is not None:
-            return cached
-        out: dict[str, str] = {}
-
-        def walk(tree, prefix):
-            for item in tree:
-                if item.filemode == 0o040000:
-                    walk(self.repo[item.id], f"{prefix}{item.name}/")
-                else:
-                    out[f"{prefix}{item.name}"] = f"{int(item.filemode):o}:{item.id}"
-
-        walk(self.repo[tree_id], "")
-        if len(self._blob_ids) > 16:
-            self._blob_ids.clear()
-        self._blob_ids[tree_id] = out
-        return out
+        if cached is None:
+            cached = {rel: f"{int(item.filemode):o}:{item.id}" for rel, item in self._items(tree_id)}
+            self.remember_blob_ids(tree_id, cached)
+        return cached
 
     def remember_blob_ids(self, tree_id: str, ids: dict[str, str]) -> None:
         """Seed the cache with a tree we just built from `ids`, so the next diff need not walk it."""
         if len(self._blob_ids) > 16:
             self._blob_ids.clear()
         self._blob_ids[tree_id] = dict(ids)
+
+    def _items(self, tree_id: str):
+        """(posix path, tree entry) for every file or link under `tree_id`, depth first in tree order."""
+        try:
+            root = self.repo[tree_id]
+        except (KeyError, ValueError):
+            raise StoreError(f"{self.path}: tree {tree_id} is missing from reef's object store") from None
+
+        def walk(tree, prefix: str):
+            for item in tree:
+                if item.filemode == MODE_TREE:
+                    yield from walk(self.repo[item.id], f"{prefix}{item.name}/")
+                else:
+                    yield f"{prefix}{item.name}", item
+
+        return walk(root, "")
 
     def hash_blob(self, data: bytes) -> str:
         return str(self._pygit2.hash(data))
@@ -141,9 +132,3 @@ class GitStore:
     def get_ref(self, name: str) -> str | None:
         ref = self.repo.references.get(name)
         return str(ref.target) if ref is not None else None
-
-    def has(self, oid: str) -> bool:
-        try:
-            return oid in self.repo
-        except ValueError:
-            return False

@@ -369,6 +369,17 @@ def test_incremental_tree_equals_full_tree(tmp_path):
         tree = git.update_tree(tree, changes)
         assert tree == git.write_tree(files), step
         assert git.read_tree(tree) == files
+    assert sorted(git.blob_ids(tree)) == sorted(files)
+
+
+def test_a_missing_tree_is_a_store_error(tmp_path):
+    from reef_cli.errors import StoreError
+    from reef_cli.gitstore import GitStore
+
+    git = GitStore(tmp_path / "git")
+    for read in (git.read_tree, git.blob_ids):
+        with pytest.raises(StoreError, match="is missing from reef's object store"):
+            read("0" * 40)
 
 
 def test_stat_cache_never_hides_a_change(tmp_path):
