@@ -7,9 +7,9 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .config import CONFIG_NAME, DEFAULT_RECIPE, parse_config
+from .config import CONFIG_NAME, DEFAULT_RECIPE, load_config, parse_config
 from .errors import ConflictError, InvalidInput, NotFound
-from .gitstore import Entry
+from .gitstore import Entry, mode_of
 from .project import PROJECT_FILE, Project, check_scenario_name
 from .store import HarnessStore, PublishResult, collect_files, write_files
 
@@ -72,8 +72,7 @@ def discover(src: Path) -> tuple[dict[str, Entry], list[str]]:
                     continue
                 if not path.is_file():
                     continue
-                st = path.stat()
-                picked[rel] = Entry(path.read_bytes(), 0o100755 if st.st_mode & 0o111 else 0o100644)
+                picked[rel] = Entry(path.read_bytes(), mode_of(path.stat().st_mode))
     from .frontmatter import parse
 
     for rel, entry in picked.items():
@@ -205,14 +204,14 @@ def init_project(
         if not files:
             raise InvalidInput(f"--import {import_path}: no harness files found (CLAUDE.md, AGENTS.md, .claude/, skills/)")
         files[CONFIG_NAME] = Entry(config_for_import(files).encode())
-        same = os.path.realpath(import_path) == str(Path(os.path.realpath(root)))
+        same = os.path.realpath(import_path) == os.path.realpath(root)
         _place(root, {CONFIG_NAME: files[CONFIG_NAME]} if same else files)
         source = f"import:{import_path}"
     else:
         name = template or "claude"
         _place(root, template_files(name))
         source = f"template:{name}"
-    config = parse_config((root / CONFIG_NAME).read_bytes(), source=str(root / CONFIG_NAME))
+    config = load_config(root / CONFIG_NAME)
     recipe = recipe or config.recipe
     load_recipe(recipe)
     if created_project:
@@ -221,8 +220,7 @@ def init_project(
     store.create(recipe)
     head = store.head()
     if head is not None:
-        from .store import PublishResult as PR
-
-        return InitResult(project, scenario, recipe, PR(head, False, ()), created_project, source, tuple(warnings))
+        return InitResult(project, scenario, recipe, PublishResult(head, False, ()), created_project, source,
+                          tuple(warnings))
     result = store.publish(reason=f"init from {source}", operation="init", expected_head=None)
     return InitResult(project, scenario, recipe, result, created_project, source, tuple(warnings))
