@@ -98,7 +98,7 @@ class Episodes:
         return sample
 
 
-def run_policy(name: str, cand: Candidate, eps: Episodes, tasks: list[TaskSpec], repeats: int, seed: int) -> tuple[bool, int]:
+def run_policy(name: str, eps: Episodes, tasks: list[TaskSpec], repeats: int, seed: int) -> tuple[bool, int]:
     ids = {t.id: i for i, t in enumerate(tasks)}
     budget = full_tally_cost(len(tasks), repeats)
     if name == "gepa":
@@ -136,7 +136,7 @@ def main(argv: list[str] | None = None) -> dict:
     for n, cand in enumerate(cands):
         eps = Episodes(cand, args.rho, seed=args.seed * 1_000_003 + n)
         for p in policies:
-            acc, spent = run_policy(p, cand, eps, tasks, args.repeats, seed=n)
+            acc, spent = run_policy(p, eps, tasks, args.repeats, seed=n)
             s = stats[p][cand.cls]
             s[0] += acc
             s[1] += 1
