@@ -35,14 +35,14 @@ SUBJECTS = ["the tests", "the linter", "the type checker", "the formatter", "the
 WHENS = ["before finishing", "before committing", "after every refactor", "before opening a pull request",
          "after editing the schema", "before pushing", "when touching the API", "after rebasing",
          "before asking for review", "when a build fails"]
-VERBS = ["run", "update", "check", "rerun"]
+VERBS = ["run", "update", "check"]
 
 
 def lessons() -> list[tuple[str, str, str]]:
     out = []
-    for i, subj in enumerate(SUBJECTS):
-        for j, when in enumerate(WHENS):
-            for verb in VERBS[: 3]:
+    for subj in SUBJECTS:
+        for when in WHENS:
+            for verb in VERBS:
                 out.append((f"Always {verb} {subj} {when}.", f"{verb.capitalize()} {subj} {when}, please.",
                             f"Please make sure you {verb} {subj} {when}!"))
     return out
@@ -93,13 +93,11 @@ class _FakeLedger:
 
 
 def _curate_inputs():
-    from reef_cli.config import parse_config
-    from reef_cli.gitstore import Entry
+    from reef_cli.bootstrap import template_files
+    from reef_cli.config import CONFIG_NAME, parse_config
 
-    cfg_text = (ROOT / "harness_templates" / "claude" / "harness.yaml").read_bytes()
-    files = {"harness.yaml": Entry(cfg_text),
-             "CLAUDE.md": Entry((ROOT / "harness_templates" / "claude" / "CLAUDE.md").read_bytes())}
-    return parse_config(cfg_text), files
+    files = {rel: entry for rel, entry in template_files("claude").items() if rel in (CONFIG_NAME, "CLAUDE.md")}
+    return parse_config(files[CONFIG_NAME].data), files
 
 
 def run_one(mode: str, n: int, path: Path | None) -> dict:
