@@ -14,8 +14,9 @@ from functools import lru_cache
 from pathlib import Path
 
 from .errors import InvalidInput, NotFound
+from .project import shipped
 
-ADAPTERS_DIR = Path(__file__).resolve().parent.parent / "adapters"
+ADAPTERS_DIR = shipped("adapters")
 
 
 @dataclass(frozen=True)

@@ -10,10 +10,10 @@ from pathlib import Path
 from .config import CONFIG_NAME, DEFAULT_RECIPE, load_config, parse_config
 from .errors import ConflictError, InvalidInput, NotFound
 from .gitstore import Entry, mode_of
-from .project import PROJECT_FILE, Project, check_scenario_name
+from .project import PROJECT_FILE, Project, check_scenario_name, shipped
 from .store import HarnessStore, PublishResult, collect_files, write_files
 
-TEMPLATES_DIR = Path(__file__).resolve().parent.parent / "harness_templates"
+TEMPLATES_DIR = shipped("harness_templates")
 
 # Where agents keep their harness; everything under these directories is adopted byte-for-byte, understood or not.
 HARNESS_DIRS = (".claude", ".agents", ".opencode", ".pi", ".codex", ".cursor", ".gemini",

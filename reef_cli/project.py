@@ -94,6 +94,14 @@ class ScenarioPaths:
         return Ledger(self.ledger_path, self.scenario)
 
 
+def shipped(name: str) -> Path:
+    """A folder reef ships (harness_templates, recipes, adapters): at the top of a checkout, or under
+    reef_cli/shipped/ in an installed wheel, where pyproject.toml maps them."""
+    package = Path(__file__).resolve().parent
+    installed = package / "shipped" / name
+    return installed if installed.is_dir() else package.parent / name
+
+
 def find_project(start: Path) -> Project:
     """Walk up from `start` to the first directory holding `.reef/project.json`."""
     here = Path(os.path.abspath(start))

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 from .errors import InvalidInput
+from .project import shipped
 
-RECIPES_DIR = Path(__file__).resolve().parent.parent / "recipes"
+RECIPES_DIR = shipped("recipes")
 PUBLISH_MODES = ("gated", "review")
 
 
