@@ -542,13 +542,6 @@ def _text(entry: Any) -> str:
     return data.decode("utf-8", "replace") if isinstance(data, bytes) else str(data)
 
 
-_BLOCK = re.compile(r"<!--\s*reef:begin\s+(?P<name>[\w.-]+)\s*-->.*?<!--\s*reef:end\s+(?P=name)\s*-->", re.S)
-
-
-def _outside_blocks(text: str) -> str:
-    return _BLOCK.sub(lambda m: f"<!-- reef:block {m.group('name')} -->", text)
-
-
 @dataclass(frozen=True)
 class Violation:
     path: str
@@ -564,6 +557,7 @@ def frozen_changes(root: Path, config: Any, base: Mapping, cand: Mapping) -> lis
     """Changes from `base` to `cand` that no gate may vouch for: Frozen paths (canary tasks, evaluators, the zone
     map, the human's rules) and text outside reef's markers in Managed files. Zones come from `config` (the
     baseline's), never from the candidate."""
+    from .blocks import outside_unchanged
     from .zones import FROZEN, MANAGED, classify_many
 
     changed = []
@@ -578,9 +572,13 @@ def frozen_changes(root: Path, config: Any, base: Mapping, cand: Mapping) -> lis
         if dec.zone == FROZEN:
             out.append(Violation(rel, change, dec.zone, dec.reason))
         elif dec.zone == MANAGED:
-            before = _outside_blocks(_text(base[rel])) if rel in base else ""
-            after = _outside_blocks(_text(cand[rel])) if rel in cand else ""
-            if before != after:
+            before = _text(base[rel]) if rel in base else ""
+            after = _text(cand[rel]) if rel in cand else ""
+            try:  # the managed-zone contract the Curator writes under, checked by the same function
+                kept = outside_unchanged(before, after, source=rel)
+            except InvalidInput:  # reef's markers damaged: nothing outside them can be vouched for
+                kept = False
+            if not kept:
                 out.append(Violation(rel, change, dec.zone, "text outside reef's managed block changed"))
     return out
 

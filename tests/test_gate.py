@@ -212,6 +212,15 @@ def test_frozen_changes_allow_edits_inside_the_managed_block_only(tmp_path):
     found = {v.path: (v.change, v.zone) for v in frozen_changes(tmp_path, config, base, outside)}
     assert found == {"CLAUDE.md": ("modified", "managed"), "canary/a.yaml": ("modified", "frozen"),
                      "rules.md": ("deleted", "frozen")}
+    # Only reef's own block is writable: a rule wrapped in markers of another name stays the human's, and damaged
+    # markers vouch for nothing (the Curator writes under the same contract: blocks.outside_unchanged).
+    other = b"# Mine\n<!-- reef:begin x -->\n- keep tests green\n<!-- reef:end x -->\n"
+    wrapped = {**base, "CLAUDE.md": Entry(other)}
+    edited = {**base, "CLAUDE.md": Entry(other.replace(b"keep tests green", b"skip tests"))}
+    assert [v.path for v in frozen_changes(tmp_path, config, wrapped, edited)] == ["CLAUDE.md"]
+    damaged = {**base, "CLAUDE.md": Entry(b"# Mine\n<!--  reef:begin learned -->\n- new\n")}
+    assert [v.reason for v in frozen_changes(tmp_path, config, base, damaged)] == [
+        "text outside reef's managed block changed"]
 
 
 # ------------------------------------------------------------------------------------------------ episodes
