@@ -111,10 +111,15 @@ def log(ctx: typer.Context, limit: int = typer.Option(0, "-n", help="Show at mos
     table.add_column("release", no_wrap=True)
     table.add_column("operation")
     table.add_column("content", no_wrap=True)
+    loads = any(r.runtime_load_id for r in releases)
+    if loads:  # weight releases: the engine load that serves them
+        table.add_column("load id", no_wrap=True)
     table.add_column("created", no_wrap=True)
     table.add_column("reason", overflow="fold")
     for r in releases:
-        table.add_row(str(r.step), r.release_id, r.operation, r.content_id[:12], r.created_at[:19].replace("T", " "), r.reason)
+        load = (r.runtime_load_id or "-",) if loads else ()
+        table.add_row(str(r.step), r.release_id, r.operation, r.content_id[:12], *load,
+                      r.created_at[:19].replace("T", " "), r.reason)
     console().print(table)
 
 
