@@ -90,6 +90,9 @@ def open_scenario(project, scenario: str, recipe_name: str | None):
                                "--recipe NAME' (see 'reef recipes')")
         recipe = load(recipe_name)
         _require_trainable(recipe)
+        if recipe.kind != "weights":  # skillclaw evolves a harness: it needs one published first
+            raise InvalidInput(f"scenario '{scenario}' does not exist; create it with 'reef init --scenario "
+                               f"{scenario} --recipe {recipe.name}'")
         store.create(recipe.name)
         return store, recipe
     bound = store.info().recipe
