@@ -42,7 +42,8 @@ def train(
     unlock: bool = typer.Option(False, "--unlock", help="Clear the lock a failed weight transfer left, after checking the engine."),
     as_json: bool = JSON,
 ) -> None:
-    """Train the serving model on recorded traffic and hot-swap it into SGLang as a new weight release."""
+    """Train the serving model on recorded traffic and hot-swap it into SGLang as a new weight release (on a
+    skillclaw scenario: evolve its skill pool through the gate)."""
     from ..weights.train import TrainOptions, open_scenario, train as run_train, unlock as clear_lock
 
     env: Env = ctx.obj
