@@ -414,7 +414,7 @@ def test_weight_gate_rolls_back_a_losing_candidate(reef, project, engine, tmp_pa
                                                  "--json").out)["content_id"]  # same checkpoint, same content
 
 
-def test_sigint_is_forwarded_to_the_trainer(project, engine, tmp_path):
+def test_sigint_is_forwarded_to_the_trainer(reef, project, engine, tmp_path):
     led = ledger_of(project)
     _prime(led, engine, 1)
     env = {**os.environ, "FAKE_TRAINER_SLEEP": "60"}
@@ -424,7 +424,31 @@ def test_sigint_is_forwarded_to_the_trainer(project, engine, tmp_path):
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline and not any("sample(s)" in p.read_text() for p in run_root.glob("*/trainer.log")):
         time.sleep(0.1)
+    second = train(reef, project, *swap_args(engine), recipe=None)  # one trainer per scenario at a time
+    assert second.code == 3 and "another 'reef train' is running on scenario 'model'" in second.err
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=30)
     assert proc.returncode == 130 and "trainer interrupted (SIGINT forwarded)" in err
     assert [p["stage"] for p in _failures(led)] == ["interrupted"] and engine.loads == []
+
+
+def test_slime_replay_builds_slime_samples_from_the_export(tmp_path, monkeypatch):
+    """reef's rollout function as slime calls it (args, rollout_id, data_source), against slime's own type names."""
+    import argparse
+
+    from reef_cli.recipes import load
+    from reef_cli.weights.records import export, select
+
+    monkeypatch.syspath_prepend(str(FAKES / "slime_pkg"))
+    from reef_cli.weights.slime_replay import generate_rollout
+
+    led = ledger_of(tmp_path)
+    for task, score in (("a", 1.0), ("a", 0.0), ("b", 1.0), ("b", 1.0)):
+        scored(led, inference(led, prompt=f"{task}{score}", task_id=task), score)
+    export(select(led, load("tttd")), tmp_path / "rollouts.jsonl")
+    out = generate_rollout(argparse.Namespace(prompt_data=str(tmp_path / "rollouts.jsonl")), 0, None)
+    assert [[s.reward for s in g] for g in out.samples] == [[0.5, -0.5], [0.0, 0.0]]
+    first = out.samples[0][0]
+    assert first.status.value == "completed" and first.response_length == 4 and first.loss_mask == [1] * 4
+    assert first.rollout_log_probs == [-0.5] * 4 and first.metadata["reef_record_id"]
+    assert generate_rollout(argparse.Namespace(prompt_data=""), 0, None, evaluation=True).data == {}

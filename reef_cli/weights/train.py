@@ -170,6 +170,26 @@ def checkpoint_manifest(path: Path) -> dict:
 # -- one step ------------------------------------------------------------------------------------------------------
 def train(store, recipe, opts: TrainOptions, *, environ: dict | None = None,
           progress: Callable[[dict], None] | None = None) -> TrainResult:
+    """One step under the scenario's training lock: two trainers swapping one engine would race each other."""
+    if opts.dry_run:
+        return _train(store, recipe, opts, environ, progress)
+    import fcntl
+
+    store.dir.mkdir(parents=True, exist_ok=True)
+    fd = os.open(store.dir / "train.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise ConflictError(f"another 'reef train' is running on scenario '{store.scenario}'; "
+                                "wait for it to finish") from None
+        return _train(store, recipe, opts, environ, progress)
+    finally:
+        os.close(fd)
+
+
+def _train(store, recipe, opts: TrainOptions, environ: dict | None,
+           progress: Callable[[dict], None] | None) -> TrainResult:
     from .records import select
 
     environ = dict(os.environ if environ is None else environ)
