@@ -6,6 +6,7 @@ The catalog is data: one YAML file per recipe in `recipes/`, each checked agains
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,7 +41,9 @@ def available() -> list[str]:
     return sorted(p.stem for p in RECIPES_DIR.glob("*.yaml"))
 
 
+@functools.lru_cache(maxsize=64)
 def load(name: str) -> Recipe:
+    """A shipped recipe by name; cached, since evolve and init ask for the same one several times a process."""
     path = RECIPES_DIR / f"{name}.yaml"
     if "/" in name or not path.is_file():
         raise InvalidInput(f"unknown recipe '{name}' (available: {', '.join(available())})")

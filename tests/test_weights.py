@@ -452,3 +452,37 @@ def test_slime_replay_builds_slime_samples_from_the_export(tmp_path, monkeypatch
     assert first.status.value == "completed" and first.response_length == 4 and first.loss_mask == [1] * 4
     assert first.rollout_log_probs == [-0.5] * 4 and first.metadata["reef_record_id"]
     assert generate_rollout(argparse.Namespace(prompt_data=""), 0, None, evaluation=True).data == {}
+
+
+def test_default_trainer_is_slimes_train_py_with_configured_ray(reef, project, engine, tmp_path, monkeypatch):
+    from reef_cli.errors import InvalidInput
+    from reef_cli.weights.trainer import build_argv
+
+    with pytest.raises(InvalidInput, match="no trainer: pass --trainer 'CMD ARGS' or set REEF_SLIME_DIR"):
+        build_argv(None, None, [])
+    with pytest.raises(InvalidInput, match=f"REEF_SLIME_DIR={tmp_path}: no train.py there"):
+        build_argv(None, str(tmp_path), [])
+    with pytest.raises(InvalidInput, match="cannot split it like a shell"):
+        build_argv("python 'unclosed", None, [])
+    slime = tmp_path / "slime"
+    slime.mkdir()
+    (slime / "train.py").write_text("import os, runpy, sys\nprint('RAY_ADDRESS=' + os.environ.get('RAY_ADDRESS', ''))\n"
+                                    f"sys.argv[0] = {str(FAKES / 'slime_train.py')!r}\n"
+                                    f"runpy.run_path({str(FAKES / 'slime_train.py')!r}, run_name='__main__')\n")
+    assert build_argv(None, str(slime), ["--x"], python="py") == ["py", str(slime / "train.py"), "--x"]
+    monkeypatch.setenv("REEF_SLIME_DIR", str(slime))
+    monkeypatch.setenv("REEF_RAY_ADDRESS", "http://127.0.0.1:8265")
+    monkeypatch.setenv("REEF_ENGINE_URL", engine.url)
+    led = ledger_of(project)
+    _prime(led, engine)
+    r = train(reef, project, "--json")
+    assert r.code == 0, r.err
+    out = json.loads(r.out)
+    log = Path(out["trainer"]["log"]).read_text()
+    assert "RAY_ADDRESS=http://127.0.0.1:8265" in log
+    argv = out["trainer"]["argv"]
+    assert argv[1] == str(slime / "train.py")
+    for flag in ("--hf-checkpoint", "--load", "--save", "--prompt-data", "--rollout-num-gpus",
+                 "--rollout-function-path", "--update-weight-disk-dir", "--advantage-estimator"):
+        assert flag in argv
+    assert argv[argv.index("--hf-checkpoint") + 1] == "/models/base"  # what the engine serves
