@@ -346,6 +346,7 @@ def test_failed_transfer_locks_until_unlock(reef, project, engine, fault, stage,
     setattr(engine, fault, True)
     r = train(reef, project, *swap_args(engine))
     assert r.code == 1 and message in r.err and r.err.count("\n") == 1
+    assert "weight updates of scenario 'model' are locked until 'reef train --unlock'" in r.err
     assert _head(reef, project) is None and not engine.paused
     fail = _failures(led)[-1]
     assert fail["stage"] == stage and fail["locked"] is True

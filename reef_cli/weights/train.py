@@ -285,6 +285,9 @@ def _train(store, recipe, opts: TrainOptions, environ: dict | None,
     except SwapFailed as exc:
         failed(f"swap:{exc.stage}", exc, locked=exc.touched, weight_version=version,
                checkpoint=str(trained.checkpoint), answered_version=exc.answered_version)
+        if exc.touched:
+            raise SwapFailed(f"{exc}; weight updates of scenario '{store.scenario}' are locked until "
+                             "'reef train --unlock'", stage=exc.stage, touched=True) from None
         raise
     result.swap = swap.to_json()
     meta = {"checkpoint": str(trained.checkpoint), "run_id": run_id, "recipe": recipe.name, "engine": url,
