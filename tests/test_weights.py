@@ -487,3 +487,33 @@ def test_default_trainer_is_slimes_train_py_with_configured_ray(reef, project, e
                  "--rollout-function-path", "--update-weight-disk-dir", "--advantage-estimator"):
         assert flag in argv
     assert argv[argv.index("--hf-checkpoint") + 1] == "/models/base"  # what the engine serves
+
+
+def test_rollback_reloads_an_earlier_checkpoint_as_a_new_release(reef, project, engine):
+    led = ledger_of(project)
+    _prime(led, engine)
+    first = json.loads(train(reef, project, *swap_args(engine), "--json").out)
+    _prime(led, engine)
+    second = json.loads(train(reef, project, *swap_args(engine), "--json").out)
+    r = reef("-C", str(project), "-s", SCEN, "rollback", "1")
+    assert r.code == 4 and "roll it back with 'reef -s model train --rollback 1 --engine URL'" in r.err
+    r = reef("-C", str(project), "-s", SCEN, "train", "--rollback", "1", "--engine", engine.url, "--json")
+    assert r.code == 0, r.err
+    out = json.loads(r.out)
+    assert out["checkpoint"] == first["checkpoint"] and engine.model_path == first["checkpoint"]
+    assert engine.weight_version == out["runtime_load_id"] and out["runtime_load_id"].startswith("3:rb-")
+    log = json.loads(reef("-C", str(project), "-s", SCEN, "log", "--json").out)
+    assert [x["operation"] for x in log] == ["rollback", "train", "train"]
+    assert log[0]["content_id"] == log[2]["content_id"] and log[0]["meta"]["rolled_back_release_id"] == second["release_id"]
+    again = reef("-C", str(project), "-s", SCEN, "train", "--rollback", "1", "--engine", engine.url)
+    assert again.code == 0 and "nothing to do" in again.out
+    # the next training step starts from the checkpoint that is served now, after the same high-water mark
+    _prime(led, engine, 1)
+    third = json.loads(train(reef, project, *swap_args(engine), "--json").out)
+    assert third["selection"]["records"] == 1
+    assert f"hf-checkpoint={first['checkpoint']}" in Path(third["trainer"]["log"]).read_text()
+    # a checkpoint whose bytes changed since its release is never reloaded
+    (Path(second["checkpoint"]) / "model.safetensors").write_bytes(b"tampered")
+    r = reef("-C", str(project), "-s", SCEN, "train", "--rollback", "2", "--engine", engine.url)
+    assert r.code == 4 and "no longer holds the bytes release" in r.err and "nothing was reloaded" in r.err
+    assert engine.weight_version == third["runtime_load_id"]

@@ -163,6 +163,12 @@ def rollback(
 ) -> None:
     """Publish an earlier release's content as a new release; history is never rewritten."""
     store = ctx.obj.store()
+    head = store.head()
+    if head is not None and head.runtime_load_id:  # a weight release: the engine must reload the checkpoint too
+        from ..errors import InvalidInput
+
+        raise InvalidInput(f"scenario '{store.scenario}' holds weight releases; roll it back with "
+                           f"'reef -s {store.scenario} train --rollback {release} --engine URL'")
     res = store.rollback(release, force=force)
     if as_json:
         emit_json({"created": res.created, "release": res.release.to_json()})

@@ -40,6 +40,7 @@ def train(
     dry_run: bool = typer.Option(False, "--dry-run", help="Print what would be trained on and stop."),
     timeout: Optional[float] = typer.Option(None, "--timeout", help="Stop the trainer after S seconds (default: the recipe's)."),
     unlock: bool = typer.Option(False, "--unlock", help="Clear the lock a failed weight transfer left, after checking the engine."),
+    rollback: Optional[str] = typer.Option(None, "--rollback", help="Reload an earlier weight release's checkpoint into the engine and publish it as a new release (id, prefix, step or HEAD~N)."),
     as_json: bool = JSON,
 ) -> None:
     """Train the serving model on recorded traffic and hot-swap it into SGLang as a new weight release (on a
@@ -55,6 +56,20 @@ def train(
         else:
             print(f"unlocked weight updates of scenario '{store.scenario}' ({info.get('reason')})" if info
                   else f"scenario '{store.scenario}' has no weight lock")
+        return
+    if rollback is not None:
+        from ..weights.train import rollback_weights
+
+        rel = rollback_weights(store, rollback, engine, environ=env.environ)
+        if as_json:
+            emit_json({"rolled_back": rel is not None, "release_id": rel.release_id if rel else None,
+                       "runtime_load_id": rel.runtime_load_id if rel else None,
+                       "checkpoint": rel.meta.get("checkpoint") if rel else None})
+        elif rel is None:
+            print("nothing to do: the head already serves that checkpoint")
+        else:
+            print(f"Rolled back: weight release {rel.release_id} (step {rel.step}) reloads "
+                  f"{rel.meta['rollback_target_release_id']} as runtime load id {rel.runtime_load_id}")
         return
     if bound.engine == "skillclaw":
         from ..skillclaw import evolve_skills

@@ -16,6 +16,7 @@ Every failure is one ledger record (`train_failed`) and one error line; the head
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -173,6 +174,12 @@ def train(store, recipe, opts: TrainOptions, *, environ: dict | None = None,
     """One step under the scenario's training lock: two trainers swapping one engine would race each other."""
     if opts.dry_run:
         return _train(store, recipe, opts, environ, progress)
+    with _training_lock(store):
+        return _train(store, recipe, opts, environ, progress)
+
+
+@contextlib.contextmanager
+def _training_lock(store):
     import fcntl
 
     store.dir.mkdir(parents=True, exist_ok=True)
@@ -183,7 +190,7 @@ def train(store, recipe, opts: TrainOptions, *, environ: dict | None = None,
         except BlockingIOError:
             raise ConflictError(f"another 'reef train' is running on scenario '{store.scenario}'; "
                                 "wait for it to finish") from None
-        return _train(store, recipe, opts, environ, progress)
+        yield
     finally:
         os.close(fd)
 
@@ -220,15 +227,7 @@ def _train(store, recipe, opts: TrainOptions, environ: dict | None,
     result.run_id = run_id
     ledger = store.ledger()
 
-    def failed(stage: str, exc: Exception, *, locked: bool = False, **extra) -> None:
-        head = store.head()
-        payload = {"run_id": run_id, "recipe": recipe.name, "stage": stage, "error": str(exc), "locked": locked,
-                   "engine": url, **extra}
-        ledger.append("train_failed", payload, release_id=head.release_id if head else None,
-                      content_id=head.content_id if head else None)
-        if locked:
-            _set_lock(store, {"at": format_time(utc_now()), "run_id": run_id, "stage": stage,
-                              "reason": f"{stage} failed: {exc}", "engine": url, **extra})
+    failed = _recorder(store, run_id, recipe.name, url)
 
     emit({"event": "engine", "url": url})
     try:
@@ -310,6 +309,83 @@ def _train(store, recipe, opts: TrainOptions, environ: dict | None,
     return result
 
 
+def _recorder(store, run_id: str, recipe: str, url: str):
+    """`failed(stage, exc, locked=..., **extra)`: one `train_failed` ledger record, and the lock when asked."""
+    ledger = store.ledger()
+
+    def failed(stage: str, exc: Exception, *, locked: bool = False, **extra) -> None:
+        head = store.head()
+        payload = {"run_id": run_id, "recipe": recipe, "stage": stage, "error": str(exc), "locked": locked,
+                   "engine": url, **extra}
+        ledger.append("train_failed", payload, release_id=head.release_id if head else None,
+                      content_id=head.content_id if head else None)
+        if locked:
+            _set_lock(store, {"at": format_time(utc_now()), "run_id": run_id, "stage": stage,
+                              "reason": f"{stage} failed: {exc}", "engine": url, **extra})
+
+    return failed
+
+
+def _restore(store, engine, target, *, run_id: str, reason: str, evidence, meta: dict, failed):
+    """Reload `target`'s checkpoint into the engine under a new version and publish it as a `rollback` release
+    (history is never rewritten). The checkpoint must still hold exactly the bytes its release names."""
+    from .sglang import SwapFailed
+
+    ckpt = target.meta.get("checkpoint")
+    if not ckpt:
+        raise InvalidInput(f"release {target.release_id} names no checkpoint to reload")
+    try:
+        named = json.loads(store.files_of(target)[MANIFEST_PATH].data)
+    except (KeyError, ValueError):
+        raise InvalidInput(f"release {target.release_id} is not a weight release (no {MANIFEST_PATH})") from None
+    try:
+        found = checkpoint_manifest(Path(ckpt))
+    except (InvalidInput, OSError):
+        found = None
+    if found != named:
+        raise InvalidInput(f"checkpoint {ckpt} no longer holds the bytes release {target.release_id} names; "
+                           "nothing was reloaded")
+    head = store.head()
+    version = f"{head.step + 1}:rb-{run_id[-6:].lower()}"
+    try:
+        swap = engine.hot_swap(ckpt, version)
+    except SwapFailed as exc:
+        failed(f"rollback:{exc.stage}", exc, locked=exc.touched, weight_version=version, checkpoint=ckpt)
+        if exc.touched:
+            raise SwapFailed(f"{exc}; weight updates of scenario '{store.scenario}' are locked until "
+                             "'reef train --unlock'", stage=exc.stage, touched=True) from None
+        raise
+    meta = {**target.meta, "rollback_target_release_id": target.release_id, "rolled_back_release_id": head.release_id,
+            "records": head.meta.get("records", target.meta.get("records")),
+            "previous_weight_version": swap.previous_version, **meta}
+    return _publish(store, named, head, version, meta, "rollback", reason, tuple(evidence), failed)
+
+
+def rollback_weights(store, ref: str, engine_url: str | None, *, environ: dict | None = None):
+    """`reef train --rollback REF`: serve an earlier weight release's checkpoint again, as a new release."""
+    from .sglang import Engine
+
+    environ = dict(os.environ if environ is None else environ)
+    if read_lock(store) is not None:
+        lock = read_lock(store)
+        raise PolicyError(f"weight updates for scenario '{store.scenario}' are locked since {lock.get('at')} "
+                          f"({lock.get('reason')}); check the engine, then run 'reef train --unlock'")
+    target, head = store.find(ref), store.require_head()
+    if target.operation not in WEIGHT_OPERATIONS:
+        raise InvalidInput(f"release {target.release_id} is not a weight release")
+    if target.content_id == head.content_id:
+        return None
+    url = engine_url or environ.get("REEF_ENGINE_URL")
+    if not url:
+        raise InvalidInput("no engine: pass --engine URL (the SGLang server to hot-swap) or set REEF_ENGINE_URL")
+    run_id = new_id("trn")
+    failed = _recorder(store, run_id, store.info().recipe, url)
+    engine = Engine(url)
+    with _training_lock(store):
+        return _restore(store, engine, target, run_id=run_id, failed=failed, evidence=(target.release_id,),
+                        reason=f"rollback to step {target.step} ({target.release_id})", meta={})
+
+
 def _publish(store, manifest: dict, head, version: str, meta: dict, operation: str, reason: str, evidence,
              failed) -> object:
     from ..gitstore import Entry
@@ -329,8 +405,6 @@ def _publish(store, manifest: dict, head, version: str, meta: dict, operation: s
 def _gate(store, engine, result: TrainResult, prev, eval_cmd: str, url: str, environ: dict, failed, emit) -> None:
     """Score the new weights with the evaluation command and keep them only if they do not lose to the previous
     release's stored verdict; otherwise reload the previous checkpoint and publish that as a rollback."""
-    from .sglang import SwapFailed
-
     emit({"event": "gate", "command": eval_cmd})
     score = run_eval(eval_cmd, url, result.runtime_load_id, environ)
     stored = (stored_verdict(store, prev) or prev.meta.get("gate") or {}) if prev else {}
@@ -345,26 +419,14 @@ def _gate(store, engine, result: TrainResult, prev, eval_cmd: str, url: str, env
     if verdict["passed"]:
         _amend_gate(store, release, verdict)
         return
-    target_ckpt = prev.meta.get("checkpoint") if prev else None
-    if not target_ckpt:
+    if prev is None or not prev.meta.get("checkpoint"):
         result.warnings.append("the candidate lost the gate but there is no previous checkpoint to reload")
         return
-    head = store.head()
-    version = f"{head.step + 1}:rb-{result.run_id[-6:].lower()}"
-    try:
-        swap = engine.hot_swap(target_ckpt, version)
-    except SwapFailed as exc:
-        failed(f"rollback:{exc.stage}", exc, locked=exc.touched, weight_version=version, checkpoint=target_ckpt)
-        raise
-    meta = {**prev.meta, "rollback_target_release_id": prev.release_id,
-            "rolled_back_release_id": release.release_id, "gate": stored, "rejected_gate": verdict, "records": release.meta["records"],
-            "previous_weight_version": swap.previous_version}
-    manifest = checkpoint_manifest(Path(target_ckpt))
-    result.rollback = _publish(store, manifest, head, version, meta, "rollback",
-                               f"weight gate: {score:g} < {baseline:g}; reload step {prev.step} ({prev.release_id})",
-                               (release.release_id,), failed)
+    result.rollback = _restore(store, engine, prev, run_id=result.run_id, failed=failed, evidence=(release.release_id,),
+                               reason=f"weight gate: {score:g} < {baseline:g}; reload step {prev.step} ({prev.release_id})",
+                               meta={"gate": stored, "rejected_gate": verdict})
     _amend_gate(store, result.rollback, stored)
-    result.runtime_load_id = version
+    result.runtime_load_id = result.rollback.runtime_load_id
 
 
 def _amend_gate(store, release, verdict: dict) -> None:
