@@ -419,6 +419,9 @@ class HarnessStore:
             if head is not None and self.git.get_ref(self.ref) != head.commit_id:
                 self.git.set_ref(self.ref, head.commit_id)  # a crash between the log line and the ref: repair
             head_id = head.release_id if head else None
+            if surface == "harness" and head is not None and head.runtime_load_id is not None:
+                raise InvalidInput(f"scenario '{self.scenario}' holds weight releases; a harness cannot be published "
+                                   "into it (use the scenario of your harness, e.g. 'reef -s default publish')")
             if head_id != expected_head:
                 raise ConflictError(
                     f"the head of scenario '{self.scenario}' moved: expected {expected_head or 'no release'} but it is "

@@ -281,8 +281,12 @@ def test_train_end_to_end_publishes_a_weight_release_the_engine_serves(reef, pro
     assert out2["selection"]["records"] == 1 and out2["runtime_load_id"].startswith("2:")
     assert f"hf-checkpoint={ckpt}" in Path(out2["trainer"]["log"]).read_text()
     assert engine.weight_version == out2["runtime_load_id"]
-    # the harness scenario beside it is untouched
+    # the harness scenario beside it is untouched, and a harness cannot be published into the weights scenario
     assert json.loads(reef("-C", str(project), "status", "--json").out)["head"]["step"] == 1
+    st = reef("-C", str(project), "-s", SCEN, "status")
+    assert st.code == 0 and f"holds weight releases: step 2" in st.out and out2["runtime_load_id"] in st.out
+    pub = reef("-C", str(project), "-s", SCEN, "publish", "-m", "oops")
+    assert pub.code == 4 and "scenario 'model' holds weight releases; a harness cannot be published into it" in pub.err
 
 
 def test_train_refuses_harness_recipes_and_binding_conflicts(reef, project, engine):

@@ -48,6 +48,15 @@ def status(ctx: typer.Context, as_json: bool = JSON) -> None:
     env: Env = ctx.obj
     store = env.store()
     info = store.info()
+    weights = store.head()
+    if weights is not None and weights.runtime_load_id:  # a weights scenario: its working tree is not its content
+        if as_json:
+            emit_json({"project": str(store.project.root), "scenario": store.scenario, "recipe": info.recipe,
+                       "head": weights.to_json(), "ledger_path": str(store.ledger_path), "weights": True})
+        else:
+            print(f"scenario {store.scenario} (recipe {info.recipe}) holds weight releases: step {weights.step} "
+                  f"{weights.release_id} [{weights.operation}], runtime load id {weights.runtime_load_id}")
+        return
     head, changes = store.status()
     if as_json:
         emit_json({"project": str(store.project.root), "scenario": store.scenario, "recipe": info.recipe,
