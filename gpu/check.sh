@@ -98,13 +98,20 @@ from reef_cli.weights.sglang import Engine
 proj, url, base = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
 tok = AutoTokenizer.from_pretrained(base)
 engine = Engine(url)
+
+
+def chat_ids(text):
+    ids = tok.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True)
+    return list(ids["input_ids"] if hasattr(ids, "keys") else ids)
+
+
 d = proj / ".reef" / "scenarios" / "model"
 d.mkdir(parents=True, exist_ok=True)
 led = Ledger(d / "ledger.jsonl", "model")
 tasks = [("What is 2 + 2?", "4"), ("Name the capital of France.", "Paris"),
          ("What colour is the sky on a clear day?", "blue"), ("Spell 'cat' backwards.", "tac")]
 for prompt, answer in tasks:
-    ids = tok.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True)
+    ids = chat_ids(prompt)
     out = engine.generate({"input_ids": ids, "return_logprob": True,
                            "sampling_params": {"max_new_tokens": 16, "temperature": 0.0}})
     meta = out["meta_info"]
@@ -115,7 +122,7 @@ for prompt, answer in tasks:
                      release_id=None, content_id=None)
     led.append("check", {"receipts": [rec.record_id], "passed": answer.lower() in out["text"].lower()},
                release_id=None, content_id=None)
-probe = tok.apply_chat_template([{"role": "user", "content": tasks[0][0]}], add_generation_prompt=True)
+probe = chat_ids(tasks[0][0])
 ref = engine.generate({"input_ids": probe, "return_logprob": True, "sampling_params": {"max_new_tokens": 8, "temperature": 0.0}})
 print(json.dumps({"probe": probe, "version": ref["meta_info"]["weight_version"],
                   "logprobs": [t[0] for t in ref["meta_info"]["output_token_logprobs"]],
