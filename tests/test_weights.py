@@ -521,3 +521,14 @@ def test_rollback_reloads_an_earlier_checkpoint_as_a_new_release(reef, project, 
     r = reef("-C", str(project), "-s", SCEN, "train", "--rollback", "2", "--engine", engine.url)
     assert r.code == 4 and "no longer holds the bytes release" in r.err and "nothing was reloaded" in r.err
     assert engine.weight_version == third["runtime_load_id"]
+
+
+def test_openclawrl_last_turn_waits_for_its_next_state_across_runs(reef, project, engine):
+    led = ledger_of(project)
+    first = inference(led, engine, prompt="write the parser", session="s")
+    scored(led, inference(led, engine, prompt="other"), 1.0)  # something to train on now
+    out = json.loads(train(reef, project, *swap_args(engine), "--json", recipe="openclawrl").out)
+    assert out["selection"]["records"] == 1 and out["selection"]["pending"] == 1
+    inference(led, engine, prompt="write the parser", session="s")  # the user asked again: the first answer failed
+    dry = json.loads(train(reef, project, "--dry-run", "--json", recipe=None).out)["selection"]
+    assert [(s["record_id"], s["reward"]) for s in dry["samples"]] == [(first.record_id, 0.0)]

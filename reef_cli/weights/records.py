@@ -170,8 +170,6 @@ def select(ledger, recipe, *, from_seq: int = 0, carried: Iterable[str] = ()) ->
         if rec.kind == kind:
             candidates[rec.record_id] = (rec.seq, payload)
             order.append(rec.record_id)
-            if isinstance(payload.get("session"), str):
-                sessions.setdefault(payload["session"], []).append(rec.record_id)
         elif rec.kind in ("report", "check") and rec.kind in sources:
             score = _score_of(rec.kind, payload)
             receipts = payload.get("receipts") or ([payload["receipt"]] if isinstance(payload.get("receipt"), str) else [])
@@ -190,7 +188,10 @@ def select(ledger, recipe, *, from_seq: int = 0, carried: Iterable[str] = ()) ->
             candidates[rid] = (old.seq, old.payload)
             order.insert(0, rid)
 
-    if "next_state" in sources:
+    if "next_state" in sources:  # sessions span runs: a carried turn is judged by the next one recorded since
+        for rid in sorted(candidates, key=lambda r: candidates[r][0]):
+            if isinstance(candidates[rid][1].get("session"), str):
+                sessions.setdefault(candidates[rid][1]["session"], []).append(rid)
         for ids in sessions.values():
             for prev, nxt in zip(ids, ids[1:]):
                 score = _next_state_reward(candidates[prev][1], candidates[nxt][1])
