@@ -109,7 +109,7 @@ _ASSIGNMENT = re.compile(
       (?P<export>export\s+)?
       (?P<flag>--?)?
       (?P<q>["']?)
-      (?=[A-Za-z0-9_.-]*?(?i:key|token|secret|passw|passphrase|credential|pwd|pass|auth))
+      (?=[A-Za-z0-9_.-]*?(?i:key|token|secret|passphrase|credential|pwd|pass|auth|pat))
       (?P<key>[A-Za-z_][A-Za-z0-9_.-]*)
       (?P=q)
       (?P<sep>[ \t]*(?::=|=>|=|:)(?!=)[ \t]*)
@@ -197,8 +197,8 @@ def is_secret_key(key: str) -> bool:
         return False
     if any(word in _SECRET_WORDS or word.endswith(_SECRET_SUFFIXES) for word in words):
         return True
-    if "pwd" in words or ("pass" in words and key.isupper()):
-        return True  # MYSQL_PWD, REDIS_PASS; a lowercase `pass` is too often a count or a round
+    if "pwd" in words or (key.isupper() and {"pass", "pat"} & set(words)):
+        return True  # MYSQL_PWD, REDIS_PASS, AZURE_DEVOPS_EXT_PAT; a lowercase `pass` is often a count or a round
     if "key" in words:
         at = len(words) - 1 - words[::-1].index("key")
         return at > 0 and words[at - 1] not in _NOT_SECRET_KEY_QUALIFIERS

@@ -112,6 +112,7 @@ V = {  # one fake per provider
     "linear": "lin_api_" + chars(ALNUM, 40),
     "atlassian": "ATATT3xFfGF0" + chars(URLSAFE, 180) + "=" + chars(HEX.upper(), 8),
     "opaque": chars(string.ascii_lowercase + string.digits, 40),
+    "ado_pat": chars(string.ascii_lowercase + string.digits, 52),
     "pw1": password(), "pw2": password(), "pw3": password(), "pw4": password(), "pw5": password(),
     "pw6": password(), "pw7": password(), "pw8": password(), "pw9": password(),
 }
@@ -140,6 +141,7 @@ FORMATS: list[tuple[str, str, tuple[str, ...]]] = [
      f"&sig={V['azure_sas_sig']}", (V["azure_sas_sig"],)),
     ("digitalocean token", f"doctl auth init --access-token {V['digitalocean']}", (V["digitalocean"],)),
     ("heroku api key", f"HEROKU_API_KEY={V['heroku']}", (V["heroku"],)),
+    ("azure devops pat", f"AZURE_DEVOPS_EXT_PAT={V['ado_pat']}", (V["ado_pat"],)),
     ("databricks token", f"host = https://x.cloud.databricks.com\ntoken = {V['databricks']}", (V["databricks"],)),
     # code hosts and registries
     ("github ghp in remote url", f"git remote set-url origin https://{V['ghp']}@github.com/o/r.git", (V["ghp"],)),
