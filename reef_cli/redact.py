@@ -138,6 +138,10 @@ _CURL_USER = re.compile(r"(?P<head>(?<![\w-])(?:-u|--user)[ \t]+['\"]?[^\s:'\"]+
 _NETRC = re.compile(
     r"(?P<head>\b(?:machine[ \t]+\S+|default)(?:\s+(?:login|account|port)[ \t]+\S+)*\s+password[ \t]+)(?P<secret>\S+)"
 )
+# `Cookie:` / `Set-Cookie:` headers: a cookie named for a session or a credential is one.
+_COOKIE_LINE = re.compile(r"(?P<head>\b(?:set-)?cookie[\"']?[ \t]*[:=][ \t]*)(?P<value>[^\n]+)", re.IGNORECASE)
+_COOKIE = re.compile(r"(?P<head>(?<![A-Za-z0-9_.-])[A-Za-z0-9_.-]*(?:sess|sid|auth|token|jwt|remember)[A-Za-z0-9_.-]*=)"
+                     r"(?P<secret>[^\s;,\"']{16,})", re.IGNORECASE)
 _SAS_SIGNATURE = re.compile(r"(?P<head>[?&]sig=)(?P<secret>[A-Za-z0-9%+/=_-]{16,})")
 _ANSI = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[@-Z\\-_])")
 _URL_ESCAPE = re.compile(r"%[0-9A-Fa-f]{2}")
@@ -345,6 +349,8 @@ def _scan(text: str, found: list[tuple[str, str]]) -> tuple[str, int]:
             text = sub(_CURL_USER, _loose_value, text)
     if "password" in text:
         text = sub(_NETRC, _loose_value, text)
+    if "ookie" in text or "OOKIE" in text:
+        text = _COOKIE_LINE.sub(lambda m: m.group("head") + sub(_COOKIE, _cookie, m.group("value")), text)
     if "sig=" in text:
         text = sub(_SAS_SIGNATURE, _sas_signature, text)
     return text, count
@@ -404,6 +410,13 @@ def _loose_value(match: re.Match[str]) -> Hit:
     if not _is_literal_secret(value, literal=False) or _NUMBERS.fullmatch(value):
         return None  # `docker run -u 1000:1000 -p 8080:80`: ids and ports
     return match.group("head") + quote, value, "password", quote
+
+
+def _cookie(match: re.Match[str]) -> Hit:
+    secret = match.group("secret")
+    if secret.startswith("[REDACTED:") or not _looks_random(secret):
+        return None
+    return match.group("head"), secret, "cookie", ""
 
 
 def _sas_signature(match: re.Match[str]) -> Hit:

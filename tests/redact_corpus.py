@@ -113,6 +113,7 @@ V = {  # one fake per provider
     "atlassian": "ATATT3xFfGF0" + chars(URLSAFE, 180) + "=" + chars(HEX.upper(), 8),
     "opaque": chars(string.ascii_lowercase + string.digits, 40),
     "ado_pat": chars(string.ascii_lowercase + string.digits, 52),
+    "cookie": chars(ALNUM, 32),
     "pw1": password(), "pw2": password(), "pw3": password(), "pw4": password(), "pw5": password(),
     "pw6": password(), "pw7": password(), "pw8": password(), "pw9": password(),
 }
@@ -193,6 +194,8 @@ FORMATS: list[tuple[str, str, tuple[str, ...]]] = [
     ("pgp private key block", PGP, (PGP_BODY,)),
     ("basic auth header", f'{{"headers": {{"Authorization": "Basic {BASIC}"}}}}', (BASIC,)),
     ("bearer token header", f'curl -H "Authorization: Bearer {V["opaque"]}" https://api.example.com', (V["opaque"],)),
+    ("session cookie", f"< Set-Cookie: sessionid={V['cookie']}; Path=/; HttpOnly\n> Cookie: theme=dark; "
+     f"connect.sid=s%3A{V['cookie'][::-1]}", (V["cookie"], V["cookie"][::-1])),
     ("curl user password", f"curl -u admin:{V['pw7']} https://ci.example.com/api", (V["pw7"],)),
     # URLs
     ("postgres url", f"DATABASE_URL=postgres://admin:{V['pw1']}@db.internal:5432/app", (V["pw1"],)),
@@ -271,6 +274,7 @@ NEGATIVES: list[tuple[str, str]] = [
     ("version strings", "python 3.11.9, node v20.11.1, reef 0.4.0rc1, pkg==1.2.3.post4"),
     ("port flags", "ssh -p 2222 host && docker run -p8080:80 nginx && nc -p 4444 h 80"),
     ("mysql prompt flag", "mysql -u root -p app"),
+    ("ordinary cookies", "Set-Cookie: theme=dark; Path=/; SameSite=Lax\nCookie: lang=en; session_count=3"),
     ("flags in prose", "Pass --password to be prompted, or --token-file to read it from disk; see --help."),
     ("author flag", "git commit --author 'Jo Doe <jo@example.com>' -m 'fix auth retries'"),
     ("user and port flags", "docker run -u 1000:1000 -p 8080:80 nginx; curl -u 1000:1000 -p 443 x"),
