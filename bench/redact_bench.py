@@ -165,7 +165,8 @@ def main() -> None:
     ref = rows.get("reef (before)", rows["reef (now)"])
     for name, r in rows.items():
         print(f"{name:<16}{r['recall']:>8.1%}{r['secrets']:>10}{len(r['false_pos']):>8}{r['precision']:>11.1%}"
-              f"{r['mixed']:>12.2f}{r['mixed'] / ref['mixed']:>6.2f}x{r['clean']:>12.2f}{r['clean'] / ref['clean']:>6.2f}x")
+              f"{r['mixed']:>12.2f}{r['mixed'] / ref['mixed']:>6.2f}x"
+              f"{r['clean']:>12.2f}{r['clean'] / ref['clean']:>6.2f}x")
     for name, r in rows.items():
         print(f"\n{name}: missed {len(r['missed'])}: {', '.join(r['missed']) or '-'}")
         print(f"{name}: changed look-alikes: {', '.join(r['false_pos']) or '-'}")

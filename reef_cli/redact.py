@@ -70,7 +70,8 @@ _TOKEN_SHAPES: list[tuple[str, tuple[str, ...], str]] = [
     ("vault_token", ("hvs.", "hvb.", "hvr."), _START + r"hv[sbr]\.[A-Za-z0-9_-]{24,}" + _END),
     ("postman_key", ("PMAK-",), _START + r"PMAK-[a-f0-9]{24}-[a-f0-9]{34}" + _END),
     ("sentry_token", ("sntrys_", "sntryu_"), _START + r"sntry[su]_[A-Za-z0-9+/=_-]{40,}" + _END),
-    ("grafana_token", ("glsa_", "glc_"), _START + r"(?:glsa_[A-Za-z0-9]{32}_[a-f0-9]{8}|glc_[A-Za-z0-9+/=_-]{32,})" + _END),
+    ("grafana_token", ("glsa_", "glc_"),
+     _START + r"(?:glsa_[A-Za-z0-9]{32}_[a-f0-9]{8}|glc_[A-Za-z0-9+/=_-]{32,})" + _END),
     ("doppler_token", ("dp.",), _START + r"dp\.(?:pt|st|sa|ct|scim|audit)\.[A-Za-z0-9]{40,}" + _END),
     ("jwt", ("eyJ",), _START + r"eyJ[A-Za-z0-9_-]{5,}\.eyJ[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]{10,}" + _END),
 ]

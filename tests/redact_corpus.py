@@ -85,7 +85,8 @@ V = {  # one fake per provider
     "xoxp": "xoxp-" + chars(string.digits, 12) + "-" + chars(string.digits, 12) + "-" + chars(ALNUM, 32),
     "xoxe": "xoxe.xoxp-1-" + chars(ALNUM, 140),
     "xapp": "xapp-1-A0" + chars(UPPER, 9) + "-" + chars(string.digits, 13) + "-" + chars(HEX, 64),
-    "slack_hook": "https://hooks.slack.com/services/T0" + chars(UPPER, 8) + "/B0" + chars(UPPER, 8) + "/" + chars(ALNUM, 24),
+    "slack_hook": ("https://hooks.slack.com/services/T0" + chars(UPPER, 8) + "/B0" + chars(UPPER, 8) + "/"
+                   + chars(ALNUM, 24)),
     "sk_live": "sk_live_" + chars(ALNUM, 24),
     "rk_live": "rk_live_" + chars(ALNUM, 99),
     "whsec": "whsec_" + chars(ALNUM, 32),
@@ -126,7 +127,8 @@ ESC = "\x1b"
 FORMATS: list[tuple[str, str, tuple[str, ...]]] = [
     # cloud providers
     ("aws access key id (env)", f"AWS_ACCESS_KEY_ID={V['aws_id']}", (V["aws_id"],)),
-    ("aws credentials file", f"[default]\naws_access_key_id = {V['aws_id']}\naws_secret_access_key = {V['aws_secret']}\n",
+    ("aws credentials file",
+     f"[default]\naws_access_key_id = {V['aws_id']}\naws_secret_access_key = {V['aws_secret']}\n",
      (V["aws_id"], V["aws_secret"])),
     ("aws secret in json", f'{{"AccessKeyId": "{V["aws_session_id"]}", "SecretAccessKey": "{V["aws_secret"]}"}}',
      (V["aws_session_id"], V["aws_secret"])),
@@ -135,10 +137,12 @@ FORMATS: list[tuple[str, str, tuple[str, ...]]] = [
     ("gcp api key in url", f"GET https://maps.googleapis.com/maps/api/geocode/json?address=x&key={V['gcp_api']}",
      (V["gcp_api"],)),
     ("azure storage connection string",
-     f"DefaultEndpointsProtocol=https;AccountName=demo;AccountKey={V['azure_account_key']};EndpointSuffix=core.windows.net",
+     f"DefaultEndpointsProtocol=https;AccountName=demo;AccountKey={V['azure_account_key']};"
+     "EndpointSuffix=core.windows.net",
      (V["azure_account_key"],)),
     ("azure client secret", f"AZURE_CLIENT_SECRET={V['azure_client_secret']}", (V["azure_client_secret"],)),
-    ("azure sas url", f"https://demo.blob.core.windows.net/c/f.txt?sv=2022-11-02&ss=b&srt=o&sp=r&se=2026-12-31T00:00:00Z"
+    ("azure sas url", "https://demo.blob.core.windows.net/c/f.txt?sv=2022-11-02&ss=b&srt=o&sp=r"
+     "&se=2026-12-31T00:00:00Z"
      f"&sig={V['azure_sas_sig']}", (V["azure_sas_sig"],)),
     ("digitalocean token", f"doctl auth init --access-token {V['digitalocean']}", (V["digitalocean"],)),
     ("heroku api key", f"HEROKU_API_KEY={V['heroku']}", (V["heroku"],)),
@@ -300,6 +304,7 @@ NEGATIVES: list[tuple[str, str]] = [
     ("percent-encoded path", "GET /search?q=password%20reset%20flow&lang=en"),
     ("json-escaped prose", json.dumps({"log": json.dumps({"msg": "token refreshed", "user": "bob"})})),
     ("stack trace", "Traceback (most recent call last):\n  File \"/app/auth.py\", line 42, in check_password\n"
-     "    raise AuthError('password authentication failed for user \"app\"')\nAuthError: password authentication failed"),
+     "    raise AuthError('password authentication failed for user \"app\"')\n"
+     "AuthError: password authentication failed"),
     ("git log line", f"{SHA1[:10]} (tag: v1.4.0) Merge pull request #42 from org/rotate-tokens"),
 ]
