@@ -10,8 +10,9 @@ published bytes are always bytes a gate judged). Decisions where the issue is si
   at their tier and come back next evolve. `--attribute 0` turns per-bullet admission off (the old joint judgement,
   with a warning).
 * A bullet whose group cannot be ablated (the candidate would not apply without it) is dropped as unmeasurable.
-* When the joint candidate improved but no single bullet shows a positive utility (redundant bullets: each one
-  alone carries the gain), the highest-utility non-negative one is admitted and gated alone.
+* When no single bullet shows a positive utility — redundant bullets (each one alone carries the joint gain) or a
+  helpful bullet whose gain a harmful neighbour masks (with both, the task still fails) — the highest-utility
+  non-negative one is admitted and gated alone; that verdict decides.
 * A dropped bullet is negative evidence (origin `gate`), like a bullet of a rejected candidate.
 """
 
@@ -78,10 +79,10 @@ def admit(adds: list[Op], verdict: dict, *, limit: int) -> Admission:
             dropped.append({"bullet_id": o.bullet_id, "key": o.key, "text": o.text, "utility": u,
                             "reason": f"it did not pay its way: leave-one-out utility {u:+.3f} on the canary set "
                                       f"(the candidate without it scored as well)"})
-    if not admitted and (verdict or {}).get("decision") == "publish":
+    if not admitted:
         best = sorted((d for d in dropped if d["utility"] is not None and d["utility"] >= 0),
                       key=lambda d: -d["utility"])
-        if best:  # redundant bullets: one of them carries the joint gain; it is gated alone next
+        if best:  # redundant bullets, or a gain masked by a harmful neighbour: the best one is gated alone next
             admitted.append(best[0]["bullet_id"])
             dropped = [d for d in dropped if d["bullet_id"] != best[0]["bullet_id"]]
     return Admission(tuple(admitted), tuple(dropped), deferred, utility)
