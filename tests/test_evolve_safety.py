@@ -44,6 +44,12 @@ def test_kill_half_way_through_the_working_tree_write_resumes_to_one_release(ree
     assert killed.returncode == -signal.SIGKILL
     assert len(releases(reef, root)) == 1  # no release whose files never reached the working tree
     assert json.loads((root / JOURNAL).read_text())["phase"] == "writing"
+    from reef_cli.evolve import in_flight
+    from reef_cli.project import find_project
+    from reef_cli.store import HarnessStore
+
+    note = in_flight(HarnessStore(find_project(root), "default"))
+    assert "was interrupted in phase writing; run 'reef harness evolve' to finish it" in note
     done = _evolve_proc(root, {})
     assert done.returncode == 0, done.stderr
     out = json.loads(done.stdout)

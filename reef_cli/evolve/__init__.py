@@ -82,10 +82,10 @@ from __future__ import annotations
 from .common import (Options, Outcome, evolve_dir, load_memory, make_backend, memory_path, record_rollback_negatives,
                      with_memory, write_negatives)
 from .journal import EvolveJournal, JournalFile
-from .pipeline import ReflectOutcome, evolve, run_reflect
+from .pipeline import ReflectOutcome, evolve, in_flight, run_reflect
 from .proposals import demote, find_proposal, list_proposals, promote, reject, write_proposal
 from .publish import publish_gated
 
-__all__ = ["Options", "Outcome", "ReflectOutcome", "EvolveJournal", "JournalFile", "evolve", "run_reflect", "promote",
+__all__ = ["Options", "Outcome", "ReflectOutcome", "EvolveJournal", "JournalFile", "evolve", "in_flight", "run_reflect", "promote",
            "reject", "demote", "list_proposals", "find_proposal", "write_proposal", "publish_gated", "load_memory",
            "memory_path", "with_memory", "make_backend", "evolve_dir", "write_negatives", "record_rollback_negatives"]

@@ -432,6 +432,17 @@ def _outcome(journal: EvolveJournal, release, out: Outcome) -> Outcome:
     return out
 
 
+def in_flight(store) -> str | None:
+    """One sentence about an interrupted evolve, for `reef status` to show before it advises a publish (in phase
+    `writing` the working tree already holds part of the evolve's files; `reef harness evolve` finishes it)."""
+    journal = JournalFile(store.dir / "evolve").load()
+    if journal is None:
+        return None
+    return (f"evolve {journal.evolve_id} was interrupted in phase {journal.phase}; run 'reef harness evolve' to "
+            "finish it" + (" (the working tree already holds some of its files)" if journal.phase == "writing"
+                           else ""))
+
+
 def _resume(store, ledger, jf: JournalFile, journal: EvolveJournal, opts: Options) -> Outcome | None:
     out = Outcome("published", resumed=True, evolve_id=journal.evolve_id, reflect=journal.reflect,
                   pending=journal.pending, blocked=list(journal.blocked), diff=list(journal.diff))
@@ -447,4 +458,4 @@ def _resume(store, ledger, jf: JournalFile, journal: EvolveJournal, opts: Option
     return _continue(store, ledger, jf, journal, opts, out)
 
 
-__all__ = ["ReflectOutcome", "run_reflect", "evolve", "decide", "publish", "record", "Candidate"]
+__all__ = ["ReflectOutcome", "run_reflect", "evolve", "in_flight", "decide", "publish", "record", "Candidate"]
