@@ -50,6 +50,7 @@ def test_kill_half_way_through_the_working_tree_write_resumes_to_one_release(ree
 
     note = in_flight(HarnessStore(find_project(root), "default"))
     assert "was interrupted in phase writing; run 'reef harness evolve' to finish it" in note
+    assert note in reef("-C", str(root), "status").out  # said before status advises a publish
     done = _evolve_proc(root, {})
     assert done.returncode == 0, done.stderr
     out = json.loads(done.stdout)
