@@ -279,7 +279,7 @@ def decide(store, ledger, jf: JournalFile, journal: EvolveJournal, opts: Options
              progress=opts.progress, journal_dir=gate_dir / "gate", environ=opts.environ)
     verdict = v.to_json() if v is not None else {"decision": "publish", "reason": "no canary tasks"}
     admission = None
-    if adds and limit > 0:
+    if adds and limit > 0 and v is not None:
         a = adm.admit(adds, verdict, limit=limit)
         admission = {**a.to_json(), "joint": {k: verdict.get(k) for k in ("decision", "reason", "record_id")}}
         if a.drops_groups:

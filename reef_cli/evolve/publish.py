@@ -39,8 +39,19 @@ def publish_gated(store, *, head, base: dict, files: dict, expected: dict, reaso
         return store.publish(reason=reason, operation=operation, files=files, expected_head=head.release_id,
                              evidence=tuple(evidence), meta=dict(meta or {}))
     except BaseException:
-        restore(store.project.root, written)
+        if not _landed(store, head, files):  # interrupted after the commit point: the release stands, so do its files
+            restore(store.project.root, written)
         raise
+
+
+def _landed(store, head, files: dict) -> bool:
+    """Whether the release of `files` over `head` exists after all (an interrupt after the log line was written)."""
+    try:
+        now = store.head()
+        return (now is not None and now.parent_release_id == head.release_id
+                and now.content_id == store.git.write_tree(dict(files)))
+    except Exception:  # noqa: BLE001 — unknowable: keep the files; the journal's resume sorts it out
+        return True
 
 
 __all__ = ["publish_gated", "check_verdict_bytes", "expected_bytes"]
