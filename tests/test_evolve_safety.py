@@ -154,3 +154,37 @@ def test_the_journal_is_a_typed_value_that_round_trips(tmp_path):
     assert EvolveJournal.from_json(j.to_json()) == j
     (tmp_path / "journal.json").write_text("{torn")
     assert jf.load() is None
+
+
+def test_a_write_that_fails_half_way_leaves_the_previous_state(reef, tmp_path):
+    """A full disk, simulated with RLIMIT_FSIZE: CLAUDE.md (big) cannot be written, CLAUDE.local.md (small) could."""
+    import os
+    import resource
+    import subprocess
+
+    from conftest import reef_exe
+
+    root, ledger = init_project(reef, tmp_path)
+    claude = root / "CLAUDE.md"
+    claude.write_text(claude.read_text() + "\n".join(f"my line {i} " + "x" * 60 for i in range(800)) + "\n")
+    assert reef("-C", str(root), "publish", "-m", "a big CLAUDE.md").code == 0
+    feedback(ledger, LINT, 5)
+    feedback(ledger, TABS, 3)
+    limit = claude.stat().st_size - 100  # the ledger and state files stay far below it
+
+    def cap():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    before = claude.read_bytes()
+    r = subprocess.run([reef_exe(), "-C", str(root), "harness", "evolve"], capture_output=True, text=True,
+                       env=dict(os.environ), preexec_fn=cap, timeout=60)
+    assert r.returncode == 1, r.stderr
+    assert "cannot write" in r.stderr and "CLAUDE.md" in r.stderr and "nothing was written or published" in r.stderr
+    assert "unexpected" not in r.stderr
+    assert claude.read_bytes() == before and not (root / "CLAUDE.local.md").exists()
+    assert len(releases(reef, root)) == 2 and not list(root.glob(".*.reef-tmp"))
+    out = evolve(reef, root)  # room again: the journal's plan is finished
+    assert out["status"] == "published" and out["resumed"] is True
+    assert len(block_ids(claude)) == 1 and claude.read_text().count("my line") == 800
+    assert _status(reef, root)["clean"] is True
