@@ -16,8 +16,8 @@ Decisions (where the issue is silent):
 * **Where memory comes from**: the working tree's memory file when it exists (a standalone `reef harness reflect`
   wrote it), else the head release's. After a rollback the working tree holds the old memory, so the fold simply
   re-reads the records after its mark.
-* **Gating.** With canary tasks, every bullet change (Learned or Evolvable) is gated as one candidate; a publish
-  verdict publishes it all, a reject publishes only pattern memory (bookkeeping no agent reads) and records
+* **Gating.** With canary tasks, every bullet change (Learned or Evolvable) is gated as one candidate, each new
+  bullet attributed (see admission below); a publish verdict publishes what was admitted, a reject publishes only pattern memory (bookkeeping no agent reads) and records
   negative evidence for the keys whose bullets were new to the harness. A candidate that only moves bullets up
   the ladder or removes them (expiry, budget) is neutral by intent: it publishes when no canary task got worse
   (every per-task status "same" or "improved"), since requiring an improvement would refuse every promotion.
@@ -40,7 +40,7 @@ Decisions (where the issue is silent):
   before anything irreversible; the candidate is recomputed from them byte for byte, the gate resumes from its own
   journal, and the release carries `meta.evolve_id`. A re-run finds the journal: if the release exists it finishes
   the bookkeeping, if the head is still the base it resumes (the gate, or the working-tree write), otherwise the
-  stale journal is dropped.
+  stale journal is dropped. `in_flight(store)` says so for `reef status`.
 * **Working tree, then release** (publish.py, worktree.py). The working-tree write comes first and the publish
   second, so a release never exists whose files did not reach the working tree: each target is compare-and-swapped
   against the bytes the plan was made from right before it is replaced (a user's edit made while the gate ran is
@@ -52,9 +52,10 @@ Decisions (where the issue is silent):
 * **Every new bullet earns its place** (admission.py): the gate attributes each new bullet (leave-one-out) and only
   those with positive utility publish; when some are dropped the admitted subset is gated again on its own bytes.
   Lessons that read as an instruction injection or a permission escalation (reef_cli/screen.py) are blocked in the
-  plan, before any gate, as negative evidence (origin `guard`, kind `injection`/`escalation`). Ledger records written by evolve have deterministic ids, so a resend is a
-  no-op, and a bullet is addressed by its stable id, so nothing is ever duplicated. Test-only fault points:
-  `REEF_FAULT=evolve:planned|gated|published` SIGKILLs the process there.
+  plan, before any gate, as negative evidence (origin `guard`, kind `injection`/`escalation`).
+* **Idempotence.** Ledger records written by evolve have deterministic ids, so a resend is a no-op, and a bullet is
+  addressed by its stable id, so nothing is ever duplicated. Test-only fault points:
+  `REEF_FAULT=evolve:planned|gated|writing|published` SIGKILLs the process there.
 * **Clock**: `now` is injected (the CLI reads `REEF_NOW`, ISO 8601, for tests and replays).
 
 Files under `.reef/scenarios/<s>/evolve/` (canonical JSON, written atomically):
@@ -68,7 +69,8 @@ Files under `.reef/scenarios/<s>/evolve/` (canonical JSON, written atomically):
   lines], memory, record_id}`. The id hashes the base release, the operations and the memory, so the same
   proposal is written once; a newer pending proposal over the same keys supersedes an older one.
 * `rollbacks.json` — rollback releases already turned into negative evidence.
-* `<evolve_id>/gate/` — the gate's episode journal for that evolve.
+* `<evolve_id>/gate/` — the gate's episode journal for that evolve; `<evolve_id>/gate-admitted/` that of the
+  admitted subset, when admission dropped a bullet.
 
 A bullet operation (`curate.Op`): `{op: add|update|remove|merge, surface: notes|block|skill, path, bullet_id, key,
 text, old_text, reason, zone, tier, group}`; one group (a pattern's move, a merge, a contradiction's resolution) is
