@@ -188,3 +188,13 @@ def test_a_write_that_fails_half_way_leaves_the_previous_state(reef, tmp_path):
     assert out["status"] == "published" and out["resumed"] is True
     assert len(block_ids(claude)) == 1 and claude.read_text().count("my line") == 800
     assert _status(reef, root)["clean"] is True
+
+
+def test_the_journal_only_moves_forward():
+    import pytest
+
+    from reef_cli.evolve import EvolveJournal
+
+    j = EvolveJournal("evo_1", "rel_1", "{}", ()).advance("published", release_id="rel_2")
+    with pytest.raises(ValueError, match="from published back to writing"):
+        j.advance("writing")
