@@ -90,10 +90,23 @@ def _excerpt(text: str, m: re.Match) -> str:
     return " ".join(text[m.start():m.end()].split())[:80]
 
 
+_INVISIBLE = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|[\u00ad\u034f\u061c\u115f\u1160\u17b4\u17b5\u180e\u200b-\u200f"
+                        r"\u202a-\u202e\u2060-\u206f\ufeff\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+
+
+def normalise(text: str) -> str:
+    """What a reader (or a model) sees: compatibility forms folded (fullwidth ｃｕｒｌ is curl), and invisible
+    characters and ANSI colour codes that could split a keyword out of a pattern's sight removed."""
+    import unicodedata
+
+    return _INVISIBLE.sub("", unicodedata.normalize("NFKC", text))
+
+
 def screen(text: str) -> Finding | None:
     """The first injection or escalation `text` asks for, or None for a lesson an agent may read."""
     if not text:
         return None
+    text = normalise(text)
     for rule, rx in _OVERRIDE:
         m = rx.search(text)
         if m:
