@@ -166,6 +166,11 @@ class Pattern:
     sources: list[str] = field(default_factory=list)  # distinct runs/sessions counted (the SOURCES_CAP latest)
     terms: frozenset[str] = frozenset()
 
+    def __post_init__(self) -> None:
+        from .redact import redact_text
+
+        self.text = redact_text(self.text)  # a memory written before a redaction fix publishes no secret either
+
     @property
     def eligible(self) -> bool:
         """May originate a proposal: not suppressed, and not only observe-only observations."""
