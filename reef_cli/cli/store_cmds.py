@@ -67,6 +67,10 @@ def status(ctx: typer.Context, as_json: bool = JSON) -> None:
     if not changes:
         print("harness clean: working tree matches the head release")
         return
+    from ..evolve import in_flight  # evolve's hook: an interrupted evolve is finished, not published over
+
+    if interrupted := in_flight(store):
+        print(interrupted)
     print("Unpublished changes (publish with: reef publish -m MESSAGE):")
     for c in changes:
         print(f"  {c.change:9} {c.path}  [{c.zone}]")
