@@ -132,3 +132,210 @@ class GitStore:
     def get_ref(self, name: str) -> str | None:
         ref = self.repo.references.get(name)
         return str(ref.target) if ref is not None else None
+
+    # -- commits and refs read back (rebuilding a release log from a fetched chain) --------------------------------
+    def commit_info(self, commit_id: str) -> tuple[str, str, list[str]]:
+        """(message, tree id, parent ids) of a commit in this store."""
+        try:
+            c = self.repo[commit_id]
+        except (KeyError, ValueError):
+            raise StoreError(f"{self.path}: commit {commit_id} is missing from reef's object store") from None
+        return c.message, str(c.tree_id), [str(p) for p in c.parent_ids]
+
+    def is_ancestor(self, ancestor: str, descendant: str) -> bool:
+        """True when `ancestor` is `descendant` or one of its ancestors."""
+        if ancestor == descendant:
+            return True
+        oid = self._pygit2.Oid
+        return bool(self.repo.descendant_of(oid(hex=descendant), oid(hex=ancestor)))
+
+    def merge_base(self, a: str, b: str) -> str | None:
+        oid = self._pygit2.Oid
+        base = self.repo.merge_base(oid(hex=a), oid(hex=b))
+        return str(base) if base is not None else None
+
+    def commit_merge(self, tree_id: str, parents: list[str], message: str, when: int) -> str:
+        """A commit with several parents (a merge release joins two chains)."""
+        pygit2 = self._pygit2
+        sig = pygit2.Signature("reef", "reef@localhost", when, 0)
+        oid = self.repo.create_commit(None, sig, sig, message, pygit2.Oid(hex=tree_id), [pygit2.Oid(hex=p) for p in parents])
+        return str(oid)
+
+    def delete_ref(self, name: str) -> None:
+        ref = self.repo.references.get(name)
+        if ref is not None:
+            ref.delete()
+
+    def refs_under(self, prefix: str) -> dict[str, str]:
+        return {name: str(self.repo.references[name].target) for name in self.repo.references if name.startswith(prefix)}
+
+    # -- remotes: any Git remote, through libgit2's transports (paths, file://, ssh, https) -------------------------
+    def remotes(self) -> dict[str, str]:
+        return {r.name: r.url for r in self.repo.remotes}
+
+    def add_remote(self, name: str, url: str) -> None:
+        try:
+            self.repo.remotes.create(name, url, "+refs/reef/scenarios/*:refs/reef/remotes/" + name + "/scenarios/*")
+        except (ValueError, self._pygit2.GitError) as exc:
+            raise StoreError(f"remote '{name}': cannot add it to reef's object store ({exc})") from None
+
+    def remove_remote(self, name: str) -> None:
+        self.repo.remotes.delete(name)
+
+    def _remote(self, url: str):
+        return self.repo.remotes.create_anonymous(url)
+
+    def list_remote(self, url: str, prefix: str) -> dict[str, str]:
+        """{ref name: commit id} the remote advertises under `prefix`."""
+        pygit2 = self._pygit2
+        try:
+            heads = self._remote(url).list_heads(callbacks=_Callbacks(pygit2))
+        except (pygit2.GitError, KeyError, ValueError) as exc:
+            raise StoreError(f"{url}: cannot reach the remote ({_one_line(exc)})") from None
+        return {h.name: str(h.oid) for h in heads if h.name and h.name.startswith(prefix)}
+
+    def fetch(self, url: str, refspecs: list[str]) -> None:
+        pygit2 = self._pygit2
+        try:
+            self._remote(url).fetch(refspecs, callbacks=_Callbacks(pygit2))
+        except (pygit2.GitError, KeyError, ValueError) as exc:
+            raise StoreError(f"{url}: fetch failed ({_one_line(exc)})") from None
+
+    def push(self, url: str, local_ref: str, remote_ref: str, expected_remote: str | None) -> str | None:
+        """Move `remote_ref` to our `local_ref` only if the remote still holds `expected_remote` (None: absent) and
+        the move is a fast-forward. The expectation is checked inside the push, after the remote has told us its
+        current value, so nothing is uploaded over a head published elsewhere. Returns None on success, else the
+        remote ref's current commit id (or a rejection message) for the caller's conflict error."""
+        pygit2 = self._pygit2
+        local = _local_path(url)
+        if local is not None:
+            return self._push_local(url, local, local_ref, remote_ref, expected_remote)
+        cb = _Callbacks(pygit2)
+        seen: dict = {}
+
+        def negotiate(updates):
+            for u in updates:
+                if u.dst_refname == remote_ref:
+                    old = str(u.src)
+                    old = None if set(old) == {"0"} else old
+                    seen["old"] = old
+                    if old != expected_remote:
+                        raise _Moved(old)
+
+        rejected: dict = {}
+        cb.push_negotiation = negotiate
+        cb.push_update_reference = lambda ref, msg: rejected.update({ref: msg}) if msg else None
+        try:
+            self._remote(url).push([f"{local_ref}:{remote_ref}"], callbacks=cb)
+        except _Moved as moved:
+            return moved.args[0] or "absent"
+        except pygit2.GitError as exc:
+            text = _one_line(exc)
+            if "non-fast" in text or "fastforward" in text.replace("-", ""):
+                return "not a fast-forward"
+            raise StoreError(f"{url}: push failed ({text})") from None
+        if rejected.get(remote_ref):
+            return rejected[remote_ref]
+        return None
+
+
+    def _push_local(self, url: str, path: str, local_ref: str, remote_ref: str, expected: str | None) -> str | None:
+        """A remote on this machine (a path or file://): libgit2's local transport moves refs without checking their
+        old value, so the objects go first to a private incoming ref and the ref itself is then moved by a real
+        compare-and-swap on the remote repository (its ref lock and old-value check)."""
+        import os
+        import uuid
+
+        pygit2 = self._pygit2
+        incoming = f"refs/reef/incoming/{os.getpid()}-{uuid.uuid4().hex[:12]}"
+        new = self.get_ref(local_ref)
+        try:
+            self._remote(url).push([f"+{local_ref}:{incoming}"], callbacks=_Callbacks(pygit2))
+            remote = pygit2.Repository(path)
+        except (pygit2.GitError, KeyError, ValueError) as exc:
+            raise StoreError(f"{url}: push failed ({_one_line(exc)})") from None
+        try:
+            ref = remote.references.get(remote_ref)
+            if expected is None:
+                if ref is not None:
+                    return str(ref.target)
+                try:
+                    remote.references.create(remote_ref, pygit2.Oid(hex=new), force=False)
+                except (pygit2.GitError, ValueError, OSError):
+                    return str(remote.references[remote_ref].target)
+                return None
+            if ref is None:
+                return "absent"
+            if str(ref.target) != expected:
+                return str(ref.target)
+            try:
+                ref.set_target(pygit2.Oid(hex=new))
+            except pygit2.GitError:
+                return str(remote.references[remote_ref].target)
+            return None
+        finally:
+            inc = remote.references.get(incoming)
+            if inc is not None:
+                inc.delete()
+
+
+def _local_path(url: str) -> str | None:
+    """The directory of a remote on this machine, or None for ssh/https."""
+    import os
+    from urllib.parse import unquote, urlparse
+
+    if url.startswith("file://"):
+        return unquote(urlparse(url).path)
+    if "://" not in url and os.path.isabs(url):
+        return url
+    return None
+
+
+class _Moved(Exception):
+    pass
+
+
+def _one_line(exc: Exception) -> str:
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
+def _Callbacks(pygit2):
+    """Credentials for ssh (the user's agent) and https (a token in REEF_GIT_TOKEN, else none: public remotes)."""
+    import os
+
+    class Callbacks(pygit2.RemoteCallbacks):
+        def credentials(self, url, username_from_url, allowed_types):
+            if allowed_types & pygit2.enums.CredentialType.SSH_KEY:
+                return pygit2.KeypairFromAgent(username_from_url or "git")
+            token = os.environ.get("REEF_GIT_TOKEN")
+            if token and allowed_types & pygit2.enums.CredentialType.USERPASS_PLAINTEXT:
+                return pygit2.UserPass(username_from_url or "x-access-token", token)
+            return None
+
+    return Callbacks()
+
+
+def user_repo_root(path: Path) -> Path | None:
+    """The working tree of the user's Git repository holding `path`, or None outside one (reef never writes there
+    except through `UserRepo`, which touches no index and no working tree)."""
+    import pygit2
+
+    found = pygit2.discover_repository(str(path))
+    if found is None:
+        return None
+    repo = pygit2.Repository(found)
+    return Path(repo.workdir) if repo.workdir else None
+
+
+def user_remote_url(path: Path, name: str) -> str | None:
+    """The URL of remote `name` in the user's own repository around `path` (None when absent)."""
+    import pygit2
+
+    found = pygit2.discover_repository(str(path))
+    if found is None:
+        return None
+    repo = pygit2.Repository(found)
+    try:
+        return repo.remotes[name].url
+    except (KeyError, ValueError):
+        return None

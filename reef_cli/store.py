@@ -389,6 +389,7 @@ class HarnessStore:
         allow_empty: bool = False,
         runtime_load_id: str | None = None,
         surface: str = "harness",
+        extra_parents: tuple[str, ...] = (),
     ) -> PublishResult:
         """Publish `files` (default: the working tree) as the next release if the head is still `expected_head`.
 
@@ -447,7 +448,10 @@ class HarnessStore:
             )
             body = {k: v for k, v in release.to_json().items() if k != "commit_id"}
             message = f"{operation}: {reason}\n\nreef-release: {json.dumps(body, sort_keys=True)}\n"
-            commit_id = self.git.commit(tree_id, head.commit_id if head else None, message, int(when.timestamp()))
+            if extra_parents:  # a merge release (reef merge): the chain's head first, the joined head second
+                commit_id = self.git.commit_merge(tree_id, [head.commit_id, *extra_parents], message, int(when.timestamp()))
+            else:
+                commit_id = self.git.commit(tree_id, head.commit_id if head else None, message, int(when.timestamp()))
             release = Release.from_json({**release.to_json(), "commit_id": commit_id})
             self.log.append(release)
             self.git.set_ref(self.ref, commit_id)

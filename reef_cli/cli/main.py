@@ -63,6 +63,9 @@ def _register(app: typer.Typer) -> None:
     from . import train_cmds
 
     train_cmds.register(app)
+    from . import remote_cmds
+
+    remote_cmds.register(app)
 
 
 _apps: dict[str | None, typer.Typer] = {}

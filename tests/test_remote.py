@@ -1,0 +1,211 @@
+"""Releases through real Git remotes: bare repositories reached by path and file://, fresh clones, two clones racing."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pygit2
+import pytest
+
+
+def git(*args: str, cwd: Path) -> str:
+    return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True,
+                          env={"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@x", "GIT_COMMITTER_NAME": "t",
+                               "GIT_COMMITTER_EMAIL": "t@x", "HOME": str(cwd), "PATH": "/usr/bin:/bin"}).stdout
+
+
+def ok(r):
+    assert r.code == 0, (r.out, r.err)
+    return r
+
+
+def add_bullet(project: Path, bullet_id: str, text: str) -> None:
+    p = project / "CLAUDE.md"
+    s = p.read_text()
+    s = s.replace("<!-- reef:end learned -->", f"- {text} <!-- reef:{bullet_id} -->\n<!-- reef:end learned -->")
+    p.write_text(s)
+
+
+def log_bytes(project: Path, scenario: str = "default") -> bytes:
+    return (project / ".reef" / "scenarios" / scenario / "releases.jsonl").read_bytes()
+
+
+@pytest.fixture
+def shared(tmp_path, reef):
+    """A project A (a Git repo with reef, two releases) whose code and releases are on a bare remote."""
+    bare = tmp_path / "remote.git"
+    pygit2.init_repository(str(bare), bare=True)
+    a = tmp_path / "a"
+    a.mkdir()
+    git("init", "-q", "-b", "main", cwd=a)
+    ok(reef("-C", str(a), "init", "--template", "claude"))
+    add_bullet(a, "a1a1a1", "Run the tests before saying you are done.")
+    ok(reef("-C", str(a), "publish", "-m", "a learned rule"))
+    git("add", "-A", cwd=a)
+    git("commit", "-qm", "code", cwd=a)
+    git("remote", "add", "origin", f"file://{bare}", cwd=a)
+    git("push", "-q", "origin", "main", cwd=a)
+    return tmp_path, bare, a
+
+
+def test_remote_add_list_remove(reef, shared):
+    _, bare, a = shared
+    ok(reef("-C", str(a), "remote", "add", "hub", str(bare)))
+    r = ok(reef("-C", str(a), "remote", "list", "--json"))
+    assert json.loads(r.out) == [{"name": "hub", "url": str(bare)}]
+    r = reef("-C", str(a), "remote", "add", "hub", str(bare))
+    assert r.code == 3 and "remote 'hub' already exists" in r.err
+    r = reef("-C", str(a), "remote", "add", "bad name", str(bare))
+    assert r.code == 4 and "remote name 'bad name' is invalid" in r.err
+    ok(reef("-C", str(a), "remote", "remove", "hub"))
+    r = reef("-C", str(a), "remote", "remove", "hub")
+    assert r.code == 1 and "remote 'hub' does not exist" in r.err
+    assert json.loads(ok(reef("-C", str(a), "remote", "list", "--json")).out) == []
+
+
+def test_push_then_pull_in_a_fresh_clone_rebuilds_the_log_byte_for_byte(reef, shared):
+    tmp, bare, a = shared
+    ok(reef("-C", str(a), "remote", "add", "origin", str(bare)))  # a plain path
+    r = ok(reef("-C", str(a), "push"))
+    assert "scenario default pushed, 2 release(s)" in r.out
+    remote_ref = pygit2.Repository(str(bare)).references["refs/reef/scenarios/default"].target
+    assert str(remote_ref) == json.loads(ok(reef("-C", str(a), "status", "--json")).out)["head"]["commit_id"]
+    assert "up-to-date" in ok(reef("-C", str(a), "push")).out
+
+    b = tmp / "b"
+    git("clone", "-q", f"file://{bare}", str(b), cwd=tmp)
+    assert not (b / ".reef").exists()
+    r = ok(reef("-C", str(b), "pull"))  # no reef remote yet: the clone's own 'origin' (file://)
+    assert "scenario default created, 2 release(s)" in r.out
+    assert log_bytes(b) == log_bytes(a)
+    st = json.loads(ok(reef("-C", str(b), "status", "--json")).out)
+    assert st["clean"] is True and st["recipe"] == "harness-curate"
+    log_a = json.loads(ok(reef("-C", str(a), "log", "--json")).out)
+    log_b = json.loads(ok(reef("-C", str(b), "log", "--json")).out)
+    assert log_a == log_b
+
+
+def test_two_clones_racing_conflict_then_merge_unions_bullets(reef, shared):
+    tmp, bare, a = shared
+    ok(reef("-C", str(a), "remote", "add", "origin", f"file://{bare}"))
+    ok(reef("-C", str(a), "push"))
+    b = tmp / "b"
+    git("clone", "-q", f"file://{bare}", str(b), cwd=tmp)
+    ok(reef("-C", str(b), "pull"))
+
+    # both publish from the same head
+    add_bullet(a, "b2b2b2", "Prefer small commits with clear messages.")
+    ok(reef("-C", str(a), "publish", "-m", "a's rule"))
+    add_bullet(b, "c3c3c3", "Use the project's formatter before committing.")
+    ok(reef("-C", str(b), "publish", "-m", "b's rule"))
+
+    ok(reef("-C", str(a), "push"))
+    r = reef("-C", str(b), "push")
+    assert r.code == 3, r.out
+    assert "moved since we last saw it" in r.err and "reef pull origin" in r.err
+    r = reef("-C", str(b), "pull")
+    assert r.code == 3 and "has diverged from remote 'origin'" in r.err and "merge origin" in r.err
+    r = reef("-C", str(b), "push")
+    assert r.code == 3 and "holds releases this chain lacks" in r.err
+
+    r = ok(reef("-C", str(b), "merge", "--json"))
+    out = json.loads(r.out)
+    assert out["decision"] == "published" and out["added"] == ["CLAUDE.md reef:c3c3c3"] and out["held"] == []
+    text = (b / "CLAUDE.md").read_text()
+    assert all(f"reef:{x}" in text for x in ("a1a1a1", "b2b2b2", "c3c3c3"))
+    ok(reef("-C", str(b), "push"))
+    premerge = list((b / ".reef" / "scenarios" / "default").glob("releases.premerge-*.jsonl"))
+    assert len(premerge) == 1 and b"b's rule" in premerge[0].read_bytes()  # B's own release kept on the side
+
+    r = ok(reef("-C", str(a), "pull"))
+    assert "fast-forward" in r.out
+    assert log_bytes(a) == log_bytes(b)
+    assert "reef:c3c3c3" in (a / "CLAUDE.md").read_text()  # A's clean working tree followed
+    head = json.loads(ok(reef("-C", str(a), "status", "--json")).out)["head"]
+    assert head["operation"] == "merge" and head["step"] == 4
+    commit = pygit2.Repository(str(a / ".reef" / "git"))[head["commit_id"]]
+    assert len(commit.parent_ids) == 2
+
+
+def test_merge_holds_a_contradiction_for_a_human(reef, shared):
+    tmp, bare, a = shared
+    ok(reef("-C", str(a), "remote", "add", "origin", str(bare)))
+    ok(reef("-C", str(a), "push"))
+    b = tmp / "b"
+    git("clone", "-q", f"file://{bare}", str(b), cwd=tmp)
+    ok(reef("-C", str(b), "pull"))
+    add_bullet(a, "d4d4d4", "Always use tabs for indentation.")
+    ok(reef("-C", str(a), "publish", "-m", "tabs"))
+    ok(reef("-C", str(a), "push"))
+    add_bullet(b, "e5e5e5", "Never use tabs for indentation.")
+    ok(reef("-C", str(b), "publish", "-m", "no tabs"))
+    assert reef("-C", str(b), "pull").code == 3
+    out = json.loads(ok(reef("-C", str(b), "merge", "--json")).out)
+    assert out["added"] == [] and len(out["held"]) == 1
+    assert "reef:e5e5e5" in out["held"][0] and "contradicts reef:d4d4d4" in out["held"][0]
+    assert "reef:e5e5e5" not in (b / "CLAUDE.md").read_text()
+
+
+def test_pull_keeps_a_users_unpublished_edit(reef, shared):
+    tmp, bare, a = shared
+    ok(reef("-C", str(a), "remote", "add", "origin", str(bare)))
+    ok(reef("-C", str(a), "push"))
+    b = tmp / "b"
+    git("clone", "-q", f"file://{bare}", str(b), cwd=tmp)
+    ok(reef("-C", str(b), "pull"))
+    add_bullet(a, "f6f6f6", "Keep functions short.")
+    ok(reef("-C", str(a), "publish", "-m", "short"))
+    ok(reef("-C", str(a), "push"))
+    (b / "CLAUDE.md").write_text((b / "CLAUDE.md").read_text() + "\nMy own line.\n")
+    r = ok(reef("-C", str(b), "pull"))
+    assert "kept your edits to CLAUDE.md" in r.err
+    assert "My own line." in (b / "CLAUDE.md").read_text()
+    assert log_bytes(a) == log_bytes(b)
+
+
+def test_unknown_remote_and_unreachable_remote(reef, shared, tmp_path):
+    _, _, a = shared
+    r = reef("-C", str(a), "push", "nowhere")
+    assert r.code == 1 and "remote 'nowhere' is not known" in r.err
+    ok(reef("-C", str(a), "remote", "add", "gone", str(tmp_path / "missing.git")))
+    r = reef("-C", str(a), "push", "gone")
+    assert r.code == 1 and "push failed" in r.err or "cannot reach" in r.err, r.err
+
+
+def test_concurrent_pushes_never_lose_a_release(reef, shared):
+    """Two clones publish from the same head and push at the same instant, five times over: each round exactly
+    one wins, the loser exits 3, and the remote's chain is always one of the two (never a clobbered mix)."""
+    import os
+    import sys
+
+    from conftest import reef_exe
+
+    tmp, bare, a = shared
+    ok(reef("-C", str(a), "remote", "add", "origin", str(bare)))
+    ok(reef("-C", str(a), "push"))
+    b = tmp / "b"
+    git("clone", "-q", f"file://{bare}", str(b), cwd=tmp)
+    ok(reef("-C", str(b), "pull"))
+    remote = pygit2.Repository(str(bare))
+    for n in range(5):
+        for side, proj in (("a", a), ("b", b)):
+            add_bullet(proj, ("9" if side == "a" else "8") + f"{n}cafe", f"Rule {side} number {n}.")
+            ok(reef("-C", str(proj), "publish", "-m", f"{side}{n}"))
+        procs = [subprocess.Popen([reef_exe(), "-C", str(p), "push"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                  text=True) for p in (a, b)]
+        codes = [p.wait(timeout=60) for p in procs]
+        errs = [p.stderr.read() for p in procs]
+        assert sorted(codes) == [0, 3], (codes, errs)
+        winner, loser = (a, b) if codes[0] == 0 else (b, a)
+        won = json.loads(ok(reef("-C", str(winner), "status", "--json")).out)["head"]["commit_id"]
+        assert str(remote.references["refs/reef/scenarios/default"].target) == won
+        assert "moved since we last saw it" in errs[codes.index(3)] or "holds releases" in errs[codes.index(3)]
+        # the loser merges and pushes; the winner pulls: both equal again
+        assert reef("-C", str(loser), "pull").code == 3
+        ok(reef("-C", str(loser), "merge"))
+        ok(reef("-C", str(loser), "push"))
+        ok(reef("-C", str(winner), "pull"))
+        assert log_bytes(a) == log_bytes(b)
+    assert not [r for r in remote.references if r.startswith("refs/reef/incoming/")]
