@@ -122,16 +122,47 @@ def evolve_cmd(ctx: typer.Context,
                review: bool = typer.Option(False, "--review", help="Write a pending proposal instead of publishing."),
                as_json: bool = JSON, backend: Optional[str] = BACKEND, model_url: Optional[str] = MODEL_URL,
                model: Optional[str] = MODEL,
-               attribute: int = typer.Option(3, "--attribute", help="Attribute up to N new bullets; only those that pay their way publish, the rest wait (0: judge them together).")) -> None:
-    """Reflect, propose bullet edits, guard, gate and publish one release."""
+               attribute: int = typer.Option(3, "--attribute", help="Attribute up to N new bullets; only those that pay their way publish, the rest wait (0: judge them together)."),
+               branch: Optional[str] = typer.Option(None, "--branch", metavar="[NAME]", help="Write the candidate as a commit on branch NAME (default reef/evolve-ID) of your Git repository, with a Markdown description; the index and working tree are not touched."),
+               open_pr: bool = typer.Option(False, "--open-pr", help="With --branch: open a pull request with 'gh' if installed (else print the description).")) -> None:
+    """Reflect, propose bullet edits, guard, gate and publish one release (or propose it as a Git branch)."""
     from ..evolve import evolve
 
     store = ctx.obj.store()
+    if branch is not None:
+        from ..proposal_branch import check_branch_name, user_repo
+
+        user_repo(store.project.root)  # refused outside a Git repository before anything is reflected
+        if branch:
+            check_branch_name(branch)
+    elif open_pr:
+        from ..errors import InvalidInput
+
+        raise InvalidInput("--open-pr needs --branch: the pull request is opened from the proposal's branch")
+    opts = _options(ctx, dry_run=dry_run, review=review, backend=backend, model_url=model_url, model=model,
+                    attribute=attribute)
+    opts.branch = branch
     with _progress(not as_json) as progress:
-        out = evolve(store, _options(ctx, dry_run=dry_run, review=review, backend=backend, model_url=model_url,
-                                     model=model, progress=progress, attribute=attribute))
+        opts.progress = progress
+        out = evolve(store, opts)
+    if out.branch and open_pr:
+        from ..proposal_branch import BranchResult, open_pr as do_open
+
+        b = out.branch
+        url = do_open(store.project.root, BranchResult(b["branch"], b["commit_id"], b["description"]),
+                      b["title"], b["body"])
+        out.branch = {**b, "pr_url": url}
     if as_json:
         emit_json(out.to_json())
+        return
+    if out.branch:
+        b = out.branch
+        print(f"Proposed on branch {b['branch']} ({b['commit_id'][:12]}); your index and working tree are untouched")
+        if b.get("pr_url"):
+            print(f"Pull request: {b['pr_url']}")
+        else:
+            print(b["description"])
+        print(f"After merging it: reef publish --from-git <merged branch>")
         return
     if out.resumed:
         note(f"resumed interrupted evolve {out.evolve_id}")

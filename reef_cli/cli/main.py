@@ -103,11 +103,23 @@ def build_app(argv: list[str]) -> typer.Typer:
     return _apps[key]
 
 
+def _optional_value(argv: list[str], option: str, command: str) -> list[str]:
+    """`reef harness evolve --branch [NAME]`: an option whose value may be left out (typer has no such option), so a
+    bare `--branch` gets an empty value."""
+    if command not in argv or option not in argv:
+        return argv
+    i = argv.index(option)
+    if i + 1 == len(argv) or argv[i + 1].startswith("-"):
+        return [*argv[:i + 1], "", *argv[i + 1:]]
+    return argv
+
+
 def run(argv: list[str] | None = None) -> int:
     """Run the CLI and return its exit code (tests call this in-process)."""
     from typer import main as typer_main
 
     argv = sys.argv[1:] if argv is None else list(argv)
+    argv = _optional_value(argv, "--branch", "evolve")
     click_cmd = typer_main.get_command(build_app(argv))
     try:  # typer >= 0.20 vendors click; older typer uses the click package (the one shim for that internal)
         from typer._click import exceptions as click_exc

@@ -128,16 +128,48 @@ def sync(ctx: typer.Context, name: Optional[str] = NAME, as_json: bool = JSON) -
     """Pull, then push (and publish a merged proposal branch: see 'reef publish --from-git')."""
     from ..remote import pull as do_pull, push as do_push, resolve
 
+    from ..errors import NotFound
+
     env: Env = ctx.obj
     project = env.project()
-    rname, url = resolve(project, name)
-    pulled = do_pull(project, rname, url, current=env.scenario(), only=env.scenario())
-    pushed = do_push(project, rname, url, only=env.scenario())
+    try:
+        rname, url = resolve(project, name)
+    except NotFound:
+        if name is not None:
+            raise
+        rname = url = None
+    pulled = do_pull(project, rname, url, current=env.scenario(), only=env.scenario()) if url else None
+    published = _publish_merged_proposals(env.store())
+    pushed = do_push(project, rname, url, only=env.scenario()) if url else None
     if as_json:
-        emit_json({"pull": pulled.to_json(), "push": pushed.to_json()})
+        emit_json({"pull": pulled.to_json() if pulled else None, "push": pushed.to_json() if pushed else None,
+                   "published": published.to_json() if published else None})
+        return
+    if published is not None:
+        print(f"Published release {published.release_id} (step {published.step}): {published.reason}")
+    if pulled is None:
+        note("no remote to pull from or push to (add one with 'reef remote add NAME URL')")
         return
     _show(pulled, False, "pull")
     _show(pushed, False, "push")
+
+
+def _publish_merged_proposals(store):
+    """A proposal branch merged into the checked-out branch (a Reef-Proposal trailer in HEAD's history that no
+    release links yet) is published from HEAD, keeping the link; None when there is none or no Git repository."""
+    from ..gitstore import user_repo_root
+    from ..proposal_branch import files_at, publish_from_git
+
+    if user_repo_root(store.project.root) is None:
+        return None
+    try:
+        _, _, proposals = files_at(store, "HEAD")
+    except Exception:  # an unborn HEAD or a commit without this harness: nothing merged to publish  # noqa: BLE001
+        return None
+    if not proposals:
+        return None
+    res = publish_from_git(store, "HEAD")
+    return res.release if res.created else None
 
 
 def merge(ctx: typer.Context, name: Optional[str] = NAME,

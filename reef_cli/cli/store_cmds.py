@@ -78,13 +78,18 @@ def status(ctx: typer.Context, as_json: bool = JSON) -> None:
 
 def publish(
     ctx: typer.Context,
-    message: str = typer.Option(..., "-m", "--message", help="Why this change is published."),
+    message: Optional[str] = typer.Option(None, "-m", "--message", help="Why this change is published."),
     expect_head: Optional[str] = typer.Option(None, "--expect-head", help="Publish only if the head is still this release id."),
+    from_git: Optional[str] = typer.Option(None, "--from-git", metavar="REF", help="Publish the harness as committed at REF of your Git repository (a merged 'evolve --branch' proposal keeps its link)."),
     as_json: bool = JSON,
 ) -> None:
     """Publish the working tree's harness changes as a new release (a human publish)."""
     env: Env = ctx.obj
     store = env.store()
+    if message is None and from_git is None:
+        from ..errors import UsageError
+
+        raise UsageError("publish needs -m MESSAGE (or --from-git REF)")
     expected = ...
     if expect_head is not None:
         expected = store.find(expect_head).release_id if expect_head else None
@@ -96,7 +101,12 @@ def publish(
                 f"--expect-head {expect_head} is not the head of scenario '{store.scenario}' (the head is "
                 f"{head.release_id}, step {head.step}); nothing was published"
             )
-    res = store.publish(reason=message, expected_head=expected)
+    if from_git is not None:
+        from ..proposal_branch import publish_from_git
+
+        res = publish_from_git(store, from_git, reason=message, expected_head=expected)
+    else:
+        res = store.publish(reason=message, expected_head=expected)
     if as_json:
         emit_json({"created": res.created, "release": res.release.to_json(), "changes": [c.to_json() for c in res.changes]})
         return

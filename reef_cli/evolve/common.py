@@ -44,6 +44,7 @@ class Options:
     progress: Callable[[dict], None] | None = None
     attribute: int = 3  # leave-one-out attribution for at most this many new bullets (0: off)
     workers: int | None = None
+    branch: str | None = None  # write the candidate as a commit on this branch of the user's repo (proposal_branch)
 
     def clock(self) -> datetime:
         return self.now or datetime.now(timezone.utc)
@@ -68,13 +69,15 @@ class Outcome:
     expired: list[str] = field(default_factory=list)
     evolve_id: str | None = None
     admission: dict | None = None
+    branch: dict | None = None
 
     def to_json(self) -> dict:
         return {"status": self.status, "release": self.release, "ops": self.ops, "pending": self.pending,
                 "contradictions": self.contradictions, "blocked": self.blocked, "verdict": self.verdict,
                 "warnings": self.warnings, "reflect": self.reflect, "evidence": self.evidence, "diff": self.diff,
                 "negatives": self.negatives, "gated": self.gated, "resumed": self.resumed,
-                "expired": self.expired, "evolve_id": self.evolve_id, "admission": self.admission}
+                "expired": self.expired, "evolve_id": self.evolve_id, "admission": self.admission,
+                "branch": self.branch}
 
 
 # --------------------------------------------------------------------------------------------- memory

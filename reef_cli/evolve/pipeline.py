@@ -397,12 +397,36 @@ def record(store, ledger, jf: JournalFile, journal: EvolveJournal) -> list[dict]
 def _continue(store, ledger, jf: JournalFile, journal: EvolveJournal, opts: Options, out: Outcome) -> Outcome:
     _proposal_record(store, ledger, journal)  # idempotent: a resume resends the same record id
     journal = decide(store, ledger, jf, journal, opts)
+    if opts.branch is not None and journal.phase in ("planned", "gated"):
+        return _to_branch(store, ledger, jf, journal, opts, out)  # the final step writes a branch, not the tree
     if journal.phase in ("planned", "gated", "writing"):
         journal, release = publish(store, jf, journal)
     else:
         release = store.find(journal.release_id)
     out.negatives += record(store, ledger, jf, journal)
     return _outcome(journal, release, out)
+
+
+def _to_branch(store, ledger, jf: JournalFile, journal: EvolveJournal, opts: Options, out: Outcome) -> Outcome:
+    """`--branch`: the allowed candidate as a commit on a branch of the user's repository (proposal_branch.py);
+    the working tree and the release chain stay as they are until the merged branch is published from Git."""
+    from ..proposal_branch import describe, write_branch
+
+    cand = Candidate.of(store, journal)
+    ops = _published_ops(journal)
+    files = cand.files(store, ops)
+    out.negatives += record(store, ledger, jf, journal)
+    out = _outcome(journal, None, out)
+    if files == cand.base or out.status == "rejected":
+        return out
+    title, body = describe([o.to_json() for o in ops], cand.memory, journal.verdict, ledger,
+                           evolve_id=journal.evolve_id, scenario=store.scenario,
+                           base_release=journal.base_release_id, gated=journal.gated)
+    name = opts.branch or f"reef/evolve-{journal.evolve_id[-8:]}"
+    res = write_branch(store, cand.base, files, branch=name, title=title, body=body, evolve_id=journal.evolve_id,
+                       base_release=journal.base_release_id)
+    out.status, out.branch = "branch", {**res.to_json(), "title": title, "body": body}
+    return out
 
 
 def _outcome(journal: EvolveJournal, release, out: Outcome) -> Outcome:

@@ -1,0 +1,222 @@
+"""Learned changes as reviewable branches: `reef harness evolve --branch`, and `reef publish --from-git REF` after the
+pull request is merged.
+
+The candidate becomes one commit on a branch of the user's own repository, written straight into its object
+database (pygit2, through GitStore): the user's index, working tree and HEAD are never touched. The commit's tree is
+the user's HEAD tree with the candidate's changed harness files applied under the project's directory, and its
+message is the Markdown description (each bullet, the feedback it came from — quoted, redacted, with record ids —
+and the gate's verdict with its interval) followed by trailers that keep the link: `Reef-Proposal: <evolve id>`,
+`Reef-Scenario`, `Reef-Base-Release`. Publishing from Git reads those trailers back into the release's meta.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import ConflictError, InvalidInput, NotFound
+
+QUOTE_CHARS = 300
+FEEDBACK_FIELDS = ("feedback", "correction", "text", "lesson", "message", "summary", "note", "reason", "prompt")
+
+
+@dataclass(frozen=True)
+class BranchResult:
+    branch: str
+    commit_id: str
+    description: str
+    pr_url: str | None = None
+
+    def to_json(self) -> dict:
+        return {"branch": self.branch, "commit_id": self.commit_id, "description": self.description,
+                "pr_url": self.pr_url}
+
+
+def user_repo(project_root: Path):
+    """(GitStore over the user's repository, the project's directory inside its working tree as a posix prefix)."""
+    from .gitstore import GitStore, user_repo_root
+
+    root = user_repo_root(project_root)
+    if root is None:
+        raise InvalidInput(f"{project_root} is not inside a Git repository; --branch writes a commit on a branch of "
+                           "your repository (run 'git init' first, or evolve without --branch)")
+    import pygit2
+
+    store = GitStore(Path(pygit2.discover_repository(str(project_root))))
+    rel = os.path.relpath(os.path.realpath(project_root), os.path.realpath(root))
+    return store, ("" if rel == "." else rel.replace(os.sep, "/") + "/")
+
+
+def check_branch_name(name: str) -> str:
+    import pygit2
+
+    if not name or not pygit2.reference_is_valid_name(f"refs/heads/{name}"):
+        raise InvalidInput(f"--branch {name!r}: not a valid Git branch name")
+    return name
+
+
+def _quote(text: str) -> str:
+    from .redact import redact
+
+    text = " ".join(redact(str(text))[0].split())
+    if len(text) > QUOTE_CHARS:
+        text = text[:QUOTE_CHARS - 1] + "…"
+    return text
+
+
+def _feedback(ledger, record_id: str) -> str | None:
+    try:
+        rec = ledger.get(record_id)
+    except Exception:  # a record compacted away or from another machine: the id still stands  # noqa: BLE001
+        return None
+    payload = rec.payload or {}
+    return _first_text(payload, 2)
+
+
+def _first_text(value, depth: int) -> str | None:
+    """The first feedback-like string in a payload (reports carry `feedback` as text or as {"lesson": …})."""
+    if isinstance(value, str):
+        return _quote(value) if value.strip() else None
+    if isinstance(value, dict) and depth > 0:
+        for key in FEEDBACK_FIELDS:
+            found = _first_text(value.get(key), depth - 1)
+            if found:
+                return found
+    return None
+
+
+def describe(ops: list[dict], memory, verdict: dict | None, ledger, *, evolve_id: str, scenario: str,
+             base_release: str, gated: bool) -> tuple[str, str]:
+    """(title, Markdown body) of the proposal."""
+    adds = [o for o in ops if o.get("op") == "add"]
+    title = f"reef: {len(ops)} learned change(s) to the harness ({scenario})" if ops else "reef: pattern memory only"
+    lines = [f"Proposed by `reef harness evolve --branch` (evolve `{evolve_id}`, scenario `{scenario}`, "
+             f"over release `{base_release}`).", "", "## Bullets", ""]
+    if not ops:
+        lines.append("_No bullet changes; pattern memory only._")
+    for o in ops:
+        sign = {"add": "+", "remove": "−", "update": "~", "merge": "~"}.get(o.get("op"), o.get("op"))
+        lines.append(f"- {sign} `reef:{o.get('bullet_id')}` in `{o.get('path')}` ({o.get('zone') or 'zone ?'}): "
+                     f"{_quote(o.get('text') or '')}")
+        if o.get("reason"):
+            lines.append(f"  - why: {_quote(o['reason'])}")
+        pattern = memory.patterns.get(o.get("key")) if o.get("key") else None
+        for rid in (pattern.evidence if pattern is not None else [])[-5:]:
+            said = _feedback(ledger, rid)
+            lines.append(f"  - from record `{rid}`" + (f": > {said}" if said else ""))
+    lines += ["", "## Gate", ""]
+    if verdict is None or not gated:
+        lines.append("Not gated: the harness has no canary tasks (or only Learned-zone paths changed).")
+    else:
+        iv = verdict.get("interval")
+        ivs = f" — paired difference interval [{iv[0]:+.3f}, {iv[1]:+.3f}]" if isinstance(iv, (list, tuple)) \
+            and len(iv) == 2 and all(isinstance(x, (int, float)) for x in iv) else ""
+        lines.append(f"**{verdict.get('decision')}**{ivs}; {verdict.get('reason', '')} "
+                     f"({verdict.get('episodes_spent', 0)} episodes, gate record `{verdict.get('record_id')}`)")
+        for t in verdict.get("per_task") or []:
+            lines.append(f"- `{t.get('task_id')}`: {t.get('status')} "
+                         f"({t.get('current')} → {t.get('candidate')})")
+    if adds:
+        lines += ["", f"After merging, publish it with `reef publish --from-git <merged ref>` (or `reef sync`)."]
+    return title, "\n".join(lines) + "\n"
+
+
+def write_branch(store, base_files: dict, files: dict, *, branch: str, title: str, body: str, evolve_id: str,
+                 base_release: str) -> BranchResult:
+    """One commit on `refs/heads/<branch>` of the user's repository; refuses to move an existing branch."""
+    from .gitstore import Entry
+
+    repo, prefix = user_repo(store.project.root)
+    ref = f"refs/heads/{check_branch_name(branch)}"
+    if repo.get_ref(ref) is not None:
+        raise ConflictError(f"branch '{branch}' already exists in {repo.path}; pass another --branch NAME or delete it")
+    head = None if repo.repo.head_is_unborn else str(repo.repo.head.target)
+    base_tree = repo.commit_info(head)[1] if head else repo.write_tree({})
+    changes: dict[str, Entry | None] = {}
+    for rel in sorted(set(base_files) | set(files)):
+        if base_files.get(rel) != files.get(rel):
+            changes[prefix + rel] = files.get(rel)
+    tree = repo.update_tree(base_tree, changes) if changes else base_tree
+    trailers = (f"\nReef-Proposal: {evolve_id}\nReef-Scenario: {store.scenario}\n"
+                f"Reef-Base-Release: {base_release}\n")
+    message = f"{title}\n\n{body}{trailers}"
+    import time
+
+    commit = repo.commit(tree, head, message, int(time.time()))
+    try:
+        repo.repo.references.create(ref, repo._pygit2.Oid(hex=commit), force=False)
+    except (repo._pygit2.GitError, ValueError):
+        raise ConflictError(f"branch '{branch}' appeared in {repo.path} while reef wrote it; nothing changed") from None
+    return BranchResult(branch, commit, f"# {title}\n\n{body}")
+
+
+def open_pr(project_root: Path, result: BranchResult, title: str, body: str) -> str | None:
+    """Open the pull request with GitHub's `gh` when it is installed (it pushes the branch); None without it."""
+    gh = shutil.which("gh")
+    if gh is None:
+        return None
+    proc = subprocess.run([gh, "pr", "create", "--head", result.branch, "--title", title, "--body", body],
+                          cwd=project_root, capture_output=True, text=True, timeout=120)
+    if proc.returncode != 0:
+        raise InvalidInput(f"gh pr create failed: {' '.join(proc.stderr.split())[:300]}")
+    return proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else None
+
+
+def files_at(store, ref: str) -> tuple[dict, str, list[dict]]:
+    """The harness files of the project at the user's Git `ref`, its commit id, and the proposals (trailers) in
+    its history that no release of this scenario links to yet."""
+    from .config import CONFIG_NAME, parse_config
+    from .store import SKIP_DIRS
+
+    repo, prefix = user_repo(store.project.root)
+    try:
+        commit = repo.repo.revparse_single(ref).peel(repo._pygit2.Commit)
+    except (KeyError, ValueError, repo._pygit2.GitError):
+        raise NotFound(f"--from-git {ref}: no such commit or branch in {repo.path}") from None
+    cid = str(commit.id)
+    everything = repo.read_tree(str(commit.tree_id))
+    inside = {rel[len(prefix):]: e for rel, e in everything.items()
+              if rel.startswith(prefix) and rel[len(prefix):].split("/")[0] not in SKIP_DIRS}
+    if CONFIG_NAME not in inside:
+        raise InvalidInput(f"--from-git {ref}: the commit holds no {prefix}{CONFIG_NAME}; not this harness")
+    config = parse_config(inside[CONFIG_NAME].data, source=f"{CONFIG_NAME} at {ref}")
+    from .zones import glob_matcher
+
+    inc, exc = glob_matcher(tuple(config.include) + (CONFIG_NAME,)), glob_matcher(tuple(config.exclude))
+    files = {rel: e for rel, e in inside.items() if inc(rel) and not exc(rel)}
+    linked = {r.meta.get("proposal") for r in store.releases()} | {r.meta.get("evolve_id") for r in store.releases()}
+    proposals = []
+    walker = repo.repo.walk(commit.id)
+    for n, c in enumerate(walker):
+        if n >= 500:
+            break
+        tr = _trailers(c.message)
+        if tr.get("Reef-Proposal") and tr.get("Reef-Scenario", store.scenario) == store.scenario \
+                and tr["Reef-Proposal"] not in linked:
+            proposals.append({"proposal": tr["Reef-Proposal"], "commit_id": str(c.id),
+                              "base_release_id": tr.get("Reef-Base-Release")})
+    return dict(sorted(files.items())), cid, proposals
+
+
+def _trailers(message: str) -> dict:
+    out = {}
+    for line in message.strip().splitlines()[-6:]:
+        key, sep, value = line.partition(": ")
+        if sep and key.startswith("Reef-"):
+            out[key] = value.strip()
+    return out
+
+
+def publish_from_git(store, ref: str, *, reason: str | None = None, expected_head=...):
+    files, commit, proposals = files_at(store, ref)
+    links = [p["proposal"] for p in proposals]
+    meta = {"git_commit": commit, "git_ref": ref}
+    if proposals:
+        meta["proposal"] = links[0]
+        meta["proposals"] = proposals
+    why = reason or (f"merged proposal {', '.join(links)} from git {ref} ({commit[:12]})" if links
+                     else f"from git {ref} ({commit[:12]})")
+    return store.publish(reason=why, files=files, expected_head=expected_head, meta=meta)
