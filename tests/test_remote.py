@@ -209,3 +209,63 @@ def test_concurrent_pushes_never_lose_a_release(reef, shared):
         ok(reef("-C", str(winner), "pull"))
         assert log_bytes(a) == log_bytes(b)
     assert not [r for r in remote.references if r.startswith("refs/reef/incoming/")]
+
+
+@pytest.fixture
+def gated(tmp_path, reef):
+    """Clones A and B of a project with the example canary suite and agent (repeats 2), both at the pushed head."""
+    from reef_cli.example_agent import suite_files
+
+    bare = tmp_path / "remote.git"
+    pygit2.init_repository(str(bare), bare=True)
+    a = tmp_path / "a"
+    a.mkdir()
+    git("init", "-q", "-b", "main", cwd=a)
+    ok(reef("-C", str(a), "init"))
+    (a / "canary").mkdir()
+    (a / "canary" / "example.yaml").write_text(suite_files()["example.yaml"])
+    cfg = a / "harness.yaml"
+    lines = [ln for ln in cfg.read_text().splitlines() if not ln.startswith("agent:")]
+    text = "\n".join(lines).replace("  evaluators: [evaluators/**]", "  evaluators: [evaluators/**]\n  repeats: 2")
+    cfg.write_text(text + '\nagent: ["{python}", -m, reef_cli.example_agent, -p, "{prompt}"]\n')
+    ok(reef("-C", str(a), "publish", "-m", "canary suite"))
+    git("add", "-A", cwd=a)
+    git("commit", "-qm", "code", cwd=a)
+    git("remote", "add", "origin", str(bare), cwd=a)
+    git("push", "-q", "origin", "main", cwd=a)
+    ok(reef("-C", str(a), "push"))
+    b = tmp_path / "b"
+    git("clone", "-q", f"file://{bare}", str(b), cwd=tmp_path)
+    ok(reef("-C", str(b), "pull"))
+    return a, b
+
+
+def test_merge_is_gated_against_the_remote_head(reef, gated):
+    a, b = gated
+    add_bullet(a, "ddd444", "Write clean code.")
+    ok(reef("-C", str(a), "publish", "-m", "clean"))
+    ok(reef("-C", str(a), "push"))
+    add_bullet(b, "aaa111", "Always end files with a trailing newline.")
+    add_bullet(b, "bbb222", "Use tabs for indentation in Makefiles.")
+    ok(reef("-C", str(b), "publish", "-m", "newline and tabs"))
+    assert reef("-C", str(b), "pull").code == 3
+    out = json.loads(ok(reef("-C", str(b), "merge", "--json")).out)
+    assert out["decision"] == "published" and out["verdict"]["decision"] == "publish"
+    head = json.loads(ok(reef("-C", str(b), "status", "--json")).out)["head"]
+    assert head["meta"]["gate"]["decision"] == "publish" and head["evidence"] == [out["verdict"]["record_id"]]
+
+
+def test_a_merge_the_gate_rejects_changes_nothing(reef, gated):
+    a, b = gated
+    add_bullet(a, "aaa111", "Always end files with a trailing newline.")
+    ok(reef("-C", str(a), "publish", "-m", "newline"))
+    ok(reef("-C", str(a), "push"))
+    add_bullet(b, "ccc333", "Write clean code.")
+    ok(reef("-C", str(b), "publish", "-m", "clean"))
+    assert reef("-C", str(b), "pull").code == 3
+    before = log_bytes(b)
+    r = reef("-C", str(b), "merge", "--json")
+    assert r.code == 1
+    assert json.loads(r.out)["decision"] == "rejected"
+    assert log_bytes(b) == before
+    assert not list((b / ".reef" / "scenarios" / "default").glob("releases.premerge-*"))

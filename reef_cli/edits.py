@@ -1,0 +1,156 @@
+"""What a human's change to the harness touches, for `reef ci`: the measuring stick, or the human's own rules.
+
+Frozen means "never changed automatically", not "never changed by a human in review". A pull request that edits
+CLAUDE.md outside reef's block, a rule file or a skill is a harness change like any other and is gated (paired
+against the head). Only a change to what does the judging — the canary tasks, the evaluators, and the `gate` and
+`zones` sections of harness.yaml — cannot be vouched for by the gate it changes; `reef ci` refuses it (exit 4)
+unless `--suite-change` asks for both sides to be evaluated on the new suite (`suite_baseline`).
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass
+from typing import Mapping
+
+from .config import CONFIG_NAME
+
+STICK_SECTIONS = ("gate", "zones")
+
+
+@dataclass(frozen=True)
+class StickChange:
+    path: str
+    change: str  # added | modified | deleted
+    what: str  # canary task | evaluator | harness.yaml gate | harness.yaml zones
+
+    def to_json(self) -> dict:
+        return {"path": self.path, "change": self.change, "what": self.what}
+
+    @property
+    def reason(self) -> str:
+        return f"{self.what} {self.change}"
+
+
+@dataclass(frozen=True)
+class BulletChange:
+    path: str
+    sign: str  # + | -
+    text: str
+    learned: bool  # a reef bullet (inside the managed block) rather than the human's own line
+
+    def to_json(self) -> dict:
+        return {"path": self.path, "sign": self.sign, "text": self.text, "learned": self.learned}
+
+
+def _yaml(data: bytes | None) -> dict:
+    if data is None:
+        return {}
+    from ruamel.yaml import YAML
+
+    try:
+        doc = YAML(typ="safe").load(data)
+    except Exception:  # noqa: BLE001 - an unparsable harness.yaml is reported by the config parser
+        return {}
+    return doc if isinstance(doc, dict) else {}
+
+
+def _globs(config) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    return tuple(config.gate.tasks), tuple(config.gate.evaluators)
+
+
+def stick_changes(base: Mapping, cand: Mapping, base_config, cand_config) -> list[StickChange]:
+    """Changes to the measuring stick, judged by the globs of both sides (moving tasks out of the glob counts)."""
+    from .zones import glob_matcher
+
+    tasks = glob_matcher(_globs(base_config)[0] + _globs(cand_config)[0])
+    evaluators = glob_matcher(_globs(base_config)[1] + _globs(cand_config)[1])
+    out: list[StickChange] = []
+    for rel in sorted(set(base) | set(cand)):
+        a, b = base.get(rel), cand.get(rel)
+        if a == b:
+            continue
+        change = "deleted" if b is None else "added" if a is None else "modified"
+        if rel == CONFIG_NAME:
+            old, new = _yaml(a.data if a else None), _yaml(b.data if b else None)
+            for section in STICK_SECTIONS:
+                if old.get(section) != new.get(section):
+                    out.append(StickChange(rel, change, f"harness.yaml {section}"))
+        elif tasks(rel):
+            out.append(StickChange(rel, change, "canary task"))
+        elif evaluators(rel):
+            out.append(StickChange(rel, change, "evaluator"))
+    return out
+
+
+def suite_baseline(base: Mapping, cand: Mapping, base_config, cand_config) -> dict:
+    """The baseline judged on the new suite (`--suite-change`): the base harness with the candidate's canary tasks,
+    evaluators and harness.yaml `gate`/`zones` sections — everything else, the human's rules included, stays the
+    base's, so the comparison still measures the rest of the change."""
+    from .gitstore import Entry
+    from .zones import glob_matcher
+
+    stick = glob_matcher(_globs(base_config)[0] + _globs(base_config)[1] + _globs(cand_config)[0]
+                         + _globs(cand_config)[1])
+    out = {rel: e for rel, e in base.items() if not stick(rel) or rel == CONFIG_NAME}
+    out.update({rel: e for rel, e in cand.items() if stick(rel) and rel != CONFIG_NAME})
+    if CONFIG_NAME in base and CONFIG_NAME in cand and base[CONFIG_NAME] != cand[CONFIG_NAME]:
+        out[CONFIG_NAME] = Entry(_with_sections(base[CONFIG_NAME].data, cand[CONFIG_NAME].data),
+                                 base[CONFIG_NAME].mode)
+    return dict(sorted(out.items()))
+
+
+def _with_sections(base_yaml: bytes, cand_yaml: bytes) -> bytes:
+    """The base harness.yaml with the candidate's stick sections (comments and order kept by round-tripping)."""
+    import io
+
+    from ruamel.yaml import YAML
+
+    rt = YAML()
+    rt.preserve_quotes = True
+    doc = rt.load(base_yaml)
+    new = rt.load(cand_yaml)
+    for section in STICK_SECTIONS:
+        if section in new:
+            doc[section] = new[section]
+        elif section in doc:
+            del doc[section]
+    buf = io.StringIO()
+    rt.dump(doc, buf)
+    return buf.getvalue().encode("utf-8")
+
+
+_BULLET_PREFIXES = ("- ", "* ", "+ ")
+
+
+def bullet_changes(base: Mapping, cand: Mapping) -> list[BulletChange]:
+    """Bullet lines added or removed in the harness's Markdown files: reef's learned bullets and the human's own."""
+    from .blocks import parse
+
+    out: list[BulletChange] = []
+    for rel in sorted(set(base) | set(cand)):
+        if not rel.endswith(".md"):
+            continue
+        a, b = base.get(rel), cand.get(rel)
+        if a == b:
+            continue
+        old = a.data.decode("utf-8", "replace") if a else ""
+        new = b.data.decode("utf-8", "replace") if b else ""
+        learned = set()
+        for text in (old, new):
+            try:
+                block = parse(text, source=rel)
+            except Exception:  # noqa: BLE001 - damaged markers: every bullet counts as the human's
+                block = None
+            if block is not None:
+                learned |= {x.text for x in block.bullets}
+        for line in difflib.ndiff(old.splitlines(), new.splitlines()):
+            sign, body = line[:1], line[2:].strip()
+            if sign not in "+-" or not body.startswith(_BULLET_PREFIXES):
+                continue
+            text = body[2:].strip()
+            is_learned = "<!-- reef:" in text
+            if is_learned:
+                text = text.split("<!-- reef:")[0].strip()
+            out.append(BulletChange(rel, sign, text, is_learned or text in learned))
+    return out
