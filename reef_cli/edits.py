@@ -9,7 +9,6 @@ unless `--suite-change` asks for both sides to be evaluated on the new suite (`s
 
 from __future__ import annotations
 
-import difflib
 from dataclasses import dataclass
 from typing import Mapping
 
@@ -30,17 +29,6 @@ class StickChange:
     @property
     def reason(self) -> str:
         return f"{self.what} {self.change}"
-
-
-@dataclass(frozen=True)
-class BulletChange:
-    path: str
-    sign: str  # + | -
-    text: str
-    learned: bool  # a reef bullet (inside the managed block) rather than the human's own line
-
-    def to_json(self) -> dict:
-        return {"path": self.path, "sign": self.sign, "text": self.text, "learned": self.learned}
 
 
 def _yaml(data: bytes | None) -> dict:
@@ -118,39 +106,3 @@ def _with_sections(base_yaml: bytes, cand_yaml: bytes) -> bytes:
     buf = io.StringIO()
     rt.dump(doc, buf)
     return buf.getvalue().encode("utf-8")
-
-
-_BULLET_PREFIXES = ("- ", "* ", "+ ")
-
-
-def bullet_changes(base: Mapping, cand: Mapping) -> list[BulletChange]:
-    """Bullet lines added or removed in the harness's Markdown files: reef's learned bullets and the human's own."""
-    from .blocks import parse
-
-    out: list[BulletChange] = []
-    for rel in sorted(set(base) | set(cand)):
-        if not rel.endswith(".md"):
-            continue
-        a, b = base.get(rel), cand.get(rel)
-        if a == b:
-            continue
-        old = a.data.decode("utf-8", "replace") if a else ""
-        new = b.data.decode("utf-8", "replace") if b else ""
-        learned = set()
-        for text in (old, new):
-            try:
-                block = parse(text, source=rel)
-            except Exception:  # noqa: BLE001 - damaged markers: every bullet counts as the human's
-                block = None
-            if block is not None:
-                learned |= {x.text for x in block.bullets}
-        for line in difflib.ndiff(old.splitlines(), new.splitlines()):
-            sign, body = line[:1], line[2:].strip()
-            if sign not in "+-" or not body.startswith(_BULLET_PREFIXES):
-                continue
-            text = body[2:].strip()
-            is_learned = "<!-- reef:" in text
-            if is_learned:
-                text = text.split("<!-- reef:")[0].strip()
-            out.append(BulletChange(rel, sign, text, is_learned or text in learned))
-    return out
