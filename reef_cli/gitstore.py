@@ -307,9 +307,13 @@ def _Callbacks(pygit2):
         def credentials(self, url, username_from_url, allowed_types):
             if allowed_types & pygit2.enums.CredentialType.SSH_KEY:
                 return pygit2.KeypairFromAgent(username_from_url or "git")
-            token = os.environ.get("REEF_GIT_TOKEN")
-            if token and allowed_types & pygit2.enums.CredentialType.USERPASS_PLAINTEXT:
-                return pygit2.UserPass(username_from_url or "x-access-token", token)
+            if allowed_types & pygit2.enums.CredentialType.USERPASS_PLAINTEXT:
+                token = os.environ.get("REEF_GIT_TOKEN")
+                if token:
+                    return pygit2.UserPass(username_from_url or "x-access-token", token)
+                stored = _stored_credential(url)
+                if stored is not None:
+                    return pygit2.UserPass(*stored)
             return None
 
     return Callbacks()
@@ -339,3 +343,24 @@ def user_remote_url(path: Path, name: str) -> str | None:
         return repo.remotes[name].url
     except (KeyError, ValueError):
         return None
+
+
+def _stored_credential(url: str) -> tuple[str, str] | None:
+    """The (user, password) git's `store` credential helper saved for `url`'s host, read from its files
+    (~/.git-credentials, $XDG_CONFIG_HOME/git/credentials) without running git."""
+    import os
+    from urllib.parse import unquote, urlparse
+
+    want = urlparse(url)
+    home = Path(os.path.expanduser("~"))
+    xdg = Path(os.environ.get("XDG_CONFIG_HOME") or home / ".config")
+    for path in (home / ".git-credentials", xdg / "git" / "credentials"):
+        try:
+            lines = path.read_text(encoding="utf-8").splitlines()
+        except OSError:
+            continue
+        for line in lines:
+            got = urlparse(line.strip())
+            if got.scheme == want.scheme and got.hostname == want.hostname and got.username and got.password:
+                return unquote(got.username), unquote(got.password)
+    return None

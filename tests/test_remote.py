@@ -269,3 +269,12 @@ def test_a_merge_the_gate_rejects_changes_nothing(reef, gated):
     assert json.loads(r.out)["decision"] == "rejected"
     assert log_bytes(b) == before
     assert not list((b / ".reef" / "scenarios" / "default").glob("releases.premerge-*"))
+
+
+def test_stored_git_credentials_are_found_by_host(tmp_path, monkeypatch):
+    from reef_cli.gitstore import _stored_credential
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / ".git-credentials").write_text("https://me:s3cr%40t@git.example.com\nhttps://x:y@other.org\n")
+    assert _stored_credential("https://git.example.com/me/proj.git") == ("me", "s3cr@t")
+    assert _stored_credential("https://nowhere.example/p.git") is None

@@ -27,6 +27,10 @@ def _project_for_pull(env: Env):
         root = user_repo_root(env.cwd)
         if root is None:
             raise
+        here = env.cwd.resolve()  # the project is the nearest directory holding harness.yaml, else the repo's root
+        for candidate in (here, *here.parents):
+            if (candidate / "harness.yaml").is_file() or candidate == root.resolve():
+                return Project(candidate), True
         return Project(root), True
 
 
