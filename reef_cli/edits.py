@@ -106,3 +106,23 @@ def _with_sections(base_yaml: bytes, cand_yaml: bytes) -> bytes:
     buf = io.StringIO()
     rt.dump(doc, buf)
     return buf.getvalue().encode("utf-8")
+
+
+def ci_policy(base_files: Mapping, files: Mapping, base_config, *, suite_change: bool):
+    """What `reef ci` does with a change: (violations that block it, the baseline files to judge it against —
+    None for the usual baseline —, the measuring-stick changes). Without `suite_change` any stick change blocks
+    (exit 4); with it, both sides are judged on the new suite."""
+    from .config import parse_config
+    from .gate import Violation
+
+    cand_config = base_config
+    if CONFIG_NAME in files and files.get(CONFIG_NAME) != base_files.get(CONFIG_NAME):
+        cand_config = parse_config(files[CONFIG_NAME].data, source=f"{CONFIG_NAME} (the change)", validate=False)
+    stick = stick_changes(base_files, files, base_config, cand_config)
+    if not stick:
+        return [], None, []
+    if not suite_change:
+        return [Violation(s.path, s.change, "measuring stick",
+                          f"{s.what}: the gate cannot vouch for a change to its own tasks; pass --suite-change to "
+                          "judge both sides on the new suite") for s in stick], None, stick
+    return [], suite_baseline(base_files, files, base_config, cand_config), stick
