@@ -42,7 +42,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 from .config import GateConfig
 from .errors import InvalidInput, PolicyError
 
-POLICIES = ("paired", "tally", "floor", "always")
+POLICIES = ("paired", "sequential", "tally", "floor", "always")
 CANDIDATE = "candidate"
 CURRENT = "current"
 PUBLISH = "publish"
@@ -74,6 +74,8 @@ class GateSettings:
     screen: float = _DEFAULTS.screen
     screen_min: int = _DEFAULTS.screen_min
     resamples: int = _DEFAULTS.resamples
+    max_repeats: int = _DEFAULTS.max_repeats
+    drop_alpha: float = _DEFAULTS.drop_alpha
     max_episodes: int | None = None
 
     def __post_init__(self) -> None:
@@ -83,6 +85,8 @@ class GateSettings:
             raise InvalidInput(f"gate repeats must be at least 1, got {self.repeats}")
         if not 0.5 < self.confidence < 1:
             raise InvalidInput(f"gate confidence must be in (0.5, 1), got {self.confidence}")
+        if not 0 < self.drop_alpha < 1:
+            raise InvalidInput(f"gate drop_alpha must be in (0, 1), got {self.drop_alpha}")
         if self.max_episodes is not None and self.max_episodes < 0:
             raise InvalidInput(f"--max-episodes must be 0 or more, got {self.max_episodes}")
 
@@ -128,6 +132,9 @@ def estimate(settings: GateSettings, tasks: Sequence[TaskSpec]) -> dict:
         most, least = n * k, 1 if n else 0
     elif settings.policy == "tally":
         most = least = full
+    elif settings.policy == "sequential":
+        cap = max(k, settings.max_repeats or 3 * k)
+        most, least = 2 * n * cap, 2 * len(screen_tasks(tasks, settings)) if n else 0
     else:
         most, least = full, 2 * len(screen_tasks(tasks, settings)) if n else 0
     if settings.max_episodes is not None:
@@ -199,6 +206,7 @@ class Outcome:
     episodes_spent: int
     stage: str  # screen | pass N (futility) | early-stop | complete | budget | skipped
     tally: dict = field(default_factory=dict)
+    trace: dict = field(default_factory=dict)  # policy sequential: its looks and per-task evidence (`--explain`)
 
 
 class _Book:
@@ -206,6 +214,7 @@ class _Book:
 
     def __init__(self, settings: GateSettings, sample: Sampler) -> None:
         self.k = settings.repeats
+        self.top = settings.repeats  # one past the highest repeat index run so far (probes go past k)
         self.sample = sample
         self.budget = settings.max_episodes
         self.scores: dict[tuple, float] = {}
@@ -227,14 +236,15 @@ class _Book:
             if r not in got:
                 raise RuntimeError(f"the sampler returned no score for episode {r}")
             self.scores[r] = float(got[r])
+            self.top = max(self.top, r[2] + 1)
         self.spent += len(todo)
 
     def side(self, tid: str, side: str) -> list[float]:
-        return [self.scores[(tid, side, r)] for r in range(self.k) if (tid, side, r) in self.scores]
+        return [self.scores[(tid, side, r)] for r in range(self.top) if (tid, side, r) in self.scores]
 
-    def pairs(self, tid: str) -> list[float]:
+    def pairs(self, tid: str, upto: int | None = None) -> list[float]:
         out = []
-        for r in range(self.k):
+        for r in range(self.top if upto is None else upto):
             c, u = self.scores.get((tid, CANDIDATE, r)), self.scores.get((tid, CURRENT, r))
             if c is not None and u is not None:
                 out.append(c - u)
@@ -344,6 +354,7 @@ def evaluate(settings: GateSettings, tasks: Sequence[TaskSpec], sample: Sampler)
     policy = settings.policy
     interval = None
     tally: dict = {}
+    trace: dict = {}
     if not tasks:
         return Outcome(REJECT, "no canary tasks", policy, (), None, 0, "skipped")
     if policy == "always":
@@ -379,11 +390,22 @@ def evaluate(settings: GateSettings, tasks: Sequence[TaskSpec], sample: Sampler)
                 break
         else:
             reason = f"every task scored at least the floor {settings.floor:g}"
+    elif policy == "sequential":
+        from .adaptive import Sequential
+
+        seq = Sequential(settings, tasks, book, screen_tasks(tasks, settings))
+        decision, reason, stage = seq.run()
+        trace = seq.trace()
     else:
         engine = _Paired(settings, tasks, book)
         decision, reason, stage = engine.run()
         interval = engine.observed_interval()
-    return Outcome(decision, reason, policy, _per_task(settings, tasks, book), interval, book.spent, stage, tally)
+    if not trace and policy in ("paired", "tally"):
+        trace = {"tasks": {t.id: {"diffs": [_r(x) for x in book.pairs(t.id)], "mean": _r(_mean(book.pairs(t.id))),
+                                  "why": f"{len(book.pairs(t.id))} pair(s); the run stopped at stage {stage}"}
+                           for t in tasks}}
+    return Outcome(decision, reason, policy, _per_task(settings, tasks, book), interval, book.spent, stage, tally,
+                   trace)
 
 
 def _per_task(settings: GateSettings, tasks: Sequence[TaskSpec], book: _Book) -> tuple[TaskScore, ...]:
@@ -430,6 +452,7 @@ class Verdict:
     attribution_episodes: int = 0
     errors: tuple[str, ...] = ()
     tally: dict = field(default_factory=dict)
+    trace: dict = field(default_factory=dict)
 
     @classmethod
     def of(cls, outcome: Outcome, **run: Any) -> "Verdict":
@@ -452,6 +475,7 @@ class Verdict:
             "record_id": self.record_id, "run": self.run, "baseline_release_id": self.baseline_release_id,
             "baseline_content_id": self.baseline_content_id, "candidate_content_id": self.candidate_content_id,
             "suite_digest": self.suite_digest, "errors": list(self.errors), "tally": dict(self.tally),
+            **({"trace": self.trace} if self.trace else {}),
         }
 
     @classmethod
@@ -467,7 +491,7 @@ class Verdict:
             baseline_release_id=d.get("baseline_release_id"), baseline_content_id=d.get("baseline_content_id", ""),
             candidate_content_id=d.get("candidate_content_id", ""), suite_digest=d.get("suite_digest", ""),
             attribution_episodes=int(d.get("attribution_episodes", 0)), errors=tuple(d.get("errors") or ()),
-            tally=dict(d.get("tally") or {}),
+            tally=dict(d.get("tally") or {}), trace=dict(d.get("trace") or {}),
         )
 
     def release_meta(self) -> dict:
