@@ -720,11 +720,13 @@ def gate_candidate(
     emit({"event": "plan", **est, "run": run, "resumable": len(journal)})
     outcome = evaluate(settings, specs, sample)
     utilities: dict[str, float | None] = {}
+    tests: dict[str, dict] = {}
     attribution_spent = 0
     if attribute:
         emit({"event": "stage", "stage": "attribution", "bullets": len(attribute)})
         before = counter["done"]
-        utilities = _attribute(settings, canary, attribute, store, trees, dirs, cids, runner, journal, on_result)
+        utilities, tests = _attribute(settings, canary, attribute, store, trees, dirs, cids, runner, journal, on_result)
+        outcome = replace(outcome, trace={**outcome.trace, "bullets": tests})
         attribution_spent = counter["done"] - before
     verdict = Verdict.of(
         outcome,
@@ -744,11 +746,27 @@ def gate_candidate(
     return verdict
 
 
-def _attribute(settings, canary, attribute, store, trees, dirs, cids, runner, journal, on_result) -> dict:
-    """Leave-one-out: utility(b) = mean over tasks and repeats of candidate score minus ablated score."""
+def bullet_test(diffs: Sequence[float], settings: GateSettings) -> dict:
+    """A bullet's marginal effect tested like a candidate's: the exact sign-flip test of reef_cli.sequential at the
+    gate's false-accept budget (1 - confidence), one look over the leave-one-out pairs (candidate minus the candidate
+    without that bullet). `admitted`: the bullet's own contribution is positive at that level."""
+    from .sequential import group_sequential
+
+    diffs = list(diffs)
+    if not diffs:
+        return {"utility": None, "pairs": 0, "needed_mean": None, "admitted": False}
+    look = group_sequential([diffs], [1.0], 1 - settings.confidence, 1.0)[0]
+    return {"utility": _r(look.mean), "pairs": look.pairs, "admitted": look.crossed,
+            "needed_mean": None if look.needed is None else _r(look.needed / look.pairs)}
+
+
+def _attribute(settings, canary, attribute, store, trees, dirs, cids, runner, journal, on_result) -> tuple[dict, dict]:
+    """Leave-one-out: utility(b) = mean over tasks and repeats of candidate score minus ablated score, and its
+    `bullet_test` (returned as the verdict's trace["bullets"])."""
     from .episodes import EpisodeRequest, materialise_readonly
 
     out: dict[str, float | None] = {}
+    tests: dict[str, dict] = {}
     cand_reqs = [EpisodeRequest(t, CANDIDATE, r, dirs[CANDIDATE], cids[CANDIDATE])
                  for r in range(settings.repeats) for t in canary]
     for bid, files in attribute.items():
@@ -761,7 +779,8 @@ def _attribute(settings, canary, attribute, store, trees, dirs, cids, runner, jo
         cand = [got[q.key].score for q in cand_reqs]
         abl = [got[q.key].score for q in abl_reqs]
         out[bid] = (sum(cand) - sum(abl)) / len(cand) if cand else None
-    return out
+        tests[bid] = bullet_test([c - a for c, a in zip(cand, abl)], settings)
+    return out, tests
 
 
 def publish_gated(store, files: Mapping, verdict: Verdict, *, reason: str, operation: str = "evolve",

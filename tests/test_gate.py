@@ -447,6 +447,9 @@ def test_eval_attribution_measures_each_new_bullet(reef, project):
     utilities = sorted(v["bullet_utility"].values())
     assert utilities == [pytest.approx(0.2), pytest.approx(0.4)]  # tabs fixes 1 of 5 tasks, newline 2 of 5
     assert v["attribution_episodes"] > 0
+    tests = v["trace"]["bullets"]  # each bullet's marginal effect through the sequential test (issue 16)
+    assert sorted((t["pairs"], t["utility"], t["admitted"]) for t in tests.values()) == [(10, 0.2, False),
+                                                                                         (10, 0.4, True)]
 
 
 def test_eval_refuses_a_canary_task_the_reflector_has_seen(reef, project):

@@ -214,3 +214,12 @@ def test_gate_sim_targets_at_150_per_class():
     r = _gate_sim().main(["--per-class", "150", "--policies", "sequential"])["sequential"]
     fr = r["false_reject_by_effect"]
     assert r["false_accept"] <= 0.05 and fr[">=0.20"] <= 0.15 and fr["0.10-0.20"] <= 0.40 and r["vs_tally"] <= 0.6
+
+
+def test_a_bullets_marginal_effect_goes_through_the_same_test():
+    from reef_cli.gate import bullet_test
+
+    assert bullet_test([1.0] * 4 + [0.0] * 6, SEQ) == {"utility": 0.4, "pairs": 10, "admitted": True,
+                                                        "needed_mean": 0.4}
+    assert bullet_test([1.0, 1.0, -1.0, 0.0], SEQ)["admitted"] is False
+    assert bullet_test([], SEQ) == {"utility": None, "pairs": 0, "needed_mean": None, "admitted": False}
