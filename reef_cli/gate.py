@@ -18,6 +18,13 @@ Policies (harness.yaml `gate.policy`, `reef eval --policy`):
   run also stops as soon as the decision can no longer change whatever the missing episodes score: every
   criterion is monotone in each score (the bootstrap's resample indices are fixed by the seed), so filling the
   missing episodes with the worst and with the best case bounds the decision exactly.
+* ``sequential``: adaptive and sequential (reef_cli.adaptive, statistics in reef_cli.sequential). Passes over
+  every task on a fixed schedule with three looks per pass; at each look an exact group-sequential sign-flip test on
+  the paired differences, its alpha (1 - `gate.confidence`) spent by information fraction, so stopping at any look
+  keeps the false-accept rate within alpha; futility looks reject early. Extra pairs ("probes", up to
+  `gate.max_repeats`, default 3k per task) only on tasks whose mean difference drops; a per-task drop e-process
+  vetoes a candidate once it reaches n_tasks / `gate.drop_alpha` with the mean drop past `gate.tolerance`.
+  Sentinels as above. `reef eval --explain` prints its looks and per-task evidence (`Verdict.trace`).
 * ``tally`` (reef 0.1.3's rule): every task x repeat pairing is a win, loss or tie; publish iff
   wins - losses > `gate.margin` (default 0). No statistics; runs everything.
 * ``floor``: the candidate alone; publish iff every task's mean score is at least `gate.floor` (default 1.0).
