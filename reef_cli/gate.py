@@ -140,8 +140,10 @@ def estimate(settings: GateSettings, tasks: Sequence[TaskSpec]) -> dict:
     elif settings.policy == "tally":
         most = least = full
     elif settings.policy == "sequential":
+        from .adaptive import LOOKS_PER_PASS
+
         cap = max(k, settings.max_repeats or 3 * k)
-        most, least = 2 * n * cap, 2 * len(screen_tasks(tasks, settings)) if n else 0
+        most, least = 2 * n * cap, 2 * max(1, round(n / LOOKS_PER_PASS)) if n else 0  # up to the first look
     else:
         most, least = full, 2 * len(screen_tasks(tasks, settings)) if n else 0
     if settings.max_episodes is not None:

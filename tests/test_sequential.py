@@ -169,7 +169,7 @@ def test_budget_and_settings():
     out = evaluate(GateSettings(policy="sequential", max_episodes=6), tasks(12), sampler([1.0] * 12, [0.0] * 12))
     assert out.decision == REJECT and out.stage == "budget" and out.episodes_spent <= 6
     est = estimate(SEQ, tasks(12))
-    assert est["policy"] == "sequential" and est["max"] == 2 * 12 * 9 and est["full_tally"] == 72
+    assert est["policy"] == "sequential" and est["max"] == 2 * 12 * 9 and est["full_tally"] == 72 and est["min"] == 8
     assert estimate(GateSettings(policy="sequential", max_repeats=4), tasks(12))["max"] == 2 * 12 * 4
     with pytest.raises(InvalidInput, match="drop_alpha must be in"):
         GateSettings(drop_alpha=1.5)
