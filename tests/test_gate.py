@@ -514,8 +514,7 @@ def test_ci_without_harness_changes_passes(reef, project):
     ("canary/example.yaml", "tasks:\n  - {id: easy, prompt: p, check: 'true'}\n"),
     ("evaluators/check.sh", "exit 0\n"),
     ("harness.yaml", None),
-    ("CLAUDE.md", None),
-])
+])  # CLAUDE.md outside the block is a human edit, evaluated since issue 14 (tests/test_ci_human_edits.py)
 def test_ci_blocks_a_change_to_a_frozen_path(reef, project, path, text):
     target = project / path
     if path == "harness.yaml":

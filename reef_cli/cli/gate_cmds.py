@@ -208,14 +208,18 @@ def ci(
     policy: Optional[str] = POLICY,
     workers: Optional[int] = WORKERS,
     max_episodes: Optional[int] = MAX_EPISODES,
+    suite_change: bool = typer.Option(False, "--suite-change", help="The change edits the measuring stick (canary "
+                                      "tasks, evaluators, harness.yaml gate/zones) on purpose: judge both sides on the new suite."),
 ) -> None:
     """Gate the working tree's harness (e.g. a pull request) against the published head.
 
-    Exit 0: pass (better, or no harness change); 1: a regression or not better; 4: a policy violation (the change
-    touches a Frozen path such as a canary task, an evaluator or harness.yaml)."""
+    Exit 0: pass (better, or no harness change); 1: a regression or not better; 4: the change touches the measuring
+    stick (canary tasks, evaluators, harness.yaml gate/zones) without --suite-change. Edits to your own rules and
+    instructions are evaluated like any harness change."""
     from ..config import CONFIG_NAME, parse_config
+    from ..edits import ci_policy
     from ..errors import PolicyError
-    from ..gate import frozen_changes, gate_candidate
+    from ..gate import gate_candidate
 
     env: Env = ctx.obj
     _check_policy(policy)
@@ -223,11 +227,13 @@ def ci(
     config = parse_config(base_files[CONFIG_NAME].data, source=f"{CONFIG_NAME} ({base_label})")
     files = store.worktree_files(config)
     report = CiReport(base_label=base_label)
-    violations = frozen_changes(store.project.root, config, base_files, files)
+    violations, suite_base, report.suite_change = ci_policy(base_files, files, config, suite_change=suite_change)
+    if suite_base is not None:
+        baseline = suite_base
     if violations:
         report.status, report.violations = "blocked", violations
-        report.reason = (f"the change touches {len(violations)} Frozen path(s) (first: {violations[0].path}: "
-                         f"{violations[0].reason}); the gate cannot vouch for a change to its own tasks or rules")
+        report.reason = (f"the change touches the measuring stick ({len(violations)} change(s), first: "
+                         f"{violations[0].path}: {violations[0].reason})")
     elif files == base_files:
         report.status, report.reason = "pass", "no harness changes; nothing to gate"
     else:
@@ -267,9 +273,11 @@ class CiReport:
         self.reason = ""
         self.verdict = None
         self.violations: list = []
+        self.suite_change: list = []
 
     def to_json(self) -> dict:
         return {"status": self.status, "reason": self.reason, "baseline": self.base_label,
+                "suite_change": [c.to_json() for c in self.suite_change],
                 "violations": [v.to_json() for v in self.violations],
                 "verdict": self.verdict.to_json() if self.verdict is not None else None}
 
@@ -279,8 +287,13 @@ class CiReport:
         if self.violations:
             lines += ["| path | change | zone | why |", "|---|---|---|---|"]
             lines += [f"| `{v.path}` | {v.change} | {v.zone} | {_md(v.reason)} |" for v in self.violations]
-            lines += ["", "Frozen paths (canary tasks, evaluators, harness.yaml, the human's rules) change only "
-                          "through a human release (`reef publish`), never through a gated pull request.", ""]
+            lines += ["", "The measuring stick (canary tasks, evaluators, harness.yaml `gate`/`zones`) cannot be "
+                          "vouched for by the gate it changes; pass `--suite-change` to judge both sides on the new "
+                          "suite.", ""]
+        if self.suite_change and self.status != "blocked":
+            what = ", ".join(f"`{c.path}` ({c.what} {c.change})" for c in self.suite_change)
+            lines += [f"**--suite-change:** both sides were evaluated on the new suite ({what}); the scores are not "
+                      "comparable with earlier runs on the old suite.", ""]
         v = self.verdict
         if v is not None:
             lines += [f"Policy `{v.policy}`, decision **{v.decision}** at stage `{v.stage}`; "
