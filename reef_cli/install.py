@@ -349,7 +349,7 @@ def _write_marker(agent_dir: Path, store, adapter: Adapter) -> None:
 def wrapper_text(adapter: Adapter, project: Project, scenario: str, root: Path, python: str | None = None) -> str:
     python = python or sys.executable
     script = Path(python).parent / f"reef-{adapter.name}"
-    target = [str(script)] if script.is_file() else [python, "-m", "reef_cli.wrapper", adapter.name]
+    target = [str(script)] if script.is_file() else [python, "-m", "reef_cli.cli.wrapper", adapter.name]
     q = shlex.quote
     return (
         "#!/bin/sh\n"

@@ -183,9 +183,9 @@ def test_the_wrapper_start_stays_off_heavy_imports(setup):
     filelock."""
     env = {**setup["env"], "REEF_CLAUDE_BIN": "/bin/true", "REEF_PROJECT": str(setup["project"]),
            "REEF_INSTALL_ROOT": str(setup["tmp"] / "root"), "REEF_QUIET": "1"}
-    assert subprocess.run([sys.executable, "-m", "reef_cli.wrapper", "claude"], cwd=setup["code"], env=env,
+    assert subprocess.run([sys.executable, "-m", "reef_cli.cli.wrapper", "claude"], cwd=setup["code"], env=env,
                           timeout=60).returncode == 0  # warms the materialised release
-    r = subprocess.run([sys.executable, "-X", "importtime", "-m", "reef_cli.wrapper", "claude"], cwd=setup["code"],
+    r = subprocess.run([sys.executable, "-X", "importtime", "-m", "reef_cli.cli.wrapper", "claude"], cwd=setup["code"],
                        env=env, capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     names = {line.rsplit("|", 1)[1].strip() for line in r.stderr.splitlines() if line.startswith("import time:")}

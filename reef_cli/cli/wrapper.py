@@ -25,7 +25,7 @@ import sys
 import time
 from pathlib import Path
 
-from .errors import ConflictError, ExitCode, InvalidInput, NotFound
+from ..errors import ConflictError, ExitCode, InvalidInput, NotFound
 
 LAST_KEEP = 50
 
@@ -34,9 +34,9 @@ class Binding:
     """Which project, scenario and install root this wrapper serves."""
 
     def __init__(self, adapter_name: str, environ: dict | None = None, cwd: Path | None = None):
-        from .adapters import load
-        from .install import default_root
-        from .project import Project, find_project
+        from ..adapters import load
+        from ..install import default_root
+        from ..project import Project, find_project
 
         self.environ = dict(os.environ if environ is None else environ)
         self.adapter = load(adapter_name)
@@ -57,7 +57,7 @@ class Binding:
         self.agent_dir = self.root / self.adapter.config_dir
 
     def store(self):
-        from .store import HarnessStore
+        from ..store import HarnessStore
 
         store = HarnessStore(self.project, self.scenario)
         if not store.exists():
@@ -69,7 +69,7 @@ class Binding:
                 f" --dest {self.root}")
 
     def last_path(self) -> Path:
-        from .install import record_path
+        from ..install import record_path
 
         rec = record_path(self.project, self.adapter.name, self.agent_dir)
         return rec.with_name(rec.stem + ".sessions.json")
@@ -77,8 +77,8 @@ class Binding:
 
 def prepare(binding: Binding, store):
     """Verify the install root, bring it to the head release, and return its record and the head as read here."""
-    from .install import install, load_record, record_path, verify
-    from .sessions import flocked
+    from ..install import install, load_record, record_path, verify
+    from ..sessions import flocked
 
     adapter = binding.adapter
     lock_path = record_path(binding.project, adapter.name, binding.agent_dir).with_suffix(".lock")
@@ -104,8 +104,8 @@ def prepare(binding: Binding, store):
 
 
 def run(adapter_name: str, args: list[str], *, environ: dict | None = None, cwd: Path | None = None) -> int:
-    from .adapters import captured_events, find_binary, install_hint
-    from .runs import run_recorded
+    from ..adapters import captured_events, find_binary, install_hint
+    from ..runs import run_recorded
 
     binding = Binding(adapter_name, environ, cwd)
     adapter = binding.adapter
@@ -138,7 +138,7 @@ def run(adapter_name: str, args: list[str], *, environ: dict | None = None, cwd:
 # -- under reef: a gate episode, or `reef run -- reef-<agent>` ----------------------------------------------------
 def episode_harness(environ: dict) -> Path | None:
     """The canonical harness reef asked for (it has a harness.yaml; compiled install dirs never do)."""
-    from .config import CONFIG_NAME
+    from ..config import CONFIG_NAME
 
     value = environ.get("REEF_HARNESS_DIR")
     if value and (Path(value) / CONFIG_NAME).is_file():
@@ -152,10 +152,10 @@ def run_episode(adapter_name: str, harness_dir: Path, args: list[str], *, enviro
     import shutil
     import tempfile
 
-    from .adapters import find_binary, install_hint, load
-    from .compile import compile_harness
-    from .install import MARKER
-    from .store import collect_files, write_files
+    from ..adapters import find_binary, install_hint, load
+    from ..compile import compile_harness
+    from ..install import MARKER
+    from ..store import collect_files, write_files
 
     adapter = load(adapter_name)
     binary = find_binary(adapter, environ)
@@ -195,7 +195,7 @@ def run_plain(argv: list[str], *, env: dict, cwd: Path | None = None) -> int:
     import signal
     import subprocess
 
-    from .runs import exit_status, forwarding
+    from ..runs import exit_status, forwarding
 
     try:
         proc = subprocess.Popen(argv, env=env, cwd=cwd)
@@ -209,14 +209,14 @@ def run_plain(argv: list[str], *, env: dict, cwd: Path | None = None) -> int:
 
 # -- the last session of this shell ----------------------------------------------------------------------------------
 def _shell(binding: Binding) -> str:
-    from .sessions import shell_key
+    from ..sessions import shell_key
 
     return shell_key(binding.environ)
 
 
 def _remember(binding: Binding, receipt: str) -> None:
-    from .project import write_atomic
-    from .sessions import flocked
+    from ..project import write_atomic
+    from ..sessions import flocked
 
     path = binding.last_path()
     with flocked(f"{path}.lock"):
@@ -235,8 +235,8 @@ def _read_sessions(path: Path) -> dict:
 
 
 def _forget(binding: Binding, receipts: list[str]) -> None:
-    from .project import write_atomic
-    from .sessions import flocked
+    from ..project import write_atomic
+    from ..sessions import flocked
 
     path = binding.last_path()
     with flocked(f"{path}.lock"):
@@ -249,9 +249,9 @@ def _forget(binding: Binding, receipts: list[str]) -> None:
 
 def report(adapter_name: str, args: list[str], *, environ: dict | None = None, cwd: Path | None = None) -> int:
     """`reef-<agent> report ...`: `reef report` for the bound project, on this shell's last wrapper session."""
-    from .cli.main import run as reef_run
-    from .project import ScenarioPaths
-    from .sessions import PendingReceipts
+    from .main import run as reef_run
+    from ..project import ScenarioPaths
+    from ..sessions import PendingReceipts
 
     binding = Binding(adapter_name, environ, cwd)
     explicit = any(a == "--receipt" or a.startswith("--receipt=") for a in args)
@@ -280,7 +280,7 @@ def _note(message: str) -> None:
 
 
 def main_for(adapter_name: str, argv: list[str] | None = None) -> int:
-    from .cli.entry import guarded
+    from .entry import guarded
 
     args = list(sys.argv[1:] if argv is None else argv)
 
@@ -308,9 +308,9 @@ def pi_main() -> None:
 
 
 def main() -> None:
-    """`python -m reef_cli.wrapper ADAPTER [args...]`."""
+    """`python -m reef_cli.cli.wrapper ADAPTER [args...]`."""
     if len(sys.argv) < 2:
-        sys.stderr.write("usage: python -m reef_cli.wrapper claude|opencode|pi [args...]\n")
+        sys.stderr.write("usage: python -m reef_cli.cli.wrapper claude|opencode|pi [args...]\n")
         sys.exit(int(ExitCode.USAGE))
     sys.exit(main_for(sys.argv[1], sys.argv[2:]))
 
