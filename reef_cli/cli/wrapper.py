@@ -280,7 +280,7 @@ def _note(message: str) -> None:
 
 
 def main_for(adapter_name: str, argv: list[str] | None = None) -> int:
-    from .entry import guarded
+    from .boundary import guarded
 
     args = list(sys.argv[1:] if argv is None else argv)
 
