@@ -115,11 +115,14 @@ def record_report(env, score: str, *, feedback: str | None, feedback_json: str |
     fb = feedback
     if feedback_json is not None:
         fb = load_feedback_json(Path(feedback_json) if feedback_json == "-" else env.cwd / feedback_json)
-    pending = PendingReceipts(paths.dir, shell_key(env.environ))
-    receipts = list(receipt or pending.peek())
-    record = report(paths, score, feedback=fb, receipts=receipts, record_id=record_id)
-    if not receipt:
-        pending.clear(receipts)
+    if receipt:
+        receipts = list(receipt)
+        record = report(paths, score, feedback=fb, receipts=receipts, record_id=record_id)
+    else:
+        pending = PendingReceipts(paths.dir, shell_key(env.environ))
+        with pending.claimed() as receipts:  # held until they are reported: a racing report finds none
+            record = report(paths, score, feedback=fb, receipts=receipts, record_id=record_id)
+            pending.done(receipts)
     if as_json:
         emit_json(record.to_json())
     else:

@@ -234,17 +234,16 @@ def _read_sessions(path: Path) -> dict:
         return {}
 
 
-def _forget(binding: Binding, receipts: list[str]) -> None:
+def _forget_locked(binding: Binding, receipts: list[str]) -> None:
+    """Drop this shell's last session once reported; the caller holds the sessions file's lock."""
     from ..project import write_atomic
-    from ..sessions import flocked
 
     path = binding.last_path()
-    with flocked(f"{path}.lock"):
-        sessions = _read_sessions(path)
-        mine = sessions.get(_shell(binding))
-        if mine and set(mine.get("receipts", [])) <= set(receipts):
-            del sessions[_shell(binding)]
-            write_atomic(path, json.dumps({"sessions": sessions}, sort_keys=True).encode() + b"\n")
+    sessions = _read_sessions(path)
+    mine = sessions.get(_shell(binding))
+    if mine and set(mine.get("receipts", [])) <= set(receipts):
+        del sessions[_shell(binding)]
+        write_atomic(path, json.dumps({"sessions": sessions}, sort_keys=True).encode() + b"\n")
 
 
 def report(adapter_name: str, args: list[str], *, environ: dict | None = None, cwd: Path | None = None) -> int:
@@ -253,24 +252,30 @@ def report(adapter_name: str, args: list[str], *, environ: dict | None = None, c
     from ..project import ScenarioPaths
     from ..sessions import PendingReceipts
 
+    from ..sessions import flocked
+
     binding = Binding(adapter_name, environ, cwd)
     explicit = any(a == "--receipt" or a.startswith("--receipt=") for a in args)
     if any(a in ("-h", "--help") for a in args):
         return reef_run(["report", "--help"])
-    receipts: list[str] = []
-    if not explicit:
-        mine = _read_sessions(binding.last_path()).get(_shell(binding))
-        receipts = list((mine or {}).get("receipts") or [])
-        if not receipts:
-            raise InvalidInput(f"no reef-{adapter_name} session to report on in this shell: run reef-{adapter_name} "
-                               "first, or pass --receipt ID")
     argv = ["-C", str(binding.project.root), "--scenario", binding.scenario, "report", *args]
-    for r in receipts:
-        argv += ["--receipt", r]
-    code = reef_run(argv)
-    if code == 0 and receipts:
-        _forget(binding, receipts)
-        PendingReceipts(ScenarioPaths(binding.project, binding.scenario).dir, _shell(binding)).clear(receipts)
+    if explicit:
+        return reef_run(argv)
+    path = binding.last_path()
+    nothing = InvalidInput(f"no reef-{adapter_name} session to report on in this shell: run reef-{adapter_name} "
+                           "first, or pass --receipt ID")
+    if not path.parent.is_dir():
+        raise nothing
+    with flocked(f"{path}.lock"):  # held until reported: two reports racing in one shell attach once
+        receipts = list((_read_sessions(path).get(_shell(binding)) or {}).get("receipts") or [])
+        if not receipts:
+            raise nothing
+        for r in receipts:
+            argv += ["--receipt", r]
+        code = reef_run(argv)
+        if code == 0:
+            _forget_locked(binding, receipts)
+            PendingReceipts(ScenarioPaths(binding.project, binding.scenario).dir, _shell(binding)).clear(receipts)
     return code
 
 
