@@ -356,6 +356,7 @@ def install(
     path = record_path(store.project, adapter.name, agent_dir)
     path.parent.mkdir(parents=True, exist_ok=True)
     write_atomic(path, canonical(record.to_json()) + b"\n")
+    remember_installation(record, environ)
     return InstallResult(record, False, tuple(synced.written), tuple(synced.removed), tuple(synced.links),
                          compiled.warnings)
 
@@ -395,6 +396,53 @@ def _write_marker(agent_dir: Path, store, adapter: Adapter) -> None:
     path = agent_dir / MARKER
     if os.path.islink(path) or not path.is_file() or path.read_bytes() != data:
         _write_replace(path, data, 0o644)
+
+
+# -- the user's installations ----------------------------------------------------------------------------------------
+# A small pointer per install root under <data dir>/reef/installations/, so an unbound `reef-<agent>` (the venv's
+# console script, often earlier on PATH than the bound wrapper in ~/.local/bin) can find the one installation.
+def installations_dir(environ: dict | None = None) -> Path:
+    from .adapters import data_dir
+
+    return data_dir(environ) / "reef" / "installations"
+
+
+def remember_installation(record: InstallRecord, environ: dict | None = None) -> None:
+    tag = hashlib.sha256(os.path.abspath(record.agent_dir).encode()).hexdigest()[:16]
+    path = installations_dir(environ) / f"{record.adapter}-{tag}.json"
+    data = canonical({"adapter": record.adapter, "project": record.project, "scenario": record.scenario,
+                      "root": record.root, "agent_dir": record.agent_dir, "wrapper": record.wrapper}) + b"\n"
+    try:
+        if path.read_bytes() == data:
+            return
+    except OSError:
+        pass
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(path, data)
+
+
+def installations(adapter: str, environ: dict | None = None) -> list[dict]:
+    """This user's live installations of `adapter` (a pointer whose install root or project is gone is skipped),
+    sorted by project path."""
+    out = []
+    try:
+        names = sorted(os.listdir(installations_dir(environ)))
+    except OSError:
+        return []
+    for name in names:
+        if not (name.startswith(f"{adapter}-") and name.endswith(".json")):
+            continue
+        try:
+            d = json.loads((installations_dir(environ) / name).read_text())
+            owner = json.loads((Path(d["agent_dir"]) / MARKER).read_text())
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        if d.get("adapter") != adapter or owner.get("project") != d.get("project") or \
+                owner.get("scenario") != d.get("scenario") or \
+                not (Path(d["project"]) / ".reef" / "project.json").is_file():
+            continue
+        out.append(d)
+    return sorted(out, key=lambda d: (d["project"], d["scenario"], d["root"]))
 
 
 # -- the installed wrapper -------------------------------------------------------------------------------------------

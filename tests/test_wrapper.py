@@ -144,11 +144,36 @@ def test_unbound_console_script_uses_the_project_around_cwd(setup, no_real_home)
     assert r.returncode == 0, r.stderr
     init = json.loads(r.stdout.splitlines()[0])
     assert init["config_dir"].startswith(str(no_real_home / ".local" / "share" / "reef" / "installs"))
+    # outside any project there are now two installations (--dest root, and the default root just made): pick one
+    r = subprocess.run([str(VENV_BIN / "reef-claude")], cwd=setup["code"], env=env, capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 2
+    assert r.stderr.startswith("reef-claude: error: reef-claude is not bound and 2 installations of claude exist: ")
+    assert f"{setup['project']} (scenario default, wrapper {setup['wrapper']})" in r.stderr
+    assert f"{setup['project']} (scenario default, install root {no_real_home}/.local/share/reef/installs/" in r.stderr
+    assert r.stderr.endswith("; run the wrapper of the one you mean, or run reef-claude inside its project\n")
+    assert len(r.stderr.splitlines()) == 1
+
+
+def test_unbound_console_script_without_any_installation_says_how_to_bind(setup, no_real_home, tmp_path):
+    env = {k: v for k, v in setup["env"].items() if k not in ("REEF_PROJECT", "REEF_INSTALL_ROOT")}
+    env["XDG_DATA_HOME"] = str(tmp_path / "elsewhere")  # another user's data: no installations
     r = subprocess.run([str(VENV_BIN / "reef-claude")], cwd=setup["code"], env=env, capture_output=True, text=True,
                        timeout=60)
     assert r.returncode == 1
     assert r.stderr == ("reef-claude: error: reef-claude is not bound to a reef project: run 'reef harness install "
                         "--adapter claude' in your reef project, or run it inside one\n")
+
+
+def test_unbound_console_script_runs_as_the_one_installation(setup):
+    """The venv's reef-claude, earlier on PATH than the bound wrapper, no longer shadows it: with exactly one
+    installation of claude it runs that one (its install root, its project), from any directory."""
+    env = {k: v for k, v in setup["env"].items() if k not in ("REEF_PROJECT", "REEF_INSTALL_ROOT", "REEF_SCENARIO")}
+    r = subprocess.run([str(VENV_BIN / "reef-claude"), "-p", "x"], cwd=setup["code"], env=env, capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout.splitlines()[0])["config_dir"] == setup["record"]["agent_dir"]
+    assert ledger_record(setup["project"], receipt_of(r.stderr)).kind == "interaction"
 
 
 def test_a_missing_agent_binary_says_how_to_install_it(setup):

@@ -28,6 +28,21 @@ def crash_log(exc: BaseException) -> Path:
     return path
 
 
+# The machine refusing, not reef failing: a read-only or full disk, missing permissions, too many open files.
+_ENVIRONMENT = {"EACCES", "EPERM", "EROFS", "ENOSPC", "EDQUOT", "EIO", "EMFILE", "ENFILE", "ETXTBSY"}
+
+
+def environment_error(exc: BaseException) -> str | None:
+    """One line for an OSError the machine caused (naming the file), or None for anything that is a bug."""
+    import errno
+
+    if not isinstance(exc, OSError) or errno.errorcode.get(exc.errno or 0) not in _ENVIRONMENT:
+        return None
+    where = exc.filename if exc.filename is not None else "a file"
+    what = exc.strerror or errno.errorcode[exc.errno]
+    return f"{where}: {what} (check its permissions and the free space there)"
+
+
 def guarded(fn, prog: str = "reef") -> int:
     """Run fn() and return its exit code; a ReefError prints `prog: error: ...` and exits with its code."""
     try:
@@ -41,6 +56,10 @@ def guarded(fn, prog: str = "reef") -> int:
     except BrokenPipeError:
         return int(ExitCode.OK)
     except Exception as exc:  # a bug, not a user error: short line here, traceback in a file
+        line = environment_error(exc)
+        if line is not None:
+            sys.stderr.write(f"{prog}: error: {line}\n")
+            return int(ExitCode.ERROR)
         path = crash_log(exc)
         sys.stderr.write(f"{prog}: unexpected error: {type(exc).__name__}: {exc} (traceback in {path})\n")
         return int(ExitCode.ERROR)

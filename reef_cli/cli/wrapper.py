@@ -49,12 +49,34 @@ class Binding:
             try:
                 self.project = find_project(cwd or Path.cwd())
             except NotFound:
-                raise NotFound(f"reef-{adapter_name} is not bound to a reef project: run 'reef harness install "
-                               f"--adapter {adapter_name}' in your reef project, or run it inside one") from None
+                self._adopt(adapter_name)  # the unbound console script: the user's one installation, if one
         self.scenario = self.environ.get("REEF_SCENARIO") or self.project.default_scenario()
         root = self.environ.get("REEF_INSTALL_ROOT")
         self.root = Path(root) if root else default_root(self.project, self.scenario, self.environ)
         self.agent_dir = self.root / self.adapter.config_dir
+
+    def _adopt(self, adapter_name: str) -> None:
+        """Outside any reef project and unbound (the venv's reef-<agent> earlier on PATH than the wrapper `reef
+        harness install` wrote): run as that wrapper when this user has exactly one installation of the agent."""
+        from ..errors import UsageError
+        from ..install import installations
+        from ..project import Project
+
+        found = installations(adapter_name, self.environ)
+        if not found:
+            raise NotFound(f"reef-{adapter_name} is not bound to a reef project: run 'reef harness install "
+                           f"--adapter {adapter_name}' in your reef project, or run it inside one")
+        if len(found) > 1:
+            picks = "; ".join(f"{d['project']} (scenario {d['scenario']}, " +
+                              (f"wrapper {d['wrapper']})" if d.get("wrapper") else f"install root {d['root']})")
+                              for d in found)
+            raise UsageError(f"reef-{adapter_name} is not bound and {len(found)} installations of {adapter_name} "
+                             f"exist: {picks}; run the wrapper of the one you mean, or run reef-{adapter_name} "
+                             "inside its project")
+        d = found[0]
+        self.project = Project(Path(d["project"]))
+        self.environ.setdefault("REEF_SCENARIO", d["scenario"])
+        self.environ.setdefault("REEF_INSTALL_ROOT", d["root"])
 
     def store(self):
         from ..store import HarnessStore
