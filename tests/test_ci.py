@@ -115,3 +115,9 @@ def test_the_summary_lists_added_and_removed_bullets_with_their_evidence(reef, p
             in md)
     bullets = {b["id"]: b for b in json.loads(r.out)["bullets"]}
     assert bullets["def456"]["count"] == 7 and bullets["abc123"]["change"] == "removed"
+    r = reef("-C", str(project), "ci")  # the terminal lists them too
+    assert r.code == 0, r.err
+    assert ("+ CLAUDE.md: Always end files with a trailing newline. (seen 7x: rec_0, rec_1, rec_2, rec_3, rec_4 and 2 "
+            "more; utility") not in r.out  # no attribution in ci
+    assert "+ CLAUDE.md: Always end files with a trailing newline. (seen 7x: rec_0, rec_1, rec_2, rec_3, rec_4 and 2 more)" in r.out
+    assert "- CLAUDE.md: Keep functions short. (seen 4x: rec_A, rec_B, rec_C, rec_D)" in r.out

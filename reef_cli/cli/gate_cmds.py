@@ -197,6 +197,9 @@ def ci(
         _render(report.verdict, "working tree")
     elif report.status != "blocked":  # a block is reported once, as the error line
         print(f"reef ci: {report.status}: {report.reason}")
+    if not as_json:
+        for b in report.bullets:
+            print(f"{'+' if b.change == 'added' else '-'} {b.path}: {b.text} ({b.evidence_text().replace('`', '')})")
     if report.status == "blocked":
         raise PolicyError(report.reason)
     raise typer.Exit(0 if report.status == "pass" else 1)
