@@ -87,21 +87,36 @@ def test_a_large_feedback_object_is_capped_like_text():
     assert str(exc.value) == f"--feedback-json is {len(json.dumps(big))} bytes; the limit is {FEEDBACK_MAX}"
 
 
-def test_concurrent_reports_in_one_shell_attach_once(project):
-    """Eight `reef report`s racing in one shell on one run: one attaches, the others find nothing pending."""
-    receipt(project)
+def _race_reports(project: Path, n: int) -> list[tuple[int, str]]:
     env = {**os.environ, "REEF_SESSION": "errors"}
     procs = [subprocess.Popen([reef_exe(), "report", "--score", "1"], cwd=project, env=env, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True) for _ in range(8)]
-    results = [(p.wait(timeout=120), p.stderr.read()) for p in procs]
+                              stderr=subprocess.PIPE, text=True) for _ in range(n)]
+    results = [(p.wait(timeout=300), p.stderr.read()) for p in procs]
     for p in procs:
         p.stdout.close()
         p.stderr.close()
-    codes = sorted(code for code, _ in results)
-    assert codes == [0] + [4] * 7, results
+    return results
+
+
+def test_concurrent_reports_in_one_shell_attach_once(project):
+    """Eight `reef report`s racing in one shell on one run: one attaches, the others find nothing pending."""
+    receipt(project)
+    results = _race_reports(project, 8)
+    assert sorted(code for code, _ in results) == [0] + [4] * 7, results
     assert all(err == "reef: error: no receipt to report on: this shell has no unreported run; pass --receipt ID\n"
                for code, err in results if code == 4)
     assert len(records(project, "report")) == 1
+
+
+@pytest.mark.slow
+def test_concurrent_reports_soak(project):
+    """The race above, 10 rounds of 16 processes, each round on fresh runs."""
+    for rounds in range(1, 11):
+        receipt(project)
+        receipt(project)
+        results = _race_reports(project, 16)
+        assert sorted(code for code, _ in results) == [0] + [4] * 15, results
+        assert len(records(project, "report")) == rounds
 
 
 # ------------------------------------------------------------------------------------------------ zones
