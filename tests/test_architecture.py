@@ -23,7 +23,8 @@ def _modules() -> dict[str, Path]:
 
 
 def _imports(name: str, path: Path, known: set[str]) -> set[str]:
-    """Every reef_cli module `name` imports, anywhere in its body (`from . import x` names the submodule x)."""
+    """Every reef_cli module `name` imports, anywhere in its body (`from . import x` names the submodule x, not the
+    package around it)."""
     package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
     found: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
@@ -35,8 +36,10 @@ def _imports(name: str, path: Path, known: set[str]) -> set[str]:
                 module = ".".join(base + ([node.module] if node.module else []))
             else:
                 module = node.module or ""
-            found.add(module)
-            found.update(f"{module}.{a.name}" for a in node.names)
+            for alias in node.names:
+                sub = f"{module}.{alias.name}"
+                # `from . import sub` needs the package only as a namespace; an attribute needs its __init__
+                found.add(sub if sub in known else module)
     return {m for m in found if m in known and m != name}
 
 
