@@ -666,19 +666,6 @@ def lesson_from_json(d: Any) -> tuple[Lesson | None, str | None]:
     return Lesson(shown[:300], polarity, cites, tuple(quotes), "llm", hint), None
 
 
-def _check_model_url(url: str) -> None:
-    """An http(s) URL with a host, or one line saying so (urllib would raise ValueError deep inside the first call)."""
-    from urllib.parse import urlsplit
-
-    try:
-        parts = urlsplit(url)
-        parts.port  # noqa: B018  raises ValueError on a port that is not a number
-    except ValueError as exc:
-        raise InvalidInput(f"model URL {url!r} is malformed ({exc}); expected e.g. http://127.0.0.1:8000/v1") from None
-    if parts.scheme not in ("http", "https") or not parts.hostname or any(c.isspace() for c in url):
-        raise InvalidInput(f"model URL {url!r} is not an http(s) URL with a host; expected e.g. http://127.0.0.1:8000/v1")
-
-
 class LLMBackend:
     """An OpenAI-compatible chat endpoint (`POST {model_url}/chat/completions`), through urllib only.
 
@@ -697,7 +684,9 @@ class LLMBackend:
             raise InvalidInput("the llm reflector needs a model URL: set reflector.model_url in harness.yaml or pass --model-url")
         if not model:
             raise InvalidInput("the llm reflector needs a model name: set reflector.model in harness.yaml or pass --model")
-        _check_model_url(model_url)
+        from .model_url import check_model_url
+
+        check_model_url(model_url)
         self.url = model_url.rstrip("/") + "/chat/completions"
         self.model = model
         self.api_key = api_key
