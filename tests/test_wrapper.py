@@ -90,6 +90,25 @@ def test_report_attaches_to_the_last_session_of_this_shell(setup):
     assert other.returncode == 4
 
 
+def test_concurrent_wrapper_reports_attach_once(setup):
+    """Eight `reef-claude report`s racing in one shell on its last session: one attaches, the others are told there
+    is nothing left to report on."""
+    receipt = receipt_of(wrap(setup, "-p", "x").stderr)
+    procs = [subprocess.Popen([str(setup["wrapper"]), "report", "--score", "1"], cwd=setup["code"], env=setup["env"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) for _ in range(8)]
+    results = [(p.wait(timeout=120), p.stderr.read()) for p in procs]
+    for p in procs:
+        p.stderr.close()
+    assert sorted(code for code, _ in results) == [0] + [4] * 7, results
+    assert all(err == "reef-claude: error: no reef-claude session to report on in this shell: run reef-claude first, "
+                      "or pass --receipt ID\n" for code, err in results if code == 4)
+    from reef_cli.ledger import Ledger
+
+    ledger = Ledger(setup["project"] / ".reef" / "scenarios" / "default" / "ledger.jsonl", "default")
+    reports = [r for r in ledger.iter_records(kind="report")]
+    assert len(reports) == 1 and reports[0].payload["receipts"] == [receipt]
+
+
 def test_a_changed_install_refuses_to_start_and_says_how_to_restore(setup):
     agent_dir = Path(setup["record"]["agent_dir"])
     (agent_dir / "CLAUDE.md").write_text("sneaky edit\n")
