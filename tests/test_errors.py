@@ -8,7 +8,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -263,14 +262,12 @@ def test_a_corrupt_git_object_is_one_line(project):
 def _read_only(path: Path, *cmd: str) -> subprocess.CompletedProcess | None:
     """Run reef with `path` bind-mounted read-only in a private mount namespace (a read-only disk, even for
     root); None where this machine does not allow it."""
-    script = f'mount --bind -o ro "$1" "$1" && shift && exec "$@"'
-    if shutil.which("unshare") is None:
+    mount = 'mount --bind -o ro "$1" "$1"'
+    if shutil.which("unshare") is None or subprocess.run(
+            ["unshare", "-m", "sh", "-c", mount, "sh", str(path)], capture_output=True, timeout=30).returncode != 0:
         return None
-    r = subprocess.run(["unshare", "-m", "sh", "-c", script, "sh", str(path), reef_exe(), *cmd], cwd=path.parent,
-                       capture_output=True, text=True, timeout=60)
-    if "mount" in r.stderr and "reef" not in r.stderr or "unshare:" in r.stderr:
-        return None
-    return r
+    return subprocess.run(["unshare", "-m", "sh", "-c", f'{mount} && shift && exec "$@"', "sh", str(path), reef_exe(),
+                           *cmd], cwd=path.parent, capture_output=True, text=True, timeout=60)
 
 
 def test_a_read_only_reef_directory_is_one_line(project):
