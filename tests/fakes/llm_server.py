@@ -148,6 +148,10 @@ def route_of(method: str, path: str) -> str:
     return "unknown"
 
 
+class _Server(ThreadingHTTPServer):
+    request_queue_size = 512  # hundreds of concurrent clients connect at once in the gateway tests
+
+
 class FakeLLM:
     """The server. Start it with `with FakeLLM() as llm:` or `start()`/`stop()`."""
 
@@ -159,7 +163,7 @@ class FakeLLM:
         self._queue: list[Reply] = []
         self._cond = threading.Condition()
         self._log_path = log_path
-        self._server = ThreadingHTTPServer(("127.0.0.1", port), _make_handler(self))
+        self._server = _Server(("127.0.0.1", port), _make_handler(self))
         self._server.daemon_threads = True
         self._thread: threading.Thread | None = None
 
