@@ -166,3 +166,28 @@ def test_pi_through_reef_pi(harness, tmp_path, fake_llm):
                         load_skill=lambda d: tool("read", {"path": str(d / "skills" / SKILL_NAME / "SKILL.md")}))
     session = out["interaction"].payload["agent_reported"]["session"]
     assert session["cwd"] == str(tmp_path / "code") and session["id"]
+
+
+def test_claude_through_reef_serve(harness, tmp_path, fake_llm):
+    """`reef-claude` with REEF_VIA_SERVE: every model call goes through `reef serve`, is recorded there with the
+    wrapper run's receipt as its session, and the managed-block bullet reaches the upstream through it."""
+    from gateway import Gateway
+
+    need("claude")
+    with Gateway(harness, fake_llm.url) as gw:
+        out = run_and_check("claude", harness, tmp_path, fake_llm,
+                            {"ANTHROPIC_BASE_URL": "http://127.0.0.1:9", "ANTHROPIC_API_KEY": "dummy",
+                             "REEF_VIA_SERVE": gw.url}, ["--model", "fake-model"])
+        assert gw.stop() == 0, gw.log()
+    receipt = out["interaction"].record_id
+    assert out["interaction"].payload["via_serve"] == gw.url
+    from reef_cli.ledger import Ledger
+
+    ledger = Ledger(harness / ".reef" / "scenarios" / "default" / "ledger.jsonl", "default")
+    served = [r for r in ledger.iter_records() if r.kind == "interaction" and r.payload.get("source") == "serve"]
+    messages = [c for c in out["calls"] if c.route == "anthropic.messages"]
+    assert len(served) == len(messages) >= 1  # every model call recorded, once
+    assert all(r.payload["session"] == receipt and r.payload["outcome"] == "ok" for r in served)
+    assert all(r.release_id == out["record"]["release_id"] for r in served)
+    assert all("x-reef-session" not in c.headers and "x-api-key" not in c.headers for c in messages)
+    assert "ledger of scenario 'default' verified" in gw.log()

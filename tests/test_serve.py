@@ -392,3 +392,10 @@ def test_drain_is_bounded_and_cut_requests_are_recorded(tmp_path, upstream):
     assert [r.payload["outcome"] for r in recs] == ["interrupted"]
     verify(project)
     gw.stop()
+
+
+def test_session_in_the_path_for_agents_without_headers(served):
+    client = openai.OpenAI(base_url=served.url + "/session/run-77/v1", api_key="x", max_retries=0)
+    raw = client.chat.completions.with_raw_response.create(model="m", messages=[{"role": "user", "content": "x"}])
+    p = ledger_of(served.project).get(raw.headers["x-reef-agent-record-id"]).payload
+    assert p["session"] == "run-77" and p["route"] == "/v1/chat/completions"

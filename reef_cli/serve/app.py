@@ -27,6 +27,7 @@ from .recording import Exchange, Recorder
 from .relay import RECORDED, ROUTE_API, Upstream, error_body, response_headers
 from .sse import EventSplitter, StreamWatch
 
+SESSION_PREFIX = "/session/{session}"
 MAX_TAGS = 32
 TAG_MAX_CHARS = 256
 
@@ -82,10 +83,12 @@ class Gateway:
     def app(self) -> web.Application:
         app = web.Application(client_max_size=self.config.max_body, middlewares=[self._edge])
         for path, api in ROUTE_API.items():
-            if api == "openai.models":
-                app.router.add_get(path, self._model_route)
-            else:
-                app.router.add_post(path, self._model_route)
+            # /session/ID/v1/...: for agents that can set a base URL but no header, the path carries x-reef-session
+            for route in (path, SESSION_PREFIX + path):
+                if api == "openai.models":
+                    app.router.add_get(route, self._model_route)
+                else:
+                    app.router.add_post(route, self._model_route)
         app.router.add_post("/reef/report", self._report)
         app.router.add_get("/reef/releases", self._releases)
         app.router.add_get("/reef/status", self._status)
@@ -107,7 +110,7 @@ class Gateway:
     async def _edge(self, request: web.Request, handler):
         """Auth, error translation and the per-request log line."""
         t0 = time.perf_counter()
-        api = ROUTE_API.get(request.path, "reef")
+        api = ROUTE_API.get(_route_path(request), "reef")
         if self.tokens is not None and request.path != "/healthz":
             if not self.tokens.accepts(presented_token(request.headers, self.config.pass_client_key)):
                 missing = presented_token(request.headers, self.config.pass_client_key) is None
@@ -161,10 +164,11 @@ class Gateway:
 
     # -- model routes -----------------------------------------------------------------------------------------
     async def _model_route(self, request: web.Request) -> web.StreamResponse:
-        api = ROUTE_API[request.path]
+        path = _route_path(request)
+        api = ROUTE_API[path]
         if not self.upstream.speaks(api):
             return _json_response(error_body(api, 404, f"this gateway's upstream speaks {self.upstream.api} only "
-                                             f"(--upstream-api {self.upstream.api}); {request.path} is not relayed",
+                                             f"(--upstream-api {self.upstream.api}); {path} is not relayed",
                                              "not_found_error"), 404)
         length = request.content_length
         if length is not None and length > self.config.max_body:
@@ -185,8 +189,8 @@ class Gateway:
                 parsed = None
         ex = None
         if capture:
-            ex = self.recorder.begin(state, release, api, request.path, started)
-            _describe(ex, headers, parsed)
+            ex = self.recorder.begin(state, release, api, path, started)
+            _describe(ex, headers, parsed, request.match_info.get("session"))
         changed = False
         if parsed is not None and self.config.inject == "system" and api != "openai.models":
             text = await self.recorder.instructions(state, release.content_id, release)
@@ -206,7 +210,7 @@ class Gateway:
             body = json.dumps(parsed, ensure_ascii=False).encode("utf-8")
         if ex is not None:
             self.recorder.describe_request(ex, body)
-        url = self.upstream.url_for(request.path, request.query_string)
+        url = self.upstream.url_for(path, request.query_string)
         up_headers = self.upstream.request_headers(headers, api, self.config.pass_client_key)
         extra = [("x-reef-release-id", release.release_id)]
         if ex is None:
@@ -489,13 +493,20 @@ class _ReportStore:
         return self._ledger
 
 
-def _describe(ex: Exchange, headers, parsed: dict | None) -> None:
+def _route_path(request: web.Request) -> str:
+    """The route without a /session/ID prefix."""
+    session = request.match_info.get("session")
+    path = request.path
+    return path[len("/session/") + len(session):] if session and path.startswith("/session/") else path
+
+
+def _describe(ex: Exchange, headers, parsed: dict | None, path_session: str | None = None) -> None:
     tags = {}
     for name, value in headers.items():
         low = name.lower()
         if low.startswith("x-reef-tag-") and len(tags) < MAX_TAGS:
             tags[low[11:]] = value[:TAG_MAX_CHARS]
-    session = headers.get("x-reef-session")
+    session = headers.get("x-reef-session") or path_session
     if tags or session:
         from ..redact import redact_obj
 
