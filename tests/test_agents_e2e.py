@@ -191,3 +191,27 @@ def test_claude_through_reef_serve(harness, tmp_path, fake_llm):
     assert all(r.release_id == out["record"]["release_id"] for r in served)
     assert all("x-reef-session" not in c.headers and "x-api-key" not in c.headers for c in messages)
     assert "ledger of scenario 'default' verified" in gw.log()
+
+
+@pytest.mark.slow  # opencode takes ~40 s a run on 2 cores; the mechanism is the same as the default suite's claude test
+def test_opencode_through_reef_serve(harness, tmp_path, fake_llm):
+    """opencode's own provider config reaches the gateway through {env:REEF_SERVE_BASE_URL}, which carries the
+    wrapper run's receipt as the session in the path."""
+    from gateway import Gateway
+
+    need("opencode")
+    provider = {"provider": {"fake": {"npm": "@ai-sdk/openai-compatible", "name": "Fake",
+                                      "options": {"baseURL": "{env:REEF_SERVE_BASE_URL}", "apiKey": "dummy"},
+                                      "models": {"fake-model": {"name": "Fake"}}}},
+                "model": "fake/fake-model", "small_model": "fake/fake-model", "autoupdate": False, "share": "disabled"}
+    with Gateway(harness, fake_llm.url) as gw:
+        out = run_and_check("opencode", harness, tmp_path, fake_llm, {
+            "OPENCODE_CONFIG_CONTENT": json.dumps(provider), "OPENCODE_DISABLE_MODELS_FETCH": "1",
+            "OPENCODE_DISABLE_LSP_DOWNLOAD": "1", "OPENCODE_PURE": "1", "REEF_VIA_SERVE": gw.url})
+        assert gw.stop() == 0, gw.log()
+    from reef_cli.ledger import Ledger
+
+    ledger = Ledger(harness / ".reef" / "scenarios" / "default" / "ledger.jsonl", "default")
+    served = [r for r in ledger.iter_records() if r.kind == "interaction" and r.payload.get("source") == "serve"]
+    assert len(served) == len(out["calls"]) >= 1
+    assert {r.payload["session"] for r in served} == {out["interaction"].record_id}
