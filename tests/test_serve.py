@@ -399,3 +399,56 @@ def test_session_in_the_path_for_agents_without_headers(served):
     raw = client.chat.completions.with_raw_response.create(model="m", messages=[{"role": "user", "content": "x"}])
     p = ledger_of(served.project).get(raw.headers["x-reef-agent-record-id"]).payload
     assert p["session"] == "run-77" and p["route"] == "/v1/chat/completions"
+
+
+def test_provenance_hooks_see_the_answer_before_the_receipt(tmp_path, upstream):
+    """The seam for engine provenance (e.g. which weights answered): a request hook edits the body that goes
+    upstream, a response hook reads the upstream's answer before the record and may refuse it."""
+    import threading
+
+    from reef_cli.project import Project
+    from reef_cli.serve.app import Gateway as InProcess, ServeConfig
+
+    project = _init(tmp_path / "proj")
+    gw = InProcess(ServeConfig(project=Project(project), scenario="default", upstream=upstream.url, port=0), {},
+                   log=open(tmp_path / "log", "w"), out=open(tmp_path / "out", "w"))
+
+    def ask_meta(ex, body):
+        body["return_meta_info"] = True
+        return True
+
+    def check_weights(ex):
+        meta = (ex.upstream_meta or {}).get("meta_info") or {}
+        if meta.get("weight_version") != "v7":
+            ex.refuse(f"answered by weights {meta.get('weight_version')!r}, expected 'v7'")
+        else:
+            ex.provenance["weight_version"] = "v7"
+
+    gw.recorder.request_hooks.append(ask_meta)
+    gw.recorder.response_hooks.append(check_weights)
+    ready, box = threading.Event(), {}
+
+    def serve():
+        async def main():
+            box["stop"], box["loop"] = asyncio.Event(), asyncio.get_running_loop()
+            box["code"] = await gw.run(box["stop"], on_ready=lambda url: (box.update(url=url), ready.set()))
+        asyncio.run(main())
+
+    t = threading.Thread(target=serve)
+    t.start()
+    assert ready.wait(20)
+    url = box["url"]
+    upstream.reply(Reply(raw=json.dumps({"id": "x", "object": "chat.completion", "model": "m", "choices": [],
+                                         "meta_info": {"weight_version": "v7"}}).encode()))
+    status, headers, _ = http(url + "/v1/chat/completions", {"model": "m", "messages": []})
+    assert status == 200 and upstream.calls[-1].json["return_meta_info"] is True
+    good = ledger_of(project).get(headers["x-reef-agent-record-id"]).payload
+    assert good["provenance"] == {"weight_version": "v7"} and good["request_hooks"] == ["ask_meta"]
+    status, headers, out = http(url + "/v1/chat/completions", {"model": "m", "messages": []})  # default reply: no meta
+    assert status == 409 and "expected 'v7'" in json.loads(out)["error"]["message"]
+    bad = ledger_of(project).get(headers["x-reef-agent-record-id"]).payload
+    assert bad["outcome"] == "refused"
+    box["loop"].call_soon_threadsafe(box["stop"].set)
+    t.join(20)
+    assert box["code"] == 0
+    verify(project)

@@ -45,7 +45,8 @@ class Exchange:
     session: str | None = None
     stream: bool = False
     model: str | None = None
-    request: dict = field(default_factory=dict)  # digest/length (+ redacted text)
+    request: dict = field(default_factory=dict)  # digest/length
+    request_body: bytes | None = None  # kept for --store-content, redacted off the event loop
     response_sha: object = field(default_factory=hashlib.sha256)
     response_len: int = 0
     response_text: bytearray | None = None
@@ -59,7 +60,7 @@ class Exchange:
     provenance: dict = field(default_factory=dict)
     refused: str | None = None
     hooks_applied: list = field(default_factory=list)
-    capture: bool = True
+    ended: float | None = None
 
     def add_response(self, data: bytes) -> None:
         self.response_sha.update(data)
@@ -84,12 +85,18 @@ class Exchange:
         self.fail("refused", reason)
 
     def payload(self, store_content: bool) -> dict:
+        """The record's payload. Redacting stored text costs ~0.5 s/MB: the recorder calls this in a worker thread."""
         inp, out = tokens_of(self.usage)
         response = {"digest": "sha256:" + self.response_sha.hexdigest(), "length": self.response_len}
-        if store_content and self.response_text is not None:
+        request = dict(self.request)
+        if store_content:
             from ..redact import redact
 
-            response["text"] = redact(bytes(self.response_text).decode("utf-8", "replace"))[0]
+            if self.response_text is not None:
+                response["text"] = redact(bytes(self.response_text).decode("utf-8", "replace"))[0]
+            if self.request_body is not None:
+                request["text"] = redact(self.request_body.decode("utf-8", "replace"))[0]
+        ended = self.ended if self.ended is not None else time.perf_counter()
         p = {
             "source": "serve",
             "api": self.api,
@@ -101,11 +108,11 @@ class Exchange:
             "error": self.error,
             "usage": self.usage,
             "tokens": {"input": inp, "output": out},
-            "latency_ms": round((time.perf_counter() - self.started) * 1000, 3),
+            "latency_ms": round((ended - self.started) * 1000, 3),
             "ttft_ms": None if self.ttft is None else round(self.ttft * 1000, 3),
             "tags": self.tags,
             "session": self.session,
-            "request": self.request,
+            "request": request,
             "response": response,
         }
         p["duration_s"] = round(p["latency_ms"] / 1000, 6)
@@ -194,9 +201,7 @@ class Recorder:
     def describe_request(self, ex: Exchange, body: bytes) -> None:
         ex.request = {"digest": "sha256:" + hashlib.sha256(body).hexdigest(), "length": len(body)}
         if self.store_content:
-            from ..redact import redact
-
-            ex.request["text"] = redact(body.decode("utf-8", "replace"))[0]
+            ex.request_body = body
 
     def apply_request_hooks(self, ex: Exchange, body: dict) -> bool:
         changed = False
@@ -213,14 +218,15 @@ class Recorder:
     async def finish(self, ex: Exchange):
         """Append the record; returns it once durable. Shielded: a cancelled handler still gets its record."""
         state = self._scenarios[ex.scenario]
-        payload = ex.payload(self.store_content)
-        if self.store_content:
-            from ..redact import redact_obj
+        ex.ended = time.perf_counter()
+        store_content = self.store_content
 
-            payload = redact_obj(payload)[0]
+        def append():
+            return state.ledger.append("interaction", ex.payload(store_content), release_id=ex.release_id,
+                                       content_id=ex.content_id, record_id=ex.record_id)
+
         loop = asyncio.get_running_loop()
-        fut = loop.run_in_executor(self.executor, lambda: state.ledger.append(
-            "interaction", payload, release_id=ex.release_id, content_id=ex.content_id, record_id=ex.record_id))
+        fut = loop.run_in_executor(self.executor, append)
         record = await asyncio.shield(fut)
         if ex.outcome == "ok":
             self.recorded += 1
