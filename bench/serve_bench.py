@@ -28,6 +28,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 CHUNK = ('{"id":"chatcmpl-b","object":"chat.completion.chunk","created":1,"model":"fake-model",'
          '"choices":[{"index":0,"delta":%s,"finish_reason":%s}]}')
+LITELLM_KEY = "sk-reef-bench-only-4f0c2a9e7d1b"  # a throwaway master key for the local LiteLLM proxy
 USAGE = {"prompt_tokens": 12, "completion_tokens": 3, "total_tokens": 15}
 
 
@@ -124,6 +125,12 @@ async def throughput(url: str, headers: dict, concurrency: int, per_client: int,
         return concurrency * per_client / (time.perf_counter() - t0)
 
 
+def cpu_s(pid: int) -> float:
+    """User + system CPU seconds a process has used (robust to a machine busy with other work)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def pct(xs: list[float], q: float) -> float:
     xs = sorted(xs)
     return xs[min(len(xs) - 1, int(round(q * (len(xs) - 1))))]
@@ -138,7 +145,8 @@ def start_litellm(venv: Path, upstream: str, tmp: Path):
     cfg.write_text("model_list:\n  - model_name: fake-model\n    litellm_params:\n      model: openai/fake-model\n"
                    f"      api_base: {upstream}/v1\n      api_key: dummy\n"
                    "litellm_settings:\n  telemetry: false\n  drop_params: true\n")
-    env = {**os.environ, "LITELLM_LOG": "ERROR", "LITELLM_TELEMETRY": "False", "NO_DOCS": "True"}
+    env = {**os.environ, "LITELLM_LOG": "ERROR", "LITELLM_TELEMETRY": "False", "NO_DOCS": "True",
+           "LITELLM_MASTER_KEY": LITELLM_KEY}
     proc = subprocess.Popen([str(exe), "--config", str(cfg), "--host", "127.0.0.1", "--port", str(port),
                              "--num_workers", "1"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
                             cwd=tmp)
@@ -183,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
             procs.append(litellm[0])
         targets = {"direct": (upstream, {}), "reef": (through, {})}
         if litellm:
-            targets["litellm"] = (litellm[1], {"Authorization": "Bearer dummy"})
+            targets["litellm"] = (litellm[1], {"Authorization": f"Bearer {LITELLM_KEY}"})
 
         sent = 0
         print(f"latency, {args.requests} sequential calls per target (ms):")
@@ -199,15 +207,23 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  {kind:6} reef adds  p50 {lat_rows[(kind, 'p50')]:+.3f} ms  p99 {lat_rows[(kind, 'p99')]:+.3f} ms")
         print(f"requests/s at {args.concurrency} concurrent clients ({args.per_client} calls each):")
         rps = {}
+        cpu_per_call = {}
+        pids = {"reef": gw.pid, "litellm": litellm[0].pid if litellm else None}
         for stream in (False, True):
             kind = "stream" if stream else "json"
             for name, (url, h) in targets.items():
+                before = cpu_s(pids[name]) if pids.get(name) else None
                 rps[(kind, name)] = asyncio.run(throughput(url, h, args.concurrency, args.per_client, stream))
+                calls = args.concurrency * (args.per_client + 1)
+                if before is not None:
+                    cpu_per_call[(kind, name)] = (cpu_s(pids[name]) - before) / calls * 1e6
                 if name == "reef":
-                    sent += args.concurrency * (args.per_client + 1)
+                    sent += calls
             line = "  ".join(f"{name} {rps[(kind, name)]:7.0f}" for name in targets)
             ratio = (f"  reef/litellm {rps[(kind, 'reef')] / rps[(kind, 'litellm')]:.2f}x" if litellm else "")
             print(f"  {kind:6} {line}  reef/direct {rps[(kind, 'reef')] / rps[(kind, 'direct')]:.2f}x{ratio}")
+        for (kind, name), us in sorted(cpu_per_call.items()):
+            print(f"  {kind:6} {name:8} CPU per call {us:7.0f} us (the whole process: relay, record, log)")
         if not litellm:
             print(f"LiteLLM: {why}")
         gw.terminate()
