@@ -9,6 +9,7 @@ with the same rules as `reef report`. Every failure a client can cause or meet h
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import signal
 import sys
@@ -193,15 +194,15 @@ class Gateway:
             _describe(ex, headers, parsed, request.match_info.get("session"))
         changed = False
         if parsed is not None and self.config.inject == "system" and api != "openai.models":
-            text = await self.recorder.instructions(state, release.content_id, release)
+            text, problem = await self.recorder.instructions(state, release.content_id, release)
+            if problem and ex is not None:
+                ex.injected = {"mode": "system", "release_id": release.release_id, "error": problem}
             if text:
                 from .inject import inject
 
                 if inject(api, parsed, text):
                     changed = True
                     if ex is not None:
-                        import hashlib
-
                         ex.injected = {"mode": "system", "release_id": release.release_id, "chars": len(text),
                                        "digest": "sha256:" + hashlib.sha256(text.encode()).hexdigest()}
         if parsed is not None and ex is not None and self.recorder.request_hooks:
@@ -228,9 +229,7 @@ class Gateway:
             raise
 
     async def _record(self, ex: Exchange):
-        if getattr(ex, "_record", None) is None:
-            ex._record = await self.recorder.finish(ex)
-        return ex._record
+        return await self.recorder.finish(ex)
 
     def _receipt(self, ex: Exchange) -> dict:
         return {"agent_record_id": ex.record_id, "release_id": ex.release_id, "content_id": ex.content_id,

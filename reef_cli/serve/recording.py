@@ -61,6 +61,8 @@ class Exchange:
     refused: str | None = None
     hooks_applied: list = field(default_factory=list)
     ended: float | None = None
+    record: object = None  # the durable ledger record, once finish() has written it
+    pending: object = None  # the append in flight (a handler cancelled while waiting for it must not append again)
 
     def add_response(self, data: bytes) -> None:
         self.response_sha.update(data)
@@ -139,7 +141,7 @@ class _Scenario:
         self.log_path = self.store.dir / "releases.jsonl"
         self._key = None
         self._release = None
-        self.instructions: dict[str, str | None] = {}  # content_id -> compiled text
+        self.instructions: dict[str, tuple[str | None, str | None]] = {}  # content_id -> (compiled text, problem)
 
     def release(self):
         """The head, re-read only when the release log's file changed (one stat per request)."""
@@ -189,13 +191,18 @@ class Recorder:
             ex.response_text = bytearray()
         return ex
 
-    async def instructions(self, state: _Scenario, content_id: str, release) -> str | None:
+    async def instructions(self, state: _Scenario, content_id: str, release) -> tuple[str | None, str | None]:
+        """(text, problem): a release whose harness does not compile injects nothing, and its records say why."""
         if content_id not in state.instructions:
+            from ..errors import ReefError
             from .inject import compiled_instructions
 
             loop = asyncio.get_running_loop()
-            state.instructions[content_id] = await loop.run_in_executor(self.executor, compiled_instructions,
-                                                                        state.store, release)
+            try:
+                text = await loop.run_in_executor(self.executor, compiled_instructions, state.store, release)
+                state.instructions[content_id] = (text, None)
+            except ReefError as exc:
+                state.instructions[content_id] = (None, str(exc))
         return state.instructions[content_id]
 
     def describe_request(self, ex: Exchange, body: bytes) -> None:
@@ -216,7 +223,11 @@ class Recorder:
             hook(ex)
 
     async def finish(self, ex: Exchange):
-        """Append the record; returns it once durable. Shielded: a cancelled handler still gets its record."""
+        """Append the record once; returns it when durable. Shielded: a cancelled handler still gets its record."""
+        if ex.record is not None:
+            return ex.record
+        if ex.pending is not None:
+            return await asyncio.shield(ex.pending)
         state = self._scenarios[ex.scenario]
         ex.ended = time.perf_counter()
         store_content = self.store_content
@@ -226,8 +237,8 @@ class Recorder:
                                        content_id=ex.content_id, record_id=ex.record_id)
 
         loop = asyncio.get_running_loop()
-        fut = loop.run_in_executor(self.executor, append)
-        record = await asyncio.shield(fut)
+        fut = ex.pending = loop.run_in_executor(self.executor, append)
+        record = ex.record = await asyncio.shield(fut)
         if ex.outcome == "ok":
             self.recorded += 1
         else:
