@@ -452,3 +452,22 @@ def test_provenance_hooks_see_the_answer_before_the_receipt(tmp_path, upstream):
     t.join(20)
     assert box["code"] == 0
     verify(project)
+
+
+def test_inject_of_a_harness_that_does_not_compile_says_why(tmp_path):
+    from concurrent.futures import ThreadPoolExecutor
+
+    from reef_cli.project import Project
+    from reef_cli.serve.recording import Recorder
+
+    project = _init(tmp_path / "proj")
+    skill = project / ".claude" / "skills" / "broken"
+    skill.mkdir(parents=True)
+    (skill / "SKILL.md").write_text("no frontmatter here\n")
+    assert run_reef("publish", "-m", "broken skill", cwd=project).returncode == 0
+    with ThreadPoolExecutor(1) as pool:
+        recorder = Recorder(Project(project), "default", executor=pool)
+        state = recorder.scenario(None)
+        release = state.release()
+        text, problem = asyncio.run(recorder.instructions(state, release.content_id, release))
+    assert text is None and "cannot compile the harness for opencode" in problem and "broken" in problem
