@@ -167,6 +167,9 @@ def test_capture_false_and_unknown_scenario(served):
     raw = oai(served).chat.completions.with_raw_response.create(
         model="fake-model", messages=[{"role": "user", "content": "hi"}], extra_headers={"x-reef-capture": "false"})
     assert "x-reef-agent-record-id" not in raw.headers and raw.headers["x-reef-release-id"].startswith("rel_")
+    chunks = list(oai(served).chat.completions.create(model="m", messages=[{"role": "user", "content": "x"}],
+                                                      stream=True, extra_headers={"x-reef-capture": "false"}))
+    assert all("reef" not in (c.model_extra or {}) for c in chunks) and chunks[-1].usage.total_tokens == 15
     assert len(interactions(served.project)) == before
     with pytest.raises(openai.NotFoundError, match="scenario 'nope' does not exist"):
         oai(served).chat.completions.create(model="m", messages=[], extra_headers={"x-reef-scenario": "nope"})
@@ -233,12 +236,15 @@ def test_tokens_rotation_and_refusals(tmp_path, upstream):
     import hashlib
 
     tokens.write_text("# reef gateway tokens\nold-token-1\nsha256:" + hashlib.sha256(b"new-token-2").hexdigest() + "\n")
-    with Gateway(project, upstream.url, "--token-file", str(tokens)) as gw:
+    with Gateway(project, upstream.url, "--token-file", str(tokens),
+                 env={"REEF_UPSTREAM_API_KEY": "sk-upstream-secret-9"}) as gw:
         for key in ("old-token-1", "new-token-2"):
             assert oai(gw, api_key=key).chat.completions.create(
                 model="m", messages=[{"role": "user", "content": "x"}]).choices[0].message.content == "DONE"
         assert ant(gw, api_key="new-token-2").messages.create(  # x-api-key, as Anthropic clients send it
             model="m", max_tokens=5, messages=[{"role": "user", "content": "x"}]).content[0].text == "DONE"
+        assert upstream.calls[-1].headers["x-api-key"] == "sk-upstream-secret-9"  # the upstream's key, not ours
+        assert upstream.calls[-2].headers["authorization"] == "Bearer sk-upstream-secret-9"
         with pytest.raises(openai.AuthenticationError, match="not valid for this gateway"):
             oai(gw, api_key="wrong").chat.completions.create(model="m", messages=[])
         status, _, out = http(gw.url + "/v1/chat/completions", {"model": "m", "messages": []})
@@ -247,7 +253,8 @@ def test_tokens_rotation_and_refusals(tmp_path, upstream):
         assert http(gw.url + "/healthz")[0] == 200
         assert len(interactions(project)) == 3
         assert gw.stop() == 0
-    assert "old-token-1" not in gw.log() and "new-token-2" not in gw.log()
+    assert "old-token-1" not in gw.log() and "new-token-2" not in gw.log() and "sk-upstream-secret-9" not in gw.log()
+    assert "sk-upstream-secret-9" not in (project / ".reef" / "scenarios" / "default" / "ledger.jsonl").read_text()
 
 
 def test_non_loopback_bind_needs_a_token_file(tmp_path):
@@ -265,11 +272,12 @@ def test_inject_system_and_store_content(tmp_path, upstream):
     md.write_text(md.read_text().replace("<!-- reef:begin learned -->\n",
                                          "<!-- reef:begin learned -->\n- INJECT-BULLET-5150 run the tests first\n"))
     assert run_reef("publish", "-m", "bullet", cwd=project).returncode == 0
-    with Gateway(project, upstream.url, "--inject", "system", "--store-content") as gw:
+    with Gateway(project, upstream.url, "--inject", "system", "--store-content", "--pass-client-key") as gw:
         secret = "sk-ant-api03-" + "Q" * 40
         raw = oai(gw).chat.completions.with_raw_response.create(
             model="m", messages=[{"role": "system", "content": "be brief"},
                                  {"role": "user", "content": f"my key is {secret}"}])
+        assert upstream.calls[-1].headers["authorization"] == "Bearer sk-client-not-for-upstream"  # --pass-client-key
         sent = upstream.calls[-1].json
         assert sent["messages"][0]["role"] == "system" and "INJECT-BULLET-5150" in sent["messages"][0]["content"]
         assert sent["messages"][0]["content"].endswith("be brief")
@@ -280,7 +288,8 @@ def test_inject_system_and_store_content(tmp_path, upstream):
         assert "INJECT-BULLET-5150" in p["request"]["text"] and secret not in p["request"]["text"]
         assert "DONE" in p["response"]["text"]
         assert gw.stop() == 0
-    assert secret not in (project / ".reef" / "scenarios" / "default" / "ledger.jsonl").read_text()
+    stored = (project / ".reef" / "scenarios" / "default" / "ledger.jsonl").read_text()
+    assert secret not in stored and "sk-client-not-for-upstream" not in stored
 
 
 # -- faults ---------------------------------------------------------------------------------------------------------
@@ -291,7 +300,9 @@ def test_faults_each_recorded_as_failed(tmp_path, upstream):
     dead_port = dead.getsockname()[1]
     dead.close()
     with Gateway(project, upstream.url, "--timeout", "1", "--max-body", "4096") as gw, \
-            Gateway(project, f"http://127.0.0.1:{dead_port}") as nowhere:
+            Gateway(project, f"http://127.0.0.1:{dead_port}", "--upstream-api", "anthropic") as nowhere:
+        with pytest.raises(openai.NotFoundError, match="upstream speaks anthropic only"):
+            oai(nowhere).chat.completions.create(model="m", messages=[{"role": "user", "content": "x"}])
         # slow upstream: 504, one failed record
         upstream.reply(text("late", delay=2.5))
         with pytest.raises(openai.APIStatusError) as slow:
