@@ -215,3 +215,31 @@ def test_opencode_through_reef_serve(harness, tmp_path, fake_llm):
     served = [r for r in ledger.iter_records() if r.kind == "interaction" and r.payload.get("source") == "serve"]
     assert len(served) == len(out["calls"]) >= 1
     assert {r.payload["session"] for r in served} == {out["interaction"].record_id}
+
+
+@pytest.mark.slow  # ~15 s; pi reads base URLs only from models.json, so this checks the documented set-up
+def test_pi_through_reef_serve(harness, tmp_path, fake_llm):
+    """pi's models.json points a provider at the gateway and names REEF_SERVE_SESSION as the x-reef-session header's
+    value (pi resolves header values from the environment); the wrapper exports it as the run's receipt."""
+    from gateway import Gateway
+
+    need("pi")
+    with Gateway(harness, fake_llm.url) as gw:
+        def provider_config(agent_dir: Path) -> None:
+            (agent_dir / "models.json").write_text(json.dumps({"providers": {"fake": {
+                "baseUrl": gw.url + "/v1", "api": "openai-completions", "apiKey": "dummy",
+                "headers": {"x-reef-session": "REEF_SERVE_SESSION"},
+                "compat": {"supportsDeveloperRole": False, "supportsReasoningEffort": False},
+                "models": [{"id": "fake-model", "name": "Fake Model", "reasoning": False}]}}}))
+            (agent_dir / "settings.json").write_text(json.dumps({"defaultProvider": "fake", "defaultModel": "fake-model"}))
+
+        out = run_and_check("pi", harness, tmp_path, fake_llm, {"PI_OFFLINE": "1", "PI_TELEMETRY": "0",
+                                                                "REEF_VIA_SERVE": gw.url},
+                            before_run=provider_config)
+        assert gw.stop() == 0, gw.log()
+    from reef_cli.ledger import Ledger
+
+    ledger = Ledger(harness / ".reef" / "scenarios" / "default" / "ledger.jsonl", "default")
+    served = [r for r in ledger.iter_records() if r.kind == "interaction" and r.payload.get("source") == "serve"]
+    assert len(served) == len(out["calls"]) >= 1
+    assert {r.payload["session"] for r in served} == {out["interaction"].record_id}
