@@ -60,7 +60,12 @@ def _register(app: typer.Typer) -> None:
 
     evolve_cmds.register_root(app)
     app.add_typer(ledger_cmds.app, name="ledger")
-    from . import serve_cmds; serve_cmds.register(app)
+    from . import train_cmds
+
+    train_cmds.register(app)
+    from . import serve_cmds
+
+    serve_cmds.register(app)
 
 
 _apps: dict[str | None, typer.Typer] = {}
