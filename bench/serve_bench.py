@@ -250,7 +250,7 @@ def main(argv: list[str] | None = None) -> int:
         from reef_cli.ledger import Ledger
 
         ledger = Ledger(project / ".reef" / "scenarios" / "default" / "ledger.jsonl", "default")
-        recorded = sum(1 for r in ledger.iter_records() if r.kind == "interaction")
+        recorded = sum(1 for r in ledger.iter_records() if r.kind == "inference")
         result = ledger.verify()
         print(f"ledger: {recorded} records for {sent} requests through reef; verify {'ok' if result.ok else 'FAILED'}")
         ok = recorded == sent and result.ok

@@ -184,7 +184,7 @@ def test_claude_through_reef_serve(harness, tmp_path, fake_llm):
     from reef_cli.ledger import Ledger
 
     ledger = Ledger(harness / ".reef" / "scenarios" / "default" / "ledger.jsonl", "default")
-    served = [r for r in ledger.iter_records() if r.kind == "interaction" and r.payload.get("source") == "serve"]
+    served = [r for r in ledger.iter_records() if r.kind == "inference" and r.payload.get("source") == "serve"]
     messages = [c for c in out["calls"] if c.route == "anthropic.messages"]
     assert len(served) == len(messages) >= 1  # every model call recorded, once
     assert all(r.payload["session"] == receipt and r.payload["outcome"] == "ok" for r in served)
@@ -212,7 +212,7 @@ def test_opencode_through_reef_serve(harness, tmp_path, fake_llm):
     from reef_cli.ledger import Ledger
 
     ledger = Ledger(harness / ".reef" / "scenarios" / "default" / "ledger.jsonl", "default")
-    served = [r for r in ledger.iter_records() if r.kind == "interaction" and r.payload.get("source") == "serve"]
+    served = [r for r in ledger.iter_records() if r.kind == "inference" and r.payload.get("source") == "serve"]
     assert len(served) == len(out["calls"]) >= 1
     assert {r.payload["session"] for r in served} == {out["interaction"].record_id}
 
@@ -240,6 +240,6 @@ def test_pi_through_reef_serve(harness, tmp_path, fake_llm):
     from reef_cli.ledger import Ledger
 
     ledger = Ledger(harness / ".reef" / "scenarios" / "default" / "ledger.jsonl", "default")
-    served = [r for r in ledger.iter_records() if r.kind == "interaction" and r.payload.get("source") == "serve"]
+    served = [r for r in ledger.iter_records() if r.kind == "inference" and r.payload.get("source") == "serve"]
     assert len(served) == len(out["calls"]) >= 1
     assert {r.payload["session"] for r in served} == {out["interaction"].record_id}

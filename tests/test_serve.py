@@ -36,8 +36,8 @@ def ledger_of(project: Path) -> Ledger:
     return Ledger(project / ".reef" / "scenarios" / "default" / "ledger.jsonl", "default")
 
 
-def interactions(project: Path) -> list:
-    return [r for r in ledger_of(project).iter_records() if r.kind == "interaction"]
+def exchanges(project: Path) -> list:
+    return [r for r in ledger_of(project).iter_records() if r.kind == "inference"]
 
 
 def verify(project: Path) -> None:
@@ -96,7 +96,7 @@ def test_openai_chat_receipt_from_headers(served, upstream):
     rid, rel = raw.headers["x-reef-agent-record-id"], raw.headers["x-reef-release-id"]
     rec = ledger_of(served.project).get(rid)
     p = rec.payload
-    assert rec.release_id == rel and rec.kind == "interaction"
+    assert rec.release_id == rel and rec.kind == "inference"
     assert (p["api"], p["model"], p["status"], p["outcome"], p["stream"]) == ("openai.chat", "fake-model", 200, "ok", False)
     assert p["usage"] == {"prompt_tokens": 12, "completion_tokens": 3, "total_tokens": 15}
     assert p["tokens"] == {"input": 12, "output": 3}
@@ -155,22 +155,22 @@ def test_anthropic_messages_stream_and_not(served, upstream):
 
 
 def test_count_tokens_and_models_are_relayed_not_recorded(served):
-    before = len(interactions(served.project))
+    before = len(exchanges(served.project))
     client = ant(served)
     assert client.messages.count_tokens(model="fake-model", messages=[{"role": "user", "content": "x"}]).input_tokens == 42
     assert [m.id for m in oai(served).models.list()] == ["fake-model"]
-    assert len(interactions(served.project)) == before
+    assert len(exchanges(served.project)) == before
 
 
 def test_capture_false_and_unknown_scenario(served):
-    before = len(interactions(served.project))
+    before = len(exchanges(served.project))
     raw = oai(served).chat.completions.with_raw_response.create(
         model="fake-model", messages=[{"role": "user", "content": "hi"}], extra_headers={"x-reef-capture": "false"})
     assert "x-reef-agent-record-id" not in raw.headers and raw.headers["x-reef-release-id"].startswith("rel_")
     chunks = list(oai(served).chat.completions.create(model="m", messages=[{"role": "user", "content": "x"}],
                                                       stream=True, extra_headers={"x-reef-capture": "false"}))
     assert all("reef" not in (c.model_extra or {}) for c in chunks) and chunks[-1].usage.total_tokens == 15
-    assert len(interactions(served.project)) == before
+    assert len(exchanges(served.project)) == before
     with pytest.raises(openai.NotFoundError, match="scenario 'nope' does not exist"):
         oai(served).chat.completions.create(model="m", messages=[], extra_headers={"x-reef-scenario": "nope"})
 
@@ -251,7 +251,7 @@ def test_tokens_rotation_and_refusals(tmp_path, upstream):
         assert status == 401 and "no reef token" in json.loads(out)["error"]["message"]
         assert http(gw.url + "/reef/status")[0] == 401
         assert http(gw.url + "/healthz")[0] == 200
-        assert len(interactions(project)) == 3
+        assert len(exchanges(project)) == 3
         assert gw.stop() == 0
     assert "old-token-1" not in gw.log() and "new-token-2" not in gw.log() and "sk-upstream-secret-9" not in gw.log()
     assert "sk-upstream-secret-9" not in (project / ".reef" / "scenarios" / "default" / "ledger.jsonl").read_text()
@@ -336,10 +336,10 @@ def test_faults_each_recorded_as_failed(tmp_path, upstream):
         assert s.recv(10)
         s.close()
         deadline = time.monotonic() + 10
-        while len(interactions(project)) < 5 and time.monotonic() < deadline:
+        while len(exchanges(project)) < 5 and time.monotonic() < deadline:
             time.sleep(0.1)
         assert gw.stop() == 0 and nowhere.stop() == 0
-    recs = interactions(project)
+    recs = exchanges(project)
     got = sorted((r.payload["outcome"], r.payload["status"]) for r in recs)
     assert got == [("client_disconnected", 200), ("timeout", 504), ("unreachable", 502),
                    ("upstream_died", 502), ("upstream_error", 429)], got
@@ -366,7 +366,7 @@ def test_200_concurrent_streams_exact_records(tmp_path, upstream):
         pairs = asyncio.run(main())
         assert gw.stop() == 0
     assert all(h == b for h, b in pairs) and len({h for h, _ in pairs}) == n
-    recs = interactions(project)
+    recs = exchanges(project)
     assert len(recs) == n and {r.record_id for r in recs} == {h for h, _ in pairs}
     assert all(r.payload["outcome"] == "ok" for r in recs)
     verify(project)
@@ -386,7 +386,7 @@ def test_sigterm_drains_in_flight_then_verifies(tmp_path, upstream):
     assert "draining 1 request(s)" in gw.log() and "verified (1 records)" in gw.log()
     with pytest.raises(openai.APIConnectionError):
         client.chat.completions.create(model="m", messages=[])
-    assert first is not None and len(interactions(project)) == 1
+    assert first is not None and len(exchanges(project)) == 1
     gw.stop()
 
 
@@ -399,7 +399,7 @@ def test_drain_is_bounded_and_cut_requests_are_recorded(tmp_path, upstream):
     started = time.monotonic()
     gw.proc.send_signal(__import__("signal").SIGTERM)
     assert gw.proc.wait(timeout=15) == 0 and time.monotonic() - started < 5
-    recs = interactions(project)
+    recs = exchanges(project)
     assert [r.payload["outcome"] for r in recs] == ["interrupted"]
     verify(project)
     gw.stop()
@@ -433,7 +433,8 @@ def test_provenance_hooks_see_the_answer_before_the_receipt(tmp_path, upstream):
         if meta.get("weight_version") != "v7":
             ex.refuse(f"answered by weights {meta.get('weight_version')!r}, expected 'v7'")
         else:
-            ex.provenance["weight_version"] = "v7"
+            ex.provenance["check"] = "weight version matches"
+            ex.extra["weight_version"] = "v7"  # top level, where reef_cli.weights.records reads it
 
     gw.recorder.request_hooks.append(ask_meta)
     gw.recorder.response_hooks.append(check_weights)
@@ -454,7 +455,8 @@ def test_provenance_hooks_see_the_answer_before_the_receipt(tmp_path, upstream):
     status, headers, _ = http(url + "/v1/chat/completions", {"model": "m", "messages": []})
     assert status == 200 and upstream.calls[-1].json["return_meta_info"] is True
     good = ledger_of(project).get(headers["x-reef-agent-record-id"]).payload
-    assert good["provenance"] == {"weight_version": "v7"} and good["request_hooks"] == ["ask_meta"]
+    assert good["provenance"] == {"check": "weight version matches"} and good["weight_version"] == "v7"
+    assert good["request_hooks"] == ["ask_meta"]
     status, headers, out = http(url + "/v1/chat/completions", {"model": "m", "messages": []})  # default reply: no meta
     assert status == 409 and "expected 'v7'" in json.loads(out)["error"]["message"]
     bad = ledger_of(project).get(headers["x-reef-agent-record-id"]).payload

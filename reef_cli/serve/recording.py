@@ -8,7 +8,8 @@ its group commit lets concurrent requests share syncs, and the event loop never 
 
 The provenance seam: before a record is written, every hook in `Recorder.response_hooks` is called with the
 exchange. A hook reads what the upstream said about itself (`exchange.upstream_meta`: the parsed non-streaming
-body, or the stream's terminal event) and may add fields under `exchange.provenance` or refuse the answer with
+body, or the stream's terminal event) and may add fields under `exchange.provenance` (or top-level payload fields
+in `exchange.extra`, e.g. the weight_version and training data `reef_cli.weights.records` reads) or refuse it with
 `exchange.refuse(reason)`; a refused non-streaming answer becomes a 409 for the client and a failed record, a
 refused stream gets no in-band receipt. `Recorder.request_hooks` may edit the parsed request body before it goes
 upstream (e.g. ask an engine for its meta info); the record notes each hook that changed it.
@@ -26,6 +27,7 @@ from typing import Callable
 from ..errors import NotFound
 from .sse import tokens_of
 
+RECORD_KIND = "inference"  # as the reference names a model exchange; `reef run`'s records are "interaction"
 RequestHook = Callable[["Exchange", dict], bool]
 ResponseHook = Callable[["Exchange"], None]
 
@@ -58,6 +60,7 @@ class Exchange:
     injected: dict | None = None
     upstream_meta: dict | None = None
     provenance: dict = field(default_factory=dict)
+    extra: dict = field(default_factory=dict)  # top-level payload fields a hook adds (weight_version, training)
     refused: str | None = None
     hooks_applied: list = field(default_factory=list)
     ended: float | None = None
@@ -124,6 +127,8 @@ class Exchange:
             p["provenance"] = self.provenance
         if self.hooks_applied:
             p["request_hooks"] = self.hooks_applied
+        if self.extra:
+            p.update(self.extra)
         return p
 
 
@@ -233,7 +238,7 @@ class Recorder:
         store_content = self.store_content
 
         def append():
-            return state.ledger.append("interaction", ex.payload(store_content), release_id=ex.release_id,
+            return state.ledger.append(RECORD_KIND, ex.payload(store_content), release_id=ex.release_id,
                                        content_id=ex.content_id, record_id=ex.record_id)
 
         loop = asyncio.get_running_loop()
