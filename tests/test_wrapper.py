@@ -236,3 +236,26 @@ def test_the_wrapper_start_stays_off_heavy_imports(setup):
     heavy = sorted(n for n in names if n.split(".")[0] in ("pygit2", "jsonschema", "rich", "typer", "click", "filelock")
                    or n.startswith("ruamel.yaml"))
     assert heavy == []
+
+
+def test_via_serve_flag_env_and_per_agent_mechanism():
+    from reef_cli.errors import InvalidInput
+    from reef_cli.wrapper import split_via_serve, via_serve_env
+
+    assert split_via_serve(["--via-serve", "http://127.0.0.1:8900/", "-p", "x"], {}) == ("http://127.0.0.1:8900", ["-p", "x"])
+    assert split_via_serve(["--via-serve=http://h:1", "-p"], {}) == ("http://h:1", ["-p"])
+    assert split_via_serve(["-p", "--via-serve"], {"REEF_VIA_SERVE": "http://h:2"}) == ("http://h:2", ["-p", "--via-serve"])
+    assert split_via_serve(["-p"], {}) == (None, ["-p"])
+    with pytest.raises(InvalidInput, match="--via-serve needs the gateway's URL"):
+        split_via_serve(["--via-serve", "-p"], {})
+    with pytest.raises(InvalidInput, match="REEF_VIA_SERVE=ftp://x: expected the gateway's http"):
+        split_via_serve([], {"REEF_VIA_SERVE": "ftp://x"})
+    claude = via_serve_env("claude", "http://h:1", "rec_1", {"ANTHROPIC_CUSTOM_HEADERS": "x-team: a\nx-reef-session: old",
+                                                             "REEF_SERVE_TOKEN": "tok"})
+    assert claude["ANTHROPIC_BASE_URL"] == "http://h:1"
+    assert claude["ANTHROPIC_CUSTOM_HEADERS"].splitlines() == ["x-team: a", "x-reef-session: rec_1", "x-reef-token: tok"]
+    opencode = via_serve_env("opencode", "http://h:1", "rec_1", {})
+    assert opencode["OPENAI_BASE_URL"] == opencode["ANTHROPIC_BASE_URL"] == "http://h:1/session/rec_1/v1"
+    pi = via_serve_env("pi", "http://h:1", "rec_1", {})
+    assert pi == {"REEF_SERVE_URL": "http://h:1", "REEF_SERVE_BASE_URL": "http://h:1/session/rec_1/v1",
+                  "REEF_SERVE_SESSION": "rec_1"}

@@ -65,6 +65,9 @@ def _register(app: typer.Typer) -> None:
     from . import train_cmds
 
     train_cmds.register(app)
+    from . import serve_cmds
+
+    serve_cmds.register(app)
 
 
 _apps: dict[str | None, typer.Typer] = {}

@@ -12,6 +12,10 @@ from that directory. On each start it:
 4. adds what the agent said it loaded, where it says so (Claude Code's `init` event, pi's `session` event).
 `reef-<agent> report --score S [--feedback TEXT]` reports on this shell's last wrapper session.
 
+`reef-<agent> --via-serve URL ...` (or REEF_VIA_SERVE=URL) sends the agent's model traffic through a running
+`reef serve`, so each model call gets its own receipt, grouped under the wrapper run's receipt as x-reef-session.
+How depends on what each agent lets the environment set (see `via_serve_env`).
+
 Under reef itself (a gate episode or `reef run -- reef-claude ...`), REEF_HARNESS_DIR names the canonical harness
 to run (the candidate, in a gate): the wrapper then compiles that tree into a throwaway config directory, runs the
 agent on it and records nothing, since its caller records.
@@ -125,11 +129,68 @@ def prepare(binding: Binding, store):
         return result.record, head
 
 
+def split_via_serve(args: list[str], environ: dict) -> tuple[str | None, list[str]]:
+    """`--via-serve URL` / `--via-serve=URL` as the wrapper's first arguments (the rest are the agent's), else
+    REEF_VIA_SERVE."""
+    if args and args[0] == "--via-serve":
+        if len(args) < 2 or not args[1].startswith(("http://", "https://")):
+            raise InvalidInput("--via-serve needs the gateway's URL, e.g. --via-serve http://127.0.0.1:8900")
+        return args[1].rstrip("/"), args[2:]
+    if args and args[0].startswith("--via-serve="):
+        url = args[0].split("=", 1)[1]
+        if not url.startswith(("http://", "https://")):
+            raise InvalidInput(f"--via-serve {url}: expected the gateway's http(s) URL")
+        return url.rstrip("/"), args[1:]
+    url = environ.get("REEF_VIA_SERVE")
+    if url and not url.startswith(("http://", "https://")):
+        raise InvalidInput(f"REEF_VIA_SERVE={url}: expected the gateway's http(s) URL")
+    return (url.rstrip("/") if url else None), args
+
+
+def via_serve_env(adapter_name: str, url: str, receipt: str, environ: dict) -> dict:
+    """The agent's environment for sending its model calls through `reef serve` at `url`, session = `receipt`.
+
+    - claude: ANTHROPIC_BASE_URL, and the session (and REEF_SERVE_TOKEN as x-reef-token) in
+      ANTHROPIC_CUSTOM_HEADERS, added to the user's own headers;
+    - opencode: ANTHROPIC_BASE_URL / OPENAI_BASE_URL for its built-in providers, with the session in the path
+      (/session/RECEIPT/v1); a provider of the user's config reaches it with "baseURL": "{env:REEF_SERVE_BASE_URL}";
+    - pi: reads base URLs only from its models.json: a provider's "baseUrl" set to the gateway's /v1 URL and
+      "headers": {"x-reef-session": "REEF_SERVE_SESSION"} (pi resolves header values from the environment).
+    Every agent also gets REEF_SERVE_URL, REEF_SERVE_BASE_URL (session path, ending in /v1) and REEF_SERVE_SESSION.
+    """
+    session_base = f"{url}/session/{receipt}"
+    env = {"REEF_SERVE_URL": url, "REEF_SERVE_BASE_URL": session_base + "/v1", "REEF_SERVE_SESSION": receipt}
+    if adapter_name == "claude":
+        headers = [h for h in environ.get("ANTHROPIC_CUSTOM_HEADERS", "").splitlines()
+                   if h.strip() and not h.lower().startswith(("x-reef-session:", "x-reef-token:"))]
+        headers.append(f"x-reef-session: {receipt}")
+        if environ.get("REEF_SERVE_TOKEN"):
+            headers.append(f"x-reef-token: {environ['REEF_SERVE_TOKEN']}")
+        env["ANTHROPIC_BASE_URL"] = url
+        env["ANTHROPIC_CUSTOM_HEADERS"] = "\n".join(headers)
+    elif adapter_name == "opencode":
+        env["ANTHROPIC_BASE_URL"] = session_base + "/v1"
+        env["OPENAI_BASE_URL"] = session_base + "/v1"
+    return env
+
+
+def _pi_via_serve_hint(agent_dir: Path, url: str) -> str | None:
+    try:
+        models = (agent_dir / "models.json").read_text()
+    except OSError:
+        models = ""
+    if url in models or "REEF_SERVE" in models:
+        return None
+    return (f"pi takes its base URL only from {agent_dir / 'models.json'}: set a provider's \"baseUrl\" to {url}/v1 "
+            "and \"headers\": {\"x-reef-session\": \"REEF_SERVE_SESSION\"} to record its calls through reef serve")
+
+
 def run(adapter_name: str, args: list[str], *, environ: dict | None = None, cwd: Path | None = None) -> int:
     from ..adapters import captured_events, find_binary, install_hint
     from ..runs import run_recorded
 
     binding = Binding(adapter_name, environ, cwd)
+    via, args = split_via_serve(args, binding.environ)
     adapter = binding.adapter
     store = binding.store()
     record, head = prepare(binding, store)
@@ -146,9 +207,19 @@ def run(adapter_name: str, args: list[str], *, environ: dict | None = None, cwd:
         events = captured_events(adapter, stdout)
         return {"agent_reported": events} if events else {}
 
+    extra = {"install": installed}
+    env_for_receipt = None
+    if via:
+        extra["via_serve"] = via
+        env_for_receipt = lambda receipt: via_serve_env(adapter.name, via, receipt, child_env)  # noqa: E731
+        if adapter.name == "pi":
+            hint = _pi_via_serve_hint(Path(record.agent_dir), via)
+            if hint:
+                _note(hint)
     result = run_recorded(store, [binary, *args], env=child_env, adapter=adapter.name,
-                          harness_dir=Path(record.agent_dir), extra_payload={"install": installed},
-                          cwd=cwd or Path.cwd(), on_output=on_output, release=release)
+                          harness_dir=Path(record.agent_dir), extra_payload=extra,
+                          cwd=cwd or Path.cwd(), on_output=on_output, release=release,
+                          env_for_receipt=env_for_receipt)
     receipt = result.record.record_id
     _remember(binding, receipt)
     if not binding.environ.get("REEF_QUIET"):
@@ -183,6 +254,7 @@ def run_episode(adapter_name: str, harness_dir: Path, args: list[str], *, enviro
     binary = find_binary(adapter, environ)
     if binary is None:
         raise NotFound(install_hint(adapter))
+    via, args = split_via_serve(args, environ)
     compiled = compile_harness(collect_files(harness_dir, ("**",)), adapter, layout="config")
     tmp = Path(tempfile.mkdtemp(prefix=f"reef-{adapter.name}-episode-"))
     try:
@@ -190,6 +262,8 @@ def run_episode(adapter_name: str, harness_dir: Path, args: list[str], *, enviro
         write_files(agent_dir, compiled.files)
         _carry_client_state(adapter, environ, agent_dir, set(compiled.files) | {MARKER})
         env = {**environ, **adapter.agent_env(agent_dir)}
+        if via:  # the episode's caller holds the receipt
+            env.update(via_serve_env(adapter.name, via, environ.get("REEF_RECORD_ID") or "episode", env))
         return run_plain([binary, *args], env=env, cwd=cwd)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
