@@ -44,9 +44,9 @@ def test_an_edit_to_the_humans_frozen_rule_file_is_evaluated(reef, project):
     rules = project / ".claude" / "rules" / "safety.md"
     rules.write_text(rules.read_text() + f"\n{NEWLINE}\n{TABS}\n")
     r = reef("-C", str(project), "ci", "--json")
-    assert r.code == 0, r.err
+    assert r.code == 1, r.err  # judged (the example agent does not read rule files: not better), not refused
     out = json.loads(r.out)
-    assert out["verdict"]["decision"] == "publish"
+    assert out["violations"] == [] and out["verdict"]["decision"] == "reject"
     assert {b["path"] for b in out["bullets"]} == {".claude/rules/safety.md"}
 
 
