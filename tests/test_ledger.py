@@ -20,8 +20,11 @@ from pathlib import Path
 import filelock
 import pytest
 
-import reef_cli.group_commit as group_commit
-import reef_cli.ledger as ledger_mod
+import reef_cli.ledger.group_commit as group_commit
+import reef_cli.ledger.compaction as compaction_mod
+import reef_cli.ledger.reading as reading_mod
+import reef_cli.ledger.record as record_mod
+import reef_cli.ledger.writer as writer_mod
 from reef_cli.errors import ConflictError, ExitCode, InvalidInput, NotFound, StoreError
 from reef_cli.ledger import (
     ZERO_HASH,
@@ -84,14 +87,14 @@ def write_lines(path: Path, lines: list[bytes]) -> None:
 @contextlib.contextmanager
 def syncs_held(monkeypatch: pytest.MonkeyPatch):
     """Every sync started inside the block waits until the block ends (a slow disk); yields the syncs started."""
-    release, started, real = threading.Event(), [], ledger_mod._fdatasync
+    release, started, real = threading.Event(), [], writer_mod._fdatasync
 
     def slow(fd: int) -> None:
         started.append(fd)
         assert release.wait(60)
         real(fd)
 
-    monkeypatch.setattr(ledger_mod, "_fdatasync", slow)
+    monkeypatch.setattr(writer_mod, "_fdatasync", slow)
     try:
         yield started
     finally:
@@ -259,12 +262,12 @@ def test_a_forked_child_never_repeats_the_parents_ids(step: int) -> None:
 
 def test_the_direct_json_scanner_accepts_and_rejects_what_json_loads_does() -> None:
     for text in ('{"a":1}', ' {"a": [1, 2]}\t', '"s"', "[]"):
-        assert ledger_mod._loads(text) == json.loads(text)
+        assert record_mod._loads(text) == json.loads(text)
     for text in ('{"a":1} x', "", "{", "nan", '{"a":1}{"b":2}'):
         with pytest.raises(ValueError):
             json.loads(text)
         with pytest.raises(ValueError):
-            ledger_mod._loads(text)
+            record_mod._loads(text)
 
 
 def test_a_naive_clock_is_refused(path: Path) -> None:
@@ -294,7 +297,7 @@ def test_opening_reads_only_the_tail(tmp_path: Path, monkeypatch) -> None:
     read = []
     real_pread = os.pread
     monkeypatch.setattr(os, "pread", lambda fd, n, at: read.append(n) or real_pread(fd, n, at))
-    monkeypatch.setattr(ledger_mod, "_scan", lambda *a, **k: pytest.fail("append scanned the file"))
+    monkeypatch.setattr(reading_mod, "_scan", lambda *a, **k: pytest.fail("append scanned the file"))
     with Ledger(path, "demo") as ledger:
         assert ledger.append("report", {}, release_id="r", content_id="c").seq == 3001
     assert sum(read) <= 8192 < path.stat().st_size
@@ -531,7 +534,7 @@ def test_a_tampered_last_line_blocks_appends_and_is_kept(path: Path) -> None:
 CHILD = textwrap.dedent(
     """
     import fcntl, os, signal, sys, time
-    import reef_cli.group_commit as group_commit
+    import reef_cli.ledger.group_commit as group_commit
     from reef_cli.ledger import Ledger
 
     if os.environ.get("LEAD_SYNCS"):
@@ -605,7 +608,7 @@ WRITER = textwrap.dedent(
     """
     import os, sys, time
     from pathlib import Path
-    import reef_cli.group_commit as group_commit
+    import reef_cli.ledger.group_commit as group_commit
     from reef_cli.ledger import Ledger
 
     if os.environ.get("LEAD_SYNCS"):
@@ -722,8 +725,8 @@ def sync_page(ledger: Ledger) -> group_commit.SyncPage:
 
 def counting_syncs(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     calls: list[int] = []
-    real = ledger_mod._fdatasync
-    monkeypatch.setattr(ledger_mod, "_fdatasync", lambda fd: (calls.append(fd), real(fd)))
+    real = writer_mod._fdatasync
+    monkeypatch.setattr(writer_mod, "_fdatasync", lambda fd: (calls.append(fd), real(fd)))
     return calls
 
 
@@ -971,7 +974,7 @@ def test_compact_with_both_limits_removes_only_what_both_allow(ledger: Ledger, c
 
 
 def test_compact_everything_and_repeatedly(ledger: Ledger, monkeypatch) -> None:
-    monkeypatch.setattr(ledger_mod, "REMOVED_LIST_LIMIT", 3)
+    monkeypatch.setattr(compaction_mod, "REMOVED_LIST_LIMIT", 3)
     records = fill(ledger, 5)
     first = ledger.compact(keep=0)
     assert "removed" not in first.payload and len(first.payload["removed_span_hash"]) == 64
