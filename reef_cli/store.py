@@ -22,12 +22,12 @@ from pathlib import Path
 from typing import Callable
 
 from .config import CONFIG_NAME, HarnessConfig, parse_config
-from .durable import write_all
-from .errors import ConflictError, InvalidInput, NotFound, StoreError
+from .durable import STATE_FILE_MODE, make_dirs, write_all
+from .errors import ConflictError, DamagedState, InvalidInput, NotFound, StoreError
 from .gitstore import MODE_EXEC, MODE_LINK, Entry, GitStore, mode_of
 from .ids import new_id
 from .project import Project, ScenarioPaths, check_scenario_name, write_atomic
-from .releases import Release, ReleaseLog, canonical
+from .releases import TRAILER, Release, ReleaseLog, canonical, releases_from_commits
 from .times import format_time, utc_now
 
 SKIP_DIRS = {".reef", ".git"}
@@ -228,6 +228,21 @@ def write_files(dest: Path, files: dict[str, Entry], *, read_only: bool = False)
         os.chmod(target, mode)
 
 
+@dataclass(frozen=True)
+class RebuildResult:
+    """What `reef repair releases` did: the chain now in the log, whether it was written, where the old log went."""
+
+    releases: tuple[Release, ...]
+    rebuilt: bool
+    kept: Path | None
+    tip: str
+
+    def to_json(self) -> dict:
+        head = self.releases[-1] if self.releases else None
+        return {"rebuilt": self.rebuilt, "releases": len(self.releases), "kept": str(self.kept) if self.kept else None,
+                "commit": self.tip, "head": head.to_json() if head else None}
+
+
 class HarnessStore:
     """One scenario's release chain over the project's working tree."""
 
@@ -256,14 +271,109 @@ class HarnessStore:
     @property
     def git(self) -> GitStore:
         if self._git is None:
+            if not (self.project.git_dir / "HEAD").exists():
+                head = self.log.head()
+                if head is not None:  # an empty store would be made here: the releases' files would be gone
+                    raise DamagedState(
+                        f"{self.project.git_dir} is gone but {self.log.path} names {head.step} release(s) whose files "
+                        f"were in it; nothing was changed — restore .reef/git from a backup, or move .reef aside and "
+                        f"run 'reef init' to start a new history from the working tree"
+                    )
             self._git = GitStore(self.project.git_dir)
         return self._git
+
+    # -- integrity of the release chain ---------------------------------------------------------------------------
+    def _check_log_not_lost(self) -> None:
+        """An empty or missing release log is a new scenario only if the store holds no releases for it; otherwise
+        history would restart at step 1 over the old one."""
+        if not (self.project.git_dir / "HEAD").exists():
+            return
+        tip = self.git.get_ref(self.ref)
+        if tip is not None:
+            state = "empty" if self.log.path.exists() else "gone"
+            raise DamagedState(
+                f"{self.log.path} is {state} but {self.ref} in {self.project.git_dir} holds scenario "
+                f"'{self.scenario}''s releases; nothing was changed — run 'reef repair releases' to rebuild the log "
+                f"from those commits"
+            )
+
+    def check_integrity(self, head: Release | None = None) -> None:
+        """Refuse (DamagedState, exit 4) a release chain that lost something: the log emptied while the store has
+        commits, the store missing the head's commit (`.reef/git` gone or damaged), or the log missing releases the
+        ref has (its last lines cut). A ref one release behind the log (a crash before the ref moved) is fine."""
+        head = head or self.log.head()
+        if head is None:
+            self._check_log_not_lost()
+            return
+        git = self.git
+        if not git.has_commit(head.commit_id):
+            raise DamagedState(
+                f"{self.project.git_dir} lacks commit {head.commit_id[:12]} of release {head.release_id} (step "
+                f"{head.step}), the head in {self.log.path}; nothing was changed — restore .reef/git from a backup"
+            )
+        tip = git.get_ref(self.ref)
+        if tip is not None and tip != head.commit_id and git.has_commit(tip):
+            chain = [commit for commit, _ in git.first_parent_chain(tip)]
+            if head.commit_id in chain:
+                raise DamagedState(
+                    f"{self.log.path} ends at step {head.step} but {self.ref} has {chain.index(head.commit_id)} "
+                    f"release(s) after it: the log lost its last lines; nothing was changed — run 'reef repair "
+                    f"releases' to rebuild it from the store's commits"
+                )
+
+    def rebuild_releases(self) -> RebuildResult:
+        """Rebuild the release log from the store's commits (each carries its release, `releases.TRAILER`): from
+        the ref, or from the log's head commit when the log is ahead of it (a crash before the ref moved). A log
+        that already matches is left alone; any other is kept beside the new one as `releases.jsonl.lost-<time>`."""
+        make_dirs(self.dir)
+        with self.lock():
+            self.log.repair()
+            try:
+                old = self.log.read()
+                unreadable = None
+            except StoreError as exc:
+                old, unreadable = [], str(exc)
+            git = self.git
+            tip = git.get_ref(self.ref)
+            if old and git.has_commit(old[-1].commit_id) and (
+                    tip is None or tip in {c for c, _ in git.first_parent_chain(old[-1].commit_id)}):
+                tip = old[-1].commit_id  # the log is at or ahead of the ref: it is the authority
+            if tip is None:
+                raise NotFound(f"{self.ref} does not exist in {self.project.git_dir}: no releases to rebuild from")
+            rebuilt = releases_from_commits(list(reversed(git.first_parent_chain(tip))))
+            if not unreadable and [r.to_json() for r in old] == [r.to_json() for r in rebuilt]:
+                if git.get_ref(self.ref) != tip:
+                    git.set_ref(self.ref, tip)
+                return RebuildResult(tuple(rebuilt), False, None, tip)
+            kept = None
+            if self.log.path.exists() and self.log.path.stat().st_size:
+                kept = self.log.path.with_name(f"{self.log.path.name}.lost-{format_time(self.now()).replace(':', '')}")
+                os.replace(self.log.path, kept)
+            data = b"".join(canonical(r.to_json()) + b"\n" for r in rebuilt)
+            write_atomic(self.log.path, data, STATE_FILE_MODE)
+            self.log = ReleaseLog(self.log.path)  # drop the old file's cached view
+            if git.get_ref(self.ref) != tip:
+                git.set_ref(self.ref, tip)
+            return RebuildResult(tuple(rebuilt), True, kept, tip)
+
+    def ledger_anchors(self) -> list:
+        """The release anchors of this scenario's ledger (see `ledger.anchors`), oldest first."""
+        from .ledger import anchors_of
+
+        return anchors_of(self.releases())
+
+    def checked_ledger(self):
+        """This scenario's ledger, refused (DamagedState, exit 4) when it falls short of a release's anchor: what
+        reflect and evolve open, so they never learn from a ledger that lost records."""
+        ledger = self.ledger()
+        ledger.check_anchors(self.ledger_anchors())
+        return ledger
 
     @contextlib.contextmanager
     def lock(self):
         """The scenario lock: `flock(2)` on `<scenario>/lock`, the primitive `filelock.FileLock` uses on the same path,
         taken blocking (FileLock's set-up and polling cost ~0.2 ms per publish)."""
-        fd = os.open(self.dir / "lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        fd = os.open(self.dir / "lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             yield
@@ -285,7 +395,7 @@ class HarnessStore:
 
     def create(self, recipe: str) -> ScenarioInfo:
         """Bind a recipe to the scenario once; asking again with another recipe is a conflict."""
-        self.dir.mkdir(parents=True, exist_ok=True)
+        make_dirs(self.dir)
         with self.lock():
             if self.exists():
                 info = self.info()
@@ -296,12 +406,15 @@ class HarnessStore:
                     )
                 return info
             info = ScenarioInfo(self.scenario, recipe, format_time(self.now()))
-            write_atomic(self.dir / "scenario.json", canonical(info.to_json()) + b"\n")
+            write_atomic(self.dir / "scenario.json", canonical(info.to_json()) + b"\n", STATE_FILE_MODE)
             return info
 
     # -- reading ------------------------------------------------------------------------------------------------
     def head(self) -> Release | None:
-        return self.log.head()
+        head = self.log.head()
+        if head is None:
+            self._check_log_not_lost()
+        return head
 
     def require_head(self) -> Release:
         head = self.head()
@@ -310,7 +423,10 @@ class HarnessStore:
         return head
 
     def releases(self) -> list[Release]:
-        return self.log.read()
+        releases = self.log.read()
+        if not releases:
+            self._check_log_not_lost()
+        return releases
 
     def find(self, ref: str) -> Release:
         return self.log.find(ref)
@@ -405,11 +521,12 @@ class HarnessStore:
         current = self.head()
         new_ids = self._ids(files)
         tree_id = self._tree_for(current, files, new_ids)
-        self.dir.mkdir(parents=True, exist_ok=True)
+        make_dirs(self.dir)
         with self.lock():
             self.log.repair()
             chain = self.log.read()  # validates every line: corruption anywhere stops the publish
             head = chain[-1] if chain else None
+            self.check_integrity(head)
             if head is not None and self.git.get_ref(self.ref) != head.commit_id:
                 self.git.set_ref(self.ref, head.commit_id)  # a crash between the log line and the ref: repair
             head_id = head.release_id if head else None
@@ -435,9 +552,10 @@ class HarnessStore:
                 created_at=format_time(when),
                 runtime_load_id=runtime_load_id,
                 meta=dict(meta or {}),
+                ledger_anchor=self.ledger().anchor(),
             )
             body = {k: v for k, v in release.to_json().items() if k != "commit_id"}
-            message = f"{operation}: {reason}\n\nreef-release: {json.dumps(body, sort_keys=True)}\n"
+            message = f"{operation}: {reason}\n\n{TRAILER}{json.dumps(body, sort_keys=True)}\n"
             commit_id = self.git.commit(tree_id, head.commit_id if head else None, message, int(when.timestamp()))
             release = Release.from_json({**release.to_json(), "commit_id": commit_id})
             self.log.append(release)

@@ -96,14 +96,23 @@ def query(
 
 @app.command("verify")
 def verify(ctx: typer.Context, as_json: bool = typer.Option(False, "--json")) -> None:
-    """Re-check the hash chain; exit 4 naming the first record edited, deleted, inserted or reordered."""
-    res = _ledger(ctx).verify()
+    """Re-check the hash chain and the releases' anchors; exit 4 naming the first record edited, deleted, inserted
+    or reordered, or the release whose anchor the ledger falls short of (records cut off the end, or the file gone)."""
+    store = ctx.obj.store()
+    res = store.ledger().verify(anchors=store.ledger_anchors())
     if as_json:
         emit_json(res.to_json())
     elif res.ok:
-        print(f"ledger intact: {res.count} record(s) verified")
+        anchored = f", {res.anchors_checked} release anchor(s) held" if res.anchors_checked else ""
+        print(f"ledger intact: {res.count} record(s) verified{anchored}")
     else:
         sys.stderr.write(f"reef: error: {res.message}\n")
+    if not as_json:
+        for repair in res.repairs:
+            sys.stderr.write(
+                f"reef: warning: a torn last line ({repair.get('bytes')} bytes after seq {repair.get('after_seq')}) "
+                f"was cut off at {repair.get('at')}; it was never acknowledged\n"
+            )
     if not res.ok:
         raise typer.Exit(4)
 
@@ -147,3 +156,23 @@ def compact(
         print("nothing to compact")
     else:
         print(f"compacted: {rec.payload['removed_count']} record(s) removed; {rec.record_id} records it")
+
+
+repair_app = typer.Typer(help="Rebuild reef's state from what it can be rebuilt from.", no_args_is_help=True)
+
+
+@repair_app.command("releases")
+def repair_releases(ctx: typer.Context, as_json: bool = typer.Option(False, "--json")) -> None:
+    """Rebuild the release log from the store's commits (each carries its release); the old log is kept beside it."""
+    res = ctx.obj.store().rebuild_releases()
+    if as_json:
+        emit_json(res.to_json())
+        return
+    head = res.releases[-1]
+    if not res.rebuilt:
+        print(f"release log intact: {len(res.releases)} release(s) match the store's commits (head step {head.step})")
+        return
+    print(f"rebuilt the release log: {len(res.releases)} release(s) from commit {res.tip[:12]} "
+          f"(head step {head.step}, {head.release_id})")
+    if res.kept:
+        print(f"the old log is kept as {res.kept}")

@@ -38,17 +38,23 @@ hash), `chain` (validating and assembling new lines), `writer` (the durable writ
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from dataclasses import replace
+
+from . import anchors as _anchors
+from .anchors import Anchor, anchors_of
 from .compaction import REMOVED_LIST_LIMIT, Compaction
 from .export import to_langfuse_score
 from .index import IdIndex
 from .reading import Reader
+from .repairs import read_repairs
 from .record import ZERO_HASH, NewRecord, Record, canonical_json, new_record_id
 from .verify import VerifyResult, _Verifier
 from .writer import Writer
 
 __all__ = [
-    "Ledger", "NewRecord", "Record", "VerifyResult", "ZERO_HASH", "REMOVED_LIST_LIMIT", "canonical_json",
-    "new_record_id", "to_langfuse_score",
+    "Anchor", "Ledger", "NewRecord", "Record", "VerifyResult", "ZERO_HASH", "REMOVED_LIST_LIMIT", "anchors_of",
+    "canonical_json", "new_record_id", "to_langfuse_score",
 ]
 
 
@@ -59,7 +65,29 @@ class Ledger(Writer, Reader, IdIndex, Compaction):
     files. Use it as a context manager, or call `close()`, to release descriptors promptly.
     """
 
-    def verify(self) -> VerifyResult:
+    def verify(self, anchors: Iterable[Anchor] = ()) -> VerifyResult:
         """Check every record's hash and every link of the chain, streaming; names the first break and its kind:
-        "corrupt" (not a record), "edited", "deleted", "inserted", "reordered" or "foreign" (another scenario)."""
-        return _Verifier(self.path, self.scenario).run()
+        "corrupt" (not a record), "edited", "deleted", "inserted", "reordered" or "foreign" (another scenario).
+        With release `anchors`, an intact chain must also reach each of them ("short": records cut off the end,
+        or the file gone). Torn tails cut off earlier come back in `repairs`."""
+        result = _Verifier(self.path, self.scenario).run()
+        repairs = read_repairs(self.path)
+        anchors = list(anchors)
+        if result.ok and anchors:
+            found = _anchors.problems(self, anchors, every=True)
+            if found:
+                anchor, why = found[0]
+                return replace(result, ok=False, first_bad_seq=anchor.seq, problem="short",
+                               message=_anchors.message(self, anchor, why), repairs=repairs,
+                               anchors_checked=len(anchors))
+            result = replace(result, anchors_checked=len(anchors))
+        return replace(result, repairs=repairs) if repairs else result
+
+    def anchor(self) -> dict:
+        """{"seq", "hash"} of the last record, for a release to keep as its anchor (`Release.ledger_anchor`)."""
+        return _anchors.head_anchor(self)
+
+    def check_anchors(self, anchors: Iterable[Anchor]) -> None:
+        """Raise DamagedState (exit 4, one line naming this ledger and the anchor) when the ledger falls short of
+        the highest or the newest release anchor: the cheap check reflect and evolve make before reading."""
+        _anchors.check(self, list(anchors))

@@ -64,7 +64,7 @@ class Compaction:
         removed: list[list[str]] = []
         first: Record | None = None
         last: Record | None = None
-        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
         try:
             size = 0
             buffer: list[bytes] = []

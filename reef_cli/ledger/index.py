@@ -50,7 +50,7 @@ class IdIndex:
         """Make the index cover every record: index what was appended since its last entry, or rebuild it when its
         header names another file or its last entry does not point at that record."""
         if self._idx_fd < 0:
-            self._idx_fd = os.open(self.index_path, os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
+            self._idx_fd = os.open(self.index_path, os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
         header = self._index_header()
         size = os.fstat(self._idx_fd).st_size
         if size < len(header) or os.pread(self._idx_fd, len(header), 0) != header:

@@ -134,10 +134,15 @@ class Reader:
 
     def _offset_of_seq(self, seq: int) -> tuple[int, int]:
         """(offset, line number) of the first complete line whose record has seq >= `seq` (or the end)."""
+        start = self._seq_offset(seq)
+        return (start, _line_number(self.path, start)) if start else (0, 1)
+
+    def _seq_offset(self, seq: int) -> int:
+        """Offset of the first complete line whose record has seq >= `seq` (or the end), by bisecting the file."""
         try:
             handle = open(self.path, "rb")
         except FileNotFoundError:
-            return 0, 1
+            return 0
         with handle:
             size = os.fstat(handle.fileno()).st_size
 
@@ -167,7 +172,7 @@ class Reader:
                 else:
                     hi = mid
             start, _ = line_at(lo)
-        return start, _line_number(self.path, start)
+        return start
 
     def tail(self, n: int) -> list[Record]:
         """The last `n` records, oldest first, read backwards from the end in blocks."""

@@ -12,6 +12,7 @@ from pathlib import Path
 from .reading import _Line, _scan
 from .record import _BLOCK, ZERO_HASH, Record
 
+
 @dataclass(frozen=True)
 class VerifyResult:
     """`first_bad_seq` is the chain position where the file first departs from a valid chain, `line` the file line
@@ -27,6 +28,10 @@ class VerifyResult:
     line: int | None = None
     head_hash: str | None = None
     torn_tail: bool = False
+    anchors_checked: int = 0
+    """Release anchors this verify held the ledger to (0: none given, or the chain broke first)."""
+    repairs: tuple[dict, ...] = ()
+    """Torn tails writers cut off before (`<ledger>.repairs`): said out loud, never silently forgotten."""
 
     def to_json(self) -> dict:
         return {
@@ -39,6 +44,8 @@ class VerifyResult:
             "line": self.line,
             "head_hash": self.head_hash,
             "torn_tail": self.torn_tail,
+            "anchors_checked": self.anchors_checked,
+            "repairs": [dict(r) for r in self.repairs],
         }
 
 

@@ -18,7 +18,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Self
 
-from ..durable import fsync_dir, write_all
+from ..durable import fsync_dir, make_dirs, write_all
 from ..errors import ConflictError, InvalidInput, StoreError
 from ..ids import new_id_at
 from ..times import format_ms, format_time
@@ -29,6 +29,7 @@ from .chain import (
 )
 from .group_commit import SyncLeader
 from .reading import _line_number
+from .repairs import _last_line_before, note_repair
 from .record import _REF_RE, ZERO_HASH, NewRecord, Record, _BadJSON, _decode, _encode, _quick_tail, _utf8, new_record_id
 
 _fdatasync = getattr(os, "fdatasync", os.fsync)
@@ -65,6 +66,8 @@ class Writer:
         self._hash = ZERO_HASH
         self.fsyncs = 0
         """Syncs this instance issued (one per append or batch; the kernel shares their commits)."""
+        self.repairs: list[dict] = []
+        """Torn tails this instance cut off (each also noted in `<ledger>.repairs` and on stderr)."""
 
     # -- lifecycle
 
@@ -103,8 +106,8 @@ class Writer:
             return
         self._close_fds()  # after fork: inherited descriptors would share the parent's locks, so start over
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._lock_fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            make_dirs(self.path.parent)
+            self._lock_fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         except OSError as exc:
             raise StoreError(f"cannot open the ledger files next to {self.path}: {exc.strerror}") from None
         self._pid = _this_pid[0]
@@ -117,7 +120,7 @@ class Writer:
         flags = os.O_RDWR | os.O_APPEND | os.O_CLOEXEC
         try:
             try:
-                self._fd = os.open(self.path, flags | os.O_CREAT | os.O_EXCL, 0o644)
+                self._fd = os.open(self.path, flags | os.O_CREAT | os.O_EXCL, 0o600)
                 fsync_dir(self.path.parent)
             except FileExistsError:
                 self._fd = os.open(self.path, flags)
@@ -238,10 +241,19 @@ class Writer:
         return None
 
     def _truncate(self, size: int) -> None:
-        """Drop a torn tail. It was never acknowledged (acks follow a complete write), so nothing is lost."""
+        """Drop a torn tail. It was never acknowledged (acks follow a complete write), so nothing is lost; but it is
+        said out loud: a warning on stderr, and a line in `<ledger>.repairs` that `verify` reports."""
+        end = os.fstat(self._fd).st_size
+        torn = os.pread(self._fd, min(end - size, 1 << 20), size)
         os.ftruncate(self._fd, size)
         self._sync_now()
         self._forget_durable_beyond(size)
+        self.repairs.append(note_repair(self.path, size, end - size, torn, self._seq_before(size)))
+
+    def _seq_before(self, size: int) -> int:
+        """The seq of the last complete record before offset `size` (for the repair note; 0 if unknown)."""
+        found = _quick_tail(_last_line_before(self._fd, size)) if size else None
+        return found[0] if found else 0
 
     def _taken_back(self, fd: int, start: int, exc: OSError) -> StoreError:
         """After a failed append: cut the file back to `start`, so no partial line stays, and say what happened."""
