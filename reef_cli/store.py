@@ -21,13 +21,14 @@ from datetime import datetime
 from pathlib import Path
 from typing import Callable
 
+from . import chain_integrity
 from .config import CONFIG_NAME, HarnessConfig, parse_config
 from .durable import STATE_FILE_MODE, make_dirs, write_all
 from .errors import ConflictError, DamagedState, InvalidInput, NotFound, StoreError
 from .gitstore import MODE_EXEC, MODE_LINK, Entry, GitStore, mode_of
 from .ids import new_id
 from .project import Project, ScenarioPaths, check_scenario_name, write_atomic
-from .releases import TRAILER, Release, ReleaseLog, canonical, releases_from_commits
+from .releases import TRAILER, Release, ReleaseLog, canonical
 from .times import format_time, utc_now
 
 SKIP_DIRS = {".reef", ".git"}
@@ -228,21 +229,6 @@ def write_files(dest: Path, files: dict[str, Entry], *, read_only: bool = False)
         os.chmod(target, mode)
 
 
-@dataclass(frozen=True)
-class RebuildResult:
-    """What `reef repair releases` did: the chain now in the log, whether it was written, where the old log went."""
-
-    releases: tuple[Release, ...]
-    rebuilt: bool
-    kept: Path | None
-    tip: str
-
-    def to_json(self) -> dict:
-        head = self.releases[-1] if self.releases else None
-        return {"rebuilt": self.rebuilt, "releases": len(self.releases), "kept": str(self.kept) if self.kept else None,
-                "commit": self.tip, "head": head.to_json() if head else None}
-
-
 class HarnessStore:
     """One scenario's release chain over the project's working tree."""
 
@@ -282,79 +268,17 @@ class HarnessStore:
             self._git = GitStore(self.project.git_dir)
         return self._git
 
-    # -- integrity of the release chain ---------------------------------------------------------------------------
+    # -- integrity of the release chain (reef_cli/chain_integrity.py) ----------------------------------------------
     def _check_log_not_lost(self) -> None:
-        """An empty or missing release log is a new scenario only if the store holds no releases for it; otherwise
-        history would restart at step 1 over the old one."""
-        if not (self.project.git_dir / "HEAD").exists():
-            return
-        tip = self.git.get_ref(self.ref)
-        if tip is not None:
-            state = "empty" if self.log.path.exists() else "gone"
-            raise DamagedState(
-                f"{self.log.path} is {state} but {self.ref} in {self.project.git_dir} holds scenario "
-                f"'{self.scenario}''s releases; nothing was changed — run 'reef repair releases' to rebuild the log "
-                f"from those commits"
-            )
+        chain_integrity.check_log_not_lost(self)
 
     def check_integrity(self, head: Release | None = None) -> None:
-        """Refuse (DamagedState, exit 4) a release chain that lost something: the log emptied while the store has
-        commits, the store missing the head's commit (`.reef/git` gone or damaged), or the log missing releases the
-        ref has (its last lines cut). A ref one release behind the log (a crash before the ref moved) is fine."""
-        head = head or self.log.head()
-        if head is None:
-            self._check_log_not_lost()
-            return
-        git = self.git
-        if not git.has_commit(head.commit_id):
-            raise DamagedState(
-                f"{self.project.git_dir} lacks commit {head.commit_id[:12]} of release {head.release_id} (step "
-                f"{head.step}), the head in {self.log.path}; nothing was changed — restore .reef/git from a backup"
-            )
-        tip = git.get_ref(self.ref)
-        if tip is not None and tip != head.commit_id and git.has_commit(tip):
-            chain = [commit for commit, _ in git.first_parent_chain(tip)]
-            if head.commit_id in chain:
-                raise DamagedState(
-                    f"{self.log.path} ends at step {head.step} but {self.ref} has {chain.index(head.commit_id)} "
-                    f"release(s) after it: the log lost its last lines; nothing was changed — run 'reef repair "
-                    f"releases' to rebuild it from the store's commits"
-                )
+        """Refuse (DamagedState, exit 4) a release chain that lost something; see `chain_integrity.check`."""
+        chain_integrity.check(self, head)
 
-    def rebuild_releases(self) -> RebuildResult:
-        """Rebuild the release log from the store's commits (each carries its release, `releases.TRAILER`): from
-        the ref, or from the log's head commit when the log is ahead of it (a crash before the ref moved). A log
-        that already matches is left alone; any other is kept beside the new one as `releases.jsonl.lost-<time>`."""
-        make_dirs(self.dir)
-        with self.lock():
-            self.log.repair()
-            try:
-                old = self.log.read()
-                unreadable = None
-            except StoreError as exc:
-                old, unreadable = [], str(exc)
-            git = self.git
-            tip = git.get_ref(self.ref)
-            if old and git.has_commit(old[-1].commit_id) and (
-                    tip is None or tip in {c for c, _ in git.first_parent_chain(old[-1].commit_id)}):
-                tip = old[-1].commit_id  # the log is at or ahead of the ref: it is the authority
-            if tip is None:
-                raise NotFound(f"{self.ref} does not exist in {self.project.git_dir}: no releases to rebuild from")
-            rebuilt = releases_from_commits(list(reversed(git.first_parent_chain(tip))))
-            if not unreadable and [r.to_json() for r in old] == [r.to_json() for r in rebuilt]:
-                if git.get_ref(self.ref) != tip:
-                    git.set_ref(self.ref, tip)
-                return RebuildResult(tuple(rebuilt), False, None, tip)
-            kept = None
-            if self.log.path.exists() and self.log.path.stat().st_size:
-                kept = self.log.path.with_name(f"{self.log.path.name}.lost-{format_time(self.now()).replace(':', '')}")
-                os.replace(self.log.path, kept)
-            data = b"".join(canonical(r.to_json()) + b"\n" for r in rebuilt)
-            write_atomic(self.log.path, data, STATE_FILE_MODE)
-            self.log = ReleaseLog(self.log.path)  # drop the old file's cached view
-            if git.get_ref(self.ref) != tip:
-                git.set_ref(self.ref, tip)
-            return RebuildResult(tuple(rebuilt), True, kept, tip)
+    def rebuild_releases(self) -> chain_integrity.RebuildResult:
+        """`reef repair releases`: rebuild the release log from the store's commits (`chain_integrity.rebuild`)."""
+        return chain_integrity.rebuild(self)
 
     def ledger_anchors(self) -> list:
         """The release anchors of this scenario's ledger (see `ledger.anchors`), oldest first."""

@@ -1077,3 +1077,55 @@ def test_iter_records_from_seq_bisects_to_the_mark(tmp_path):
     seqs = [r.seq for r in led.iter_records()]
     for start in (1, seqs[0], seqs[1], seqs[25], seqs[-1], seqs[-1] + 1):
         assert [r.seq for r in led.iter_records(from_seq=start)] == [s for s in seqs if s >= start]
+
+
+# --- release anchors (issue 10: the ledger notices what is missing) ----------------------------------------------
+
+
+def test_anchors_catch_a_cut_a_deletion_and_a_regrown_ledger(path: Path) -> None:
+    from reef_cli.errors import DamagedState
+    from reef_cli.ledger import Anchor
+
+    with Ledger(path, "demo") as ledger:
+        records = fill(ledger, 6)
+        assert ledger.anchor() == {"seq": 6, "hash": records[-1].hash}
+        anchors = [Anchor(0, "0" * 64, "rel_a", 1), Anchor(4, records[3].hash, "rel_b", 2),
+                   Anchor(6, records[5].hash, "rel_c", 3)]
+        ledger.check_anchors(anchors)
+        result = ledger.verify(anchors)
+        assert result.ok and result.anchors_checked == 3 and ledger.verify().ok  # cut or not, the chain is fine
+    lines = path.read_bytes().splitlines(keepends=True)
+    path.write_bytes(b"".join(lines[:5]))
+    with Ledger(path, "demo") as ledger:
+        assert ledger.verify().ok  # what the chain alone says about a cut: nothing
+        with pytest.raises(DamagedState) as caught:
+            ledger.check_anchors(anchors)
+        assert caught.value.exit_code == ExitCode.INVALID
+        assert str(caught.value) == (
+            f"ledger {path} falls short of its anchor: release rel_c (step 3) anchors seq 6 hash "
+            f"{records[5].hash[:16]}, but the ledger ends at seq 5; records are missing — restore the ledger from a "
+            f"backup (nothing was changed)"
+        )
+        result = ledger.verify(anchors)
+        assert not result.ok and result.problem == "short" and result.first_bad_seq == 6
+        fill(ledger, 3)  # grown past the anchor again: another record sits at seq 6
+        with pytest.raises(DamagedState, match=r"but seq 6 there is another record \(rec_"):
+            ledger.check_anchors(anchors)
+        assert ledger.verify().ok and not ledger.verify(anchors).ok
+    path.unlink()
+    with Ledger(path, "demo") as ledger:
+        with pytest.raises(DamagedState, match="but the ledger file is gone"):
+            ledger.check_anchors(anchors)
+        ledger.check_anchors(anchors[:1])  # an anchor over an empty ledger asks for nothing
+    assert not path.exists()  # checking never creates the file
+
+
+def test_an_anchor_inside_a_compacted_prefix_still_holds(path: Path) -> None:
+    from reef_cli.ledger import Anchor
+
+    with Ledger(path, "demo") as ledger:
+        records = fill(ledger, 6)
+        anchors = [Anchor(3, records[2].hash, "rel_b", 2)]
+        ledger.compact(keep=2)
+        ledger.check_anchors(anchors)
+        assert ledger.verify(anchors).ok
