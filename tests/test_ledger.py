@@ -1104,7 +1104,7 @@ def test_anchors_catch_a_cut_a_deletion_and_a_regrown_ledger(path: Path) -> None
         assert str(caught.value) == (
             f"ledger {path} falls short of its anchor: release rel_c (step 3) anchors seq 6 hash "
             f"{records[5].hash[:16]}, but the ledger ends at seq 5; records are missing — restore the ledger from a "
-            f"backup (nothing was changed)"
+            f"backup, or record the loss with 'reef repair ledger --accept-loss' (nothing was changed)"
         )
         result = ledger.verify(anchors)
         assert not result.ok and result.problem == "short" and result.first_bad_seq == 6

@@ -86,6 +86,17 @@ def test_a_ledger_short_of_an_anchor_fails_verify_reflect_and_evolve(reef, ancho
     r = reef("-C", str(root), "ledger", "verify", "--json")
     result = json.loads(r.out)
     assert r.code == 4 and result["ok"] is False and result["problem"] == "short" and result["first_bad_seq"] == 5
+    r = reef("-C", str(root), "repair", "ledger")
+    assert r.code == 4 and anchor in r.err and "--accept-loss" in r.err
+    r = reef("-C", str(root), "repair", "ledger", "--accept-loss")
+    assert r.code == 0 and "anchors of step 2 (seq 5) are given up" in r.out, r.err
+    loss = json.loads(reef("-C", str(root), "ledger", "tail", "-n", "1", "--json").out)
+    assert loss["kind"] == "anchor_loss" and loss["payload"]["anchors"][0]["release_id"] == release["release_id"]
+    assert why in loss["payload"]["anchors"][0]["why"]
+    for command in (("ledger", "verify"), ("harness", "reflect", "--dry-run"), ("repair", "ledger")):
+        r = reef("-C", str(root), *command)
+        assert r.code == 0, (command, r.err)
+    assert reef("-C", str(root), "repair", "ledger", "--accept-loss").out.startswith("ledger holds all 2 release")
 
 
 def test_a_compaction_that_removed_the_anchored_record_still_holds(reef, anchored):

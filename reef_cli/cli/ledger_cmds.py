@@ -176,3 +176,34 @@ def repair_releases(ctx: typer.Context, as_json: bool = typer.Option(False, "--j
           f"(head step {head.step}, {head.release_id})")
     if res.kept:
         print(f"the old log is kept as {res.kept}")
+
+
+@repair_app.command("ledger")
+def repair_ledger(
+    ctx: typer.Context,
+    accept_loss: bool = typer.Option(False, "--accept-loss", help="Record the missing records as lost and go on."),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """Check the ledger against every release anchor; with --accept-loss, record in the ledger that the records
+    behind the anchors it falls short of are lost, so reflect and evolve go on (restore a backup instead if you can)."""
+    from ..ledger import anchors as ledger_anchors
+
+    store = ctx.obj.store()
+    led = store.ledger()
+    anchors = store.ledger_anchors()
+    with led:
+        if not accept_loss:
+            found = ledger_anchors.problems(led, anchors, every=True)
+            if found:
+                sys.stderr.write(f"reef: error: {ledger_anchors.message(led, *found[0])}\n")
+                raise typer.Exit(4)
+            rec = None
+        else:
+            rec = led.accept_loss(anchors)
+    if as_json:
+        emit_json(rec.to_json() if rec else None)
+    elif rec is None:
+        print(f"ledger holds all {len(anchors)} release anchor(s): nothing is lost")
+    else:
+        lost = ", ".join(f"step {a['step']} (seq {a['seq']})" for a in rec.payload["anchors"])
+        print(f"recorded the loss as {rec.record_id} (seq {rec.seq}): anchors of {lost} are given up")

@@ -91,3 +91,9 @@ class Ledger(Writer, Reader, IdIndex, Compaction):
         """Raise DamagedState (exit 4, one line naming this ledger and the anchor) when the ledger falls short of
         the highest or the newest release anchor: the cheap check reflect and evolve make before reading."""
         _anchors.check(self, list(anchors))
+
+    def accept_loss(self, anchors: Iterable[Anchor]) -> Record | None:
+        """Record, in the chain, that the records behind every anchor this ledger falls short of are lost (an
+        `anchor_loss` record naming each anchor and why); those anchors are not held against it again. Returns
+        the record, or None when the ledger holds every anchor."""
+        return _anchors.accept_loss(self, list(anchors))

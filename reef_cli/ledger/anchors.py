@@ -5,6 +5,10 @@ deleted, is still a valid chain. So each release records the ledger's last recor
 H}` (`Release.ledger_anchor`, also in the release's Git commit), and a ledger that later has fewer records, another
 record at that seq, or no file at all while anchors exist has lost records a release vouches for.
 
+A user with no backup records the loss instead (`reef repair ledger --accept-loss`): an `anchor_loss` record in the
+chain itself names each anchor given up and why, and those anchors are not held against the ledger again. The loss
+is thereby said once, durably, and stays visible to anyone reading the ledger.
+
 Checking one anchor costs a bisection of the file (`Reader._seq_offset`) and one line, not a pass over it.
 `check_anchors` runs the cheap check (the highest anchor and the newest one) before reflect and evolve read the
 ledger; `verify` checks every distinct anchor. An anchor whose record a compaction removed is satisfied by the
@@ -99,8 +103,25 @@ def _compacted_past(ledger: Ledger, seq: int) -> bool:
     return False
 
 
+LOSS_KIND = "anchor_loss"
+
+
+def _waived(ledger: Ledger) -> set[tuple[int, str]]:
+    """Anchors given up by `anchor_loss` records (read only when some anchor fails: it is a pass over the file)."""
+    out = set()
+    try:
+        for record in ledger.iter_records(kind=LOSS_KIND):
+            for item in record.payload.get("anchors") or ():
+                if isinstance(item, dict) and type(item.get("seq")) is int and isinstance(item.get("hash"), str):
+                    out.add((item["seq"], item["hash"]))
+    except StoreError:
+        return set()  # a damaged ledger waives nothing
+    return out
+
+
 def problems(ledger: Ledger, anchors: list[Anchor], *, every: bool) -> list[tuple[Anchor, str]]:
-    """The anchors the ledger falls short of, with why. Not `every`: only the highest anchor and the newest."""
+    """The anchors the ledger falls short of, with why (anchors an `anchor_loss` record gave up are not). Not
+    `every`: only the highest anchor and the newest."""
     if not anchors:
         return []
     if every:
@@ -119,14 +140,29 @@ def problems(ledger: Ledger, anchors: list[Anchor], *, every: bool) -> list[tupl
             why = str(exc)
         if why:
             found.append((anchor, why))
+    if found:
+        waived = _waived(ledger)
+        found = [(anchor, why) for anchor, why in found if (anchor.seq, anchor.hash) not in waived]
     return found
+
+
+def accept_loss(ledger: Ledger, anchors: list[Anchor]):
+    """Append an `anchor_loss` record giving up every anchor the ledger falls short of; None when it holds all."""
+    found = problems(ledger, anchors, every=True)
+    if not found:
+        return None
+    given_up = [{"release_id": a.release_id, "step": a.step, "seq": a.seq, "hash": a.hash, "why": why}
+                for a, why in found]
+    return ledger.append(LOSS_KIND, {"anchors": given_up, "ledger_end": head_anchor(ledger)},
+                         release_id=found[-1][0].release_id, content_id=None)
 
 
 def message(ledger: Ledger, anchor: Anchor, why: str) -> str:
     """The one line that names the ledger, the anchor and what is wrong."""
     return (
         f"ledger {ledger.path} falls short of its anchor: {anchor.describe()}, but {why}; records are missing — "
-        f"restore the ledger from a backup (nothing was changed)"
+        f"restore the ledger from a backup, or record the loss with 'reef repair ledger --accept-loss' (nothing was "
+        f"changed)"
     )
 
 
