@@ -1,15 +1,15 @@
 """The ledger: one append-only, hash-chained JSONL file per scenario recording every run and its feedback.
 
-Why it is built this way:
+One module per concept, with `Ledger` as the facade over them (import from here; the modules are its insides):
+`record` (the line format and its hash), `chain` (validating and assembling new lines), `writer` (the durable
+writer and its named fast paths), `group_commit` (the sync leader), `index` (the id index), `reading`, `verify`
+(the chain), `anchors` (what releases vouch for), `repairs` (torn tails said out loud), `compaction`, `export`.
 
-The package, one module per concept, with `Ledger` as the facade over them: `record` (the line format and its
-hash), `chain` (validating and assembling new lines), `writer` (the durable writer and its fast paths),
-`group_commit` (the sync leader), `index` (the id index), `reading`, `verify` (the chain and release anchors),
-`compaction` and `export`.
+Why it is built this way:
 
 * **Chain.** Each line is the canonical JSON of a `Record`; `hash` is SHA-256 over the record without `hash`, and
   `prev_hash` is the previous record's `hash` (64 zeros for the first), so an edited, deleted, inserted or reordered
-  line shows up in `verify()`. `compact()` is the only path that removes records: it removes a prefix and appends a
+  line shows up in `verify()`; a cut end or a deleted file shows up against the releases' anchors (`anchors`). `compact()` is the only path that removes records: it removes a prefix and appends a
   `compaction` record naming the last removed hash, which is what the first kept record chains to.
 * **Durability and group commit.** `append` returns only after an fdatasync that began after its line was
   written. Writers write under the writer lock and sync after releasing it (threads sharing an instance too, outside
@@ -24,9 +24,9 @@ hash), `chain` (validating and assembling new lines), `writer` (the durable writ
   Only a durable size published after a real sync is trusted; cutting a torn line takes back any size beyond it,
   and a new or swapped-in file resets the page.
 * **Cheap opens.** Opening never reads the whole file: the writer re-reads only the last line (for `seq` and
-  `prev_hash`) and only when the file grew since it last looked. A crash's torn last line is truncated there. A
-  file replaced under a writer (compaction renames a copy over it) is noticed by its descriptor's link count
-  dropping to zero.
+  `prev_hash`) and only when the file grew since it last looked. A crash's torn last line is truncated there,
+  with a warning and a note in `<ledger>.repairs`. A file replaced under a writer (compaction renames a copy over
+  it) is noticed by its descriptor's link count dropping to zero.
 * **Id index.** `<ledger>.idx` holds "record_id offset" lines under a header naming the ledger's inode. It is a
   cache, never synced, and written only when a lookup needs it (`get()`, or an append with a client-supplied id,
   i.e. an idempotent resend): it is caught up from its last entry, or rebuilt when torn, stale or wrong. Generated
