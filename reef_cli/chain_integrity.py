@@ -42,8 +42,8 @@ def check_log_not_lost(store) -> None:
     if tip is not None:
         state = "empty" if store.log.path.exists() else "gone"
         raise DamagedState(
-            f"{store.log.path} is {state} but {store.ref} in {store.project.git_dir} holds scenario "
-            f"'{store.scenario}''s releases; nothing was changed — run 'reef repair releases' to rebuild the log "
+            f"{store.log.path} is {state} but {store.ref} in {store.project.git_dir} holds the releases of "
+            f"scenario '{store.scenario}'; nothing was changed — run 'reef repair releases' to rebuild the log "
             f"from those commits"
         )
 

@@ -153,9 +153,9 @@ def test_a_lost_release_log_is_refused_and_rebuilt_from_the_commits(reef, three,
         r = reef("-C", str(root), *command)
         assert r.code == 4, (command, r.out, r.err)
         assert r.err.strip() == (
-            f"reef: error: {log} is {state} but refs/reef/scenarios/default in {root / '.reef/git'} holds scenario "
-            f"'default''s releases; nothing was changed — run 'reef repair releases' to rebuild the log from those "
-            f"commits"
+            f"reef: error: {log} is {state} but refs/reef/scenarios/default in {root / '.reef/git'} holds the "
+            f"releases of scenario 'default'; nothing was changed — run 'reef repair releases' to rebuild the log "
+            f"from those commits"
         ), command
     assert not log.exists() or log.read_bytes() == b""
     r = reef("-C", str(root), "repair", "releases")
