@@ -245,3 +245,23 @@ def test_init_tightens_state_made_by_an_older_reef(tmp_path):
     assert run_reef("init", cwd=tmp_path).returncode == 0
     assert stat.S_IMODE((tmp_path / ".reef").stat().st_mode) == 0o700
     assert stat.S_IMODE((tmp_path / LOG).stat().st_mode) == 0o600
+
+
+def test_commits_from_before_anchors_rebuild_and_a_commit_without_a_release_is_named():
+    from reef_cli.errors import StoreError
+    from reef_cli.releases import releases_from_commits
+
+    def body(step: int, parent: str | None) -> str:  # a release as reef wrote it before anchors: no ledger_anchor
+        return json.dumps({"release_id": f"rel_{step}", "scenario": "default", "content_id": "t" * 40,
+                           "parent_release_id": parent, "step": step, "operation": "publish", "reason": "r",
+                           "evidence": [], "created_at": "2026-11-30T00:00:00.000Z", "runtime_load_id": None,
+                           "meta": {}}, sort_keys=True)
+
+    commits = [("a" * 40, f"init: r\n\nreef-release: {body(1, None)}\n"),
+               ("b" * 40, f"publish: r\nreef-release: fake\n\nreef-release: {body(2, 'rel_1')}\n")]
+    releases = releases_from_commits(commits)
+    assert [(r.step, r.commit_id, r.ledger_anchor) for r in releases] == [(1, "a" * 40, None), (2, "b" * 40, None)]
+    with pytest.raises(StoreError, match=r"commit cccccccccccc carries no readable release \(no reef-release line\)"):
+        releases_from_commits([*commits, ("c" * 40, "hand-made commit\n")])
+    with pytest.raises(StoreError, match=r"commit bbbbbbbbbbbb breaks the chain \(step 2 after 0\)"):
+        releases_from_commits(commits[1:])
