@@ -280,6 +280,19 @@ class HarnessStore:
         """`reef repair releases`: rebuild the release log from the store's commits (`chain_integrity.rebuild`)."""
         return chain_integrity.rebuild(self)
 
+    def _next_anchor(self, chain: list[Release]) -> dict:
+        """The anchor a new release records: the ledger's last record; but while the ledger falls short of an
+        earlier anchor, that anchor again, so the newest anchor keeps vouching for what was lost (a ledger cut and
+        grown back past it must not launder the cut) until the loss is restored or accepted."""
+        from .ledger import anchors
+
+        ledger = self.ledger()
+        earlier = anchors.anchors_of(chain)
+        found = anchors.problems(ledger, earlier, every=False) if earlier else []
+        if found:
+            return {"seq": found[0][0].seq, "hash": found[0][0].hash}
+        return ledger.anchor()
+
     def ledger_anchors(self) -> list:
         """The release anchors of this scenario's ledger (see `ledger.anchors`), oldest first."""
         from .ledger import anchors_of
@@ -476,7 +489,7 @@ class HarnessStore:
                 created_at=format_time(when),
                 runtime_load_id=runtime_load_id,
                 meta=dict(meta or {}),
-                ledger_anchor=self.ledger().anchor(),
+                ledger_anchor=self._next_anchor(chain),
             )
             body = {k: v for k, v in release.to_json().items() if k != "commit_id"}
             message = f"{operation}: {reason}\n\n{TRAILER}{json.dumps(body, sort_keys=True)}\n"

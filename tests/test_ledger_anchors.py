@@ -265,3 +265,19 @@ def test_commits_from_before_anchors_rebuild_and_a_commit_without_a_release_is_n
         releases_from_commits([*commits, ("c" * 40, "hand-made commit\n")])
     with pytest.raises(StoreError, match=r"commit bbbbbbbbbbbb breaks the chain \(step 2 after 0\)"):
         releases_from_commits(commits[1:])
+
+
+def test_a_publish_over_a_short_ledger_carries_the_failing_anchor_forward(reef, anchored):
+    """Cut the ledger, let new runs grow it past the anchor, publish: the new release must not vouch for the regrown
+    ledger, or the newest anchor (what reflect and evolve check) would launder the cut."""
+    root, release, records = anchored
+    cut_to(root / LEDGER, 2)
+    fill(root, 8, start=100)
+    later = publish_edit(reef, root, "rule three")
+    assert later["ledger_anchor"] == release["ledger_anchor"]
+    r = reef("-C", str(root), "harness", "reflect")
+    assert r.code == 4 and f"release {release['release_id']} (step 2) anchors seq 5" in r.err
+    assert reef("-C", str(root), "repair", "ledger", "--accept-loss").code == 0
+    after = publish_edit(reef, root, "rule four")
+    assert after["ledger_anchor"]["seq"] == 11  # 2 kept + 8 new + the anchor_loss record
+    assert reef("-C", str(root), "ledger", "verify").code == 0
