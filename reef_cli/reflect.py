@@ -43,6 +43,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from .errors import InvalidInput, NotFound, ReefError
+from .redact import WINDOW, redact, redact_text
 from .patterns import Observation, PatternMemory, dont_text, polarity_of, sentence, terms_of
 
 RECENT_INTERACTIONS = 200_000
@@ -404,10 +405,10 @@ class Reflector:
     # -- observations
     def _observe(self, lesson: Lesson, rec_seq: dict[str, tuple[int, str, bool]], seen: set) -> None:
         res = self.result
-        memo = (lesson.text, lesson.polarity)
+        memo = (redact_text(lesson.text), lesson.polarity)  # no secret becomes a term, a key or a bullet
         terms = self._cache.get(memo)
         if terms is None:
-            terms = terms_of(lesson.text)
+            terms = terms_of(memo[0])
             if len(self._cache) > 50_000:
                 self._cache.clear()
             self._cache[memo] = terms
@@ -695,7 +696,8 @@ class LLMBackend:
 
     def request_body(self, records: list, bullets: list[str]) -> dict:
         items = [{"record_id": r.record_id, "kind": r.kind, "created_at": r.created_at,
-                  "text": record_text(r)[: self.excerpt_chars]} for r in records]
+                  "text": redact(record_text(r)[: self.excerpt_chars + WINDOW])[0][: self.excerpt_chars]}
+                 for r in records]  # redacted past the cut, so a secret straddling it goes whole
         user = json.dumps({"records": items, "current_lessons": bullets}, ensure_ascii=False, indent=1)
         return {"model": self.model, "temperature": 0, "stream": False,
                 "messages": [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": user}]}
