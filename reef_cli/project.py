@@ -68,14 +68,17 @@ class Project:
         """Make the state owner-only whatever the umask it was made under: `.reef/` and the directories reef
         keeps in it 0700 (which alone shuts everything under it to others), its own state files 0600. `reef init`
         calls this every time, so a project made by an older reef is tightened too."""
-        dirs = [self.state, self.state / "scenarios", self.git_dir]
+        dirs = [self.state]
         files = [self.state / PROJECT_FILE, self.state / ".gitignore"]
+        dirs.extend(p for p in self.state.iterdir() if p.is_dir() and not p.is_symlink())  # git, scenarios, trees…
         base = self.state / "scenarios"
         if base.is_dir():
             for scenario in base.iterdir():
                 if scenario.is_dir() and not scenario.is_symlink():
                     dirs.append(scenario)
-                    files.extend(p for p in scenario.iterdir() if p.is_file() and not p.is_symlink())
+                    for entry in scenario.iterdir():  # runs/, evolve/, pending/ and the state files
+                        if not entry.is_symlink():
+                            (dirs if entry.is_dir() else files).append(entry)
         for path, mode in [*((d, STATE_DIR_MODE) for d in dirs), *((f, STATE_FILE_MODE) for f in files)]:
             try:
                 if (os.lstat(path).st_mode & 0o777) != mode:

@@ -577,6 +577,7 @@ class HarnessStore:
         tmp = cache.with_name(f"{cache.name}.{os.getpid()}.tmp")
         if tmp.exists():
             rmtree(tmp)
+        make_dirs(cache.parent)  # .reef/trees: 0700 like the rest of the state
         write_files(tmp, self.files_of(release), read_only=True)
         (tmp / ".reef-complete").write_text(release.content_id + "\n")
         try:

@@ -228,7 +228,7 @@ def test_state_is_owner_only_whatever_the_umask(tmp_path, umask):
     state = tmp_path / ".reef"
     modes = {str(p.relative_to(tmp_path)): stat.S_IMODE(p.lstat().st_mode) for p in [state, *state.rglob("*")]}
     scenario = ".reef/scenarios/default"
-    for d in (".reef", ".reef/scenarios", scenario, ".reef/git"):
+    for d in (".reef", ".reef/scenarios", scenario, ".reef/git", ".reef/trees"):
         assert modes[d] == 0o700, (d, oct(modes[d]))
     for f in ("project.json", "scenarios/default/scenario.json", "scenarios/default/releases.jsonl",
               "scenarios/default/ledger.jsonl", "scenarios/default/ledger.jsonl.lock", "scenarios/default/lock"):
@@ -242,8 +242,11 @@ def test_init_tightens_state_made_by_an_older_reef(tmp_path):
     assert run_reef("init", cwd=tmp_path).returncode == 0
     os.chmod(tmp_path / ".reef", 0o755)
     os.chmod(tmp_path / LOG, 0o644)
+    (tmp_path / ".reef/scenarios/default/runs").mkdir(mode=0o755, exist_ok=True)
+    os.chmod(tmp_path / ".reef/scenarios/default/runs", 0o755)
     assert run_reef("init", cwd=tmp_path).returncode == 0
     assert stat.S_IMODE((tmp_path / ".reef").stat().st_mode) == 0o700
+    assert stat.S_IMODE((tmp_path / ".reef/scenarios/default/runs").stat().st_mode) == 0o700
     assert stat.S_IMODE((tmp_path / LOG).stat().st_mode) == 0o600
 
 
