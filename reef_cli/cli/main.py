@@ -61,6 +61,9 @@ def _register(app: typer.Typer) -> None:
     evolve_cmds.register_root(app)
     app.add_typer(ledger_cmds.app, name="ledger")
     app.add_typer(ledger_cmds.repair_app, name="repair")
+    from . import train_cmds
+
+    train_cmds.register(app)
 
 
 _apps: dict[str | None, typer.Typer] = {}
