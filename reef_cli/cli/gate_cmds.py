@@ -13,7 +13,8 @@ from .context import Env, emit_json, note
 
 JSON = typer.Option(False, "--json", help="Print machine-readable JSON.")
 WORKERS = typer.Option(None, "--workers", "-j", min=1, help="Episodes run in parallel (default: number of cores).")
-POLICY = typer.Option(None, "--policy", help="paired (default), tally (wins - losses > margin), floor or always.")
+POLICY = typer.Option(None, "--policy", help="paired (default), sequential (adaptive, sequential test), tally "
+                      "(wins - losses > margin), floor or always.")
 MAX_EPISODES = typer.Option(None, "--max-episodes", min=0, help="Episode budget; the gate rejects if it runs out first.")
 REPEATS = typer.Option(None, "--repeats", "-k", min=1, help="Repeats per task and side (default: harness.yaml gate.repeats).")
 
@@ -123,6 +124,8 @@ def eval_cmd(
     max_episodes: Optional[int] = MAX_EPISODES,
     repeats: Optional[int] = REPEATS,
     attribute: bool = typer.Option(False, "--attribute", help="Leave-one-out utility of each bullet the candidate adds."),
+    explain: bool = typer.Option(False, "--explain", help="Per task: the paired differences, the running bound and "
+                                 "why sampling stopped (JSON: `trace`)."),
     as_json: bool = JSON,
 ) -> None:
     """Run the canary gate on a candidate harness without publishing: exit 0 if it would publish, 1 if not."""
@@ -159,6 +162,10 @@ def eval_cmd(
         emit_json({**verdict.to_json(), "candidate": label, "baseline_step": base.step})
     else:
         _render(verdict, label)
+        if explain:
+            from ..adaptive import explain as explain_lines
+
+            print("\n".join(explain_lines(verdict.trace)))
     raise typer.Exit(0 if verdict.published else 1)
 
 
