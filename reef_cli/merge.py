@@ -173,6 +173,9 @@ def merge_remote(store, remote: str, *, workers: int | None = None) -> MergeOutc
     with store.lock():
         aside = store.dir / f"releases.premerge-{ours_rel.step}-{int(time.time())}.jsonl"
         store.log.path.rename(aside)
+        from .durable import append_durable
+
+        append_durable(store.dir / "pulled-releases", "".join(f"{r.release_id}\n" for r in chain).encode())
         for release in chain:
             store.log.append(release)
         git.set_ref(store.ref, theirs_commit)

@@ -214,6 +214,10 @@ def _pull_one(store, remote_head: str):
                                 note="our head was merged on the remote; run reef merge"), None
         if local is None and new and new[0].parent_release_id is not None:
             raise StoreError(f"the fetched chain of '{store.scenario}' does not start at step 1")
+        if new:  # first: a pulled release's ledger anchor is another machine's, never held against ours
+            from .durable import append_durable
+
+            append_durable(store.dir / "pulled-releases", "".join(f"{r.release_id}\n" for r in new).encode())
         for release in new:
             store.log.append(release)
         git.set_ref(store.ref, remote_head)

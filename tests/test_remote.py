@@ -278,3 +278,23 @@ def test_stored_git_credentials_are_found_by_host(tmp_path, monkeypatch):
     (tmp_path / ".git-credentials").write_text("https://me:s3cr%40t@git.example.com\nhttps://x:y@other.org\n")
     assert _stored_credential("https://git.example.com/me/proj.git") == ("me", "s3cr@t")
     assert _stored_credential("https://nowhere.example/p.git") is None
+
+
+def test_pulled_releases_do_not_hold_the_other_machines_ledger_against_ours(reef, shared):
+    """A release anchors its publisher's ledger (ledgers stay local): after a pull, this machine's ledger is
+    checked only against the releases published here, so reflect and verify keep working."""
+    tmp, bare, a = shared
+    ok(reef("-C", str(a), "run", "--", "true"))  # A's ledger has a record; its next release anchors it
+    add_bullet(a, "abcdef", "Keep it short.")
+    ok(reef("-C", str(a), "publish", "-m", "anchored"))
+    ok(reef("-C", str(a), "remote", "add", "origin", str(bare)))
+    ok(reef("-C", str(a), "push"))
+    b = tmp / "b"
+    git("clone", "-q", f"file://{bare}", str(b), cwd=tmp)
+    ok(reef("-C", str(b), "pull"))
+    assert log_bytes(a) == log_bytes(b)
+    ok(reef("-C", str(b), "ledger", "verify"))
+    ok(reef("-C", str(b), "harness", "reflect"))
+    add_bullet(b, "fedcba", "Be kind.")
+    ok(reef("-C", str(b), "publish", "-m", "b's own"))
+    ok(reef("-C", str(b), "ledger", "verify"))
