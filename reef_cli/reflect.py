@@ -179,6 +179,40 @@ def directive_sentences(text: str) -> list[str]:
     return out
 
 
+def correction_lesson(sent: str) -> tuple[str, str] | None:
+    """The instruction a descriptive correction states ("You forgot to run the tests" → "Run the tests";
+    "no, use pnpm" → "Use pnpm"), or None: see corrections.imperative. The quoted span stays the user's sentence,
+    so the verifier checks it against the record as for any other lesson."""
+    from .corrections import imperative, lead_stripped
+
+    found = imperative(sent)
+    if found is not None:
+        return found
+    rest = lead_stripped(sent)
+    if rest != " ".join(sent.split()) and rest.split() and rest.split()[0].lower().strip(",:") in _IMPERATIVE:
+        return rest, polarity_of(rest)
+    return None
+
+
+def free_text_lessons(text: str) -> list[tuple[str, str, str, str]]:
+    """(sentence, lesson text, polarity, origin) for each sentence of free-text feedback that states a lesson:
+    a directive sentence as written (origin "feedback"), or a correction rewritten as the instruction it implies
+    (origin "correction"). A sentence that only describes ("the output was wrong") yields nothing."""
+    out = []
+    for part in _SENTENCE_END.split(text):
+        s = part.strip().rstrip(";").strip()
+        if len(s) < 6:
+            continue
+        words = _LEAD_IN.sub("", s).split(maxsplit=1)
+        first = words[0].lower().strip(",:") if words else ""
+        rewritten = correction_lesson(s) if first not in _IMPERATIVE else None
+        if rewritten is not None:
+            out.append((s, rewritten[0], rewritten[1], "correction"))
+        elif _DIRECTIVE.search(s) or first in _IMPERATIVE:
+            out.append((s, _LEAD_IN.sub("", s), polarity_of(s), "feedback"))
+    return out
+
+
 _FEEDBACK_CACHE: dict = {}
 
 
@@ -204,8 +238,8 @@ def feedback_lessons(fb) -> tuple[tuple[str, str, str, str], ...]:
     elif isinstance(fb, str):
         free.append(fb)
     for text in free:
-        for sent in directive_sentences(text):
-            out.append(_shown(_LEAD_IN.sub("", sent), polarity_of(sent), sent, "feedback"))
+        for sent, lesson, polarity, origin in free_text_lessons(text):
+            out.append(_shown(lesson, polarity, sent, origin))
     result = tuple(x for x in out if x is not None)
     if len(_FEEDBACK_CACHE) > 20_000:
         _FEEDBACK_CACHE.clear()
