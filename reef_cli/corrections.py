@@ -25,7 +25,7 @@ _APOS = str.maketrans({"’": "'", "‘": "'"})
 _CORRECTION = [
     ("no", re.compile(r"^(?:no+|nope|nah|wrong|incorrect)\b(?!\s+(?:problem|worries|rush|need\s+to\s+worry|"
                       r"thanks|thank|big\s+deal|doubt)\b)(?=\s*[,.!:;—–-]|\s+(?:that|this|it|you|use|do|don't|"
-                      r"not|we|the|i|please|instead)\b)", re.I)),
+                      r"not|we|the|i|please|instead|need)\b)|^wrong\s+\w+\s*[,.:;—–-]", re.I)),
     ("dont", re.compile(r"^(?:please\s+|and\s+|but\s+|also\s+)?(?:don't|do\s+not|dont|never|stop|quit)\b"
                         r"(?!\s+worry\b)", re.I)),
     ("forgot", re.compile(r"\byou\s+(?:forgot|forget|missed|skipped|ignored|overlooked|left\s+out|dropped|"
@@ -39,7 +39,7 @@ _CORRECTION = [
                          r"what\s+i|it|working|how)|the\s+wrong)\b", re.I)),
     ("should", re.compile(r"\byou\s+(?:should\s+have|shouldn't\s+have|should\s+not\s+have|were\s+supposed\s+to|"
                           r"need(?:ed)?\s+to|have\s+to|must)\b", re.I)),
-    ("told", re.compile(r"\bi\s+(?:said|told\s+you|asked\s+(?:you\s+)?(?:to|for|not)|meant|wanted)\b", re.I)),
+    ("told", re.compile(r"(?<!what )\bi\s+(?:said|told\s+you|asked\s+(?:you\s+)?(?:to|for|not)|meant|wanted)\b", re.I)),
     ("why", re.compile(r"^why\s+(?:did|would|are|do)\s+you\b", re.I)),
     ("revert", re.compile(r"^(?:please\s+)?(?:revert|undo|roll\s*back|put\s+back|restore)\b|\b(?:revert|undo|roll\s+"
                           r"back)\s+(?:that|this|it|your|those|these|the\s+last)\b", re.I)),

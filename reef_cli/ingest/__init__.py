@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
-from ..errors import ConflictError, InvalidInput, NotFound
+from ..errors import ConflictError, InvalidInput
 from .model import AGENT_CHARS, MAX_TOOLS, TOOL_CHARS, USER_CHARS, Session, clip, digest, safe_key
 
 AGENTS = ("claude", "opencode", "pi", "codex")
@@ -173,7 +173,7 @@ def path_sources(store, paths: list[Path], agent: str | None) -> list[Source]:
     out = []
     for p in paths:
         if not p.exists():
-            raise NotFound(f"{p}: no such file or directory")
+            raise InvalidInput(f"reef ingest {p}: no such file or directory")
         out.append(Source(agent or "", p, "path", rel, cid))
     return out
 
@@ -293,10 +293,15 @@ def _stamp(path: Path) -> str:
 
 
 class _Writer:
+    """Batches records into `append_many` (one lock and one sync per batch); counts the ones the ledger already
+    held (its ids are deterministic: an identical resend returns the stored record)."""
+
     def __init__(self, ledger, result: IngestResult):
         self.ledger = ledger
         self.result = result
         self.pending: list = []
+        tail = ledger.tail(1)
+        self.mark = tail[0].seq if tail else 0
 
     def add(self, items: list) -> None:
         self.pending.extend(items)
@@ -316,13 +321,12 @@ class _Writer:
                     written.append(self.ledger.append_many([item])[0])
                 except ConflictError:
                     self.result.conflicts += 1
-        for item, rec in zip(items, written):
-            self.result.record_ids.append(rec.record_id)
-        fresh = {rec.record_id for rec in written if rec.seq > self._mark}
-        self.result.existing += len(written) - len(fresh)
-        self._mark = max([self._mark, *(rec.seq for rec in written)])
-
-    _mark = 0
+        for rec in written:
+            if rec.seq <= self.mark:
+                self.result.existing += 1
+            else:
+                self.result.record_ids.append(rec.record_id)
+        self.mark = max([self.mark, *(rec.seq for rec in written)])
 
 
 def _inside(cwd: str, root: str) -> bool:
@@ -349,7 +353,6 @@ def ingest(store, *, agent: str | None = None, paths: list[Path] | None = None, 
     state = _State(ScenarioPaths(store.project, store.scenario).dir / STATE_NAME)
     ledger = store.ledger()
     writer = _Writer(ledger, result)
-    writer._mark = ledger.tail(1)[0].seq if ledger.tail(1) else 0
     started = time.monotonic()
     for src in sources:
         for file_agent, path in _files(src):
