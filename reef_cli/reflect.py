@@ -494,6 +494,9 @@ class Reflector:
         elif kind == "routing":
             oo = bool(p.get("observe_only"))
             lessons = routing_lessons(rec)
+        elif kind == "session":
+            self.receipts.note(rec.record_id, False)  # an ingested turn: implicit reports name it as their receipt
+            return
         else:
             self._fold_other(rec)
             return

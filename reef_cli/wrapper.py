@@ -129,10 +129,29 @@ def run(adapter_name: str, args: list[str], *, environ: dict | None = None, cwd:
                           cwd=cwd or Path.cwd(), on_output=on_output, release=release)
     receipt = result.record.record_id
     _remember(binding, receipt)
+    _ingest_session(binding, store, record, result.record, cwd or Path.cwd())
     if not binding.environ.get("REEF_QUIET"):
         _note(f"receipt {receipt} (release {record.release_id}, step {record.step}); "
               f"rate it: reef-{adapter.name} report --score S --feedback TEXT")
     return result.exit_code
+
+
+def _ingest_session(binding: Binding, store, record, interaction, cwd: Path) -> None:
+    """This run's session transcript into the ledger (reef_cli/ingest: turns, tool outcomes, corrections as implicit
+    reports), after the agent exited. It never changes the run's exit status; REEF_INGEST=0 turns it off."""
+    if binding.environ.get("REEF_INGEST", "1") == "0":
+        return
+    try:
+        from .ingest import ingest, wrapper_sources
+
+        reported = interaction.payload.get("agent_reported") or {}
+        sources = wrapper_sources(binding.adapter.name, Path(record.agent_dir), reported, record.release_id,
+                                  record.content_id, cwd, binding.environ)
+        res = ingest(store, sources=sources, environ=binding.environ)
+        if res.corrections and not binding.environ.get("REEF_QUIET"):
+            _note(f"heard {res.corrections} correction(s) in this session; reef harness evolve learns from them")
+    except Exception as exc:  # noqa: BLE001 - the run is over and recorded: a transcript reef cannot read must not fail it
+        _note(f"could not ingest this session's transcript: {exc}")
 
 
 # -- under reef: a gate episode, or `reef run -- reef-<agent>` ----------------------------------------------------

@@ -341,6 +341,7 @@ def ingest(store, *, agent: str | None = None, paths: list[Path] | None = None, 
            progress: Callable[[dict], None] | None = None) -> IngestResult:
     """Read the sources, write new turns (and implicit reports) to the scenario's ledger; see the module doc."""
     from ..project import ScenarioPaths
+    from ..sessions import flocked
 
     if agent is not None and agent not in AGENTS:
         raise InvalidInput(f"--agent {agent}: expected one of {', '.join(AGENTS)}")
@@ -349,8 +350,14 @@ def ingest(store, *, agent: str | None = None, paths: list[Path] | None = None, 
     if sources is None:
         sources = (path_sources(store, list(paths), agent) if paths
                    else default_sources(store, (agent,) if agent else AGENTS, env))
+    state_path = ScenarioPaths(store.project, store.scenario).dir / STATE_NAME
+    with flocked(f"{state_path}.lock"):  # a Stop hook, a wrapper and `reef ingest` may run at once
+        return _ingest_locked(store, agent, sources, since_iso, state_path, progress)
+
+
+def _ingest_locked(store, agent, sources, since_iso, state_path, progress) -> IngestResult:
     result = IngestResult(sources=len(sources))
-    state = _State(ScenarioPaths(store.project, store.scenario).dir / STATE_NAME)
+    state = _State(state_path)
     ledger = store.ledger()
     writer = _Writer(ledger, result)
     started = time.monotonic()
@@ -412,3 +419,34 @@ def _ingest_file(src: Source, agent: str, path: Path, state: _State, writer: _Wr
             complete = False
     if complete and agent != "opencode":
         state.files[fkey] = stamp
+
+
+# ------------------------------------------------------------------------------------------------ after a wrapper run
+
+
+def _session_id(adapter: str, reported: dict) -> str | None:
+    """The agent's session id from what the wrapper captured of its output (descriptor.json `capture`)."""
+    for name, key in (("init", "session_id"), ("result", "session_id"), ("session", "id"), ("session", "sessionID"),
+                      ("thread", "thread_id")):
+        v = (reported.get(name) or {}).get(key) if isinstance(reported.get(name), dict) else None
+        if isinstance(v, str) and v:
+            return v
+    return None
+
+
+def wrapper_sources(adapter: str, agent_dir: Path, reported: dict, release_id: str | None, content_id: str | None,
+                    cwd: Path, environ: dict) -> list[Source]:
+    """What a `reef-<agent>` run wrote: its own session when the agent named it, else the install's whole config
+    dir (every session there is this scenario's; unchanged files are skipped by the state file)."""
+    sid = _session_id(adapter, reported)
+    only = frozenset({sid}) if sid else None
+    if adapter == "opencode":  # its sessions are in the user's data dir, shared with plain `opencode` runs
+        return [Source("opencode", user_dir("opencode", environ), "wrapper", release_id, content_id,
+                       within=None if sid else os.path.realpath(cwd), only=only)]
+    if sid:
+        pattern = {"claude": f"projects/*/{sid}.jsonl", "pi": f"sessions/*/*_{sid}.jsonl",
+                   "codex": f"sessions/**/rollout-*{sid}.jsonl"}.get(adapter)
+        found = sorted(agent_dir.glob(pattern)) if pattern else []
+        if found:
+            return [Source(adapter, f, "wrapper", release_id, content_id, only=only) for f in found]
+    return [Source(adapter, agent_dir, "wrapper", release_id, content_id)]

@@ -1,0 +1,106 @@
+"""Learning from corrections inside real Claude Code sessions, end to end: the real `claude` CLI (through
+`reef-claude`, and plain with reef's SessionEnd/Stop hook) against the fake model server on 127.0.0.1.
+
+Five two-turn sessions (`-p`, then `-c -p` with a correction), no `reef report`: the wrapper ingests each session
+when it ends, `reef harness evolve` publishes a bullet carrying the user's lesson into CLAUDE.md's managed block
+citing the session records, and a sixth session's model request contains it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from test_agents_e2e import TIMEOUT, VENV_BIN, base_env, install, need
+
+from reef_cli.ledger import Ledger
+
+CORRECTION = "You forgot to run the tests before saying you were done"
+LESSON = "Run the tests before saying you are done."
+
+
+def ledger_of(project: Path) -> Ledger:
+    return Ledger(project / ".reef" / "scenarios" / "default" / "ledger.jsonl", "default")
+
+
+def claude_turn(argv: list[str], cwd: Path, env: dict) -> subprocess.CompletedProcess:
+    r = subprocess.run([*argv, "--output-format", "stream-json", "--verbose", "--model", "fake-model"], cwd=cwd,
+                       env=env, capture_output=True, text=True, timeout=TIMEOUT)
+    assert r.returncode == 0, f"exit {r.returncode}\nstdout: {r.stdout[-2000:]}\nstderr: {r.stderr[-3000:]}"
+    return r
+
+
+@pytest.fixture
+def project(reef, tmp_path):
+    root = tmp_path / "proj"
+    root.mkdir()
+    assert reef("-C", str(root), "init").code == 0
+    return root
+
+
+def test_five_corrected_claude_sessions_teach_the_sixth(project, tmp_path, fake_llm):
+    binary = need("claude")
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {**base_env(tmp_path, home), "REEF_CLAUDE_BIN": binary, "ANTHROPIC_BASE_URL": fake_llm.url,
+           "ANTHROPIC_API_KEY": "dummy"}
+    install(project, "claude", tmp_path / "root", tmp_path / "bin", env)
+    wrapper = str(tmp_path / "bin" / "reef-claude")
+    for n in range(5):
+        code = tmp_path / f"code{n}"  # -c continues the latest session of its directory: one directory a session
+        code.mkdir()
+        claude_turn([wrapper, "-p", f"add feature {n}"], code, env)
+        r = claude_turn([wrapper, "-c", "-p", CORRECTION], code, env)
+        assert "heard 1 correction(s)" in r.stderr
+    ledger = ledger_of(project)
+    turns = [r for r in ledger.iter_records() if r.kind == "session"]
+    reports = [r for r in ledger.iter_records() if r.kind == "report"]
+    assert len(turns) == 10 and len({t.payload["session_id"] for t in turns}) == 5
+    assert len(reports) == 5 and all(r.payload["implicit"]["kind"] == "correction" for r in reports)
+    assert all(r.payload["receipts"][0] in {t.record_id for t in turns} for r in reports)
+
+    r = subprocess.run([str(VENV_BIN / "reef"), "-C", str(project), "harness", "evolve", "--json"], env=env,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["status"] == "published", out
+    evidence = out["release"]["evidence"]
+    assert {r.record_id for r in reports} <= set(evidence)
+    assert all(e.startswith("ses-claude-") for e in evidence)
+    claude_md = (project / "CLAUDE.md").read_text()
+    block = claude_md.split("<!-- reef:begin learned -->", 1)[1].split("<!-- reef:end learned -->", 1)[0]
+    assert LESSON in block
+
+    fake_llm.clear()
+    code = tmp_path / "code6"
+    code.mkdir()
+    claude_turn([wrapper, "-p", "add feature 6"], code, env)
+    assert any(c.contains(LESSON) for c in fake_llm.calls), "the learned bullet did not reach the model"
+
+
+def test_plain_claude_in_the_project_is_heard_through_the_hook(project, tmp_path, fake_llm):
+    binary = need("claude")
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {**base_env(tmp_path, home), "ANTHROPIC_BASE_URL": fake_llm.url, "ANTHROPIC_API_KEY": "dummy"}
+    r = subprocess.run([str(VENV_BIN / "reef"), "-C", str(project), "harness", "install", "--adapter", "claude",
+                        "--dest", str(tmp_path / "root"), "--bin-dir", str(tmp_path / "bin"), "--json"], env=env,
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    settings = json.loads((home / ".claude" / "settings.json").read_text())
+    assert {"SessionEnd", "Stop"} <= set(settings["hooks"])
+    claude_turn([binary, "-p", "add a feature"], project, env)
+    claude_turn([binary, "-c", "-p", CORRECTION], project, env)
+    ledger = ledger_of(project)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:  # the hook hands the work to a detached child and returns at once
+        reports = [r for r in ledger.iter_records() if r.kind == "report"]
+        if reports:
+            break
+        time.sleep(0.3)
+    turns = [r for r in ledger.iter_records() if r.kind == "session"]
+    assert len(turns) == 2 and {t.payload["origin"] for t in turns} == {"hook"}
+    assert reports and reports[0].payload["feedback"] == CORRECTION
