@@ -198,7 +198,8 @@ def test_llm_backend_needs_a_url_and_model(reef, tmp_path):
     root, ledger = init_project(reef, tmp_path)
     feedback(ledger, "Always run the tests before finishing.")
     r = reef("-C", str(root), "harness", "reflect", "--backend", "llm")
-    assert r.code == 4 and "needs a model URL" in r.err
+    # the base URL defaults to the provider's own (https://api.openai.com/v1); the model must be named
+    assert r.code == 4 and "the openai reflector needs a model name: set reflector.model" in r.err
 
 
 def test_feedback_text_that_looks_like_json_is_not_served_from_the_structured_cache():
