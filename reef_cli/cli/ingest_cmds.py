@@ -48,5 +48,42 @@ def ingest_cmd(ctx: typer.Context,
               + (f", {res.existing} already in the ledger" if res.existing else ""))
 
 
-def register(app: typer.Typer) -> None:
+
+
+def bullets_cmd(ctx: typer.Context, as_json: bool = JSON) -> None:
+    """List the learned bullets of the head release with their evidence count, last seen, measured utility (from
+    gate ablations) and expiry; and the lessons a human rule already states (counted as evidence for it)."""
+    from datetime import datetime, timezone
+
+    from ..evolve import load_memory
+    from ..hygiene import learned_bullets
+
+    store = ctx.obj.store()
+    head = store.require_head()
+    config = store.config_of(head)
+    files = store.files_of(head)
+    out = learned_bullets(load_memory(store, config, files), files, config, now=datetime.now(timezone.utc))
+    if as_json:
+        emit_json(out)
+        return
+    from rich.table import Table
+
+    from .context import console
+
+    table = Table(title=f"learned bullets (release step {head.step})")
+    for col in ("id", "where", "evidence", "last seen", "utility", "expires", "text"):
+        table.add_column(col, overflow="fold")
+    for b in out["bullets"]:
+        util = "" if b["utility"] is None else f"{b['utility']:+.3f}"
+        table.add_row(b["id"], f"{b['surface']}: {b['path']}", "" if b["evidence"] is None else str(b["evidence"]),
+                      (b["last_seen"] or "")[:10], util, b["expires"] or "", b["text"])
+    console().print(table)
+    if not out["bullets"]:
+        print("no learned bullets yet")
+    for c in out["covered"]:
+        print(f"already a rule: {c['rule']} {c['rule_text']!r} <- {c['evidence']} observation(s) of {c['text']!r}")
+
+
+def register(app: typer.Typer, harness_app: typer.Typer) -> None:
     app.command("ingest")(ingest_cmd)
+    harness_app.command("bullets")(bullets_cmd)

@@ -62,7 +62,7 @@ def _register(app: typer.Typer) -> None:
     app.add_typer(ledger_cmds.app, name="ledger")
     from . import ingest_cmds
 
-    ingest_cmds.register(app)
+    ingest_cmds.register(app, harness_cmds.app)
 
 
 _apps: dict[str | None, typer.Typer] = {}
