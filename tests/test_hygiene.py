@@ -41,7 +41,8 @@ def test_a_lesson_the_human_already_states_is_evidence_not_a_new_bullet(reef, tm
     assert reef("-C", str(root), "publish", "-m", "a human rule").code == 0
     feedback(ledger, "You forgot to run the tests before saying you were done", 5)
     out = evolve(reef, root)
-    assert out["status"] == "nothing" and not out["ops"]
+    assert out["ops"] == []  # only pattern memory is published: no bullet
+    assert "Run the tests before saying you are done" not in claude.read_text()
     (b,) = [b for b in out["blocked"] if b["kind"] == "covered"]
     assert b["path"] == "CLAUDE.md:1" and b["negative"] is False and "counted as evidence for that rule (5)" in b["reason"]
     r = reef("-C", str(root), "harness", "bullets", "--json")
