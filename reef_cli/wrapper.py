@@ -1,4 +1,4 @@
-"""`reef-claude`, `reef-opencode`, `reef-pi`: the agent's own command with `reef-` in front.
+"""`reef-claude`, `reef-opencode`, `reef-pi`, `reef-codex`: the agent's own command with `reef-` in front.
 
 A wrapper is bound to a reef project and scenario (by the script `reef harness install` writes, through
 REEF_PROJECT / REEF_SCENARIO / REEF_INSTALL_ROOT; unbound, it uses the reef project around the current directory), so
@@ -9,7 +9,8 @@ from that directory. On each start it:
 3. runs the real agent binary with the user's arguments and the adapter's env pointing it at the install root,
    through `runs.run_recorded`, so the interaction is recorded with its frozen release exactly as `reef run` does,
    signals are forwarded and the exit status is mirrored (128+signal);
-4. adds what the agent said it loaded, where it says so (Claude Code's `init` event, pi's `session` event).
+4. adds what the agent said it loaded, where it says so (Claude Code's `init` event, pi's `session` event, Codex's
+   `thread.started`), and ingests the agent's own session transcript (reef_cli/ingest).
 `reef-<agent> report --score S [--feedback TEXT]` reports on this shell's last wrapper session.
 
 Under reef itself (a gate episode or `reef run -- reef-claude ...`), REEF_HARNESS_DIR names the canonical harness
@@ -326,10 +327,14 @@ def pi_main() -> None:
     sys.exit(main_for("pi"))
 
 
+def codex_main() -> None:
+    sys.exit(main_for("codex"))
+
+
 def main() -> None:
     """`python -m reef_cli.wrapper ADAPTER [args...]`."""
     if len(sys.argv) < 2:
-        sys.stderr.write("usage: python -m reef_cli.wrapper claude|opencode|pi [args...]\n")
+        sys.stderr.write("usage: python -m reef_cli.wrapper claude|opencode|pi|codex [args...]\n")
         sys.exit(int(ExitCode.USAGE))
     sys.exit(main_for(sys.argv[1], sys.argv[2:]))
 

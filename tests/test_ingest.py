@@ -58,10 +58,10 @@ def test_ingest_twice_adds_nothing_even_without_its_state_file(reef, tmp_path):
     ingest(reef, root, str(GOLDEN))
     before = ledger.path.read_bytes()
     again = ingest(reef, root, str(GOLDEN))
-    assert again["turns"] == 0 and again["files_skipped"] == 2 and ledger.path.read_bytes() == before
+    assert again["turns"] == 0 and again["files_skipped"] == 3 and ledger.path.read_bytes() == before
     (root / ".reef/scenarios/default/ingest.json").unlink()
     third = ingest(reef, root, str(GOLDEN))
-    assert third["existing"] == 6 and ledger.path.read_bytes() == before  # same ids, same content: resends
+    assert third["existing"] == 9 and ledger.path.read_bytes() == before  # same ids, same content: resends
 
 
 def test_pi_transcript(reef, tmp_path):
@@ -208,6 +208,19 @@ def test_codex_rollout(reef, tmp_path):
     assert first.payload["tools"] == [{"name": "shell", "input": "bash -lc pytest", "ok": False, "output": "1 failed"}]
 
 
+def test_codex_rollout_from_the_real_cli(reef, tmp_path):
+    """Written by Codex 0.171 (`codex exec --json`, then `exec resume --last`) against the fake Responses server:
+    its prompts come as item_completed UserMessage events, not as the response_item messages that also carry
+    the injected AGENTS.md."""
+    root, ledger = init_project(reef, tmp_path)
+    out = ingest(reef, root, str(GOLDEN / "codex.jsonl"))
+    assert out["turns"] == 2 and out["corrections"] == 1
+    first, second = records(ledger, "session")
+    assert first.payload["user"]["excerpt"] == "list the files" and "AGENTS.md" not in json.dumps(first.payload)
+    assert first.payload["tools"][0]["name"] == "shell" and first.payload["reply"]["excerpt"] == "I listed files. Done."
+    assert second.payload["verdict"] == {"kind": "correction", "cue": "forgot"}
+
+
 def test_default_sources_wrapper_dir_and_own_dir_filtered_by_cwd(reef, tmp_path, monkeypatch):
     root, ledger = init_project(reef, tmp_path)
     home = Path(os.environ["HOME"])
@@ -239,6 +252,6 @@ def test_ingested_corrections_reach_pattern_memory(reef, tmp_path):
     r = reef("-C", str(root), "harness", "reflect", "--json")
     assert r.code == 0, r.err
     out = json.loads(r.out)
-    assert out["observations"] == 2 and not out["rejected"]
+    assert out["observations"] == 3 and not out["rejected"]  # claude, pi, codex
     (pat,) = [p for p in memory(root).values() if p["text"] == "Run the tests before saying you are done."]
-    assert pat["count"] == 2
+    assert pat["count"] == 3

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from fakes import text
 from test_agents_e2e import TIMEOUT, VENV_BIN, base_env, install, need
 
 from reef_cli.ledger import Ledger
@@ -104,3 +105,52 @@ def test_plain_claude_in_the_project_is_heard_through_the_hook(project, tmp_path
     turns = [r for r in ledger.iter_records() if r.kind == "session"]
     assert len(turns) == 2 and {t.payload["origin"] for t in turns} == {"hook"}
     assert reports and reports[0].payload["feedback"] == CORRECTION
+
+
+def test_reef_codex_against_a_fake_responses_server(reef, tmp_path, fake_llm):
+    """`reef-codex` like the other wrappers: the real Codex CLI (`codex exec --json`) reads the installed AGENTS.md
+    from its CODEX_HOME, talks OpenAI Responses to the fake server, and its session is ingested when it ends."""
+    from test_agents_e2e import BULLET, REAL_ENV
+
+    from reef_cli.adapters import find_binary, load
+
+    binary = find_binary(load("codex"), REAL_ENV)
+    if not binary:
+        pytest.skip("codex CLI not installed: run adapters/install-agents.sh codex")
+    root = tmp_path / "proj"
+    root.mkdir()
+    assert reef("-C", str(root), "init").code == 0
+    claude_md = root / "CLAUDE.md"
+    claude_md.write_text(claude_md.read_text().replace("<!-- reef:begin learned -->\n",
+                                                       f"<!-- reef:begin learned -->\n- {BULLET}\n"))
+    assert reef("-C", str(root), "publish", "-m", "codex e2e").code == 0
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {**base_env(tmp_path, home), "REEF_CODEX_BIN": binary, "FAKE_API_KEY": "dummy"}
+    record = install(root, "codex", tmp_path / "root", tmp_path / "bin", env)
+    agent_dir = Path(record["agent_dir"])
+    # the user's own Codex config next to the installed harness (reef leaves it alone): the fake provider
+    (agent_dir / "config.toml").write_text(
+        f'model = "fake-model"\nmodel_provider = "fake"\n\n[model_providers.fake]\nname = "Fake"\n'
+        f'base_url = "{fake_llm.base_url}"\nwire_api = "responses"\nenv_key = "FAKE_API_KEY"\n')
+    code = tmp_path / "code"
+    code.mkdir()
+    wrapper = str(tmp_path / "bin" / "reef-codex")
+    fake_llm.reply(text("Added the feature."))
+    r = subprocess.run([wrapper, *load("codex").headless_argv("add a feature")], cwd=code, env=env,
+                       capture_output=True, text=True, timeout=TIMEOUT)
+    assert r.returncode == 0, f"stdout: {r.stdout[-2000:]}\nstderr: {r.stderr[-3000:]}"
+    assert fake_llm.calls and all(c.route == "openai.responses" for c in fake_llm.calls)
+    assert any(c.contains(BULLET) for c in fake_llm.calls), "the installed AGENTS.md did not reach the model"
+    r2 = subprocess.run([wrapper, "exec", "--json", "--skip-git-repo-check", "resume", "--last", CORRECTION],
+                        cwd=code, env=env, capture_output=True, text=True, timeout=TIMEOUT)
+    assert r2.returncode == 0, r2.stderr[-3000:]
+    assert "heard 1 correction(s)" in r2.stderr
+    ledger = ledger_of(root)
+    runs = [x for x in ledger.iter_records() if x.kind == "interaction"]
+    assert runs[0].release_id == record["release_id"] and runs[0].payload["agent_reported"]["thread"]["thread_id"]
+    turns = [x for x in ledger.iter_records() if x.kind == "session"]
+    assert [t.payload["agent"] for t in turns] == ["codex", "codex"]
+    assert turns[0].payload["user"]["excerpt"] == "add a feature"
+    (rep,) = [x for x in ledger.iter_records() if x.kind == "report"]
+    assert rep.payload["feedback"] == CORRECTION and rep.payload["receipts"] == [turns[0].record_id]

@@ -2,7 +2,8 @@
 CODEX_HOME ~/.codex), one `{"timestamp", "type", "payload"}` object a line.
 
 `session_meta` names the session (`id`, `cwd`); `event_msg` lines carry what the user and the agent said
-(`user_message` with `message`, `agent_message` with `message`, `task_complete`/`turn_aborted`); `response_item`
+(Codex 0.171: `item_completed` with an item of type UserMessage/AgentMessage and text `content`; older versions
+`user_message`/`agent_message` with `message`) and `task_complete`/`turn_aborted`; `response_item`
 lines the model's items: `function_call`/`custom_tool_call` (`name`, `arguments`/`input`, `call_id`) and their
 `…_output` (`output`, a string or `{content, success}`). The user's prompts are read from `user_message` events,
 not from `response_item` messages, which also hold the instructions Codex injects (AGENTS.md, environment).
@@ -31,6 +32,13 @@ def _output(value) -> tuple[str, bool | None]:
             ok = meta["exit_code"] == 0
         return (text if isinstance(text, str) else json.dumps(text)), ok
     return str(value), None
+
+
+def _item_text(item: dict) -> str:
+    """The text of an `item_completed` event's UserMessage/AgentMessage (Codex ≥ 0.17x)."""
+    parts = item.get("content") if isinstance(item.get("content"), list) else []
+    return "\n".join(str(c.get("text") or "") for c in parts if isinstance(c, dict)
+                     and c.get("type") in ("text", "Text")).strip()
 
 
 def _args(value) -> str:
@@ -66,13 +74,15 @@ def parse(path: Path) -> list[Session]:
                 s.model = str(p["model"])
             elif kind == "event_msg":
                 t = p.get("type")
-                if t == "user_message" and str(p.get("message") or "").strip():
-                    turn = Turn(key=f"{len(s.turns)}", user=str(p["message"]).strip(), at=ts)
+                item = p.get("item") if isinstance(p.get("item"), dict) else {}
+                said = _item_text(item) if t == "item_completed" else str(p.get("message") or "").strip()
+                if (t == "user_message" or item.get("type") == "UserMessage") and said:
+                    turn = Turn(key=str(item.get("id") or len(s.turns)), user=said, at=ts)
                     s.turns.append(turn)
                 elif turn is None:
                     continue
-                elif t == "agent_message" and str(p.get("message") or "").strip():
-                    turn.agent.append(str(p["message"]))
+                elif (t == "agent_message" or item.get("type") == "AgentMessage") and said:
+                    turn.agent.append(said)
                 elif t == "task_complete":
                     turn.complete = True
                 elif t == "turn_aborted":

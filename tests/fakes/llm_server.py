@@ -10,6 +10,9 @@ and a query string such as Claude Code's `?beta=true` is ignored):
     POST .../messages/count_tokens   {"input_tokens": 42}
     POST .../chat/completions        OpenAI; SSE chunks (role, content, tool_calls deltas, finish, usage, [DONE])
                                      when "stream": true, else a JSON chat.completion
+    POST .../responses               OpenAI Responses (Codex CLI); SSE events (response.created, output items
+                                     added/delta/done, response.completed with usage) when "stream": true, else
+                                     a JSON response object
     GET  .../models                  one model, in a shape both SDKs accept
     HEAD *                           200 (Claude Code probes `HEAD /` first)
 
@@ -44,7 +47,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable
 
-MODEL_ROUTES = ("anthropic.messages", "openai.chat")
+MODEL_ROUTES = ("anthropic.messages", "openai.chat", "openai.responses")
 
 
 @dataclass(frozen=True)
@@ -135,6 +138,8 @@ def route_of(method: str, path: str) -> str:
         return "anthropic.messages"
     if method == "POST" and p.endswith("/chat/completions"):
         return "openai.chat"
+    if method == "POST" and p.endswith("/responses"):
+        return "openai.responses"
     if method == "GET" and p.endswith("/models"):
         return "models"
     if method == "GET" and p == "":
@@ -329,6 +334,7 @@ def _make_handler(llm: FakeLLM):
 
         def _answer(self, req: Request, reply: Reply) -> None:
             anthropic = req.route == "anthropic.messages"
+            responses = req.route == "openai.responses"
             if reply.raw is not None:
                 self._send(reply.status, reply.raw, reply.content_type, reply.declared_length)
                 return
@@ -340,10 +346,12 @@ def _make_handler(llm: FakeLLM):
             model = (req.json or {}).get("model") or llm.model
             stream = bool((req.json or {}).get("stream"))
             if not stream:
-                body = _anthropic_message(reply, model) if anthropic else _openai_completion(reply, model)
+                body = (_anthropic_message(reply, model) if anthropic else _responses_object(reply, model)
+                        if responses else _openai_completion(reply, model))
                 self._send(200, _dumps(body))
                 return
-            events = _anthropic_events(reply, model) if anthropic else _openai_chunks(reply, model)
+            events = (_anthropic_events(reply, model) if anthropic else _responses_events(reply, model)
+                      if responses else _openai_chunks(reply, model))
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream")
             self.send_header("Cache-Control", "no-cache")
@@ -467,6 +475,44 @@ def _openai_chunks(reply: Reply, model: str) -> list[bytes]:
     out.append(chunk({}, "tool_calls" if reply.tool_calls else "stop"))
     out.append(chunk(None, usage=_openai_usage(reply)))
     out.append(b"data: [DONE]\n\n")
+    return out
+
+
+def _responses_items(reply: Reply) -> list[dict]:
+    items: list[dict] = []
+    if reply.text or not reply.tool_calls:
+        items.append({"type": "message", "id": f"msg_{uuid.uuid4().hex[:24]}", "role": "assistant",
+                      "status": "completed",
+                      "content": [{"type": "output_text", "text": reply.text, "annotations": []}]})
+    for call, cid in zip(reply.tool_calls, _ids(reply, "call_")):
+        items.append({"type": "function_call", "id": f"fc_{uuid.uuid4().hex[:24]}", "status": "completed",
+                      "call_id": cid, "name": call.name, "arguments": json.dumps(call.arguments)})
+    return items
+
+
+def _responses_object(reply: Reply, model: str, items: list[dict] | None = None) -> dict:
+    return {"id": f"resp_{uuid.uuid4().hex[:24]}", "object": "response", "created_at": int(time.time()),
+            "status": "completed", "model": model, "output": _responses_items(reply) if items is None else items,
+            "usage": {"input_tokens": reply.input_tokens, "input_tokens_details": {"cached_tokens": 0},
+                      "output_tokens": reply.output_tokens, "output_tokens_details": {"reasoning_tokens": 0},
+                      "total_tokens": reply.input_tokens + reply.output_tokens}}
+
+
+def _responses_events(reply: Reply, model: str) -> list[bytes]:
+    items = _responses_items(reply)
+    done = _responses_object(reply, model, items)
+    created = {**done, "status": "in_progress", "output": [], "usage": None}
+    out = [_sse("response.created", {"type": "response.created", "response": created})]
+    for i, item in enumerate(items):
+        out.append(_sse("response.output_item.added", {"type": "response.output_item.added", "output_index": i,
+                                                       "item": {**item, "status": "in_progress"}}))
+        if item["type"] == "message":
+            out.append(_sse("response.output_text.delta", {"type": "response.output_text.delta", "output_index": i,
+                                                           "item_id": item["id"], "content_index": 0,
+                                                           "delta": item["content"][0]["text"]}))
+        out.append(_sse("response.output_item.done", {"type": "response.output_item.done", "output_index": i,
+                                                      "item": item}))
+    out.append(_sse("response.completed", {"type": "response.completed", "response": done}))
     return out
 
 
