@@ -8,6 +8,7 @@ message's id), so a session re-read after it grew, or copied into a resumed sess
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 from dataclasses import dataclass, field
@@ -61,9 +62,10 @@ def digest(text: str) -> str:
     return "sha256:" + hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
+@functools.lru_cache(maxsize=8192)
 def clip(text: str, limit: int) -> str:
     """A redacted excerpt of at most about `limit` characters: redacted before cutting (a secret across the cut is
-    still caught), and a redaction marker is never cut in half."""
+    still caught), and a redaction marker is never cut in half. Memoised: sessions repeat commands and replies."""
     from ..redact import redact
 
     text = text.replace("\x00", "")
