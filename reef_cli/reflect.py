@@ -578,12 +578,15 @@ class Reflector:
     def _flush(self) -> None:
         if not self._batch:
             return
-        from .llm_reflector import BudgetExhausted
+        from .llm_reflector import BudgetExhausted, LLMError
 
         try:
             lessons, malformed = self.llm.lessons(self._batch, bullets=self._bullets())
         except BudgetExhausted:
             raise _BudgetStop(self._batch_mark) from None
+        except LLMError as exc:
+            self._record_failure(exc)
+            raise
         batch, self._batch = self._batch, []
         held, self._held = self._held, []
         for rec, own in held:  # the user's structured lessons of the answered records
@@ -603,6 +606,23 @@ class Reflector:
         for lesson in lessons:
             self._observe(lesson, meta, seen)
         self._seqs.clear()
+
+    def _record_failure(self, exc: Exception) -> None:
+        """An unusable answer is refused, never folded, and recorded: one `rejection` record naming the batch (its
+        id derives from the batch and the reason, so a retry that fails the same way adds nothing)."""
+        if getattr(self.llm, "mode", "send") != "send":
+            return
+        import hashlib
+
+        ids = [r.record_id for r in self._batch]
+        reason = f"unusable model answer: {exc}"[:500]
+        body = {"lesson": Lesson("", "do", tuple(ids)).to_json(), "reason": reason, "backend": "llm",
+                "records": len(ids)}
+        rid = "rej-llm-" + hashlib.sha256(json.dumps([ids, reason]).encode()).hexdigest()[:24]
+        try:
+            self.ledger.append("rejection", body, release_id=None, content_id=None, record_id=rid)
+        except ReefError:
+            pass  # the failure itself is reported to the caller either way
 
     def _bullets(self) -> list[str]:
         """What the model sees as already learned: the harness's current bullets, then the most-seen patterns."""
