@@ -154,3 +154,54 @@ def test_reef_codex_against_a_fake_responses_server(reef, tmp_path, fake_llm):
     assert turns[0].payload["user"]["excerpt"] == "add a feature"
     (rep,) = [x for x in ledger.iter_records() if x.kind == "report"]
     assert rep.payload["feedback"] == CORRECTION and rep.payload["receipts"] == [turns[0].record_id]
+
+
+def test_pi_and_opencode_wrappers_ingest_their_sessions(reef, tmp_path, fake_llm):
+    """The other wrappers hear a correction too: pi's session file under its agent dir, opencode's SQLite store
+    in the user's data dir (read-only), both continued with `-c`."""
+    from test_agents_e2e import BINARIES
+
+    root = tmp_path / "proj"
+    root.mkdir()
+    assert reef("-C", str(root), "init").code == 0
+    home = tmp_path / "home"
+    home.mkdir()
+    provider = {"provider": {"fake": {"npm": "@ai-sdk/openai-compatible", "name": "Fake",
+                                      "options": {"baseURL": fake_llm.base_url, "apiKey": "dummy"},
+                                      "models": {"fake-model": {"name": "Fake"}}}},
+                "model": "fake/fake-model", "small_model": "fake/fake-model", "autoupdate": False, "share": "disabled"}
+    env = {**base_env(tmp_path, home), "PI_OFFLINE": "1", "PI_TELEMETRY": "0",
+           "OPENCODE_CONFIG_CONTENT": json.dumps(provider), "OPENCODE_DISABLE_MODELS_FETCH": "1",
+           "OPENCODE_DISABLE_LSP_DOWNLOAD": "1", "OPENCODE_PURE": "1"}
+    ran = []
+    for name in ("pi", "opencode"):
+        if not BINARIES[name]:
+            continue
+        env[f"REEF_{name.upper()}_BIN"] = BINARIES[name]
+        record = install(root, name, tmp_path / "root", tmp_path / "bin", env)
+        if name == "pi":
+            agent_dir = Path(record["agent_dir"])
+            (agent_dir / "models.json").write_text(json.dumps({"providers": {"fake": {
+                "baseUrl": fake_llm.base_url, "api": "openai-completions", "apiKey": "dummy",
+                "compat": {"supportsDeveloperRole": False, "supportsReasoningEffort": False},
+                "models": [{"id": "fake-model", "name": "Fake Model", "reasoning": False}]}}}))
+            (agent_dir / "settings.json").write_text(json.dumps({"defaultProvider": "fake",
+                                                                 "defaultModel": "fake-model"}))
+            first, second = ["--mode", "json", "-p", "add a feature"], ["--mode", "json", "-c", "-p", CORRECTION]
+        else:
+            first, second = ["run", "--format", "json", "add a feature"], ["run", "--format", "json", "-c", CORRECTION]
+        code = tmp_path / f"code-{name}"
+        code.mkdir()
+        wrapper = str(tmp_path / "bin" / f"reef-{name}")
+        for argv in (first, second):
+            r = subprocess.run([wrapper, *argv], cwd=code, env=env, capture_output=True, text=True, timeout=TIMEOUT)
+            assert r.returncode == 0, f"{name}: {r.stderr[-3000:]}"
+        assert "heard 1 correction(s)" in r.stderr, r.stderr[-2000:]
+        ran.append(name)
+    if not ran:
+        pytest.skip("neither pi nor opencode is installed: run adapters/install-agents.sh pi opencode")
+    ledger = ledger_of(root)
+    turns = [x for x in ledger.iter_records() if x.kind == "session"]
+    assert sorted(t.payload["agent"] for t in turns) == sorted(ran * 2)
+    reports = [x for x in ledger.iter_records() if x.kind == "report"]
+    assert len(reports) == len(ran) and all(r.payload["feedback"] == CORRECTION for r in reports)
