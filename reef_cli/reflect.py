@@ -412,7 +412,7 @@ class _Receipts:
         if v is None:
             try:
                 rec = self.ledger.get(rid)
-                v = bool(rec.payload.get("observe_only")) if rec.kind == "interaction" else False
+                v = bool(rec.payload.get("observe_only")) if rec.kind in ("interaction", "session") else False
             except (NotFound, InvalidInput):
                 v = False
             self.note(rid, v)
@@ -510,18 +510,21 @@ class Reflector:
         elif kind == "routing":
             oo = bool(p.get("observe_only"))
             lessons = routing_lessons(rec)
-        elif kind == "session":
-            self.receipts.note(rec.record_id, False)  # an ingested turn: implicit reports name it as their receipt
+        elif kind == "session":  # an ingested turn: implicit reports name it as their receipt
+            self.receipts.note(rec.record_id, bool(p.get("observe_only")))
             return
         else:
             self._fold_other(rec)
             return
         if self.llm is not None:
             # The model reads every record with a signal; the builtin keeps only the user's structured lessons.
-            lessons = [ls for ls in lessons if ls.origin in ("lesson", "do", "dont")]
-            if not oo and (lessons or kind != "report" or p.get("feedback")):  # observe-only: never sent
-                self._queue(rec, oo, lessons)
-                return
+            if oo:
+                pass  # observe-only: never sent to a model; the builtin's lessons stand (counted as observe-only)
+            else:
+                lessons = [ls for ls in lessons if ls.origin in ("lesson", "do", "dont")]
+                if lessons or kind != "report" or p.get("feedback"):
+                    self._queue(rec, oo, lessons)
+                    return
         if not lessons:
             return
         lessons = self._accept(lessons, [rec], "builtin")

@@ -255,3 +255,26 @@ def test_ingested_corrections_reach_pattern_memory(reef, tmp_path):
     assert out["observations"] == 3 and not out["rejected"]  # claude, pi, codex
     (pat,) = [p for p in memory(root).values() if p["text"] == "Run the tests before saying you are done."]
     assert pat["count"] == 3
+
+
+def test_observe_only_sessions_are_marked_and_never_reach_a_model(reef, tmp_path, fake_llm):
+    from fakes import text
+
+    root, ledger = init_project(reef, tmp_path)
+    cfg = root / "harness.yaml"
+    cfg.write_text(cfg.read_text() + "observe_only:\n  - {adapter: pi}\n")
+    assert reef("-C", str(root), "publish", "-m", "pi is observe-only").code == 0
+    ingest(reef, root, str(GOLDEN / "pi.jsonl"), str(GOLDEN / "claude.jsonl"))
+    by_agent = {r.payload["agent"]: r.payload["observe_only"] for r in records(ledger, "session")}
+    assert by_agent == {"pi": True, "claude": False}
+    fake_llm.reply(text('{"lessons": []}'))
+    r = reef("-C", str(root), "harness", "reflect", "--json", "--backend", "openai", "--model-url",
+             fake_llm.base_url, "--model", "m")
+    assert r.code == 0, r.err
+    body = fake_llm.calls[0].body.decode()
+    pi_report = next(x for x in records(ledger, "report") if x.payload["implicit"]["agent"] == "pi")
+    claude_report = next(x for x in records(ledger, "report") if x.payload["implicit"]["agent"] == "claude")
+    assert claude_report.record_id in body and pi_report.record_id not in body
+    (pat,) = [p for p in memory(root).values() if p["text"] == "Run the tests before saying you are done."]
+    # the model saw claude's correction (and answered nothing); pi's stays with the builtin, counted observe-only
+    assert pat["count"] == 1 and pat["observe_only"] == 1 and pat["origins"] == {"correction": 1, "observe-only": 1}

@@ -218,11 +218,17 @@ def _tool_json(use) -> dict:
     return d
 
 
-def session_records(session: Session, start: int, src: Source, result: IngestResult) -> tuple[list, int]:
-    """The records for turns from `start` on, and how many turns are now done."""
+def session_records(session: Session, start: int, src: Source, result: IngestResult,
+                    observe_rules: tuple = ()) -> tuple[list, int]:
+    """The records for turns from `start` on, and how many turns are now done. A session that harness.yaml's
+    `observe_only` rules match (model, adapter = the agent, command = its binary) is marked so: its turns and
+    implicit reports are counted but never originate a bullet, and are never sent to a model Reflector."""
     from ..corrections import classify
     from ..ledger import NewRecord
+    from ..runs import matches_observe_only
 
+    observe = bool(observe_rules) and matches_observe_only(observe_rules, model=session.model,
+                                                           adapter=session.agent, argv=[session.agent])
     out = []
     done = start
     n = len(session.turns)
@@ -246,6 +252,7 @@ def session_records(session: Session, start: int, src: Source, result: IngestRes
             "interrupted": turn.interrupted,
             "follows": turn_id(session, prev.key) if prev is not None else None,
             "verdict": {"kind": verdict.kind, "cue": verdict.cue} if verdict and verdict.kind else None,
+            "observe_only": observe,
         }
         out.append(NewRecord("session", payload, src.release_id, src.content_id, rid))
         if verdict is not None and verdict.kind:
@@ -356,6 +363,8 @@ def ingest(store, *, agent: str | None = None, paths: list[Path] | None = None, 
 
 
 def _ingest_locked(store, agent, sources, since_iso, state_path, progress) -> IngestResult:
+    head = store.head()
+    observe_rules = tuple(store.config_of(head).observe_only) if head is not None else ()
     result = IngestResult(sources=len(sources))
     state = _State(state_path)
     ledger = store.ledger()
@@ -366,7 +375,7 @@ def _ingest_locked(store, agent, sources, since_iso, state_path, progress) -> In
             if agent is not None and file_agent != agent:
                 continue
             try:
-                _ingest_file(src, file_agent, path, state, writer, result, since_iso)
+                _ingest_file(src, file_agent, path, state, writer, result, since_iso, observe_rules)
             except (OSError, ValueError, UnicodeDecodeError) as exc:
                 result.errors.append(f"{path}: {exc}")
             except Exception as exc:  # sqlite3.Error and friends: one bad store must not stop the others
@@ -382,7 +391,7 @@ def _ingest_locked(store, agent, sources, since_iso, state_path, progress) -> In
 
 
 def _ingest_file(src: Source, agent: str, path: Path, state: _State, writer: _Writer, result: IngestResult,
-                 since_iso: str | None) -> None:
+                 since_iso: str | None, observe_rules: tuple = ()) -> None:
     from . import claude, codex, opencode, pi
 
     fkey = os.path.abspath(path)
@@ -410,7 +419,7 @@ def _ingest_file(src: Source, agent: str, path: Path, state: _State, writer: _Wr
             continue
         skey = f"{agent}:{s.session_id}"
         start = int((state.sessions.get(skey) or [None, 0])[1])
-        records, done = session_records(s, start, src, result)
+        records, done = session_records(s, start, src, result, observe_rules)
         if records:
             result.sessions += 1
             writer.add(records)
