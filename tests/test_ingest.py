@@ -145,7 +145,7 @@ def opencode_db(path: Path, cwd: str, *, revert: str | None = None) -> None:
         time_updated integer, data text);""")
     db.execute("insert into session values ('ses_1','p',null,?,'t','1.18.33',?,?,1796137530000,1796137560000)",
                (cwd, json.dumps({"id": "fake-model", "providerID": "fake"}),
-                json.dumps({"messageID": "msg_3"}) if revert else None))
+                json.dumps({"messageID": revert}) if revert else None))
     msgs = [("msg_1", "user", [{"type": "text", "text": '"run the build"'}]),
             ("msg_2", "assistant", [{"type": "tool", "tool": "bash", "callID": "c1",
                                      "state": {"status": "error", "input": {"command": "make"},
@@ -179,6 +179,18 @@ def test_opencode_database(reef, tmp_path):
     reports = records(ledger, "report")
     assert [r.payload["score"] for r in reports] == [0.0, 1.0]
     assert ingest(reef, root, str(db))["turns"] == 0  # unchanged sessions are skipped by their time_updated
+
+
+def test_an_opencode_revert_is_an_implicit_report_on_the_reverted_turns(reef, tmp_path):
+    root, ledger = init_project(reef, tmp_path)
+    db = tmp_path / "opencode.db"
+    opencode_db(db, str(tmp_path), revert="msg_5")  # the user undid the last turn ("thanks!" and its answer)
+    out = ingest(reef, root, str(db))
+    assert out["turns"] == 3
+    last = records(ledger, "session")[-1]
+    assert last.payload["reverted"] is True
+    rv = [r for r in records(ledger, "report") if r.payload["implicit"]["kind"] == "revert"]
+    assert [(r.payload["score"], r.payload["receipts"]) for r in rv] == [(0.0, [last.record_id])]
 
 
 def test_codex_rollout(reef, tmp_path):

@@ -16,8 +16,9 @@ deterministic id (agent, session id, the agent's id for the prompt), so ingestin
 (`<scenario>/ingest.json`) skips unchanged files without parsing them. A record keeps digests of the user's and the
 agent's words, redacted excerpts bounded in size (model.py), the tool calls with their outcome and, for a failed
 call, a redacted excerpt of its output. A follow-up that corrects the previous turn (corrections.py) also writes an
-implicit `report` on that turn: score 0, the user's redacted words as feedback; an acceptance, score 1. The last
-turn of a live session is held back until the agent has finished it.
+implicit `report` on that turn: score 0, the user's redacted words as feedback; an acceptance, score 1; a turn the
+user reverted (opencode's session revert), score 0 on that turn. The last turn of a live session is held back until
+the agent has finished it.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from ..errors import ConflictError, InvalidInput
 from .model import AGENT_CHARS, MAX_TOOLS, TOOL_CHARS, USER_CHARS, Session, clip, digest, safe_key
 
 AGENTS = ("claude", "opencode", "pi", "codex")
+REVERTED = "The user reverted this turn's changes."
 STATE_NAME = "ingest.json"
 BATCH = 2000
 
@@ -234,7 +236,7 @@ def session_records(session: Session, start: int, src: Source, result: IngestRes
     n = len(session.turns)
     for i in range(start, n):
         turn = session.turns[i]
-        if i == n - 1 and not turn.complete and not turn.interrupted:
+        if i == n - 1 and not (turn.complete or turn.interrupted or turn.reverted):
             result.held += 1
             break
         rid = turn_id(session, turn.key)
@@ -249,7 +251,7 @@ def session_records(session: Session, start: int, src: Source, result: IngestRes
                       "messages": len(turn.agent)},
             "tool_calls": len(turn.tools), "tool_errors": errors,
             "tools": [_tool_json(t) for t in turn.tools[:MAX_TOOLS]],
-            "interrupted": turn.interrupted,
+            "interrupted": turn.interrupted, "reverted": turn.reverted,
             "follows": turn_id(session, prev.key) if prev is not None else None,
             "verdict": {"kind": verdict.kind, "cue": verdict.cue} if verdict and verdict.kind else None,
             "observe_only": observe,
@@ -264,6 +266,12 @@ def session_records(session: Session, start: int, src: Source, result: IngestRes
                 result.corrections += 1
             else:
                 result.acceptances += 1
+        if turn.reverted:  # the user undid what the agent did: an implicit report on this very turn
+            out.append(NewRecord("report", {"score": 0.0, "feedback": REVERTED, "receipts": [rid],
+                                            "implicit": {"kind": "revert", "cue": "revert", "from": rid,
+                                                         "agent": session.agent}},
+                                 src.release_id, src.content_id, rid + ".rv"))
+            result.corrections += 1
         result.turns += 1
         done = i + 1
     return out, done

@@ -37,7 +37,8 @@ class Turn:
     agent: list[str] = field(default_factory=list)  # the agent's text messages, in order
     tools: list[ToolUse] = field(default_factory=list)
     complete: bool = False  # the agent finished answering (a final message, no tool call awaiting its result)
-    interrupted: bool = False
+    interrupted: bool = False  # the user stopped the agent mid-turn
+    reverted: bool = False  # the user undid this turn (opencode's session revert)
 
     @property
     def reply(self) -> str:

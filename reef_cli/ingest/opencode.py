@@ -81,8 +81,6 @@ def parse(path: Path, only: set[str] | None = None) -> list[Session]:
                                      if p.get("type") == "text" and not p.get("synthetic")).strip()
                     if not text:
                         continue
-                    if turn is not None and mid == reverted_from:
-                        turn.interrupted = True
                     turn = Turn(key=str(mid), user=text, at=_iso(created))
                     s.turns.append(turn)
                 elif role == "assistant" and turn is not None:
@@ -100,10 +98,11 @@ def parse(path: Path, only: set[str] | None = None) -> list[Session]:
                                                       call_id=str(p.get("callID") or "")))
                         elif kind == "step-finish":
                             turn.complete = p.get("reason") != "tool-calls"
-            if reverted_from:
-                for t in s.turns:
-                    if t.key == reverted_from:
-                        t.interrupted = True
+            if reverted_from:  # undone from that message on
+                keys = [t.key for t in s.turns]
+                if reverted_from in keys:
+                    for t in s.turns[keys.index(reverted_from):]:
+                        t.reverted = True
             out.append(s)
     finally:
         db.close()
