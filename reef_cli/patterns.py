@@ -161,6 +161,11 @@ class Pattern:
     negatives: int = 0
     terms: frozenset[str] = frozenset()
 
+    def __post_init__(self) -> None:
+        from .redact import redact_text
+
+        self.text = redact_text(self.text)  # a memory written before a redaction fix publishes no secret either
+
     @property
     def eligible(self) -> bool:
         """May originate a proposal: not suppressed, and not only observe-only observations."""

@@ -8,6 +8,7 @@ and the value looks like a literal rather than code (`token = get_token()` stays
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 from collections.abc import Callable
@@ -16,7 +17,7 @@ from typing import Any
 from .errors import InvalidInput
 
 EXCERPT_CHARS = 200
-_WINDOW = 4096  # how far past the excerpt a secret that starts inside it may run and still be found whole
+WINDOW = 4096  # how far past the excerpt a secret that starts inside it may run and still be found whole
 
 
 def _mark(kind: str) -> str:
@@ -26,34 +27,74 @@ def _mark(kind: str) -> str:
 _START = r"(?<![A-Za-z0-9_-])"  # a token starts at a word boundary that is not inside another token
 _END = r"(?![A-Za-z0-9_-])"
 
-# (kind, pattern): the whole match is the secret.
-_TOKENS: list[tuple[str, re.Pattern[str]]] = [
-    ("anthropic_key", re.compile(_START + r"sk-ant-[A-Za-z0-9_-]{20,}")),
-    ("openrouter_key", re.compile(_START + r"sk-or-v\d+-[A-Za-z0-9]{32,}" + _END)),
-    ("openai_key", re.compile(_START + r"sk-(?:proj|svcacct|admin|None)-[A-Za-z0-9_-]{20,}")),
-    ("openai_key", re.compile(_START + r"sk-[A-Za-z0-9]{20,}" + _END)),
-    ("stripe_key", re.compile(_START + r"(?:sk|rk)_(?:live|test)_[A-Za-z0-9]{16,}" + _END)),
-    ("stripe_key", re.compile(_START + r"whsec_[A-Za-z0-9]{24,}" + _END)),
-    ("aws_access_key", re.compile(r"(?<![A-Za-z0-9])(?:AKIA|ASIA)[A-Z0-9]{16}(?![A-Za-z0-9])")),
-    ("github_token", re.compile(_START + r"gh[pousr]_[A-Za-z0-9]{36,}" + _END)),
-    ("github_token", re.compile(_START + r"github_pat_[A-Za-z0-9_]{22,}" + _END)),
-    ("slack_token", re.compile(_START + r"xox[abprs]-[A-Za-z0-9-]{10,}" + _END)),
-    ("slack_webhook", re.compile(r"https://hooks\.slack\.com/services/[A-Za-z0-9_/-]{20,}")),
-    ("google_api_key", re.compile(_START + r"AIza[0-9A-Za-z_-]{35}" + _END)),
-    ("huggingface_token", re.compile(_START + r"hf_[A-Za-z0-9]{30,}" + _END)),
-    ("gitlab_token", re.compile(_START + r"glpat-[A-Za-z0-9_-]{20,}" + _END)),
-    ("npm_token", re.compile(_START + r"npm_[A-Za-z0-9]{36,}" + _END)),
-    ("jwt", re.compile(_START + r"eyJ[A-Za-z0-9_-]{5,}\.eyJ[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]{10,}" + _END)),
+# (kind, triggers, pattern): the whole match is the secret. A pattern runs only over text that contains one of its
+# triggers (a substring search costs microseconds; a regex that starts with a boundary assertion is tried at every
+# position), so forty providers cost little more than four on text that names none of them.
+_TOKEN_SHAPES: list[tuple[str, tuple[str, ...], str]] = [
+    ("anthropic_key", ("sk-ant-",), _START + r"sk-ant-[A-Za-z0-9_-]{20,}"),
+    ("openrouter_key", ("sk-or-",), _START + r"sk-or-v\d+-[A-Za-z0-9]{32,}" + _END),
+    ("openai_key", ("sk-",), _START + r"sk-(?:proj|svcacct|admin|None)-[A-Za-z0-9_-]{20,}"),
+    ("openai_key", ("sk-",), _START + r"sk-[A-Za-z0-9]{20,}" + _END),
+    ("stripe_key", ("k_live_", "k_test_"), _START + r"(?:sk|rk)_(?:live|test)_[A-Za-z0-9]{16,}" + _END),
+    ("stripe_key", ("whsec_",), _START + r"whsec_[A-Za-z0-9]{24,}" + _END),
+    ("aws_access_key", ("AKIA", "ASIA"), r"(?<![A-Za-z0-9])(?:AKIA|ASIA)[A-Z0-9]{16}(?![A-Za-z0-9])"),
+    ("github_token", ("ghp_", "gho_", "ghu_", "ghs_", "ghr_"), _START + r"gh[pousr]_[A-Za-z0-9]{36,}" + _END),
+    ("github_token", ("github_pat_",), _START + r"github_pat_[A-Za-z0-9_]{22,}" + _END),
+    ("gitlab_token", ("glpat-", "gldt-", "glrt-", "glcbt-", "glptt-", "glft-", "glimt-", "gloas-", "glsoat-",
+                      "glagent-", "glffct-", "glrtr-"),
+     _START + r"gl(?:pat|dt|rt|cbt|ptt|ft|imt|oas|soat|agent|ffct|rtr)-[A-Za-z0-9_-]{20,}" + _END),
+    ("gitlab_token", ("GR1348941",), _START + r"GR1348941[A-Za-z0-9_-]{20,}" + _END),
+    ("slack_token", ("xox",), _START + r"(?:xoxe\.)?xox[abposre]-[A-Za-z0-9-]{10,}" + _END),
+    ("slack_token", ("xapp-",), _START + r"xapp-\d-[A-Z0-9]+-\d+-[A-Za-z0-9]{20,}" + _END),
+    ("slack_webhook", ("hooks.slack.com",),
+     r"https://hooks\.slack\.com/(?:services|workflows|triggers)/[A-Za-z0-9_/-]{20,}"),
+    ("google_api_key", ("AIza",), _START + r"AIza[0-9A-Za-z_-]{35}" + _END),
+    ("google_oauth", ("ya29.", "GOCSPX-"), _START + r"(?:ya29\.|GOCSPX-)[A-Za-z0-9_-]{20,}" + _END),
+    ("huggingface_token", ("hf_",), _START + r"hf_[A-Za-z0-9]{30,}" + _END),
+    ("npm_token", ("npm_",), _START + r"npm_[A-Za-z0-9]{36,}" + _END),
+    ("pypi_token", ("pypi-AgE",), _START + r"pypi-AgE[A-Za-z0-9_-]{50,}" + _END),
+    ("twilio_key", ("SK",), _START + r"SK[0-9a-fA-F]{32}" + _END),
+    ("sendgrid_key", ("SG.",), _START + r"SG\.[A-Za-z0-9_-]{16,32}\.[A-Za-z0-9_-]{16,64}" + _END),
+    ("mailgun_key", ("key-",), _START + r"key-[0-9a-f]{32}" + _END),
+    ("shopify_token", ("shpat_", "shpss_", "shpca_", "shppa_"), _START + r"shp(?:at|ss|ca|pa)_[a-fA-F0-9]{32}" + _END),
+    ("digitalocean_token", ("_v1_",), _START + r"do[opr]_v1_[a-f0-9]{64}" + _END),
+    ("heroku_key", ("HRKU-",), _START + r"HRKU-[A-Za-z0-9_-]{20,}" + _END),
+    ("telegram_token", (":AA",), r"(?<![0-9])[0-9]{8,10}:AA[A-Za-z0-9_-]{33}" + _END),
+    ("databricks_token", ("dapi",), _START + r"dapi[a-f0-9]{32}(?:-\d+)?" + _END),
+    ("groq_key", ("gsk_",), _START + r"gsk_[A-Za-z0-9]{48,}" + _END),
+    ("xai_key", ("xai-",), _START + r"xai-[A-Za-z0-9]{70,}" + _END),
+    ("replicate_token", ("r8_",), _START + r"r8_[A-Za-z0-9]{37}" + _END),
+    ("linear_key", ("lin_api_", "lin_oauth_"), _START + r"lin_(?:api|oauth)_[A-Za-z0-9]{40}" + _END),
+    ("atlassian_token", ("ATATT3",), _START + r"ATATT3[A-Za-z0-9_=-]{100,}" + _END),
+    ("perplexity_key", ("pplx-",), _START + r"pplx-[A-Za-z0-9]{40,}" + _END),
+    ("vault_token", ("hvs.", "hvb.", "hvr."), _START + r"hv[sbr]\.[A-Za-z0-9_-]{24,}" + _END),
+    ("postman_key", ("PMAK-",), _START + r"PMAK-[a-f0-9]{24}-[a-f0-9]{34}" + _END),
+    ("sentry_token", ("sntrys_", "sntryu_"), _START + r"sntry[su]_[A-Za-z0-9+/=_-]{40,}" + _END),
+    ("grafana_token", ("glsa_", "glc_"),
+     _START + r"(?:glsa_[A-Za-z0-9]{32}_[a-f0-9]{8}|glc_[A-Za-z0-9+/=_-]{32,})" + _END),
+    ("doppler_token", ("dp.",), _START + r"dp\.(?:pt|st|sa|ct|scim|audit)\.[A-Za-z0-9]{40,}" + _END),
+    ("jwt", ("eyJ",), _START + r"eyJ[A-Za-z0-9_-]{5,}\.eyJ[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]{10,}" + _END),
 ]
+_TOKEN_RES: dict[str, re.Pattern[str]] = {}  # compiled on first use: `reef run` redacts its small payload on every
+# call, and compiling all forty up front would cost it ~10 ms of start-up for shapes its text never triggers
+
+
+def _token_re(shape: str) -> re.Pattern[str]:
+    pattern = _TOKEN_RES.get(shape)
+    if pattern is None:
+        pattern = _TOKEN_RES[shape] = re.compile(shape)
+    return pattern
 
 _PRIVATE_KEY = re.compile(
-    r"-----BEGIN ((?:[A-Z0-9]+ )*)PRIVATE KEY( BLOCK)?-----"
+    r"-----BEGIN ((?:[A-Z0-9]+ )*)PRIVATE KEY((?: BLOCK)?)-----"  # group 2 always takes part, so \2 can match
     r"(?P<body>.*?-----END \1PRIVATE KEY\2-----|(?:\\n|\s)*[A-Za-z0-9+/=][A-Za-z0-9+/=\s\\]*)",
     re.DOTALL,
 )
 _KEY_MATERIAL = re.compile(r"[A-Za-z0-9+/=]{40,}")  # a PEM body line; code that only names the header has none
+# The password runs to the last "@" before the host, so one that holds "@" itself (`u:p@ss@host`) goes whole.
 _URL_PASSWORD = re.compile(
-    r"(?P<head>\b[A-Za-z][A-Za-z0-9+.-]{1,20}://[^\s/:@'\"<>\[\]]+:)(?P<secret>[^\s/@'\"<>]+)(?=@)"
+    r"(?P<head>\b[A-Za-z][A-Za-z0-9+.-]{1,20}://[^\s/:@'\"<>\[\]]*:)(?P<secret>[^\s/'\"<>]+)"
+    r"(?=@[^\s/@'\"<>]+(?:[/?#:\s'\"<>]|$))"
 )
 _AUTH_HEADER = re.compile(
     r"(?P<head>\bauthorization[\"']?\s*[:=]\s*[\"']?(?:(?P<scheme>bearer|basic|token|bot|digest)\s+)?)"
@@ -61,6 +102,7 @@ _AUTH_HEADER = re.compile(
     re.IGNORECASE,
 )
 _BEARER = re.compile(r"(?P<head>\bbearer\s+)(?P<secret>[A-Za-z0-9._~+/=-]{16,})", re.IGNORECASE)
+_QUOTED = r"""(?:"(?:[^"\\\n]|\\.)*"|'[^'\n]*')"""
 _ASSIGNMENT = re.compile(
     r"""
     (?P<head>
@@ -68,19 +110,46 @@ _ASSIGNMENT = re.compile(
       (?P<export>export\s+)?
       (?P<flag>--?)?
       (?P<q>["']?)
-      (?=[A-Za-z0-9_.-]*?(?i:key|token|secret|passw|passphrase|credential))
+      (?=[A-Za-z0-9_.-]*?(?i:key|token|secret|passphrase|credential|pwd|pass|auth|pat))
       (?P<key>[A-Za-z_][A-Za-z0-9_.-]*)
       (?P=q)
       (?P<sep>[ \t]*(?::=|=>|=|:)(?!=)[ \t]*)
     )
     (?:
-      "(?P<dq>(?:[^"\\\n]|\\.)*)"
-    | '(?P<sq>[^'\n]*)'
+      (?P<open>\(\s*)(?P<paren>QUOTED(?:\s*\+?\s*QUOTED)*)
+    | (?P<quoted>QUOTED(?:[ \t]*\+[ \t]*QUOTED|QUOTED)*)
     | (?P<bare>[^\s"']+)
     )
-    """,
+    """.replace("QUOTED", _QUOTED),
     re.VERBOSE,
 )
+# `--password X`, `--api-key 'X'`: a flag that names a secret, its value after a space (`=` is an assignment above).
+_FLAG = re.compile(
+    r"(?P<head>(?<![\w-])--?(?P<key>[A-Za-z][A-Za-z0-9_-]*)[ \t]+)(?P<secret>\"[^\"\n]*\"|'[^'\n]*'|[^\s\"'-][^\s\"']*)"
+)
+# `mysql -uroot -pX`, `docker login -u bob -p X`, `sshpass -p X`: `-p` is a password only beside a user or in these.
+_SHORT_P = re.compile(
+    r"(?P<head>(?:\b(?:mysql|mysqldump|mysqladmin|mariadb|mariadb-dump|mysqlsh)\b[^\n]*?[ \t]-p"
+    r"|\bsshpass(?:[ \t]+-[a-oq-z]\S*)*[ \t]+-p[ \t]*"
+    r"|[ \t]-u[ \t]*\S+[ \t]+-p[ \t]*))"
+    r"(?P<secret>\"[^\"\n]*\"|'[^'\n]*'|[^\s\"'-][^\s\"']*)"
+)
+_CURL_USER = re.compile(r"(?P<head>(?<![\w-])(?:-u|--user)[ \t]+['\"]?[^\s:'\"]+:)(?P<secret>[^\s'\"]+)")
+# netrc: `machine H login U password P`, on one line or several.
+_NETRC = re.compile(
+    r"(?P<head>\b(?:machine[ \t]+\S+|default)(?:\s+(?:login|account|port)[ \t]+\S+)*\s+password[ \t]+)(?P<secret>\S+)"
+)
+# `Cookie:` / `Set-Cookie:` headers: a cookie named for a session or a credential is one.
+_COOKIE_LINE = re.compile(r"(?P<head>\b(?:set-)?cookie[\"']?[ \t]*[:=][ \t]*)(?P<value>[^\n]+)", re.IGNORECASE)
+_COOKIE = re.compile(r"(?P<head>(?<![A-Za-z0-9_.-])[A-Za-z0-9_.-]*(?:sess|sid|auth|token|jwt|remember)[A-Za-z0-9_.-]*=)"
+                     r"(?P<secret>[^\s;,\"']{16,})", re.IGNORECASE)
+_SAS_SIGNATURE = re.compile(r"(?P<head>[?&]sig=)(?P<secret>[A-Za-z0-9%+/=_-]{16,})")
+_ANSI = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[@-Z\\-_])")
+_URL_ESCAPE = re.compile(r"%[0-9A-Fa-f]{2}")
+_JSON_ESCAPE = re.compile(r"\\(?:[\"\\/bfnrt]|u[0-9a-fA-F]{4})")
+_JSON_CHARS = {"b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t"}
+_ECHO_MIN = 8  # a found secret this long, and not one word, is removed wherever else it appears, in any encoding
+_NUMBERS = re.compile(r"[0-9.:/-]+")
 
 _WORD = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+")
 _SECRET_WORDS = {
@@ -119,14 +188,22 @@ def _key_words(key: str) -> list[str]:
     return [word.lower() for word in _WORD.findall(key)]
 
 
+_SECRET_SUFFIXES = ("password", "passwd", "secret", "token")  # PGPASSWORD, clientsecret, accesstoken
+_NOT_SECRET_LAST.update({"stdin", "prompt", "command", "cmd", "helper", "method", "strength", "reset", "hash",
+                         "hashed", "policy", "changed", "confirmation"})
+
+
 def is_secret_key(key: str) -> bool:
     """Does this field or variable name say its value is a secret (`OPENAI_API_KEY`, `clientSecret`,
-    `db.password`), as opposed to a name that merely mentions one (`max_tokens`, `sort_key`, `token_type`)?"""
+    `db.password`, `PGPASSWORD`, `REDIS_PASS`), as opposed to a name that merely mentions one (`max_tokens`,
+    `sort_key`, `token_type`, `password-file`)?"""
     words = _key_words(key)
     if not words or words[-1] in _NOT_SECRET_LAST:
         return False
-    if any(word in _SECRET_WORDS for word in words):
+    if any(word in _SECRET_WORDS or word.endswith(_SECRET_SUFFIXES) for word in words):
         return True
+    if "pwd" in words or (key.isupper() and {"pass", "pat"} & set(words)):
+        return True  # MYSQL_PWD, REDIS_PASS, AZURE_DEVOPS_EXT_PAT; a lowercase `pass` is often a count or a round
     if "key" in words:
         at = len(words) - 1 - words[::-1].index("key")
         return at > 0 and words[at - 1] not in _NOT_SECRET_KEY_QUALIFIERS
@@ -135,9 +212,9 @@ def is_secret_key(key: str) -> bool:
 
 def _secret_kind(key: str) -> str:
     words = _key_words(key)
-    if {"password", "passwd", "passphrase"} & set(words):
+    if any(w.endswith(("password", "passwd")) or w in ("passphrase", "pwd", "pass") for w in words):
         return "password"
-    if {"token", "authtoken"} & set(words):
+    if any(w.endswith("token") for w in words):
         return "token"
     if "key" in words or "apikey" in words:
         return "api_key"
@@ -166,78 +243,230 @@ def _looks_random(text: str) -> bool:
 
 
 def redact(text: str) -> tuple[str, int]:
-    """Replace secret-shaped substrings with `[REDACTED:<kind>]`; returns the new text and how many were replaced."""
+    """Replace secret-shaped substrings with `[REDACTED:<kind>]`; returns the new text and how many were replaced.
+
+    The text is also read through the encodings a secret hides behind in logs — terminal colour codes, JSON string
+    escapes, URL percent-encoding — and a secret found in any of those readings is removed from the text in every
+    form it appears in. A coloured text in which a secret is found loses its colour codes."""
     if not isinstance(text, str):
         raise InvalidInput(f"redact takes text, not {type(text).__name__}")
+    if "\x1b" in text:
+        plain = _ANSI.sub("", text)
+        if plain != text:
+            out, count = _redact_views(plain)
+            return (out, count) if count else (text, 0)
+    return _redact_views(text)
+
+
+def _redact_views(text: str) -> tuple[str, int]:
+    found: list[tuple[str, str]] = []
+    out, count = _scan(text, found)
+    if "\\" in text:
+        view = _lines_with(_JSON_ESCAPE, text)
+        for _ in range(3):  # JSON in a JSON string in a JSON string
+            if not view:
+                break
+            view = _JSON_ESCAPE.sub(_json_unescape, view)
+            _scan(view, found)
+            view = _lines_with(_JSON_ESCAPE, view)
+    if "%" in text:
+        view = _lines_with(_URL_ESCAPE, text)
+        if view:
+            from urllib.parse import unquote, unquote_plus
+
+            view = unquote(view)
+            _scan(view, found)
+            if _URL_ESCAPE.search(view):  # a URL inside a query parameter
+                _scan(unquote_plus(view), found)
+    if found:
+        out, count = _echo(out, found, count)
+    return out, count
+
+
+def _lines_with(pattern: re.Pattern[str], text: str) -> str:
+    """Only the lines an encoding touches are decoded and scanned again: the rest was read plain already."""
+    return "\n".join(line for line in text.split("\n") if pattern.search(line))
+
+
+def _json_unescape(match: re.Match[str]) -> str:
+    esc = match.group(0)[1:]
+    if esc[0] == "u":
+        return chr(int(esc[1:], 16))
+    return _JSON_CHARS.get(esc, esc)
+
+
+def _echo(text: str, found: list[tuple[str, str]], count: int) -> tuple[str, int]:
+    """Remove each found secret wherever else it appears — raw, JSON-escaped or percent-encoded: a password printed
+    once after `--password` and again on its own is the same secret."""
+    import json
+    from urllib.parse import quote, quote_plus
+
+    seen = set()
+    for value, kind in sorted(found, key=lambda f: -len(f[0])):
+        if len(value) < _ECHO_MIN or value.isalpha() or value in seen or value.startswith("[REDACTED:"):
+            continue
+        seen.add(value)
+        forms = {value, json.dumps(value)[1:-1], quote(value, safe=""), quote(value), quote_plus(value)}
+        for form in sorted(forms, key=len, reverse=True):
+            hits = text.count(form) if len(form) >= _ECHO_MIN else 0
+            if hits:
+                text = text.replace(form, _mark(kind))
+                count += hits
+    return text, count
+
+
+def _scan(text: str, found: list[tuple[str, str]]) -> tuple[str, int]:
+    """One pass of every rule over `text`; appends (secret, kind) for each replacement to `found`."""
     count = 0
 
-    def sub(pattern: re.Pattern[str], replace: Callable[[re.Match[str]], str | None], source: str) -> str:
+    def sub(pattern: re.Pattern[str], rule: Callable[[re.Match[str]], tuple[str, str, str, str] | None],
+            source: str) -> str:
         def one(match: re.Match[str]) -> str:
             nonlocal count
-            replaced = replace(match)
-            if replaced is None:
+            hit = rule(match)
+            if hit is None:
                 return match.group(0)
+            head, secret, kind, tail = hit
             count += 1
-            return replaced
+            found.append((secret, kind))
+            return head + _mark(kind) + tail
 
         return pattern.sub(one, source)
 
     text = sub(_PRIVATE_KEY, _private_key, text)
-    text = sub(_URL_PASSWORD, _url_password, text)
-    for kind, pattern in _TOKENS:
-        text = sub(pattern, lambda m, kind=kind: _mark(kind), text)
+    if "://" in text:
+        text = sub(_URL_PASSWORD, _url_password, text)
+    for kind, triggers, shape in _TOKEN_SHAPES:
+        if any(t in text for t in triggers):
+            text = sub(_token_re(shape), lambda m, kind=kind: ("", m.group(0), kind, ""), text)
     text = sub(_AUTH_HEADER, _auth_header, text)
     text = sub(_BEARER, _bearer, text)
     text = sub(_ASSIGNMENT, _assignment, text)
+    if "-" in text:
+        text = sub(_FLAG, _flag, text)
+        if "-p" in text:
+            text = sub(_SHORT_P, _loose_value, text)
+        if "-u" in text:
+            text = sub(_CURL_USER, _loose_value, text)
+    if "password" in text:
+        text = sub(_NETRC, _loose_value, text)
+    if "ookie" in text or "OOKIE" in text:
+        text = _COOKIE_LINE.sub(lambda m: m.group("head") + sub(_COOKIE, _cookie, m.group("value")), text)
+    if "sig=" in text:
+        text = sub(_SAS_SIGNATURE, _sas_signature, text)
     return text, count
 
 
-def _private_key(match: re.Match[str]) -> str | None:
-    return _mark("private_key") if _KEY_MATERIAL.search(match.group("body")) else None
+Hit = tuple[str, str, str, str] | None  # (kept before, the secret, its kind, kept after), or None: leave it
 
 
-def _url_password(match: re.Match[str]) -> str | None:
+def _private_key(match: re.Match[str]) -> Hit:
+    return ("", match.group(0), "private_key", "") if _KEY_MATERIAL.search(match.group("body")) else None
+
+
+def _url_password(match: re.Match[str]) -> Hit:
     secret = match.group("secret")
     if secret.startswith("[REDACTED:") or _PLACEHOLDER.fullmatch(secret):
         return None
-    return match.group("head") + _mark("url_password")
+    return match.group("head"), secret, "url_password", ""
 
 
-def _auth_header(match: re.Match[str]) -> str | None:
+def _auth_header(match: re.Match[str]) -> Hit:
     secret = match.group("secret")
     if secret.startswith(("[REDACTED:", "{", "$", "<", "%")):
         return None
     if match.group("scheme") is None and not _looks_random(secret):
         return None  # "Authorization: required" in prose
     kind = "bearer_token" if (match.group("scheme") or "").lower() == "bearer" else "authorization"
-    return match.group("head") + _mark(kind)
+    return match.group("head"), secret, kind, ""
 
 
-def _bearer(match: re.Match[str]) -> str | None:
+def _bearer(match: re.Match[str]) -> Hit:
     secret = match.group("secret")
     if secret.startswith("[REDACTED:") or not _looks_random(secret):
         return None
-    return match.group("head") + _mark("bearer_token")
+    return match.group("head"), secret, "bearer_token", ""
 
 
-def _assignment(match: re.Match[str]) -> str | None:
+def _unquote(value: str) -> tuple[str, str]:
+    if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
+        return value[1:-1], value[0]
+    return value, ""
+
+
+def _flag(match: re.Match[str]) -> Hit:
     key = match.group("key")
     if not is_secret_key(key):
         return None
-    quote = '"' if match.group("dq") is not None else "'" if match.group("sq") is not None else ""
-    value = match.group("dq") if quote == '"' else match.group("sq") if quote == "'" else match.group("bare")
+    value, quote = _unquote(match.group("secret"))
+    if not _is_literal_secret(value, literal=bool(quote)):
+        return None
+    return match.group("head") + quote, value, _secret_kind(key), quote
+
+
+def _loose_value(match: re.Match[str]) -> Hit:
+    """A value whose place says it is a password (`-p`, `-u user:`, netrc's `password`): taken unless it is a
+    placeholder or one plain word (`mysql -u root -p app` prompts, and `app` is the database)."""
+    value, quote = _unquote(match.group("secret"))
+    if not _is_literal_secret(value, literal=False) or _NUMBERS.fullmatch(value):
+        return None  # `docker run -u 1000:1000 -p 8080:80`: ids and ports
+    return match.group("head") + quote, value, "password", quote
+
+
+def _cookie(match: re.Match[str]) -> Hit:
+    secret = match.group("secret")
+    if secret.startswith("[REDACTED:") or not _looks_random(secret):
+        return None
+    return match.group("head"), secret, "cookie", ""
+
+
+def _sas_signature(match: re.Match[str]) -> Hit:
+    secret = match.group("secret")
+    return (match.group("head"), secret, "signature", "") if not secret.startswith("[REDACTED:") else None
+
+
+_DOCKER_AUTH_KEYS = {"auth", "_auth"}
+_BASE64ISH = re.compile(r"[A-Za-z0-9+/_-]{12,}={0,2}")
+
+
+def _assignment(match: re.Match[str]) -> Hit:
+    key = match.group("key")
+    quoted = match.group("quoted") or match.group("paren")
+    if not is_secret_key(key):
+        # docker config and .npmrc keep base64 `user:password` under a bare `auth` / `_auth`
+        value = quoted[1:-1] if quoted and len(quoted) >= 2 else match.group("bare") or ""
+        if key.lower() not in _DOCKER_AUTH_KEYS or not _BASE64ISH.fullmatch(value) or not _looks_random(value):
+            return None
+        if quoted:
+            return match.group("head") + (match.group("open") or "") + quoted[0], value, "auth", quoted[0]
+        return match.group("head"), value, "auth", ""
+    if quoted:
+        parts = re.findall(r""""((?:[^"\\\n]|\\.)*)"|'([^'\n]*)'""", quoted)
+        value = "".join(dq or sq for dq, sq in parts)
+        if not _is_literal_secret(value, literal=True):
+            return None
+        quote = quoted[0]
+        return match.group("head") + (match.group("open") or "") + quote, value, _secret_kind(key), quote
+    value = match.group("bare")
     rest = ""
     env_line = bool(match.group("export")) or (
         match.group("sep") == "=" and re.fullmatch(r"[A-Z][A-Z0-9_]*", key) is not None
     )
-    if not quote and not env_line:
+    if not env_line:
         # Outside an env file a bare value ends at punctuation, and inside a query string at the next parameter.
         in_query = match.string[match.start() - 1 : match.start()] in ("?", "&")
         value = re.match(r"[^,;}\]&]*" if in_query else r"[^,;}\]]*", value).group(0)
         rest = match.group("bare")[len(value) :]
-    if not _is_literal_secret(value, literal=bool(quote) or env_line):
+    if not _is_literal_secret(value, literal=env_line):
         return None
-    return match.group("head") + quote + _mark(_secret_kind(key)) + quote + rest
+    return match.group("head"), value, _secret_kind(key), rest
+
+
+@functools.lru_cache(maxsize=8192)
+def redact_text(text: str) -> str:
+    """`redact` for short text that recurs — lesson and pattern wording on its way into pattern memory and the
+    harness's published files — remembered, since the same lesson is observed again and again."""
+    return redact(text)[0]
 
 
 def redact_obj(obj: Any) -> tuple[Any, int]:
@@ -289,7 +518,7 @@ def content_fields(text: str | bytes, store_content: bool) -> dict:
         fields["excerpt"] = _excerpt(redacted)
         fields["text"] = redacted
     else:
-        fields["excerpt"] = _excerpt(redact(decoded[: EXCERPT_CHARS + _WINDOW])[0])
+        fields["excerpt"] = _excerpt(redact(decoded[: EXCERPT_CHARS + WINDOW])[0])
     return fields
 
 

@@ -45,6 +45,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from .errors import InvalidInput, NotFound, ReefError
+from .redact import redact_text
 from .patterns import Observation, PatternMemory, dont_text, polarity_of, sentence, terms_of
 
 RECENT_INTERACTIONS = 200_000
@@ -454,10 +455,10 @@ class Reflector:
     # -- observations
     def _observe(self, lesson: Lesson, rec_seq: dict[str, tuple[int, str, bool]], seen: set) -> None:
         res = self.result
-        memo = (lesson.text, lesson.polarity)
+        memo = (redact_text(lesson.text), lesson.polarity)  # no secret becomes a term, a key or a bullet
         terms = self._cache.get(memo)
         if terms is None:
-            terms = terms_of(lesson.text)
+            terms = terms_of(memo[0])
             if len(self._cache) > 50_000:
                 self._cache.clear()
             self._cache[memo] = terms

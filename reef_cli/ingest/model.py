@@ -67,10 +67,10 @@ def digest(text: str) -> str:
 def clip(text: str, limit: int) -> str:
     """A redacted excerpt of at most about `limit` characters: redacted before cutting (a secret across the cut is
     still caught), and a redaction marker is never cut in half. Memoised: sessions repeat commands and replies."""
-    from ..redact import redact
+    from ..redact import WINDOW, redact
 
     text = text.replace("\x00", "")
-    out = redact(text[: limit + 4096])[0]
+    out = redact(text[: limit + WINDOW])[0]
     if len(out) <= limit:
         return out
     cut = limit
