@@ -372,7 +372,8 @@ def ingest(store, *, agent: str | None = None, paths: list[Path] | None = None, 
 
 def _ingest_locked(store, agent, sources, since_iso, state_path, progress) -> IngestResult:
     head = store.head()
-    observe_rules = tuple(store.config_of(head).observe_only) if head is not None else ()
+    # the materialised release's cached config: no YAML or Git on a wrapper's path (tests/test_wrapper.py)
+    observe_rules = tuple(store.materialised_config(head)[1].observe_only) if head is not None else ()
     result = IngestResult(sources=len(sources))
     state = _State(state_path)
     ledger = store.ledger()
