@@ -63,6 +63,9 @@ def _register(app: typer.Typer) -> None:
     from . import ingest_cmds
 
     ingest_cmds.register(app, harness_cmds.app)
+    from . import train_cmds
+
+    train_cmds.register(app)
 
 
 _apps: dict[str | None, typer.Typer] = {}
