@@ -215,6 +215,9 @@ class ChatBackend:
         if not model:
             raise InvalidInput(f"the {self.protocol} reflector needs a model name: set reflector.model in "
                                "harness.yaml or pass --model")
+        from .model_url import check_model_url
+
+        check_model_url(base_url)
         self.base_url = base_url.rstrip("/")
         self.model = model
         self._key = api_key
