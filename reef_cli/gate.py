@@ -689,8 +689,11 @@ def gate_candidate(
     cand_files = dict(candidate_files)
     base_cid = base_release.content_id if base_release is not None else _content_id(store, base_files)
     cand_cid = _content_id(store, cand_files)
+    # The baseline's release is part of the run: its episodes are recorded under it, so the same content judged as a
+    # release and as a plain tree (`reef ci --base DIR`) must not share a journal whose record ids then collide.
     run = _run_key({"v": 1, "baseline": base_cid, "candidate": cand_cid, "suite": suite.digest,
-                    "agent": list(config.agent), "seed": settings.seed})
+                    "agent": list(config.agent), "seed": settings.seed,
+                    "baseline_release": base_release.release_id if base_release is not None else None})
     run_dir = Path(journal_dir) if journal_dir is not None else store.dir / "gate" / run
     run_dir.mkdir(parents=True, exist_ok=True)
     journal = Journal(run_dir / "journal.jsonl")
