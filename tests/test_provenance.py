@@ -5,6 +5,7 @@ id, and the provenance check (retry once, then 409 / no receipt, recorded) strea
 from __future__ import annotations
 
 import json
+import sys
 
 import openai
 import pytest
@@ -23,7 +24,24 @@ def ask(gw: Gateway, text: str):
         model="smol", messages=[{"role": "user", "content": text}], max_tokens=4)
 
 
-def test_serve_records_train_consumes_new_load_id_answers_and_mismatch_is_refused(reef, project, engine):
+EVAL = """\
+import os, sys, openai
+# a canary set scored through reef serve: an answer only counts when serve verified the candidate's weights
+c = openai.OpenAI(base_url=os.environ["REEF_SERVE_URL"] + "/v1", api_key="unused", max_retries=0,
+                  default_headers={"x-reef-scenario": "model", "x-reef-tag-purpose": "weight-gate"})
+ok = 0
+for prompt in ("canary 1", "canary 2"):
+    try:
+        c.chat.completions.create(model="smol", messages=[{"role": "user", "content": prompt}], max_tokens=4)
+        ok += 1
+    except openai.ConflictError:
+        pass
+print(ok / 2)
+"""
+
+
+def test_serve_records_train_consumes_new_load_id_answers_and_mismatch_is_refused(reef, project, engine, tmp_path,
+                                                                                  monkeypatch):
     # a first weight release (serve freezes a scenario's head, so the weights scenario needs one)
     led = ledger_of(project)
     scored(led, inference(led, engine, prompt="seed"), 1.0, "check")
@@ -52,12 +70,20 @@ def test_serve_records_train_consumes_new_load_id_answers_and_mismatch_is_refuse
                                          headers={"x-reef-scenario": SCEN, "Content-Type": "application/json"})
             assert urllib.request.urlopen(req).status == 200
 
-        # reef train consumes exactly the serve records, hot-swaps, publishes a new load id
-        r = train(reef, project, *swap_args(engine), "--json", recipe=None)
+        # reef train consumes exactly the serve records, hot-swaps, publishes a new load id, and its weight gate
+        # scores the candidate through the same gateway (REEF_SERVE_URL): each canary answer verified against it
+        evaluator = tmp_path / "eval_via_serve.py"
+        evaluator.write_text(EVAL)
+        monkeypatch.setenv("REEF_SERVE_URL", gw.url)
+        r = train(reef, project, *swap_args(engine), "--eval", f"{sys.executable} {evaluator}", "--json", recipe=None)
         assert r.code == 0, r.err
         out = json.loads(r.out)
         load2, rel2 = out["runtime_load_id"], out["release_id"]
         assert load2 != load1 and sorted(s["record_id"] for s in out["selection"]["samples"]) == sorted(rids)
+        assert out["gate"]["passed"] and out["gate"]["score"] == 1.0
+        canaries = [x.payload for x in ledger_of(project).iter_records()
+                    if x.kind == "inference" and (x.payload.get("tags") or {}).get("purpose") == "weight-gate"]
+        assert [(c["weight_version"], c["outcome"]) for c in canaries] == [(load2, "ok")] * 2
 
         # new requests through the same gateway: answered and recorded under the new release and load id
         raw = ask(gw, "after the swap")

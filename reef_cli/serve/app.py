@@ -417,7 +417,7 @@ class Gateway:
 
         return _json_response({
             "version": __version__, "url": self.url, "upstream": self.upstream.shown(),
-            "upstream_api": self.upstream.api, "inject": self.config.inject,
+            "upstream_api": "sglang" if self.config.upstream_api == "sglang" else self.upstream.api, "inject": self.config.inject,
             "store_content": self.config.store_content, "pass_client_key": self.config.pass_client_key,
             "auth": self.tokens is not None, "default_scenario": self.config.scenario, "scenarios": scenarios,
             "in_flight": max(0, len(self.in_flight) - 1), "recorded": self.recorder.recorded,
