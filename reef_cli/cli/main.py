@@ -62,6 +62,7 @@ def _register(app: typer.Typer) -> None:
 
     evolve_cmds.register_root(app)
     app.add_typer(ledger_cmds.app, name="ledger")
+    app.add_typer(ledger_cmds.repair_app, name="repair")
     from . import train_cmds
 
     train_cmds.register(app)
