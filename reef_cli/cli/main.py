@@ -60,6 +60,9 @@ def _register(app: typer.Typer) -> None:
 
     evolve_cmds.register_root(app)
     app.add_typer(ledger_cmds.app, name="ledger")
+    from . import doctor_cmds
+
+    doctor_cmds.register(app)
 
 
 _apps: dict[str | None, typer.Typer] = {}
