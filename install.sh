@@ -5,7 +5,8 @@
 #   ./install.sh --adapter claude|opencode|pi
 #                           plus that agent's CLI (if missing) and its reef-<agent> wrapper, bound to the reef
 #                           project of the current directory (`reef harness install --adapter NAME`)
-# Idempotent: re-running upgrades in place. Env: REEF_VENV (default ./.venv), REEF_BIN_DIR (default ~/.local/bin).
+# Idempotent: re-running upgrades in place. Env: REEF_VENV (default ./.venv), REEF_BIN_DIR (default ~/.local/bin),
+# REEF_NO_COMPLETION=1 (do not install shell completion for $SHELL).
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -16,7 +17,7 @@ while [ "$#" -gt 0 ]; do
     --dev) dev=1 ;;
     --adapter) [ "$#" -ge 2 ] || { echo "install.sh: --adapter needs a name" >&2; exit 2; }; adapter="$2"; shift ;;
     --adapter=*) adapter="${1#--adapter=}" ;;
-    -h|--help) sed -n '2,8p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,9p' "$0"; exit 0 ;;
     *) echo "install.sh: unknown option '$1' (try --help)" >&2; exit 2 ;;
   esac
   shift
@@ -62,6 +63,11 @@ case ":$PATH:" in
   *":$bin_dir:"*) ;;
   *) echo "note: $bin_dir is not on your PATH; add it, or run $venv/bin/reef" ;;
 esac
+# Tab completion for the login shell: best effort, never fails the install (REEF_NO_COMPLETION=1 skips it).
+if [ -z "${REEF_NO_COMPLETION:-}" ]; then
+  "$venv/bin/reef" completion install 2>/dev/null \
+    || echo "note: shell completion not installed; run: reef completion install --shell bash|zsh|fish"
+fi
 if [ "$dev" = 1 ]; then
   # The real agent CLIs that tests/test_agents_e2e.py drives, at their pinned versions (npm's cache makes a
   # reinstall take seconds). Not fatal: without them those tests skip and say why.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Optional
@@ -63,6 +64,9 @@ def _register(app: typer.Typer) -> None:
     from . import doctor_cmds
 
     doctor_cmds.register(app)
+    from . import completion_cmds
+
+    completion_cmds.register(app)
 
 
 _apps: dict[str | None, typer.Typer] = {}
@@ -106,6 +110,10 @@ def run(argv: list[str] | None = None) -> int:
 
     argv = sys.argv[1:] if argv is None else list(argv)
     click_cmd = typer_main.get_command(build_app(argv))
+    if os.environ.get("_REEF_COMPLETE"):  # a shell asks for completions: only then load that machinery
+        from .completion_cmds import prepare
+
+        prepare(click_cmd)
     try:  # typer >= 0.20 vendors click; older typer uses the click package (the one shim for that internal)
         from typer._click import exceptions as click_exc
     except ImportError:  # pragma: no cover
