@@ -72,6 +72,13 @@ if [ "$dev" = 1 ]; then
   # The real agent CLIs that tests/test_agents_e2e.py drives, at their pinned versions (npm's cache makes a
   # reinstall take seconds). Not fatal: without them those tests skip and say why.
   "$here/adapters/install-agents.sh" || echo "note: agent CLIs not installed; tests/test_agents_e2e.py will skip" >&2
+  # Headless Chromium renders `reef page` in tests/test_page.py. Debian's package, as root only (CI starts from a
+  # clean machine as root); never fatal: without it that test skips and says why.
+  if ! command -v chromium >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    { DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium || { apt-get update -qq &&
+      DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }; } >/dev/null 2>&1 \
+      || echo "note: chromium not installed; tests/test_page.py will skip its browser check" >&2
+  fi
 fi
 if [ -n "$adapter" ]; then
   if ! "$venv/bin/python" -c 'import sys; from reef_cli.adapters import find_binary, load; sys.exit(find_binary(load(sys.argv[1])) is None)' "$adapter" 2>/dev/null; then

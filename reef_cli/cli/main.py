@@ -67,6 +67,9 @@ def _register(app: typer.Typer) -> None:
     from . import completion_cmds
 
     completion_cmds.register(app)
+    from . import page_cmds
+
+    page_cmds.register(app)
 
 
 _apps: dict[str | None, typer.Typer] = {}
