@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Install reef from this checkout into a virtual environment and put `reef` on PATH.
 #   ./install.sh            reef and its runtime dependencies
-#   ./install.sh --dev      plus the test dependencies and the pinned agent CLIs for the e2e tests
+#   ./install.sh --dev      plus the test dependencies, Ray (reef[ray]), chromium (as root) and the pinned
+#                           agent CLIs for the e2e tests
 #   ./install.sh --adapter claude|opencode|pi
 #                           plus that agent's CLI (if missing) and its reef-<agent> wrapper, bound to the reef
 #                           project of the current directory (`reef harness install --adapter NAME`)
@@ -17,7 +18,7 @@ while [ "$#" -gt 0 ]; do
     --dev) dev=1 ;;
     --adapter) [ "$#" -ge 2 ] || { echo "install.sh: --adapter needs a name" >&2; exit 2; }; adapter="$2"; shift ;;
     --adapter=*) adapter="${1#--adapter=}" ;;
-    -h|--help) sed -n '2,9p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,10p' "$0"; exit 0 ;;
     *) echo "install.sh: unknown option '$1' (try --help)" >&2; exit 2 ;;
   esac
   shift
@@ -49,6 +50,11 @@ spec="$here"
 [ "$dev" = 1 ] && spec="$here[dev]"
 # compat mode: a plain .pth entry instead of an import-hook finder (saves ~10 ms on every reef start)
 "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --config-settings editable_mode=compat -e "$spec"
+if [ "$dev" = 1 ]; then
+  # reef[ray] for `--executor ray` and its (slow-marked) tests: ~80 MB, so a failure here only skips those tests
+  "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --config-settings editable_mode=compat \
+    -e "$here[dev,ray]" || echo "note: Ray not installed; --executor ray and its tests are unavailable" >&2
+fi
 
 bin_dir="${REEF_BIN_DIR:-$HOME/.local/bin}"
 mkdir -p "$bin_dir"

@@ -18,7 +18,7 @@ import sys
 import tempfile
 import threading
 import time
-from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Mapping, Sequence
@@ -276,8 +276,10 @@ class EpisodeRunner:
         environ: Mapping[str, str] | None = None,
         kill_grace: float = 2.0,
         store_content: bool = False,
+        executor=None,
     ) -> None:
         self.agent = tuple(agent)
+        self.executor = executor  # an executors.ExecutorSpec; None: $REEF_EXECUTOR, else local threads
         self.store_content = store_content
         self.suite_dir = Path(suite_dir)
         self.seed = seed
@@ -286,6 +288,11 @@ class EpisodeRunner:
         self.environ = dict(os.environ if environ is None else environ)
         self.kill_grace = kill_grace
         self.groups = ProcessGroups()
+
+    def settings(self) -> dict:
+        """What a runner elsewhere (a Ray worker) needs to run one of our episodes exactly as we would."""
+        return {"agent": self.agent, "suite_dir": self.suite_dir, "seed": self.seed, "work_root": self.work_root,
+                "environ": self.environ, "kill_grace": self.kill_grace, "store_content": self.store_content}
 
     def episode_seed(self, task: Task, repeat: int) -> str:
         """The same for candidate and current, so both sides meet the same luck (common random numbers)."""
@@ -394,9 +401,12 @@ class EpisodeRunner:
                 todo.append(req)
         if not todo:
             return results
-        pool = ThreadPoolExecutor(max_workers=min(self.workers, len(todo)), thread_name_prefix="reef-episode")
+        from .executors import ExecutorSpec, make_executor
+
+        spec = self.executor or ExecutorSpec.of(environ=self.environ)
+        pool = make_executor(spec, min(self.workers, len(todo)))
         try:
-            pending = {pool.submit(self.run_one, req) for req in todo}
+            pending = {pool.submit(self, req) for req in todo}
             while pending:
                 finished, pending = wait(pending, return_when=FIRST_COMPLETED)
                 for fut in finished:
@@ -408,9 +418,9 @@ class EpisodeRunner:
                         on_result(res, False)
         except BaseException:
             self.groups.kill_all()
-            pool.shutdown(wait=True, cancel_futures=True)
+            pool.shutdown(cancel=True)
             raise
-        pool.shutdown(wait=True)
+        pool.shutdown()
         return results
 
 

@@ -621,6 +621,7 @@ def gate_candidate(
     journal_dir: Path | None = None,
     repeats: int | None = None,
     environ: Mapping[str, str] | None = None,
+    executor=None,
 ) -> Verdict | None:
     """Run the canary gate of `candidate_files` against `baseline` (default: the head release).
 
@@ -667,7 +668,7 @@ def gate_candidate(
             CANDIDATE: materialise_readonly(trees / cand_cid, cand_files)}
     cids = {CURRENT: base_cid, CANDIDATE: cand_cid}
     runner = EpisodeRunner(config.agent, suite_dir=dirs[CURRENT], seed=settings.seed, workers=workers,
-                           environ=environ, store_content=config.store_content)
+                           environ=environ, store_content=config.store_content, executor=executor)
     by_id = {t.id: t for t in canary}
     specs = [TaskSpec(t.id, t.sentinel) for t in canary]
     base_rid = base_release.release_id if base_release is not None else None

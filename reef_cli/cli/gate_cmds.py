@@ -15,6 +15,10 @@ JSON = typer.Option(False, "--json", help="Print machine-readable JSON.")
 WORKERS = typer.Option(None, "--workers", "-j", min=1, help="Episodes run in parallel (default: number of cores).")
 POLICY = typer.Option(None, "--policy", help="paired (default), tally (wins - losses > margin), floor or always.")
 MAX_EPISODES = typer.Option(None, "--max-episodes", min=0, help="Episode budget; the gate rejects if it runs out first.")
+EXECUTOR = typer.Option(None, "--executor", help="Where episodes run: local (threads, default) or ray (reef[ray]; "
+                        "env REEF_EXECUTOR).")
+RAY_ADDRESS = typer.Option(None, "--ray-address", help="Ray cluster to join with --executor ray (default: start a "
+                           "local one; env REEF_RAY_ADDRESS).")
 REPEATS = typer.Option(None, "--repeats", "-k", min=1, help="Repeats per task and side (default: harness.yaml gate.repeats).")
 
 
@@ -124,12 +128,16 @@ def eval_cmd(
     repeats: Optional[int] = REPEATS,
     attribute: bool = typer.Option(False, "--attribute", help="Leave-one-out utility of each bullet the candidate adds."),
     as_json: bool = JSON,
+    executor: Optional[str] = EXECUTOR,
+    ray_address: Optional[str] = RAY_ADDRESS,
 ) -> None:
     """Run the canary gate on a candidate harness without publishing: exit 0 if it would publish, 1 if not."""
     from ..errors import NotFound, UsageError
+    from ..executors import ExecutorSpec
     from ..gate import ablations, frozen_changes, gate_candidate
 
     env: Env = ctx.obj
+    ExecutorSpec.of(executor, ray_address, env.environ)  # a bad --executor fails before any work
     if candidate and working_tree:
         raise UsageError("--candidate and --working-tree are mutually exclusive")
     _check_policy(policy)
@@ -151,7 +159,8 @@ def eval_cmd(
     with _interruptible(), _progress(not as_json) as progress:
         verdict = gate_candidate(store, files, ledger=store.ledger(), baseline=base, workers=workers, policy=policy,
                                  max_episodes=max_episodes, repeats=repeats, progress=progress, environ=env.environ,
-                                 attribute=ablations(base_files, files) if attribute else None)
+                                 attribute=ablations(base_files, files) if attribute else None,
+                                 executor=ExecutorSpec.of(executor, ray_address, env.environ))
     if verdict is None:
         raise NotFound(f"release {base.step} has no canary tasks (harness.yaml gate.tasks); add some under canary/ "
                        "and publish them first")
@@ -201,6 +210,8 @@ def ci(
     policy: Optional[str] = POLICY,
     workers: Optional[int] = WORKERS,
     max_episodes: Optional[int] = MAX_EPISODES,
+    executor: Optional[str] = EXECUTOR,
+    ray_address: Optional[str] = RAY_ADDRESS,
 ) -> None:
     """Gate the working tree's harness (e.g. a pull request) against the published head.
 
@@ -208,10 +219,12 @@ def ci(
     touches a Frozen path such as a canary task, an evaluator or harness.yaml)."""
     from ..config import CONFIG_NAME, parse_config
     from ..errors import PolicyError
+    from ..executors import ExecutorSpec
     from ..gate import frozen_changes, gate_candidate
 
     env: Env = ctx.obj
     _check_policy(policy)
+    spec = ExecutorSpec.of(executor, ray_address, env.environ)
     store, baseline, base_files, base_label = _ci_store(env, base)
     config = parse_config(base_files[CONFIG_NAME].data, source=f"{CONFIG_NAME} ({base_label})")
     files = store.worktree_files(config)
@@ -226,7 +239,8 @@ def ci(
     else:
         with _interruptible(), _progress(not as_json) as progress:
             verdict = gate_candidate(store, files, ledger=store.ledger(), baseline=baseline, workers=workers,
-                                     policy=policy, max_episodes=max_episodes, progress=progress, environ=env.environ)
+                                     policy=policy, max_episodes=max_episodes, progress=progress, environ=env.environ,
+                                     executor=spec)
         if verdict is None:
             report.status, report.reason = "pass", "no canary tasks (harness.yaml gate.tasks); nothing to gate"
         else:

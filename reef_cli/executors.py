@@ -1,0 +1,150 @@
+"""Where canary episodes run: a local thread pool (the default) or Ray tasks (`--executor ray`, `reef[ray]`).
+
+The seam is deliberately small. `EpisodeRunner.run_many` asks an executor for futures, one per episode, and keeps
+everything else on the driver: the journal, the ledger writes, the budget and the early stop (the gate decides
+which episodes to ask for next only from results it has), so a Ray run writes the same journal and reaches the same
+verdict as a local one for the same seed. An episode's score depends on its task, side, repeat and seed, not on
+where it ran.
+
+Ray: each episode is one task running `EpisodeRunner.run_one` in a Ray worker with the runner's settings (not the
+runner object: its process-group registry stays on the driver). A worker that dies mid-episode (OOM, a node lost,
+`kill -9`) is retried by Ray up to `RAY_RETRIES` times; an episode that fails inside reef (agent exit, timeout) is
+a result, not a retry. The harness trees travel as paths: this is right for a local Ray instance and for a cluster
+whose nodes share the filesystem where `.reef/` lives.
+"""
+
+from __future__ import annotations
+
+import os
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
+
+from .errors import InvalidInput
+
+KINDS = ("local", "ray")
+RAY_RETRIES = 3
+ENV_EXECUTOR = "REEF_EXECUTOR"
+ENV_RAY_ADDRESS = "REEF_RAY_ADDRESS"
+
+
+@dataclass(frozen=True)
+class ExecutorSpec:
+    """Which executor, and for Ray the cluster to join (None: start a local Ray instance sized to `workers`)."""
+
+    kind: str = "local"
+    ray_address: str | None = None
+
+    @classmethod
+    def of(cls, kind: str | None = None, ray_address: str | None = None,
+           environ: Mapping[str, str] | None = None) -> "ExecutorSpec":
+        """Flags first, then $REEF_EXECUTOR / $REEF_RAY_ADDRESS (how `reef harness evolve` and CI jobs choose)."""
+        env = os.environ if environ is None else environ
+        kind = kind or env.get(ENV_EXECUTOR) or "local"
+        if kind not in KINDS:
+            raise InvalidInput(f"unknown executor '{kind}'; use one of: {', '.join(KINDS)}")
+        address = ray_address or env.get(ENV_RAY_ADDRESS) or None
+        if address and kind != "ray":
+            raise InvalidInput("--ray-address needs --executor ray")
+        return cls(kind, address)
+
+
+class LocalExecutor:
+    def __init__(self, workers: int) -> None:
+        self.pool = ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="reef-episode")
+
+    def submit(self, runner, req) -> Future:
+        return self.pool.submit(runner.run_one, req)
+
+    def shutdown(self, cancel: bool = False) -> None:
+        self.pool.shutdown(wait=True, cancel_futures=cancel)
+
+
+def _run_episode(settings: dict, req) -> Any:
+    """Runs in a Ray worker: a one-episode runner with the driver's settings."""
+    from .episodes import EpisodeRunner
+
+    return EpisodeRunner(**settings, workers=1).run_one(req)
+
+
+_remote: dict[str, Any] = {}
+
+
+def ray_available() -> bool:
+    try:
+        import ray  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def ensure_ray(address: str | None, workers: int) -> Any:
+    """Import Ray and connect (or start a local instance once per process)."""
+    try:
+        import ray
+    except ImportError:
+        raise InvalidInput("--executor ray needs Ray: pip install 'reef[ray]' (or ./install.sh --dev)") from None
+    if not ray.is_initialized():
+        kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False, "logging_level": "ERROR",
+                                  "configure_logging": False}
+        if address:
+            kwargs["address"] = address
+        else:
+            kwargs["num_cpus"] = max(1, workers)
+        try:
+            ray.init(**kwargs)
+        except ConnectionError as exc:
+            raise InvalidInput(f"--ray-address {address}: cannot connect to Ray ({exc})") from None
+        _raylet_messages_to_stderr()
+    if "episode" not in _remote:
+        _remote["episode"] = ray.remote(max_retries=RAY_RETRIES, retry_exceptions=False, num_cpus=1)(_run_episode)
+    return ray
+
+
+def _raylet_messages_to_stderr() -> None:
+    """Ray's driver prints cluster messages ("(raylet) A worker died ...") to stdout, which would corrupt
+    `reef eval --json`; they are diagnostics, so they go to stderr. Ray has no setting for this (2.60), hence the
+    wrap of its one printing function; if Ray renames it, messages stay on stdout and nothing else changes."""
+    try:
+        from ray._private import worker
+    except ImportError:  # pragma: no cover
+        return
+    original = getattr(worker, "print_to_stdstream", None)
+    if original is None or getattr(original, "_reef", False):
+        return
+
+    def to_stderr(data, ignore_prefix):
+        return original({**data, "is_err": True}, ignore_prefix)
+
+    to_stderr._reef = True  # type: ignore[attr-defined]
+    worker.print_to_stdstream = to_stderr
+
+
+class RayExecutor:
+    def __init__(self, workers: int, address: str | None = None) -> None:
+        self.ray = ensure_ray(address, workers)
+        self.refs: list[Any] = []
+
+    def submit(self, runner, req) -> Future:
+        ref = _remote["episode"].remote(runner.settings(), req)
+        self.refs.append(ref)
+        return ref.future()
+
+    def shutdown(self, cancel: bool = False) -> None:
+        if cancel:
+            for ref in self.refs:
+                try:
+                    self.ray.cancel(ref, force=True)
+                except Exception:  # already finished, or the cluster is gone: nothing left to stop
+                    pass
+        self.refs = []
+
+
+def make_executor(spec: ExecutorSpec | None, workers: int) -> "LocalExecutor | RayExecutor":
+    spec = spec or ExecutorSpec()
+    if spec.kind == "ray":
+        return RayExecutor(workers, spec.ray_address)
+    return LocalExecutor(workers)
+
+
+Factory = Callable[[int], "LocalExecutor | RayExecutor"]
