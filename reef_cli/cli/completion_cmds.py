@@ -64,10 +64,16 @@ def complete_adapters(ctx, param, incomplete: str):
         return []
 
 
+def complete_executors(ctx, param, incomplete: str):
+    from ..executors import KINDS
+
+    return _items(((k, None) for k in KINDS), incomplete)
+
+
 # parameter name -> completer; `diff` names its two releases a and b
 BY_NAME = {"scenario": complete_scenarios, "release": complete_releases, "expect_head": complete_releases,
            "candidate": complete_releases, "baseline": complete_releases, "adapter": complete_adapters,
-           "adapter_name": complete_adapters}
+           "adapter_name": complete_adapters, "executor": complete_executors}
 BY_COMMAND = {("diff", "a"): complete_releases, ("diff", "b"): complete_releases,
               ("compile", "agent"): complete_adapters}
 
