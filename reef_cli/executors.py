@@ -9,8 +9,8 @@ where it ran.
 Ray: each episode is one task running `EpisodeRunner.run_one` in a Ray worker with the runner's settings (not the
 runner object: its process-group registry stays on the driver). A worker that dies mid-episode (OOM, a node lost,
 `kill -9`) is retried by Ray up to `RAY_RETRIES` times; an episode that fails inside reef (agent exit, timeout) is
-a result, not a retry. The harness trees travel as paths: this is right for a local Ray instance and for a cluster
-whose nodes share the filesystem where `.reef/` lives.
+a result, not a retry. Harness trees travel through Ray's object store, put once per content id, and each worker
+rebuilds a read-only copy once, so workers need no access to the driver's `.reef/`.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from .errors import InvalidInput
@@ -60,11 +61,44 @@ class LocalExecutor:
         self.pool.shutdown(wait=True, cancel_futures=cancel)
 
 
-def _run_episode(settings: dict, req) -> Any:
-    """Runs in a Ray worker: a one-episode runner with the driver's settings."""
+def read_tree(path: Path) -> dict[str, tuple[bytes, bool]]:
+    """A materialised harness tree as {relative path: (bytes, executable)}: what travels to Ray workers."""
+    out = {}
+    for dirpath, _dirs, files in os.walk(path):
+        for name in files:
+            full = os.path.join(dirpath, name)
+            rel = os.path.relpath(full, path).replace(os.sep, "/")
+            with open(full, "rb") as f:
+                out[rel] = (f.read(), os.access(full, os.X_OK))
+    return out
+
+
+def worker_tree(key: str, tree: dict[str, tuple[bytes, bool]]) -> Path:
+    """The tree `key` (a content id) as a read-only directory on this worker, built once per worker process (a
+    directory per process: two workers never race to build the same one)."""
+    import hashlib
+    import tempfile
+
+    from .episodes import materialise_readonly
+    from .gitstore import MODE_EXEC, MODE_FILE, Entry
+
+    base = Path(tempfile.gettempdir()) / f"reef-ray-trees-{os.getuid()}"
+    base.mkdir(mode=0o700, exist_ok=True)
+    dest = base / f"{hashlib.sha256(key.encode()).hexdigest()[:20]}-{os.getpid()}"
+    files = {rel: Entry(data, MODE_EXEC if exe else MODE_FILE) for rel, (data, exe) in tree.items()}
+    return materialise_readonly(dest, files)
+
+
+def _run_episode(settings: dict, req, harness_key: str, harness: dict, suite_key: str, suite: dict) -> Any:
+    """Runs in a Ray worker: a one-episode runner with the driver's settings, on harness and suite trees rebuilt
+    from the object store (the driver's paths need not exist on this node). The trees are top-level arguments:
+    Ray resolves object refs only there."""
+    from dataclasses import replace
+
     from .episodes import EpisodeRunner
 
-    return EpisodeRunner(**settings, workers=1).run_one(req)
+    req = replace(req, harness_dir=worker_tree(harness_key, harness))
+    return EpisodeRunner(**{**settings, "suite_dir": worker_tree(suite_key, suite)}, workers=1).run_one(req)
 
 
 _remote: dict[str, Any] = {}
@@ -124,9 +158,19 @@ class RayExecutor:
     def __init__(self, workers: int, address: str | None = None) -> None:
         self.ray = ensure_ray(address, workers)
         self.refs: list[Any] = []
+        self.trees: dict[str, Any] = {}
+
+    def tree(self, key: str, path: Path) -> tuple:
+        """(key, object ref) of a harness tree, put into Ray's object store once per run: content-addressed by
+        `key`, so each tree crosses to the cluster once however many episodes use it."""
+        if key not in self.trees:
+            self.trees[key] = self.ray.put(read_tree(path))
+        return key, self.trees[key]
 
     def submit(self, runner, req) -> Future:
-        ref = _remote["episode"].remote(runner.settings(), req)
+        harness = self.tree(req.content_id, req.harness_dir)
+        suite = self.tree(f"suite:{Path(runner.suite_dir).name}:{runner.suite_dir}", runner.suite_dir)
+        ref = _remote["episode"].remote(runner.settings(), req, *harness, *suite)
         self.refs.append(ref)
         return ref.future()
 
@@ -138,6 +182,7 @@ class RayExecutor:
                 except Exception:  # already finished, or the cluster is gone: nothing left to stop
                     pass
         self.refs = []
+        self.trees = {}
 
 
 def make_executor(spec: ExecutorSpec | None, workers: int) -> "LocalExecutor | RayExecutor":

@@ -65,6 +65,7 @@ def journal(root: Path) -> dict:
 
 def verdict_of(r) -> dict:
     assert r.code in (0, 1), r.err
+    assert r.out.startswith("{"), (r.out[:2000], r.err[-2000:])
     v = json.loads(r.out)
     return {k: v[k] for k in ("decision", "reason", "interval", "per_task", "episodes_spent", "stage", "run")}
 
@@ -87,7 +88,9 @@ def test_ray_retries_an_episode_whose_worker_died(reef, tmp_path):
     agent = tmp_path / "agent.sh"
     # The first typo-fix episode kills the Ray worker that runs it (its parent: run_command starts the agent with
     # Popen from the worker), as an OOM kill or a lost node would; Ray retries the task on a fresh worker.
+    dirs = tmp_path / "dirs.log"
     agent.write_text("#!/bin/sh\n"
+                     f'echo "$REEF_HARNESS_DIR $REEF_SUITE_DIR" >> {dirs}\n'
                      f'if [ "$REEF_TASK_ID" = typo-fix ] && [ ! -e {marker} ]; then touch {marker}; '
                      "kill -9 $PPID; sleep 5; fi\n"
                      f'exec {sys.executable} -m reef_cli.example_agent "$@"\n')
@@ -97,3 +100,6 @@ def test_ray_retries_an_episode_whose_worker_died(reef, tmp_path):
     assert marker.exists()
     assert v["decision"] == "publish" and not json.loads(reef("-C", str(root), "eval", "--json").out).get("errors")
     assert len(journal(root)) == v["episodes_spent"]
+    # the harness came through Ray's object store: each worker rebuilt it, none read the driver's .reef/
+    lines = dirs.read_text().splitlines()
+    assert lines and all("/reef-ray-trees-" in line and str(root) not in line for line in lines)
