@@ -79,6 +79,11 @@ def test_ray_gives_the_local_verdict_and_journal(reef, tmp_path):
     b = verdict_of(reef("-C", str(ray_p), "eval", "--json", "--workers", "2", "--executor", "ray"))
     assert a == b and a["decision"] == "publish"
     assert journal(local) == journal(ray_p) and len(journal(local)) == a["episodes_spent"]
+    # the budget still binds: both executors stop at the same episode and give the same (budget) verdict
+    a = verdict_of(reef("-C", str(local), "eval", "--json", "--max-episodes", "6", "--policy", "tally"))
+    b = verdict_of(reef("-C", str(ray_p), "eval", "--json", "--max-episodes", "6", "--policy", "tally",
+                        "--executor", "ray"))
+    assert a == b and a["episodes_spent"] <= 6
 
 
 @RAY
