@@ -184,8 +184,9 @@ def init_project(
         raise InvalidInput("--template and --import are mutually exclusive")
     from .recipes import load as load_recipe
 
-    if recipe is not None:
-        load_recipe(recipe)  # refuse before anything is written
+    if recipe is not None and load_recipe(recipe).kind == "weights":  # refuse before anything is written
+        raise InvalidInput(f"recipe '{recipe}' trains model weights, not a harness; its scenario is created by "
+                           f"'reef -s NAME train --recipe {recipe}'")
     root = Path(os.path.abspath(root))
     if not root.is_dir():
         raise InvalidInput(f"{root}: not a directory")

@@ -31,6 +31,8 @@ Decisions (where the issue is silent):
   run X". Against a learned bullet it becomes a `Contradiction` carrying both (the gate or a human chooses; the
   loser gets negative evidence). Against a human's line (outside any block, in any Markdown file of the harness) it
   is blocked and recorded as negative evidence naming file and line: reef never edits the human's text.
+* **Screen.** A lesson that reads as an instruction injection or a permission escalation (screen.py) is blocked
+  before anything else looks at it — no gate, no proposal — and is negative evidence naming the rule it tripped.
 * **Zone guard.** Every path goes through `zones.check_write`; a Frozen target blocks the group and is negative
   evidence naming the path. For Managed files `blocks.outside_unchanged` is re-checked after applying. A target
   that harness.yaml `include` does not match is reported too: it would not be part of the harness.
@@ -52,6 +54,7 @@ from .blocks import (BudgetExceeded, append_block, begin_marker, bullet_lines, e
 from .errors import InvalidInput, PolicyError
 from .gitstore import Entry
 from .times import format_time
+from .screen import screen
 from .patterns import DEFAULT_MAX_PATTERNS, EVIDENCE_CAP, Pattern, PatternMemory, polarity_of, similarity, terms_of
 
 RANK = {"memory": 0, "notes": 1, "block": 2, "skill": 3}
@@ -134,7 +137,7 @@ class Contradiction:
 class Blocked:
     key: str
     path: str
-    kind: str  # frozen | contradiction | damaged | schema | budget | no-block
+    kind: str  # frozen | contradiction | damaged | schema | budget | no-block | injection | escalation
     reason: str
     negative: bool
     tier: int | None = None
@@ -494,6 +497,10 @@ def plan(memory: PatternMemory, files: dict, config, *, now: datetime, root: Pat
             continue
         text = home.text if home is not None else p.text  # a human's rewording inside the block wins
         path = skill_path(config, p, text) if target == "skill" else surfaces.paths[target]
+        finding = screen(text)
+        if finding is not None:  # an attack on the agent never reaches a surface, whatever a gate would say
+            blocked.append(Blocked(key, path, finding.kind, finding.reason(), True, tier, p.text, p.polarity))
+            continue
         why = frozen_reason(path)
         if why is not None:
             blocked.append(Blocked(key, path, "frozen", why, True, tier, p.text, p.polarity))

@@ -28,7 +28,10 @@ Decisions (where the issue is silent):
 * **Bullet id.** The first 6 hex digits of SHA-256(key) not already used by another pattern in this memory (then
   the next 6, …); assigned once and stored, so it never changes.
 * **Counting.** One record adds at most one observation to one pattern, however many phrasings of it the record
-  holds. `evidence` keeps the 10 most recent record ids (the count keeps the total).
+  holds, and one run adds at most one: evidence counts distinct receipts/sessions (`sources`, the run ids a
+  pattern has counted, from `reflect.evidence_units`: a report stands for its receipts), so a receipt reported six
+  times is one observation. `sources` keeps the 64 most recent (a run older than that, reported again, would count
+  again — long after the top tier). `evidence` keeps the 10 most recent record ids (the count keeps the total).
 * **Observe-only.** Observations from observe-only sessions count (`count`, `observe_only`) but a pattern whose
   every observation is observe-only is never eligible for a proposal (`eligible`).
 * **Negative evidence.** A `negative` ledger record sets `suppressed = {record_id, origin, since_seq, needed,
@@ -49,6 +52,7 @@ from .errors import InvalidInput
 
 MEMORY_VERSION = 1
 EVIDENCE_CAP = 10
+SOURCES_CAP = 64
 KEY_TERMS = 8
 DEFAULT_MAX_PATTERNS = 500
 
@@ -159,6 +163,7 @@ class Pattern:
     utility: float | None = None
     suppressed: dict | None = None
     negatives: int = 0
+    sources: list[str] = field(default_factory=list)  # distinct runs/sessions counted (the SOURCES_CAP latest)
     terms: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
@@ -191,6 +196,7 @@ class Pattern:
             "utility": self.utility,
             "suppressed": self.suppressed,
             "negatives": self.negatives,
+            "sources": list(self.sources),
         }
 
     @classmethod
@@ -211,6 +217,7 @@ class Pattern:
                 utility=None if d.get("utility") is None else float(d["utility"]),
                 suppressed=dict(d["suppressed"]) if d.get("suppressed") else None,
                 negatives=int(d.get("negatives", 0)),
+                sources=[str(x) for x in d.get("sources") or []],
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise InvalidInput(f"{source}: a pattern entry is malformed ({type(exc).__name__}: {exc})") from None
@@ -233,6 +240,7 @@ class Observation:
     origin: str
     observe_only: bool = False
     surface_hint: str | None = None
+    units: tuple[str, ...] = ()  # the runs/sessions this observation is about (reflect.evidence_units)
 
 
 class PatternMemory:
@@ -362,7 +370,11 @@ class PatternMemory:
 
     # -- folding
     def add(self, obs: Observation, p: Pattern | None) -> Pattern:
-        """Count `obs` into `p` (the result of `match`), or into a new pattern when `p` is None."""
+        """Count `obs` into `p` (the result of `match`), or into a new pattern when `p` is None. An observation about
+        runs this pattern already counted (the same receipt reported again) adds nothing."""
+        units = obs.units or (obs.record_id,)
+        if p is not None and all(u in p.sources for u in units):
+            return p
         if p is None:
             key = key_for(obs.polarity, obs.terms)
             p = self.patterns.get(key)  # same key, more terms beyond the first 8: the same pattern
@@ -370,7 +382,14 @@ class PatternMemory:
                 p = Pattern(key=key, id=self.new_id(key), text=obs.text, polarity=obs.polarity, terms=obs.terms,
                             first_seen=obs.created_at)
                 self._index(p)
+        if all(u in p.sources for u in units):
+            return p  # a new pattern under an existing key (more than KEY_TERMS terms): the same runs again
         p.count += 1
+        for u in units:
+            if u not in p.sources:
+                p.sources.append(u)
+        if len(p.sources) > SOURCES_CAP:
+            del p.sources[:-SOURCES_CAP]
         if obs.created_at > p.last_seen:
             p.last_seen = obs.created_at
         if not p.first_seen or obs.created_at < p.first_seen:

@@ -379,6 +379,20 @@ class _Receipts:
         return v
 
 
+def evidence_units(rec) -> tuple[str, ...]:
+    """The runs one record is evidence about, so a pattern counts each run once however often it is reported: a
+    report stands for its receipts, a record naming a session for that session, anything else for itself."""
+    p = rec.payload
+    if rec.kind == "report":
+        receipts = sorted({r for r in p.get("receipts") or () if isinstance(r, str) and r})
+        if receipts:
+            return tuple(receipts)
+    sid = p.get("session_id")
+    if isinstance(sid, str) and sid:
+        return (f"session:{sid}",)
+    return (rec.record_id,)
+
+
 class _Restart(Exception):
     pass
 
@@ -403,7 +417,7 @@ class Reflector:
         self._seqs: dict[str, tuple[int, str, bool]] = {}
 
     # -- observations
-    def _observe(self, lesson: Lesson, rec_seq: dict[str, tuple[int, str, bool]], seen: set) -> None:
+    def _observe(self, lesson: Lesson, rec_seq: dict[str, tuple], seen: set) -> None:
         res = self.result
         memo = (redact_text(lesson.text), lesson.polarity)  # no secret becomes a term, a key or a bullet
         terms = self._cache.get(memo)
@@ -417,8 +431,8 @@ class Reflector:
             return
         res.lessons += 1
         for rid in lesson.cites:
-            seq, created, oo = rec_seq[rid]
-            obs = Observation(text, polarity, terms, rid, seq, created, lesson.origin, oo, lesson.surface_hint)
+            seq, created, oo, units = rec_seq[rid]
+            obs = Observation(text, polarity, terms, rid, seq, created, lesson.origin, oo, lesson.surface_hint, units)
             pat = self.memory.match(polarity, terms, self.threshold)
             if pat is not None and (rid, pat.key) in seen:
                 continue  # one record counts at most once for one pattern
@@ -441,8 +455,8 @@ class Reflector:
                 self.result.rejected.append(Rejection(lesson, why, backend))
         return ok
 
-    def _meta(self, rec, observe_only: bool) -> tuple[int, str, bool]:
-        return (rec.seq, rec.created_at, observe_only)
+    def _meta(self, rec, observe_only: bool) -> tuple[int, str, bool, tuple[str, ...]]:
+        return (rec.seq, rec.created_at, observe_only, evidence_units(rec))
 
     # -- the record loop
     def _fold(self, rec) -> None:

@@ -83,7 +83,7 @@ def report(store, score, *, feedback: str | dict | None = None, receipts: list[s
             if owner:
                 raise InvalidInput(f"receipt {rid} belongs to scenario '{owner}', not '{store.scenario}'") from None
             raise InvalidInput(f"unknown receipt {rid} in scenario '{store.scenario}'") from None
-        if rec.kind != "interaction":
+        if rec.kind not in ("interaction", "inference"):  # a run, or an exchange recorded by reef serve
             raise InvalidInput(f"record {rid} is a {rec.kind} record, not a receipt of a run")
         releases.append((rec.release_id, rec.content_id))
     if feedback is not None:

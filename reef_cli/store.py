@@ -388,8 +388,12 @@ class HarnessStore:
         meta: dict | None = None,
         allow_empty: bool = False,
         runtime_load_id: str | None = None,
+        surface: str = "harness",
     ) -> PublishResult:
         """Publish `files` (default: the working tree) as the next release if the head is still `expected_head`.
+
+        `surface="weights"` publishes a weight release: `files` is its checkpoint manifest, not a harness, so there is
+        no harness.yaml to require and no zones to report.
 
         `expected_head=...` means "the head as read now", which still catches a racing writer between our read and
         the commit point because the check is repeated under the scenario lock.
@@ -399,9 +403,11 @@ class HarnessStore:
             expected_head = current.release_id if current else None
         if files is None:
             files = self.worktree_files()
-        if CONFIG_NAME not in files:
-            raise InvalidInput(f"the harness has no {CONFIG_NAME}; it is required in every release")
-        config = parse_config(files[CONFIG_NAME].data, source=str(self.project.root / CONFIG_NAME))
+        config = None
+        if surface == "harness":
+            if CONFIG_NAME not in files:
+                raise InvalidInput(f"the harness has no {CONFIG_NAME}; it is required in every release")
+            config = parse_config(files[CONFIG_NAME].data, source=str(self.project.root / CONFIG_NAME))
         current = self.head()
         new_ids = self._ids(files)
         tree_id = self._tree_for(current, files, new_ids)
@@ -413,6 +419,9 @@ class HarnessStore:
             if head is not None and self.git.get_ref(self.ref) != head.commit_id:
                 self.git.set_ref(self.ref, head.commit_id)  # a crash between the log line and the ref: repair
             head_id = head.release_id if head else None
+            if surface == "harness" and head is not None and head.runtime_load_id is not None:
+                raise InvalidInput(f"scenario '{self.scenario}' holds weight releases; a harness cannot be published "
+                                   "into it (use the scenario of your harness, e.g. 'reef -s default publish')")
             if head_id != expected_head:
                 raise ConflictError(
                     f"the head of scenario '{self.scenario}' moved: expected {expected_head or 'no release'} but it is "
@@ -420,7 +429,7 @@ class HarnessStore:
                 )
             if head is not None and head.content_id == tree_id and not allow_empty:
                 return PublishResult(head, False, ())
-            changes = self.changes(head, files, config, new_ids)
+            changes = self.changes(head, files, config, new_ids) if config is not None else ()
             when = self.now()
             release = Release(
                 release_id=new_id("rel"),

@@ -72,6 +72,10 @@ def _render(out, title: str) -> None:
         print(f"{title}:")
         for line in lines:
             print(f"  {line}")
+    if out.admission:
+        a = out.admission
+        print(f"admission: {len(a['admitted'])} new bullet(s) paid their way, {len(a['dropped'])} did not"
+              + (f", {len(a['deferred'])} wait for the next evolve" if a["deferred"] else ""))
     if out.verdict:
         v = out.verdict
         print(f"gate: {v.get('decision')} ({v.get('reason', '')}; {v.get('episodes_spent', 0)} episodes)")
@@ -118,7 +122,7 @@ def evolve_cmd(ctx: typer.Context,
                review: bool = typer.Option(False, "--review", help="Write a pending proposal instead of publishing."),
                as_json: bool = JSON, backend: Optional[str] = BACKEND, model_url: Optional[str] = MODEL_URL,
                model: Optional[str] = MODEL,
-               attribute: int = typer.Option(3, "--attribute", help="Measure the utility of up to N new bullets (0: off).")) -> None:
+               attribute: int = typer.Option(3, "--attribute", help="Attribute up to N new bullets; only those that pay their way publish, the rest wait (0: judge them together).")) -> None:
     """Reflect, propose bullet edits, guard, gate and publish one release."""
     from ..evolve import evolve
 

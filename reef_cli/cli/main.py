@@ -70,6 +70,9 @@ def _register(app: typer.Typer) -> None:
     from . import page_cmds
 
     page_cmds.register(app)
+    from . import train_cmds
+
+    train_cmds.register(app)
 
 
 _apps: dict[str | None, typer.Typer] = {}

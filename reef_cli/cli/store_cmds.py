@@ -48,6 +48,15 @@ def status(ctx: typer.Context, as_json: bool = JSON) -> None:
     env: Env = ctx.obj
     store = env.store()
     info = store.info()
+    weights = store.head()
+    if weights is not None and weights.runtime_load_id:  # a weights scenario: its working tree is not its content
+        if as_json:
+            emit_json({"project": str(store.project.root), "scenario": store.scenario, "recipe": info.recipe,
+                       "head": weights.to_json(), "ledger_path": str(store.ledger_path), "weights": True})
+        else:
+            print(f"scenario {store.scenario} (recipe {info.recipe}) holds weight releases: step {weights.step} "
+                  f"{weights.release_id} [{weights.operation}], runtime load id {weights.runtime_load_id}")
+        return
     head, changes = store.status()
     if as_json:
         emit_json({"project": str(store.project.root), "scenario": store.scenario, "recipe": info.recipe,
@@ -58,6 +67,10 @@ def status(ctx: typer.Context, as_json: bool = JSON) -> None:
     if not changes:
         print("harness clean: working tree matches the head release")
         return
+    from ..evolve import in_flight  # evolve's hook: an interrupted evolve is finished, not published over
+
+    if interrupted := in_flight(store):
+        print(interrupted)
     print("Unpublished changes (publish with: reef publish -m MESSAGE):")
     for c in changes:
         print(f"  {c.change:9} {c.path}  [{c.zone}]")
@@ -111,10 +124,15 @@ def log(ctx: typer.Context, limit: int = typer.Option(0, "-n", help="Show at mos
     table.add_column("release", no_wrap=True)
     table.add_column("operation")
     table.add_column("content", no_wrap=True)
+    loads = any(r.runtime_load_id for r in releases)
+    if loads:  # weight releases: the engine load that serves them
+        table.add_column("load id", no_wrap=True)
     table.add_column("created", no_wrap=True)
     table.add_column("reason", overflow="fold")
     for r in releases:
-        table.add_row(str(r.step), r.release_id, r.operation, r.content_id[:12], r.created_at[:19].replace("T", " "), r.reason)
+        load = (r.runtime_load_id or "-",) if loads else ()
+        table.add_row(str(r.step), r.release_id, r.operation, r.content_id[:12], *load,
+                      r.created_at[:19].replace("T", " "), r.reason)
     console().print(table)
 
 
@@ -158,6 +176,12 @@ def rollback(
 ) -> None:
     """Publish an earlier release's content as a new release; history is never rewritten."""
     store = ctx.obj.store()
+    head = store.head()
+    if head is not None and head.runtime_load_id:  # a weight release: the engine must reload the checkpoint too
+        from ..errors import InvalidInput
+
+        raise InvalidInput(f"scenario '{store.scenario}' holds weight releases; roll it back with "
+                           f"'reef -s {store.scenario} train --rollback {release} --engine URL'")
     res = store.rollback(release, force=force)
     if as_json:
         emit_json({"created": res.created, "release": res.release.to_json()})

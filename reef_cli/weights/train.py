@@ -1,0 +1,477 @@
+"""`reef train`: one weight-training step of a scenario, from ledger records to a hot-swapped, published release.
+
+Order, and what each failure leaves:
+1. refuse while a failed transfer has locked the scenario (the engine's weights are unknown);
+2. select qualifying records after the last weight release's high-water mark (`--dry-run` stops here);
+3. check the engine is up (down: nothing ran, nothing is locked);
+4. export slime rollout data into `.reef/scenarios/<s>/train/<run>/`, launch the trainer (a crash, timeout or a
+   missing checkpoint: the engine was never touched, the head is unchanged);
+5. hot-swap the checkpoint into SGLang under a new weight version and read it back (any failure here locks);
+6. publish a weight release (operation `train`, runtime_load_id = the weight version, content = the checkpoint
+   manifest), the commit point; the high-water mark moves with it;
+7. with an evaluation command, gate the new weights against the previous release's stored verdict and roll back
+   (reload the previous checkpoint, publish a `rollback` release) when they lose.
+Every failure is one ledger record (`train_failed`) and one error line; the head never moves on a failure.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import shlex
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from ..errors import ConflictError, InvalidInput, PolicyError, ReefError
+from ..ids import new_id
+from ..releases import canonical
+from ..times import format_time, utc_now
+
+MANIFEST_PATH = "weights/manifest.json"
+MANIFEST_FORMAT = "reef-checkpoint-manifest/1"
+LOCK_NAME = "weights.lock"
+WEIGHT_OPERATIONS = ("train", "rollback")
+
+
+@dataclass(frozen=True)
+class TrainOptions:
+    engine_url: str | None = None
+    trainer: str | None = None
+    dry_run: bool = False
+    timeout_s: float | None = None
+    eval_cmd: str | None = None
+    slime_dir: str | None = None
+    ray_address: str | None = None
+    flush_retries: int = 60
+    flush_wait_s: float = 1.0
+
+
+@dataclass
+class TrainResult:
+    recipe: str
+    selection: object
+    run_id: str | None = None
+    run_dir: Path | None = None
+    release: object | None = None
+    runtime_load_id: str | None = None
+    checkpoint: str | None = None
+    swap: dict | None = None
+    trainer: dict | None = None
+    gate: dict | None = None
+    rollback: object | None = None
+    dry_run: bool = False
+    warnings: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        out = {"recipe": self.recipe, "dry_run": self.dry_run, "selection": self.selection.to_json(),
+               "run_id": self.run_id, "run_dir": str(self.run_dir) if self.run_dir else None}
+        if not self.dry_run:
+            out.update({"release_id": self.release.release_id if self.release else None,
+                        "runtime_load_id": self.runtime_load_id, "checkpoint": self.checkpoint,
+                        "swap": self.swap, "trainer": self.trainer, "gate": self.gate,
+                        "rolled_back": self.rollback is not None,
+                        "rollback_release_id": self.rollback.release_id if self.rollback else None})
+        return out
+
+
+# -- the scenario's weight state ------------------------------------------------------------------------------------
+def open_scenario(project, scenario: str, recipe_name: str | None):
+    """The scenario's store and its weights recipe; a new scenario is bound to `recipe_name` here."""
+    from ..recipes import load
+    from ..store import HarnessStore
+
+    store = HarnessStore(project, scenario)
+    if not store.exists():
+        if recipe_name is None:
+            raise InvalidInput(f"scenario '{scenario}' does not exist; create it with 'reef -s {scenario} train "
+                               "--recipe NAME' (see 'reef recipes')")
+        recipe = load(recipe_name)
+        _require_trainable(recipe)
+        if recipe.kind != "weights":  # skillclaw evolves a harness: it needs one published first
+            raise InvalidInput(f"scenario '{scenario}' does not exist; create it with 'reef init --scenario "
+                               f"{scenario} --recipe {recipe.name}'")
+        store.create(recipe.name)
+        return store, recipe
+    bound = store.info().recipe
+    if recipe_name is not None and recipe_name != bound:
+        load(recipe_name)  # an unknown name says so before the binding conflict
+        raise ConflictError(f"scenario '{scenario}' is bound to recipe '{bound}', not '{recipe_name}'; a scenario's "
+                            "recipe never changes — use another --scenario name")
+    recipe = load(bound)
+    _require_trainable(recipe, scenario)
+    return store, recipe
+
+
+def _require_trainable(recipe, scenario: str | None = None) -> None:
+    if recipe.kind == "weights" or recipe.engine == "skillclaw":
+        return
+    where = f"scenario '{scenario}' is bound to" if scenario else "recipe"
+    raise InvalidInput(f"{where} harness recipe '{recipe.name}'; 'reef train' runs weight recipes and skillclaw "
+                       "(see 'reef recipes'); evolve a harness with 'reef harness evolve'")
+
+
+def lock_path(store) -> Path:
+    return store.dir / LOCK_NAME
+
+
+def read_lock(store) -> dict | None:
+    try:
+        return json.loads(lock_path(store).read_text())
+    except FileNotFoundError:
+        return None
+    except ValueError:
+        return {"reason": "unreadable lock file", "at": "?"}
+
+
+def _set_lock(store, info: dict) -> None:
+    from ..durable import write_atomic
+
+    write_atomic(lock_path(store), canonical(info) + b"\n")
+
+
+def unlock(store) -> dict | None:
+    """Clear the lock a failed transfer set; the person doing it has checked the engine. Recorded in the ledger."""
+    info = read_lock(store)
+    if info is None:
+        return None
+    head = store.head()
+    store.ledger().append("weights_unlock", {"lock": info}, release_id=head.release_id if head else None,
+                          content_id=head.content_id if head else None)
+    lock_path(store).unlink(missing_ok=True)
+    return info
+
+
+def weight_head(store):
+    """The newest weight release (train or rollback) and the high-water mark it carries."""
+    for rel in reversed(store.releases()):
+        if rel.operation in WEIGHT_OPERATIONS and isinstance(rel.meta.get("records"), dict):
+            return rel
+    return None
+
+
+def checkpoint_manifest(path: Path) -> dict:
+    """Every file of a checkpoint directory with its size and SHA-256, sorted: the bytes a weight release names."""
+    files = {}
+    for p in sorted(path.rglob("*")):
+        if p.is_file() and not p.is_symlink():
+            h = hashlib.sha256()
+            with open(p, "rb") as f:
+                for chunk in iter(lambda: f.read(1 << 20), b""):
+                    h.update(chunk)
+            files[p.relative_to(path).as_posix()] = {"bytes": p.stat().st_size, "sha256": h.hexdigest()}
+    if not files:
+        raise InvalidInput(f"checkpoint {path} holds no files")
+    return {"format": MANIFEST_FORMAT, "files": files}
+
+
+# -- one step ------------------------------------------------------------------------------------------------------
+def train(store, recipe, opts: TrainOptions, *, environ: dict | None = None,
+          progress: Callable[[dict], None] | None = None) -> TrainResult:
+    """One step under the scenario's training lock: two trainers swapping one engine would race each other."""
+    if opts.dry_run:
+        return _train(store, recipe, opts, environ, progress)
+    with _training_lock(store):
+        return _train(store, recipe, opts, environ, progress)
+
+
+@contextlib.contextmanager
+def _training_lock(store):
+    import fcntl
+
+    store.dir.mkdir(parents=True, exist_ok=True)
+    fd = os.open(store.dir / "train.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise ConflictError(f"another 'reef train' is running on scenario '{store.scenario}'; "
+                                "wait for it to finish") from None
+        yield
+    finally:
+        os.close(fd)
+
+
+def _train(store, recipe, opts: TrainOptions, environ: dict | None,
+           progress: Callable[[dict], None] | None) -> TrainResult:
+    from .records import select
+
+    environ = dict(os.environ if environ is None else environ)
+    emit = progress or (lambda event: None)
+    lock = read_lock(store)
+    if lock is not None and not opts.dry_run:
+        raise PolicyError(f"weight updates for scenario '{store.scenario}' are locked since {lock.get('at')} "
+                          f"({lock.get('reason')}); check the engine, then run 'reef train --unlock'")
+    prev = weight_head(store)
+    marks = prev.meta["records"] if prev else {}
+    selection = select(store.ledger(), recipe, from_seq=int(marks.get("through_seq", 0)),
+                       carried=marks.get("pending_ids", ()))
+    result = TrainResult(recipe.name, selection, dry_run=opts.dry_run)
+    if opts.dry_run:
+        return result
+    if not selection.samples:
+        why = ", ".join(f"{n} {reason}" for reason, n in sorted(selection.skipped.items()))
+        raise InvalidInput(f"nothing to train on in scenario '{store.scenario}': no qualifying rewarded records after "
+                           f"seq {selection.from_seq} ({len(selection.pending)} waiting for a reward"
+                           + (f"; skipped: {why}" if why else "") + ")")
+    url = opts.engine_url or environ.get("REEF_ENGINE_URL")
+    if not url:
+        raise InvalidInput("no engine: pass --engine URL (the SGLang server to hot-swap) or set REEF_ENGINE_URL")
+    from .sglang import Engine, EngineError, SwapFailed
+
+    engine = Engine(url, flush_retries=opts.flush_retries, flush_wait=opts.flush_wait_s)
+    run_id = new_id("trn")
+    result.run_id = run_id
+    ledger = store.ledger()
+
+    failed = _recorder(store, run_id, recipe.name, url)
+
+    emit({"event": "engine", "url": url})
+    try:
+        info = engine.model_info()
+    except EngineError as exc:
+        failed("engine", exc)
+        raise
+    engine_version = info.get("weight_version")
+    base_model = prev.meta.get("base_model_path") if prev else info.get("model_path")
+    start_from = prev.meta.get("checkpoint") if prev else info.get("model_path")
+    if prev and engine_version is not None and str(engine_version) != prev.runtime_load_id:
+        exc = ReefError(f"the engine serves weight version {engine_version!r}, but the head weight release "
+                        f"{prev.release_id} is {prev.runtime_load_id!r}")
+        failed("engine", exc, locked=True, answered_version=str(engine_version))
+        raise PolicyError(f"{exc}; weight updates are now locked — check the engine, then run 'reef train --unlock'")
+
+    run_dir = store.dir / "train" / run_id
+    run_dir.mkdir(parents=True, exist_ok=True)
+    result.run_dir = run_dir
+    from .records import export
+    from .trainer import TrainerFailed, build_argv, launch, slime_flags
+
+    exported = export(selection, run_dir / "rollouts.jsonl")
+    emit({"event": "exported", **exported})
+    flags = slime_flags(run_dir=run_dir, prompt_data=run_dir / "rollouts.jsonl", hf_checkpoint=str(start_from),
+                        samples=len(selection.samples), trainer=recipe.trainer)
+    argv = build_argv(opts.trainer, opts.slime_dir or environ.get("REEF_SLIME_DIR"), flags)
+    child_env = dict(environ)
+    ray = opts.ray_address or environ.get("REEF_RAY_ADDRESS")
+    if ray:
+        child_env["RAY_ADDRESS"] = ray
+    child_env["REEF_RUN_DIR"] = str(run_dir)
+    timeout = opts.timeout_s if opts.timeout_s is not None else recipe.trainer.get("timeout_s")
+    (run_dir / "run.json").write_text(json.dumps({"run_id": run_id, "recipe": recipe.name, "argv": argv,
+                                                  "engine": url, "from_seq": selection.from_seq,
+                                                  "through_seq": selection.through_seq}, indent=2) + "\n")
+    try:
+        trained = launch(argv, cwd=store.project.root, env=child_env, log_path=run_dir / "trainer.log",
+                         hf_dir=run_dir / "hf", timeout_s=timeout,
+                         on_tick=lambda s, line: emit({"event": "trainer", "elapsed_s": s, "line": line}))
+    except TrainerFailed as exc:
+        failed(exc.stage, exc, exit_status=exc.status, log=str(run_dir / "trainer.log"))
+        raise
+    result.trainer = trained.to_json()
+    result.checkpoint = str(trained.checkpoint)
+    manifest = checkpoint_manifest(trained.checkpoint)
+
+    head = store.head()
+    step = (head.step + 1) if head else 1
+    version = f"{step}:{run_id[-8:].lower()}"
+    emit({"event": "swap", "weight_version": version})
+    try:
+        swap = engine.hot_swap(str(trained.checkpoint), version)
+    except SwapFailed as exc:
+        failed(f"swap:{exc.stage}", exc, locked=exc.touched, weight_version=version,
+               checkpoint=str(trained.checkpoint), answered_version=exc.answered_version)
+        if exc.touched:
+            raise SwapFailed(f"{exc}; weight updates of scenario '{store.scenario}' are locked until "
+                             "'reef train --unlock'", stage=exc.stage, touched=True) from None
+        raise
+    result.swap = swap.to_json()
+    meta = {"checkpoint": str(trained.checkpoint), "run_id": run_id, "recipe": recipe.name, "engine": url,
+            "base_model_path": base_model, "previous_weight_version": swap.previous_version,
+            "records": {"from_seq": selection.from_seq, "through_seq": selection.through_seq,
+                        "count": len(selection.samples), "pending_ids": list(selection.pending)},
+            "trainer": {"argv": list(trained.argv), "duration_s": round(trained.duration_s, 3),
+                        "log": str(trained.log_path)}}
+    release = _publish(store, manifest, head, version, meta, "train",
+                       f"train {recipe.name} on {len(selection.samples)} record(s) through seq {selection.through_seq}",
+                       tuple(s.record_id for s in selection.samples[:1000]), failed)
+    result.release, result.runtime_load_id = release, version
+    ledger.append("train", {"run_id": run_id, "recipe": recipe.name, "runtime_load_id": version,
+                            "checkpoint": str(trained.checkpoint), "records": len(selection.samples),
+                            "through_seq": selection.through_seq}, release_id=release.release_id,
+                  content_id=release.content_id)
+    eval_cmd = opts.eval_cmd or environ.get("REEF_WEIGHT_EVAL")
+    if eval_cmd:
+        _gate(store, engine, result, prev, eval_cmd, url, environ, failed, emit)
+    return result
+
+
+def _recorder(store, run_id: str, recipe: str, url: str):
+    """`failed(stage, exc, locked=..., **extra)`: one `train_failed` ledger record, and the lock when asked."""
+    ledger = store.ledger()
+
+    def failed(stage: str, exc: Exception, *, locked: bool = False, **extra) -> None:
+        head = store.head()
+        payload = {"run_id": run_id, "recipe": recipe, "stage": stage, "error": str(exc), "locked": locked,
+                   "engine": url, **extra}
+        ledger.append("train_failed", payload, release_id=head.release_id if head else None,
+                      content_id=head.content_id if head else None)
+        if locked:
+            _set_lock(store, {"at": format_time(utc_now()), "run_id": run_id, "stage": stage,
+                              "reason": f"{stage} failed: {exc}", "engine": url, **extra})
+
+    return failed
+
+
+def _restore(store, engine, target, *, run_id: str, reason: str, evidence, meta: dict, failed):
+    """Reload `target`'s checkpoint into the engine under a new version and publish it as a `rollback` release
+    (history is never rewritten). The checkpoint must still hold exactly the bytes its release names."""
+    from .sglang import SwapFailed
+
+    ckpt = target.meta.get("checkpoint")
+    if not ckpt:
+        raise InvalidInput(f"release {target.release_id} names no checkpoint to reload")
+    try:
+        named = json.loads(store.files_of(target)[MANIFEST_PATH].data)
+    except (KeyError, ValueError):
+        raise InvalidInput(f"release {target.release_id} is not a weight release (no {MANIFEST_PATH})") from None
+    try:
+        found = checkpoint_manifest(Path(ckpt))
+    except (InvalidInput, OSError):
+        found = None
+    if found != named:
+        raise InvalidInput(f"checkpoint {ckpt} no longer holds the bytes release {target.release_id} names; "
+                           "nothing was reloaded")
+    head = store.head()
+    version = f"{head.step + 1}:rb-{run_id[-6:].lower()}"
+    try:
+        swap = engine.hot_swap(ckpt, version)
+    except SwapFailed as exc:
+        failed(f"rollback:{exc.stage}", exc, locked=exc.touched, weight_version=version, checkpoint=ckpt)
+        if exc.touched:
+            raise SwapFailed(f"{exc}; weight updates of scenario '{store.scenario}' are locked until "
+                             "'reef train --unlock'", stage=exc.stage, touched=True) from None
+        raise
+    meta = {**target.meta, "rollback_target_release_id": target.release_id, "rolled_back_release_id": head.release_id,
+            "records": head.meta.get("records", target.meta.get("records")),
+            "previous_weight_version": swap.previous_version, **meta}
+    return _publish(store, named, head, version, meta, "rollback", reason, tuple(evidence), failed)
+
+
+def rollback_weights(store, ref: str, engine_url: str | None, *, environ: dict | None = None):
+    """`reef train --rollback REF`: serve an earlier weight release's checkpoint again, as a new release."""
+    from .sglang import Engine
+
+    environ = dict(os.environ if environ is None else environ)
+    if read_lock(store) is not None:
+        lock = read_lock(store)
+        raise PolicyError(f"weight updates for scenario '{store.scenario}' are locked since {lock.get('at')} "
+                          f"({lock.get('reason')}); check the engine, then run 'reef train --unlock'")
+    target, head = store.find(ref), store.require_head()
+    if target.operation not in WEIGHT_OPERATIONS:
+        raise InvalidInput(f"release {target.release_id} is not a weight release")
+    if target.content_id == head.content_id:
+        return None
+    url = engine_url or environ.get("REEF_ENGINE_URL")
+    if not url:
+        raise InvalidInput("no engine: pass --engine URL (the SGLang server to hot-swap) or set REEF_ENGINE_URL")
+    run_id = new_id("trn")
+    failed = _recorder(store, run_id, store.info().recipe, url)
+    engine = Engine(url)
+    with _training_lock(store):
+        return _restore(store, engine, target, run_id=run_id, failed=failed, evidence=(target.release_id,),
+                        reason=f"rollback to step {target.step} ({target.release_id})", meta={})
+
+
+def _publish(store, manifest: dict, head, version: str, meta: dict, operation: str, reason: str, evidence,
+             failed) -> object:
+    from ..gitstore import Entry
+
+    files = {MANIFEST_PATH: Entry(json.dumps(manifest, indent=2, sort_keys=True).encode() + b"\n")}
+    try:
+        res = store.publish(reason=reason, operation=operation, files=files,
+                            expected_head=head.release_id if head else None, evidence=evidence, meta=meta,
+                            allow_empty=True, runtime_load_id=version, surface="weights")
+    except ReefError as exc:
+        failed("publish", exc, locked=True, weight_version=version, checkpoint=meta.get("checkpoint"))
+        raise type(exc)(f"{exc}; the engine already serves weight version {version}, which no release records — "
+                        "weight updates are locked until 'reef train --unlock'") from None
+    return res.release
+
+
+def _gate(store, engine, result: TrainResult, prev, eval_cmd: str, url: str, environ: dict, failed, emit) -> None:
+    """Score the new weights with the evaluation command and keep them only if they do not lose to the previous
+    release's stored verdict; otherwise reload the previous checkpoint and publish that as a rollback."""
+    emit({"event": "gate", "command": eval_cmd})
+    score = run_eval(eval_cmd, url, result.runtime_load_id, environ)
+    stored = (stored_verdict(store, prev) or prev.meta.get("gate") or {}) if prev else {}
+    baseline = stored.get("score")
+    verdict = {"score": score, "baseline": baseline, "baseline_release_id": prev.release_id if prev else None,
+               "command": eval_cmd}
+    verdict["passed"] = baseline is None or score >= baseline
+    result.gate = verdict
+    release = result.release
+    store.ledger().append("weight_gate", {"run_id": result.run_id, **verdict}, release_id=release.release_id,
+                          content_id=release.content_id)
+    if verdict["passed"]:
+        _amend_gate(store, release, verdict)
+        return
+    if prev is None or not prev.meta.get("checkpoint"):
+        result.warnings.append("the candidate lost the gate but there is no previous checkpoint to reload")
+        return
+    result.rollback = _restore(store, engine, prev, run_id=result.run_id, failed=failed, evidence=(release.release_id,),
+                               reason=f"weight gate: {score:g} < {baseline:g}; reload step {prev.step} ({prev.release_id})",
+                               meta={"gate": stored, "rejected_gate": verdict})
+    _amend_gate(store, result.rollback, stored)
+    result.runtime_load_id = result.rollback.runtime_load_id
+
+
+def _amend_gate(store, release, verdict: dict) -> None:
+    """The verdict of a kept release, stored beside the chain (releases are immutable): the next gate's baseline."""
+    from ..durable import write_atomic
+
+    path = store.dir / "train" / "verdicts.json"
+    try:
+        data = json.loads(path.read_text())
+    except (FileNotFoundError, ValueError):
+        data = {}
+    data[release.release_id] = verdict
+    write_atomic(path, canonical(data) + b"\n")
+
+
+def stored_verdict(store, release) -> dict | None:
+    try:
+        return json.loads((store.dir / "train" / "verdicts.json").read_text()).get(release.release_id)
+    except (FileNotFoundError, ValueError):
+        return None
+
+
+def run_eval(cmd: str, url: str, version: str, environ: dict, timeout_s: float = 3600) -> float:
+    """Run the evaluation command against the engine; its last stdout line is a number or {"score": number}."""
+    try:
+        argv = shlex.split(cmd)
+    except ValueError as exc:
+        raise InvalidInput(f"--eval {cmd!r}: cannot split it like a shell ({exc})") from None
+    env = {**environ, "REEF_ENGINE_URL": url, "REEF_WEIGHT_VERSION": version}
+    try:
+        done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout_s)
+    except FileNotFoundError:
+        raise InvalidInput(f"--eval: command not found: {argv[0]}") from None
+    except subprocess.TimeoutExpired:
+        raise ReefError(f"--eval {cmd!r} timed out after {timeout_s:g} s") from None
+    lines = [ln for ln in done.stdout.splitlines() if ln.strip()]
+    if done.returncode != 0 or not lines:
+        raise ReefError(f"--eval {cmd!r} exited {done.returncode} without a score")
+    last = lines[-1].strip()
+    try:
+        value = json.loads(last)
+    except ValueError:
+        raise ReefError(f"--eval {cmd!r}: last line {last[:80]!r} is not a number or {{\"score\": N}}") from None
+    if isinstance(value, dict):
+        value = value.get("score")
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        raise ReefError(f"--eval {cmd!r}: last line {last[:80]!r} is not a number or {{\"score\": N}}")
+    return float(value)

@@ -1,0 +1,185 @@
+"""Launching the weight trainer (slime's `train.py` by default) as a subprocess, with slime's own flags.
+
+The contract with any trainer: it accepts slime's flags, reads the prompt data reef exported, and exits 0 leaving an
+HF checkpoint directory (a `config.json` beside the weights) under `--update-weight-disk-dir` — where slime's full
+disk weight sync writes `weight_v<N>` directories. The newest such directory is the candidate.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import signal
+import subprocess
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from ..errors import ExitCode, InvalidInput, ReefError
+
+REPLAY_ROLLOUT = "reef_cli.weights.slime_replay.generate_rollout"
+KILL_GRACE_S = 10.0
+
+
+class TrainerFailed(ReefError):
+    def __init__(self, message: str, *, stage: str, status: int | None = None):
+        super().__init__(message)
+        self.stage = stage
+        self.status = status  # the trainer's exit status (exit_code is reef's own, from the error class)
+
+
+class TrainerInterrupted(TrainerFailed):
+    exit_code = ExitCode.INTERRUPTED
+
+
+@dataclass(frozen=True)
+class TrainerResult:
+    argv: tuple[str, ...]
+    exit_code: int
+    duration_s: float
+    checkpoint: Path
+    log_path: Path
+
+    def to_json(self) -> dict:
+        return {"argv": list(self.argv), "exit_code": self.exit_code, "duration_s": round(self.duration_s, 3),
+                "checkpoint": str(self.checkpoint), "log": str(self.log_path)}
+
+
+def slime_flags(*, run_dir: Path, prompt_data: Path, hf_checkpoint: str, samples: int, trainer: dict) -> list[str]:
+    """slime's flags for one training step on exported rollouts: the checkpoint it starts from, Megatron state under
+    the run, the prompt data and its keys, reef's replay rollout function, full-weight disk sync into the run."""
+    flags = [
+        "--hf-checkpoint", hf_checkpoint,
+        "--load", str(run_dir / "megatron"),
+        "--save", str(run_dir / "megatron"),
+        "--prompt-data", str(prompt_data),
+        "--input-key", "prompt", "--label-key", "label", "--metadata-key", "metadata",
+        "--rollout-function-path", REPLAY_ROLLOUT,
+        "--rollout-batch-size", str(samples),
+        "--num-rollout", "1",
+        "--rollout-num-gpus", str(trainer.get("rollout_num_gpus", 1)),
+        "--update-weight-transport", "disk",
+        "--update-weight-disk-dir", str(run_dir / "hf"),
+        "--update-weight-disk-keep-files",
+    ]
+    for key, value in (trainer.get("args") or {}).items():
+        if value is True:
+            flags.append(key)
+        elif value is not False:
+            flags += [key, str(value)]
+    return flags
+
+
+def build_argv(trainer: str | None, slime_dir: str | None, flags: list[str], python: str = "python3") -> list[str]:
+    """`--trainer` split like a shell, or slime's own entry point in the configured checkout; slime's flags follow."""
+    if trainer:
+        try:
+            head = shlex.split(trainer)
+        except ValueError as exc:
+            raise InvalidInput(f"--trainer {trainer!r}: cannot split it like a shell ({exc})") from None
+        if not head:
+            raise InvalidInput("--trainer is empty")
+    elif slime_dir:
+        entry = Path(slime_dir) / "train.py"
+        if not entry.is_file():
+            raise InvalidInput(f"REEF_SLIME_DIR={slime_dir}: no train.py there (a checkout of THUDM/slime expected)")
+        head = [python, str(entry)]
+    else:
+        raise InvalidInput("no trainer: pass --trainer 'CMD ARGS' or set REEF_SLIME_DIR to a slime checkout")
+    return head + flags
+
+
+def find_checkpoint(hf_dir: Path) -> Path | None:
+    """The newest HF checkpoint the trainer left: `hf_dir` itself or its newest `weight_v*` subdirectory."""
+    if (hf_dir / "config.json").is_file():
+        return hf_dir
+    try:
+        found = sorted(p for p in hf_dir.iterdir() if p.is_dir() and (p / "config.json").is_file())
+    except FileNotFoundError:
+        return None
+    return found[-1] if found else None
+
+
+def launch(argv: list[str], *, cwd: Path, env: dict, log_path: Path, hf_dir: Path, timeout_s: float | None,
+           on_tick: Callable[[float, str], None] | None = None, poll_s: float = 0.2) -> TrainerResult:
+    """Run the trainer in its own process group with output to `log_path`; SIGINT is forwarded to the group (which a
+    terminal's Ctrl-C would not reach), a timeout ends it (SIGTERM, then SIGKILL after a grace period)."""
+    started = time.monotonic()
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "ab", buffering=0) as log:
+        try:
+            proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=log,
+                                    stderr=subprocess.STDOUT, start_new_session=True)
+        except FileNotFoundError:
+            raise TrainerFailed(f"trainer command not found: {argv[0]}", stage="launch") from None
+        except PermissionError:
+            raise TrainerFailed(f"trainer command is not executable: {argv[0]}", stage="launch") from None
+        interrupted = threading.Event()
+        previous = None
+
+        def forward(signum, _frame):
+            interrupted.set()
+            _signal_group(proc, signal.SIGINT)
+
+        if threading.current_thread() is threading.main_thread():
+            previous = signal.signal(signal.SIGINT, forward)
+        timed_out = False
+        try:
+            while proc.poll() is None:
+                elapsed = time.monotonic() - started
+                if timeout_s is not None and elapsed > timeout_s and not timed_out:
+                    timed_out = True
+                    _stop(proc)
+                    break
+                if on_tick is not None:
+                    on_tick(elapsed, _last_line(log_path))
+                time.sleep(poll_s)
+            code = proc.wait()
+        finally:
+            if previous is not None:
+                signal.signal(signal.SIGINT, previous)
+    duration = time.monotonic() - started
+    exit_code = 128 - code if code < 0 else code
+    if interrupted.is_set():
+        raise TrainerInterrupted(f"trainer interrupted (SIGINT forwarded); log: {log_path}", stage="interrupted",
+                                 status=exit_code)
+    if timed_out:
+        raise TrainerFailed(f"trainer timed out after {timeout_s:g} s and was stopped; log: {log_path}",
+                            stage="timeout", status=exit_code)
+    if exit_code != 0:
+        tail = _last_line(log_path)
+        raise TrainerFailed(f"trainer exited with status {exit_code}" + (f" ({tail})" if tail else "")
+                            + f"; log: {log_path}", stage="trainer", status=exit_code)
+    checkpoint = find_checkpoint(hf_dir)
+    if checkpoint is None:
+        raise TrainerFailed(f"trainer exited 0 but left no checkpoint (a directory with config.json) under {hf_dir}; "
+                            f"log: {log_path}", stage="checkpoint", status=0)
+    return TrainerResult(tuple(argv), exit_code, duration, checkpoint, log_path)
+
+
+def _signal_group(proc: subprocess.Popen, sig: int) -> None:
+    try:
+        os.killpg(proc.pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    _signal_group(proc, signal.SIGTERM)
+    try:
+        proc.wait(KILL_GRACE_S)
+    except subprocess.TimeoutExpired:
+        _signal_group(proc, signal.SIGKILL)
+
+
+def _last_line(path: Path, limit: int = 160) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(max(0, os.fstat(f.fileno()).st_size - 4096))
+            lines = [ln for ln in f.read().decode("utf-8", "replace").splitlines() if ln.strip()]
+    except FileNotFoundError:
+        return ""
+    line = " ".join(lines[-1].split()) if lines else ""
+    return line[:limit]

@@ -1,0 +1,149 @@
+"""A fake SGLang engine on 127.0.0.1 speaking the HTTP API reef uses (shapes as in SGLang's http_server.py).
+
+What a loaded "checkpoint" is: a directory with config.json (as an HF checkpoint has) and, optionally, a
+`fake_weights.json` whose `bias` shifts the token ids it generates, so a test can see that new weights answer.
+Faults are switches on the instance: `busy_flushes` (that many 400s from /flush_cache first), `refuse_update`,
+`wrong_version` (commit a different version than asked), `down` (close the listener).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+
+class FakeSGLang:
+    def __init__(self, model_path: str = "/models/base", *, busy_flushes: int = 0):
+        self.model_path = model_path
+        self.weight_version = "default"
+        self.bias = 0
+        self.paused = False
+        self.busy_flushes = busy_flushes
+        self.refuse_update = False
+        self.wrong_version = False
+        self.calls: list[str] = []
+        self.loads: list[dict] = []
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        host, port = self._server.server_address[:2]
+        return f"http://{host}:{port}"
+
+    def start(self) -> "FakeSGLang":
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+    # -- behaviour ----------------------------------------------------------------------------------------------
+    def tokens_for(self, prompt_ids: list[int], n: int) -> list[int]:
+        base = sum(prompt_ids) % 97
+        return [(base + i + self.bias) % 1000 + 1 for i in range(n)]
+
+    def load(self, body: dict) -> tuple[int, dict]:
+        path = Path(str(body.get("model_path", "")))
+        if self.refuse_update or not (path / "config.json").is_file():
+            why = "refused by test" if self.refuse_update else f"no config.json in {path}"
+            return 400, {"success": False, "message": f"Failed to update weights: {why}.", "num_paused_requests": 0}
+        weights = path / "fake_weights.json"
+        self.bias = json.loads(weights.read_text()).get("bias", 0) if weights.is_file() else 0
+        self.model_path = str(path)
+        version = body.get("weight_version")
+        self.loads.append({"model_path": str(path), "weight_version": version})
+        message = "Succeeded to update model weights."
+        if version is not None:
+            self.weight_version = "stale-" + version if self.wrong_version else version
+            message += f" Weight version updated to {version}."
+        return 200, {"success": True, "message": message, "num_paused_requests": 0}
+
+    def generate(self, body: dict) -> dict:
+        ids = body.get("input_ids") or [ord(c) % 256 for c in str(body.get("text", ""))]
+        n = int((body.get("sampling_params") or {}).get("max_new_tokens", 4))
+        out = self.tokens_for(ids, n)
+        meta = {"id": "req-1", "finish_reason": {"type": "length", "length": n}, "prompt_tokens": len(ids),
+                "completion_tokens": n, "cached_tokens": 0, "weight_version": self.weight_version}
+        if body.get("return_logprob"):
+            meta["input_token_logprobs"] = [[None if i == 0 else -1.0, t, None] for i, t in enumerate(ids)]
+            meta["output_token_logprobs"] = [[-0.5 - 0.01 * i, t, None] for i, t in enumerate(out)]
+        return {"text": " ".join(f"t{t}" for t in out), "output_ids": out, "meta_info": meta}
+
+    def _handler(self):
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):  # keep test output clean
+                pass
+
+            def _send(self, status: int, body, content_type: str = "application/json") -> None:
+                data = body if isinstance(body, bytes) else json.dumps(body).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", content_type)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def _body(self) -> dict:
+                n = int(self.headers.get("Content-Length") or 0)
+                raw = self.rfile.read(n) if n else b""
+                return json.loads(raw) if raw else {}
+
+            def do_GET(self):
+                fake.calls.append(f"GET {self.path}")
+                if self.path in ("/health", "/health_generate"):
+                    return self._send(200, b"", "text/plain")
+                if self.path in ("/get_model_info", "/model_info"):
+                    return self._send(200, {"model_path": fake.model_path, "tokenizer_path": fake.model_path,
+                                            "is_generation": True, "preferred_sampling_params": None,
+                                            "weight_version": fake.weight_version})
+                if self.path == "/get_weight_version":
+                    return self._send(200, {"weight_version": fake.weight_version})
+                if self.path == "/flush_cache":
+                    return self._flush()
+                self._send(404, {"detail": "Not Found"})
+
+            def _flush(self):
+                if fake.busy_flushes > 0:
+                    fake.busy_flushes -= 1
+                    return self._send(400, b"Cache flushed.\nPlease check backend logs for more details. (When there "
+                                           b"are running or waiting requests, the operation will not be performed.)\n",
+                                      "text/plain")
+                self._send(200, b"Cache flushed.\n", "text/plain")
+
+            def do_POST(self):
+                fake.calls.append(f"POST {self.path}")
+                body = self._body()
+                if self.path == "/flush_cache":
+                    return self._flush()
+                if self.path == "/pause_generation":
+                    fake.paused = True
+                    return self._send(200, {"message": "Generation paused successfully.", "status": "ok"})
+                if self.path == "/continue_generation":
+                    fake.paused = False
+                    return self._send(200, {"message": "Generation continued successfully.", "status": "ok"})
+                if self.path == "/update_weights_from_disk":
+                    return self._send(*fake.load(body))
+                if self.path == "/generate":
+                    if fake.paused:
+                        return self._send(503, {"error": {"message": "generation is paused"}})
+                    return self._send(200, fake.generate(body))
+                if self.path == "/v1/chat/completions":
+                    text = " ".join(str(m.get("content", "")) for m in body.get("messages", []))
+                    gen = fake.generate({"text": text, "sampling_params": {"max_new_tokens": body.get("max_tokens", 4)}})
+                    return self._send(200, {
+                        "id": "chatcmpl-1", "object": "chat.completion", "created": 0, "model": body.get("model", "m"),
+                        "choices": [{"index": 0, "message": {"role": "assistant", "content": gen["text"]},
+                                     "finish_reason": "length"}],
+                        "usage": {"prompt_tokens": gen["meta_info"]["prompt_tokens"],
+                                  "completion_tokens": gen["meta_info"]["completion_tokens"],
+                                  "total_tokens": gen["meta_info"]["prompt_tokens"] + gen["meta_info"]["completion_tokens"]},
+                        "metadata": {"weight_version": fake.weight_version},
+                    })
+                self._send(404, {"detail": "Not Found"})
+
+        return Handler

@@ -1,0 +1,55 @@
+"""Every new bullet earns its place: per-bullet admission from the gate's leave-one-out attribution."""
+
+from __future__ import annotations
+
+from test_evolve import LINT, LINT_KEY, _gated_project, block_ids, evolve, feedback, memory, releases
+
+USELESS = {"lesson": "Keep commit messages short."}
+TABS = {"lesson": "Use tabs for indentation."}
+
+
+def test_a_bullet_that_does_not_pay_its_way_does_not_ride_along(reef, tmp_path):
+    root, ledger = _gated_project(reef, tmp_path, check="test -f linted")
+    feedback(ledger, LINT, 5)
+    feedback(ledger, USELESS, 5)
+    out = evolve(reef, root)
+    mem = memory(root)
+    lint = mem[LINT_KEY]
+    useless = next(p for p in mem.values() if p["text"] == USELESS["lesson"])
+    assert out["status"] == "published" and out["verdict"]["decision"] == "publish"
+    assert block_ids(root / "CLAUDE.md") == [lint["id"]]  # the joint candidate held both
+    adm = out["admission"]
+    assert adm["admitted"] == [lint["id"]] and [d["bullet_id"] for d in adm["dropped"]] == [useless["id"]]
+    assert adm["utility"][lint["id"]] == 1.0 and adm["utility"][useless["id"]] == 0.0
+    rel = out["release"]
+    assert [o["bullet_id"] for o in rel["meta"]["bullets"]] == [lint["id"]]
+    assert rel["meta"]["admission"]["dropped"][0]["bullet_id"] == useless["id"]
+    assert adm["joint"]["record_id"] in rel["evidence"] and out["verdict"]["record_id"] in rel["evidence"]
+    assert adm["joint"]["record_id"] != out["verdict"]["record_id"]  # the admitted subset was gated on its own
+    neg = {n["key"]: n for n in out["negatives"]}
+    assert neg[useless["key"]]["origin"] == "gate" and "did not pay its way" in neg[useless["key"]]["reason"]
+    assert any("was not published" in w for w in out["warnings"])
+
+
+def test_a_helpful_bullet_is_not_sunk_by_a_harmful_neighbour(reef, tmp_path):
+    root, ledger = _gated_project(reef, tmp_path, check="test -f linted && test ! -f broken")
+    feedback(ledger, LINT, 5)
+    feedback(ledger, TABS, 5)
+    out = evolve(reef, root)
+    mem = memory(root)
+    lint, tabs = mem[LINT_KEY], mem["do:indentation+tab+use"]
+    assert out["admission"]["joint"]["decision"] == "reject"  # together they fail every task
+    assert out["admission"]["utility"][tabs["id"]] == -1.0
+    assert out["status"] == "published" and out["verdict"]["decision"] == "publish"
+    assert block_ids(root / "CLAUDE.md") == [lint["id"]]
+    assert [n["key"] for n in out["negatives"]] == [tabs["key"]]
+    assert len(releases(reef, root)) == 3
+
+
+def test_attribution_off_keeps_the_joint_judgement(reef, tmp_path):
+    root, ledger = _gated_project(reef, tmp_path, check="test -f linted")
+    feedback(ledger, LINT, 5)
+    feedback(ledger, USELESS, 5)
+    out = evolve(reef, root, "--attribute", "0")
+    assert out["status"] == "published" and out["admission"] is None
+    assert len(block_ids(root / "CLAUDE.md")) == 2
