@@ -46,7 +46,7 @@ def project(reef, tmp_path):
                            "baseline_content_id": r2.content_id, "candidate_content_id": "f" * 40,
                            "per_task": [task("typo-fix", 1.0, 1.0)]},
                   release_id=r2.release_id, content_id=r2.content_id)
-    from reef_cli.evolve import proposals_dir
+    from reef_cli.evolve.proposals import proposals_dir
 
     prop = {"proposal_id": "prop_0001", "status": "pending", "mode": "review", "created_at": "2026-12-01T10:00:00Z",
             "keys": ["do:run+test"], "diff": ["+ [CLAUDE.md] reef:abc123  Run the tests before finishing."]}
