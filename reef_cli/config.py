@@ -40,6 +40,8 @@ class GateConfig:
     screen: float = 0.25
     screen_min: int = 3
     resamples: int = 2000
+    executor: str = "local"  # where episodes run: local | ray (reef_cli/executors.py)
+    ray_address: str | None = None  # with executor: ray, the cluster to join (None: a local Ray instance)
 
 
 @dataclass(frozen=True)

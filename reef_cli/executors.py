@@ -38,13 +38,16 @@ class ExecutorSpec:
 
     @classmethod
     def of(cls, kind: str | None = None, ray_address: str | None = None,
-           environ: Mapping[str, str] | None = None) -> "ExecutorSpec":
-        """Flags first, then $REEF_EXECUTOR / $REEF_RAY_ADDRESS (how `reef harness evolve` and CI jobs choose)."""
+           environ: Mapping[str, str] | None = None, config: Any = None) -> "ExecutorSpec":
+        """Flags first, then $REEF_EXECUTOR / $REEF_RAY_ADDRESS (how `reef harness evolve` and CI jobs choose),
+        then harness.yaml's gate.executor / gate.ray_address (`config`: the baseline's GateConfig)."""
         env = os.environ if environ is None else environ
-        kind = kind or env.get(ENV_EXECUTOR) or "local"
+        if ray_address and not kind:
+            kind = "ray"  # an address says which executor
+        kind = kind or env.get(ENV_EXECUTOR) or getattr(config, "executor", None) or "local"
         if kind not in KINDS:
             raise InvalidInput(f"unknown executor '{kind}'; use one of: {', '.join(KINDS)}")
-        address = ray_address or env.get(ENV_RAY_ADDRESS) or None
+        address = ray_address or env.get(ENV_RAY_ADDRESS) or getattr(config, "ray_address", None) or None
         if address and kind != "ray":
             raise InvalidInput("--ray-address needs --executor ray")
         return cls(kind, address)

@@ -634,6 +634,7 @@ def gate_candidate(
     """
     from .config import CONFIG_NAME, parse_config
     from .episodes import EpisodeRequest, EpisodeRunner, Journal, materialise_readonly, rmtree
+    from .executors import ExecutorSpec
     from .tasks import check_held_out, load_suite
 
     if baseline is None:
@@ -668,7 +669,8 @@ def gate_candidate(
             CANDIDATE: materialise_readonly(trees / cand_cid, cand_files)}
     cids = {CURRENT: base_cid, CANDIDATE: cand_cid}
     runner = EpisodeRunner(config.agent, suite_dir=dirs[CURRENT], seed=settings.seed, workers=workers,
-                           environ=environ, store_content=config.store_content, executor=executor)
+                           environ=environ, store_content=config.store_content,
+                           executor=executor or ExecutorSpec.of(environ=environ, config=config.gate))
     by_id = {t.id: t for t in canary}
     specs = [TaskSpec(t.id, t.sentinel) for t in canary]
     base_rid = base_release.release_id if base_release is not None else None

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from reef_cli.config import GateConfig, parse_config
 from reef_cli.errors import InvalidInput
 from reef_cli.executors import ExecutorSpec, ray_available
 
@@ -23,10 +24,21 @@ def test_executor_spec_flags_env_and_errors():
     assert ExecutorSpec.of(environ={"REEF_EXECUTOR": "ray"}) == ExecutorSpec("ray", None)
     assert ExecutorSpec.of("local", environ={"REEF_EXECUTOR": "ray"}) == ExecutorSpec("local", None)
     assert ExecutorSpec.of("ray", "10.0.0.1:6379", environ={}) == ExecutorSpec("ray", "10.0.0.1:6379")
+    assert ExecutorSpec.of(None, "10.0.0.1:6379", environ={}) == ExecutorSpec("ray", "10.0.0.1:6379")
+    gate = GateConfig(executor="ray", ray_address="h:1")
+    assert ExecutorSpec.of(environ={}, config=gate) == ExecutorSpec("ray", "h:1")  # harness.yaml
+    assert ExecutorSpec.of(environ={"REEF_EXECUTOR": "local", "REEF_RAY_ADDRESS": ""}, config=GateConfig(
+        executor="ray")) == ExecutorSpec("local", None)  # env over harness.yaml
     with pytest.raises(InvalidInput, match="unknown executor 'dask'; use one of: local, ray"):
         ExecutorSpec.of("dask", environ={})
     with pytest.raises(InvalidInput, match="--ray-address needs --executor ray"):
         ExecutorSpec.of("local", "10.0.0.1:6379", environ={})
+
+
+def test_harness_yaml_gate_executor_is_validated():
+    assert parse_config("version: 1\ninclude: ['**']\ngate:\n  executor: ray\n  ray_address: 'h:6379'\n").gate.executor == "ray"
+    with pytest.raises(InvalidInput, match="executor"):
+        parse_config("version: 1\ninclude: ['**']\ngate:\n  executor: dask\n")
 
 
 def test_eval_rejects_an_unknown_executor_with_exit_4(reef, tmp_path):

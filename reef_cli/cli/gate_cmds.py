@@ -22,6 +22,15 @@ RAY_ADDRESS = typer.Option(None, "--ray-address", help="Ray cluster to join with
 REPEATS = typer.Option(None, "--repeats", "-k", min=1, help="Repeats per task and side (default: harness.yaml gate.repeats).")
 
 
+def _executor(kind, ray_address, env):
+    """The executor the flags ask for (checked before any work), or None: the gate then takes $REEF_EXECUTOR or
+    the baseline's harness.yaml gate.executor."""
+    from ..executors import ExecutorSpec
+
+    spec = ExecutorSpec.of(kind, ray_address, env.environ)
+    return spec if kind or ray_address else None
+
+
 @contextlib.contextmanager
 def _interruptible():
     """SIGTERM behaves like Ctrl-C, so the runner kills every episode's process group on the way out."""
@@ -133,11 +142,10 @@ def eval_cmd(
 ) -> None:
     """Run the canary gate on a candidate harness without publishing: exit 0 if it would publish, 1 if not."""
     from ..errors import NotFound, UsageError
-    from ..executors import ExecutorSpec
     from ..gate import ablations, frozen_changes, gate_candidate
 
     env: Env = ctx.obj
-    ExecutorSpec.of(executor, ray_address, env.environ)  # a bad --executor fails before any work
+    _executor(executor, ray_address, env)  # a bad --executor fails before any work
     if candidate and working_tree:
         raise UsageError("--candidate and --working-tree are mutually exclusive")
     _check_policy(policy)
@@ -160,7 +168,7 @@ def eval_cmd(
         verdict = gate_candidate(store, files, ledger=store.ledger(), baseline=base, workers=workers, policy=policy,
                                  max_episodes=max_episodes, repeats=repeats, progress=progress, environ=env.environ,
                                  attribute=ablations(base_files, files) if attribute else None,
-                                 executor=ExecutorSpec.of(executor, ray_address, env.environ))
+                                 executor=_executor(executor, ray_address, env))
     if verdict is None:
         raise NotFound(f"release {base.step} has no canary tasks (harness.yaml gate.tasks); add some under canary/ "
                        "and publish them first")
@@ -219,12 +227,11 @@ def ci(
     touches a Frozen path such as a canary task, an evaluator or harness.yaml)."""
     from ..config import CONFIG_NAME, parse_config
     from ..errors import PolicyError
-    from ..executors import ExecutorSpec
     from ..gate import frozen_changes, gate_candidate
 
     env: Env = ctx.obj
     _check_policy(policy)
-    spec = ExecutorSpec.of(executor, ray_address, env.environ)
+    spec = _executor(executor, ray_address, env)
     store, baseline, base_files, base_label = _ci_store(env, base)
     config = parse_config(base_files[CONFIG_NAME].data, source=f"{CONFIG_NAME} ({base_label})")
     files = store.worktree_files(config)
