@@ -42,6 +42,8 @@ class GateConfig:
     resamples: int = 2000
     executor: str = "local"  # where episodes run: local | ray (reef_cli/executors.py)
     ray_address: str | None = None  # with executor: ray, the cluster to join (None: a local Ray instance)
+    max_repeats: int = 0  # policy sequential: pairs per task with probes (0: twice `repeats`)
+    drop_alpha: float = 0.1  # policy sequential: error budget of the per-task drop veto
 
 
 @dataclass(frozen=True)
@@ -222,6 +224,26 @@ def load_config(path: Path) -> HarnessConfig:
     return parse_config(raw, source=str(path))
 
 
+def _pop_keeping_comments(seq, i: int):
+    """Remove item i; the comment after the last item (often the next section's heading) moves to the new last,
+    or is returned when the sequence is now empty."""
+    ca = seq.ca.items
+    tail = ca.pop(len(seq) - 1, None) if i == len(seq) - 1 else None
+    del seq[i]  # ruamel shifts the comments of the items after i
+    if tail is not None and len(seq):
+        ca[len(seq) - 1] = tail
+        tail = None
+    return tail
+
+
+def _append_keeping_comments(seq, item: str) -> None:
+    """Append after the last item, not after the comment that follows it."""
+    tail = seq.ca.items.pop(len(seq) - 1, None) if len(seq) else None
+    seq.append(item)
+    if tail is not None:
+        seq.ca.items[len(seq) - 1] = tail
+
+
 def edit_zones(text: str, path_glob: str, target: str, *, source: str = CONFIG_NAME) -> str:
     """Move `path_glob` into zone `target` (removing it from the others), keeping comments and layout."""
     from ruamel.yaml.comments import CommentedMap, CommentedSeq
@@ -232,17 +254,23 @@ def edit_zones(text: str, path_glob: str, target: str, *, source: str = CONFIG_N
     if zones is None:
         zones = CommentedMap()
         doc["zones"] = zones
+    orphan = None
     for name in ("frozen", "evolvable", "learned", "managed"):
         seq = zones.get(name)
         if seq is None:
             continue
         while path_glob in seq:
-            seq.remove(path_glob)
+            orphan = _pop_keeping_comments(seq, seq.index(path_glob)) or orphan
+        if not seq and name != target:
+            del zones[name]  # ruamel dumps an emptied, commented sequence as YAML that does not parse back
     seq = zones.get(target)
     if seq is None:
         seq = CommentedSeq()
         zones[target] = seq
-    seq.append(path_glob)
+    _append_keeping_comments(seq, path_glob)
+    last = zones[list(zones)[-1]]
+    if orphan is not None and isinstance(last, CommentedSeq) and len(last) and len(last) - 1 not in last.ca.items:
+        last.ca.items[len(last) - 1] = orphan
     out = io.StringIO()
     y.dump(doc, out)
     new = out.getvalue()

@@ -18,6 +18,13 @@ Policies (harness.yaml `gate.policy`, `reef eval --policy`):
   run also stops as soon as the decision can no longer change whatever the missing episodes score: every
   criterion is monotone in each score (the bootstrap's resample indices are fixed by the seed), so filling the
   missing episodes with the worst and with the best case bounds the decision exactly.
+* ``sequential``: adaptive and sequential (reef_cli.adaptive, statistics in reef_cli.sequential). Passes over
+  every task on a fixed schedule with three looks per pass; at each look an exact group-sequential sign-flip test on
+  the paired differences, its alpha (1 - `gate.confidence`) spent by information fraction, so stopping at any look
+  keeps the false-accept rate within alpha; futility looks reject early. Extra pairs ("probes", up to
+  `gate.max_repeats`, default 3k per task) only on tasks whose mean difference drops; a per-task drop e-process
+  vetoes a candidate once it reaches n_tasks / `gate.drop_alpha` with the mean drop past `gate.tolerance`.
+  Sentinels as above. `reef eval --explain` prints its looks and per-task evidence (`Verdict.trace`).
 * ``tally`` (reef 0.1.3's rule): every task x repeat pairing is a win, loss or tie; publish iff
   wins - losses > `gate.margin` (default 0). No statistics; runs everything.
 * ``floor``: the candidate alone; publish iff every task's mean score is at least `gate.floor` (default 1.0).
@@ -42,7 +49,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 from .config import GateConfig
 from .errors import InvalidInput, PolicyError
 
-POLICIES = ("paired", "tally", "floor", "always")
+POLICIES = ("paired", "sequential", "tally", "floor", "always")
 CANDIDATE = "candidate"
 CURRENT = "current"
 PUBLISH = "publish"
@@ -74,6 +81,8 @@ class GateSettings:
     screen: float = _DEFAULTS.screen
     screen_min: int = _DEFAULTS.screen_min
     resamples: int = _DEFAULTS.resamples
+    max_repeats: int = _DEFAULTS.max_repeats
+    drop_alpha: float = _DEFAULTS.drop_alpha
     max_episodes: int | None = None
 
     def __post_init__(self) -> None:
@@ -83,6 +92,8 @@ class GateSettings:
             raise InvalidInput(f"gate repeats must be at least 1, got {self.repeats}")
         if not 0.5 < self.confidence < 1:
             raise InvalidInput(f"gate confidence must be in (0.5, 1), got {self.confidence}")
+        if not 0 < self.drop_alpha < 1:
+            raise InvalidInput(f"gate drop_alpha must be in (0, 1), got {self.drop_alpha}")
         if self.max_episodes is not None and self.max_episodes < 0:
             raise InvalidInput(f"--max-episodes must be 0 or more, got {self.max_episodes}")
 
@@ -128,6 +139,11 @@ def estimate(settings: GateSettings, tasks: Sequence[TaskSpec]) -> dict:
         most, least = n * k, 1 if n else 0
     elif settings.policy == "tally":
         most = least = full
+    elif settings.policy == "sequential":
+        from .adaptive import LOOKS_PER_PASS
+
+        cap = max(k, settings.max_repeats or 3 * k)
+        most, least = 2 * n * cap, 2 * max(1, round(n / LOOKS_PER_PASS)) if n else 0  # up to the first look
     else:
         most, least = full, 2 * len(screen_tasks(tasks, settings)) if n else 0
     if settings.max_episodes is not None:
@@ -199,6 +215,7 @@ class Outcome:
     episodes_spent: int
     stage: str  # screen | pass N (futility) | early-stop | complete | budget | skipped
     tally: dict = field(default_factory=dict)
+    trace: dict = field(default_factory=dict)  # policy sequential: its looks and per-task evidence (`--explain`)
 
 
 class _Book:
@@ -206,6 +223,7 @@ class _Book:
 
     def __init__(self, settings: GateSettings, sample: Sampler) -> None:
         self.k = settings.repeats
+        self.top = settings.repeats  # one past the highest repeat index run so far (probes go past k)
         self.sample = sample
         self.budget = settings.max_episodes
         self.scores: dict[tuple, float] = {}
@@ -227,14 +245,15 @@ class _Book:
             if r not in got:
                 raise RuntimeError(f"the sampler returned no score for episode {r}")
             self.scores[r] = float(got[r])
+            self.top = max(self.top, r[2] + 1)
         self.spent += len(todo)
 
     def side(self, tid: str, side: str) -> list[float]:
-        return [self.scores[(tid, side, r)] for r in range(self.k) if (tid, side, r) in self.scores]
+        return [self.scores[(tid, side, r)] for r in range(self.top) if (tid, side, r) in self.scores]
 
-    def pairs(self, tid: str) -> list[float]:
+    def pairs(self, tid: str, upto: int | None = None) -> list[float]:
         out = []
-        for r in range(self.k):
+        for r in range(self.top if upto is None else upto):
             c, u = self.scores.get((tid, CANDIDATE, r)), self.scores.get((tid, CURRENT, r))
             if c is not None and u is not None:
                 out.append(c - u)
@@ -344,6 +363,7 @@ def evaluate(settings: GateSettings, tasks: Sequence[TaskSpec], sample: Sampler)
     policy = settings.policy
     interval = None
     tally: dict = {}
+    trace: dict = {}
     if not tasks:
         return Outcome(REJECT, "no canary tasks", policy, (), None, 0, "skipped")
     if policy == "always":
@@ -379,11 +399,22 @@ def evaluate(settings: GateSettings, tasks: Sequence[TaskSpec], sample: Sampler)
                 break
         else:
             reason = f"every task scored at least the floor {settings.floor:g}"
+    elif policy == "sequential":
+        from .adaptive import Sequential
+
+        seq = Sequential(settings, tasks, book, screen_tasks(tasks, settings))
+        decision, reason, stage = seq.run()
+        trace = seq.trace()
     else:
         engine = _Paired(settings, tasks, book)
         decision, reason, stage = engine.run()
         interval = engine.observed_interval()
-    return Outcome(decision, reason, policy, _per_task(settings, tasks, book), interval, book.spent, stage, tally)
+    if not trace and policy in ("paired", "tally"):
+        trace = {"tasks": {t.id: {"diffs": [_r(x) for x in book.pairs(t.id)], "mean": _r(_mean(book.pairs(t.id))),
+                                  "why": f"{len(book.pairs(t.id))} pair(s); the run stopped at stage {stage}"}
+                           for t in tasks}}
+    return Outcome(decision, reason, policy, _per_task(settings, tasks, book), interval, book.spent, stage, tally,
+                   trace)
 
 
 def _per_task(settings: GateSettings, tasks: Sequence[TaskSpec], book: _Book) -> tuple[TaskScore, ...]:
@@ -430,6 +461,7 @@ class Verdict:
     attribution_episodes: int = 0
     errors: tuple[str, ...] = ()
     tally: dict = field(default_factory=dict)
+    trace: dict = field(default_factory=dict)
 
     @classmethod
     def of(cls, outcome: Outcome, **run: Any) -> "Verdict":
@@ -452,6 +484,7 @@ class Verdict:
             "record_id": self.record_id, "run": self.run, "baseline_release_id": self.baseline_release_id,
             "baseline_content_id": self.baseline_content_id, "candidate_content_id": self.candidate_content_id,
             "suite_digest": self.suite_digest, "errors": list(self.errors), "tally": dict(self.tally),
+            **({"trace": self.trace} if self.trace else {}),
         }
 
     @classmethod
@@ -467,7 +500,7 @@ class Verdict:
             baseline_release_id=d.get("baseline_release_id"), baseline_content_id=d.get("baseline_content_id", ""),
             candidate_content_id=d.get("candidate_content_id", ""), suite_digest=d.get("suite_digest", ""),
             attribution_episodes=int(d.get("attribution_episodes", 0)), errors=tuple(d.get("errors") or ()),
-            tally=dict(d.get("tally") or {}),
+            tally=dict(d.get("tally") or {}), trace=dict(d.get("trace") or {}),
         )
 
     def release_meta(self) -> dict:
@@ -658,8 +691,11 @@ def gate_candidate(
     cand_files = dict(candidate_files)
     base_cid = base_release.content_id if base_release is not None else _content_id(store, base_files)
     cand_cid = _content_id(store, cand_files)
+    # The baseline's release is part of the run: its episodes are recorded under it, so the same content judged as a
+    # release and as a plain tree (`reef ci --base DIR`) must not share a journal whose record ids then collide.
     run = _run_key({"v": 1, "baseline": base_cid, "candidate": cand_cid, "suite": suite.digest,
-                    "agent": list(config.agent), "seed": settings.seed})
+                    "agent": list(config.agent), "seed": settings.seed,
+                    "baseline_release": base_release.release_id if base_release is not None else None})
     run_dir = Path(journal_dir) if journal_dir is not None else store.dir / "gate" / run
     run_dir.mkdir(parents=True, exist_ok=True)
     journal = Journal(run_dir / "journal.jsonl")
@@ -699,11 +735,13 @@ def gate_candidate(
     emit({"event": "plan", **est, "run": run, "resumable": len(journal)})
     outcome = evaluate(settings, specs, sample)
     utilities: dict[str, float | None] = {}
+    tests: dict[str, dict] = {}
     attribution_spent = 0
     if attribute:
         emit({"event": "stage", "stage": "attribution", "bullets": len(attribute)})
         before = counter["done"]
-        utilities = _attribute(settings, canary, attribute, store, trees, dirs, cids, runner, journal, on_result)
+        utilities, tests = _attribute(settings, canary, attribute, store, trees, dirs, cids, runner, journal, on_result)
+        outcome = replace(outcome, trace={**outcome.trace, "bullets": tests})
         attribution_spent = counter["done"] - before
     verdict = Verdict.of(
         outcome,
@@ -723,11 +761,27 @@ def gate_candidate(
     return verdict
 
 
-def _attribute(settings, canary, attribute, store, trees, dirs, cids, runner, journal, on_result) -> dict:
-    """Leave-one-out: utility(b) = mean over tasks and repeats of candidate score minus ablated score."""
+def bullet_test(diffs: Sequence[float], settings: GateSettings) -> dict:
+    """A bullet's marginal effect tested like a candidate's: the exact sign-flip test of reef_cli.sequential at the
+    gate's false-accept budget (1 - confidence), one look over the leave-one-out pairs (candidate minus the candidate
+    without that bullet). `admitted`: the bullet's own contribution is positive at that level."""
+    from .sequential import group_sequential
+
+    diffs = list(diffs)
+    if not diffs:
+        return {"utility": None, "pairs": 0, "needed_mean": None, "admitted": False}
+    look = group_sequential([diffs], [1.0], 1 - settings.confidence, 1.0)[0]
+    return {"utility": _r(look.mean), "pairs": look.pairs, "admitted": look.crossed,
+            "needed_mean": None if look.needed is None else _r(look.needed / look.pairs)}
+
+
+def _attribute(settings, canary, attribute, store, trees, dirs, cids, runner, journal, on_result) -> tuple[dict, dict]:
+    """Leave-one-out: utility(b) = mean over tasks and repeats of candidate score minus ablated score, and its
+    `bullet_test` (returned as the verdict's trace["bullets"])."""
     from .episodes import EpisodeRequest, materialise_readonly
 
     out: dict[str, float | None] = {}
+    tests: dict[str, dict] = {}
     cand_reqs = [EpisodeRequest(t, CANDIDATE, r, dirs[CANDIDATE], cids[CANDIDATE])
                  for r in range(settings.repeats) for t in canary]
     for bid, files in attribute.items():
@@ -740,7 +794,8 @@ def _attribute(settings, canary, attribute, store, trees, dirs, cids, runner, jo
         cand = [got[q.key].score for q in cand_reqs]
         abl = [got[q.key].score for q in abl_reqs]
         out[bid] = (sum(cand) - sum(abl)) / len(cand) if cand else None
-    return out
+        tests[bid] = bullet_test([c - a for c, a in zip(cand, abl)], settings)
+    return out, tests
 
 
 def publish_gated(store, files: Mapping, verdict: Verdict, *, reason: str, operation: str = "evolve",

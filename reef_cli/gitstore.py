@@ -26,6 +26,26 @@ def mode_of(st_mode: int) -> int:
     return MODE_EXEC if st_mode & 0o111 else MODE_FILE
 
 
+def _damage_is_a_store_error(method):
+    """pygit2 reports a corrupt or missing object as GitError, wherever it is read; that is damage to reef's store,
+    said in one line (StoreError), not a crash."""
+    import functools
+
+    @functools.wraps(method)
+    def wrapper(self, *args, **kwargs):
+        try:
+            return method(self, *args, **kwargs)
+        except self._pygit2.GitError as exc:
+            raise StoreError(f"{self.path}: reef's object store is damaged ({exc}); restore .reef/git from a "
+                             "backup or a copy of the project") from None
+        except OSError as exc:
+            if exc.errno is not None:
+                raise  # a real errno: the error boundary names the file
+            raise StoreError(f"{self.path}: cannot write reef's object store ({exc})") from None  # libgit2's
+
+    return wrapper
+
+
 class GitStore:
     def __init__(self, path: Path):
         import pygit2
@@ -42,6 +62,7 @@ class GitStore:
         except pygit2.GitError as exc:
             raise StoreError(f"{path}: cannot open reef's object store: {exc}") from None
 
+    @_damage_is_a_store_error
     def write_tree(self, files: dict[str, Entry]) -> str:
         """Hash a flat {posix path: Entry} map into a tree; returns the tree id (the release's content_id)."""
         pygit2 = self._pygit2
@@ -50,6 +71,7 @@ class GitStore:
             index.add(pygit2.IndexEntry(rel, self.repo.create_blob(entry.data), entry.mode))
         return str(index.write_tree(self.repo))
 
+    @_damage_is_a_store_error
     def update_tree(self, base_tree_id: str, changes: dict[str, Entry | None]) -> str:
         """A new tree from `base_tree_id` with `changes` applied (None deletes); untouched subtrees are reused."""
         pygit2 = self._pygit2
@@ -83,9 +105,11 @@ class GitStore:
             oid = repo.TreeBuilder().write()
         return str(oid)
 
+    @_damage_is_a_store_error
     def read_tree(self, tree_id: str) -> dict[str, Entry]:
         return {rel: Entry(self.repo[item.id].data, int(item.filemode)) for rel, item in self._items(tree_id)}
 
+    @_damage_is_a_store_error
     def blob_ids(self, tree_id: str) -> dict[str, str]:
         """{path: "mode:blob id"} without reading blob contents (cheap status checks); cached per tree id."""
         cached = self._blob_ids.get(tree_id)
@@ -116,9 +140,11 @@ class GitStore:
 
         return walk(root, "")
 
+    @_damage_is_a_store_error
     def hash_blob(self, data: bytes) -> str:
         return str(self._pygit2.hash(data))
 
+    @_damage_is_a_store_error
     def commit(self, tree_id: str, parent: str | None, message: str, when: int) -> str:
         pygit2 = self._pygit2
         sig = pygit2.Signature("reef", "reef@localhost", when, 0)
@@ -126,9 +152,11 @@ class GitStore:
         oid = self.repo.create_commit(None, sig, sig, message, pygit2.Oid(hex=tree_id), parents)
         return str(oid)
 
+    @_damage_is_a_store_error
     def set_ref(self, name: str, commit_id: str) -> None:
         self.repo.references.create(name, self._pygit2.Oid(hex=commit_id), force=True)
 
+    @_damage_is_a_store_error
     def get_ref(self, name: str) -> str | None:
         ref = self.repo.references.get(name)
         return str(ref.target) if ref is not None else None

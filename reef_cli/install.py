@@ -233,6 +233,44 @@ def sync_tree(dest: Path, files: dict[str, Entry], previous: set[str] | frozense
     return result
 
 
+def foreign_files(dest: Path, files: dict[str, Entry], previous: set[str] | frozenset[str]) -> list[str]:
+    """Paths in `dest` that reef did not install and `files` would replace with other bytes (a file, a directory, a
+    link, or a file where a directory must go): the user's own files, never overwritten without --force. Paths
+    reef installed before (`previous`) are its own to restore."""
+    dest = Path(os.path.abspath(dest))
+    out = []
+    for rel, entry in sorted(files.items()):
+        cur = dest
+        for part in rel.split("/")[:-1]:
+            cur = cur / part
+            if os.path.lexists(cur) and (os.path.islink(cur) or not os.path.isdir(cur)):
+                sub = str(cur.relative_to(dest))
+                if sub not in previous and not any(p.startswith(sub + "/") for p in previous):
+                    out.append(str(cur))  # neither a file reef installed nor a directory it made
+                break
+        else:
+            path = dest / rel
+            if rel in previous or not os.path.lexists(path):
+                continue
+            if os.path.islink(path) or not os.path.isfile(path):
+                out.append(str(path))
+                continue
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+            with os.fdopen(fd, "rb") as f:
+                if f.read() != entry.data:
+                    out.append(str(path))
+    return out
+
+
+def _is_reef_wrapper(path: Path, adapter: Adapter) -> bool:
+    try:
+        with open(path, "rb") as f:
+            head = f.read(200)
+    except OSError:
+        return False
+    return head.startswith(f"#!/bin/sh\n# reef-{adapter.name}: ".encode())
+
+
 def _write_replace(path: Path, data: bytes, mode: int) -> None:
     tmp = path.with_name(f".{path.name}.reef-{os.getpid()}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
@@ -275,8 +313,11 @@ def install(
     write_wrapper: bool = True,
     environ: dict | None = None,
     now: Callable[[], str] = utcnow_iso,
+    force: bool = False,
 ) -> InstallResult:
-    """Compile `release` (default: the head) for `adapter` into its install root; idempotent."""
+    """Compile `release` (default: the head) for `adapter` into its install root; idempotent. Files reef did not
+    install there (and a wrapper script that is not reef's) are refused before anything is written, unless
+    `force`."""
     if not adapter.wrapper:
         raise InvalidInput(f"adapter '{adapter.name}' has no wrapper; use 'reef harness compile --agent {adapter.name}'")
     release = release or store.require_head()
@@ -294,6 +335,17 @@ def install(
     if previous and previous.content_id == release.content_id and not verify(previous) and \
             set(previous.files) == set(files) and _wrapper_ok(previous, adapter, store, root, bin_dir, write_wrapper, environ):
         return InstallResult(previous, True, warnings=compiled.warnings)
+    if not force:
+        foreign = foreign_files(agent_dir, files, prev_files)
+        wrapper_at = wrapper_path(adapter, bin_dir, environ) if write_wrapper else None
+        # a link there (install.sh links the venv's console script) is replaced, its target left alone
+        if wrapper_at is not None and os.path.lexists(wrapper_at) and not os.path.islink(wrapper_at) and \
+                not _is_reef_wrapper(wrapper_at, adapter):
+            foreign.append(str(wrapper_at))
+        if foreign:
+            more = f" (and {len(foreign) - 1} more)" if len(foreign) > 1 else ""
+            raise ConflictError(f"{foreign[0]}{more} exists and is not reef's; installing would overwrite it — move "
+                                "it away, choose another --dest, or pass --force")
     synced = sync_tree(agent_dir, files, prev_files)
     _write_marker(agent_dir, store, adapter)
     wrapper = None
@@ -304,6 +356,7 @@ def install(
     path = record_path(store.project, adapter.name, agent_dir)
     path.parent.mkdir(parents=True, exist_ok=True)
     write_atomic(path, canonical(record.to_json()) + b"\n")
+    remember_installation(record, environ)
     return InstallResult(record, False, tuple(synced.written), tuple(synced.removed), tuple(synced.links),
                          compiled.warnings)
 
@@ -345,11 +398,58 @@ def _write_marker(agent_dir: Path, store, adapter: Adapter) -> None:
         _write_replace(path, data, 0o644)
 
 
+# -- the user's installations ----------------------------------------------------------------------------------------
+# A small pointer per install root under <data dir>/reef/installations/, so an unbound `reef-<agent>` (the venv's
+# console script, often earlier on PATH than the bound wrapper in ~/.local/bin) can find the one installation.
+def installations_dir(environ: dict | None = None) -> Path:
+    from .adapters import data_dir
+
+    return data_dir(environ) / "reef" / "installations"
+
+
+def remember_installation(record: InstallRecord, environ: dict | None = None) -> None:
+    tag = hashlib.sha256(os.path.abspath(record.agent_dir).encode()).hexdigest()[:16]
+    path = installations_dir(environ) / f"{record.adapter}-{tag}.json"
+    data = canonical({"adapter": record.adapter, "project": record.project, "scenario": record.scenario,
+                      "root": record.root, "agent_dir": record.agent_dir, "wrapper": record.wrapper}) + b"\n"
+    try:
+        if path.read_bytes() == data:
+            return
+    except OSError:
+        pass
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(path, data)
+
+
+def installations(adapter: str, environ: dict | None = None) -> list[dict]:
+    """This user's live installations of `adapter` (a pointer whose install root or project is gone is skipped),
+    sorted by project path."""
+    out = []
+    try:
+        names = sorted(os.listdir(installations_dir(environ)))
+    except OSError:
+        return []
+    for name in names:
+        if not (name.startswith(f"{adapter}-") and name.endswith(".json")):
+            continue
+        try:
+            d = json.loads((installations_dir(environ) / name).read_text())
+            owner = json.loads((Path(d["agent_dir"]) / MARKER).read_text())
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        if d.get("adapter") != adapter or owner.get("project") != d.get("project") or \
+                owner.get("scenario") != d.get("scenario") or \
+                not (Path(d["project"]) / ".reef" / "project.json").is_file():
+            continue
+        out.append(d)
+    return sorted(out, key=lambda d: (d["project"], d["scenario"], d["root"]))
+
+
 # -- the installed wrapper -------------------------------------------------------------------------------------------
 def wrapper_text(adapter: Adapter, project: Project, scenario: str, root: Path, python: str | None = None) -> str:
     python = python or sys.executable
     script = Path(python).parent / f"reef-{adapter.name}"
-    target = [str(script)] if script.is_file() else [python, "-m", "reef_cli.wrapper", adapter.name]
+    target = [str(script)] if script.is_file() else [python, "-m", "reef_cli.cli.wrapper", adapter.name]
     q = shlex.quote
     return (
         "#!/bin/sh\n"

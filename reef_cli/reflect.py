@@ -699,6 +699,9 @@ class LLMBackend:
             raise InvalidInput("the llm reflector needs a model URL: set reflector.model_url in harness.yaml or pass --model-url")
         if not model:
             raise InvalidInput("the llm reflector needs a model name: set reflector.model in harness.yaml or pass --model")
+        from .model_url import check_model_url
+
+        check_model_url(model_url)
         self.url = model_url.rstrip("/") + "/chat/completions"
         self.model = model
         self.api_key = api_key

@@ -33,20 +33,67 @@ def parse_score(raw) -> float:
     return value
 
 
+FEEDBACK_DEPTH = 16  # a lesson is a few keys deep; deeper is a mistake or an attack on the recursive code after it
+
+
 def load_feedback_json(path: Path) -> dict:
+    """The object in `--feedback-json PATH` (- for stdin), read at most FEEDBACK_MAX bytes: every way it can be
+    wrong is one InvalidInput naming the file."""
     try:
-        text = path.read_text(encoding="utf-8") if str(path) != "-" else sys.stdin.read()
+        if str(path) == "-":
+            raw = sys.stdin.buffer.read(FEEDBACK_MAX + 1)
+        else:
+            with open(path, "rb") as f:
+                raw = f.read(FEEDBACK_MAX + 1)
     except FileNotFoundError:
         raise InvalidInput(f"--feedback-json {path}: no such file") from None
+    except IsADirectoryError:
+        raise InvalidInput(f"--feedback-json {path}: is a directory, not a JSON file") from None
+    except OSError as exc:
+        raise InvalidInput(f"--feedback-json {path}: cannot read it ({exc.strerror or exc})") from None
+    if len(raw) > FEEDBACK_MAX:
+        raise InvalidInput(f"--feedback-json {path}: larger than the {FEEDBACK_MAX}-byte limit for feedback")
+    try:
+        text = raw.decode("utf-8")
     except UnicodeDecodeError:
         raise InvalidInput(f"--feedback-json {path}: not UTF-8 text") from None
     try:
         obj = json.loads(text)
+    except RecursionError:
+        raise InvalidInput(f"--feedback-json {path}: nested more than {FEEDBACK_DEPTH} levels deep") from None
     except ValueError as exc:
         raise InvalidInput(f"--feedback-json {path}: not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})") from None
     if not isinstance(obj, dict):
         raise InvalidInput(f"--feedback-json {path}: feedback must be a JSON object (keys like lesson, do, dont)")
-    return obj
+    return clean_feedback(obj, f"--feedback-json {path}")
+
+
+def clean_feedback(feedback: str | dict | None, source: str = "--feedback"):
+    """Feedback as it may be stored: NUL bytes stripped (they end C strings in every tool downstream), valid Unicode
+    (argv carries undecodable bytes as lone surrogates), at most FEEDBACK_DEPTH levels and FEEDBACK_MAX bytes."""
+    if feedback is None:
+        return None
+
+    def clean(value, depth: int):
+        if depth > FEEDBACK_DEPTH:
+            raise InvalidInput(f"{source}: nested more than {FEEDBACK_DEPTH} levels deep")
+        if isinstance(value, str):
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError:
+                raise InvalidInput(f"{source}: not valid UTF-8 text") from None
+            return value.replace("\x00", "")
+        if isinstance(value, dict):
+            return {clean(k, depth + 1): clean(v, depth + 1) for k, v in value.items()}
+        if isinstance(value, list):
+            return [clean(v, depth + 1) for v in value]
+        return value
+
+    out = clean(feedback, 0)
+    size = len(out.encode("utf-8")) if isinstance(out, str) else len(json.dumps(out, ensure_ascii=False).encode("utf-8"))
+    if size > FEEDBACK_MAX:
+        raise InvalidInput(f"{source} is {size} bytes; the limit is {FEEDBACK_MAX}")
+    return out
 
 
 def _owner_scenario(store, receipt: str) -> str | None:
@@ -69,10 +116,9 @@ def _owner_scenario(store, receipt: str) -> str | None:
 def report(store, score, *, feedback: str | dict | None = None, receipts: list[str], record_id: str | None = None):
     """Validate everything first, then append one report record; nothing is written on a refusal."""
     value = parse_score(score)
+    feedback = clean_feedback(feedback, "--feedback-json" if isinstance(feedback, dict) else "--feedback")
     if not receipts:
         raise InvalidInput("no receipt to report on: this shell has no unreported run; pass --receipt ID")
-    if isinstance(feedback, str) and len(feedback.encode()) > FEEDBACK_MAX:
-        raise InvalidInput(f"--feedback is {len(feedback.encode())} bytes; the limit is {FEEDBACK_MAX}")
     ledger = store.ledger()
     releases = []
     for rid in receipts:

@@ -163,9 +163,11 @@ def run_recorded(
     on_output=None,
     release: Release | None = None,
     store_content: bool | None = None,
+    env_for_receipt=None,
 ) -> RunResult:
     """`release` pins the run to a release already materialised by the caller (a wrapper's install root), so a
-    publish between the caller's install and this call cannot re-attribute the run."""
+    publish between the caller's install and this call cannot re-attribute the run. `env_for_receipt(record_id)`
+    returns extra child environment that names the receipt (a wrapper's --via-serve session)."""
     from .sessions import PendingReceipts, shell_key
 
     if not argv:
@@ -190,6 +192,8 @@ def run_recorded(
         "REEF_SCENARIO": store.scenario,
         "REEF_PROJECT": str(store.project.root),
     }
+    if env_for_receipt is not None:
+        child_env.update(env_for_receipt(record_id))
     model = model_of(argv, base_env)
     observe_only = observe_only or matches_observe_only(config.observe_only, model=model, adapter=adapter, argv=argv)
     interactive = sys.stdin.isatty() and sys.stdout.isatty()

@@ -69,13 +69,24 @@ class PendingReceipts:
     def peek(self) -> list[str]:
         return self._read()
 
+    @contextlib.contextmanager
+    def claimed(self):
+        """This shell's unreported receipts, locked until the block ends; call `done(receipts)` inside it once they
+        are reported. Two `reef report`s racing in one shell then attach once: the second finds them claimed."""
+        with self._lock():
+            yield self._read()
+
+    def done(self, reported: list[str]) -> None:
+        """Forget reported receipts; only inside `claimed()` (the lock is held)."""
+        left = [r for r in self._read() if r not in set(reported)]
+        if left:
+            self._write(left)
+        else:
+            try:
+                self.path.unlink()
+            except FileNotFoundError:
+                pass
+
     def clear(self, reported: list[str]) -> None:
         with self._lock():
-            left = [r for r in self._read() if r not in set(reported)]
-            if left:
-                self._write(left)
-            else:
-                try:
-                    self.path.unlink()
-                except FileNotFoundError:
-                    pass
+            self.done(reported)

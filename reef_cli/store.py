@@ -408,6 +408,9 @@ class HarnessStore:
             if CONFIG_NAME not in files:
                 raise InvalidInput(f"the harness has no {CONFIG_NAME}; it is required in every release")
             config = parse_config(files[CONFIG_NAME].data, source=str(self.project.root / CONFIG_NAME))
+            from .validate import check_release
+
+            check_release(files, config)  # a release that would break every later command is refused here
         current = self.head()
         new_ids = self._ids(files)
         tree_id = self._tree_for(current, files, new_ids)

@@ -166,3 +166,80 @@ def test_pi_through_reef_pi(harness, tmp_path, fake_llm):
                         load_skill=lambda d: tool("read", {"path": str(d / "skills" / SKILL_NAME / "SKILL.md")}))
     session = out["interaction"].payload["agent_reported"]["session"]
     assert session["cwd"] == str(tmp_path / "code") and session["id"]
+
+
+def test_claude_through_reef_serve(harness, tmp_path, fake_llm):
+    """`reef-claude` with REEF_VIA_SERVE: every model call goes through `reef serve`, is recorded there with the
+    wrapper run's receipt as its session, and the managed-block bullet reaches the upstream through it."""
+    from gateway import Gateway
+
+    need("claude")
+    with Gateway(harness, fake_llm.url) as gw:
+        out = run_and_check("claude", harness, tmp_path, fake_llm,
+                            {"ANTHROPIC_BASE_URL": "http://127.0.0.1:9", "ANTHROPIC_API_KEY": "dummy",
+                             "REEF_VIA_SERVE": gw.url}, ["--model", "fake-model"])
+        assert gw.stop() == 0, gw.log()
+    receipt = out["interaction"].record_id
+    assert out["interaction"].payload["via_serve"] == gw.url
+    from reef_cli.ledger import Ledger
+
+    ledger = Ledger(harness / ".reef" / "scenarios" / "default" / "ledger.jsonl", "default")
+    served = [r for r in ledger.iter_records() if r.kind == "inference" and r.payload.get("source") == "serve"]
+    messages = [c for c in out["calls"] if c.route == "anthropic.messages"]
+    assert len(served) == len(messages) >= 1  # every model call recorded, once
+    assert all(r.payload["session"] == receipt and r.payload["outcome"] == "ok" for r in served)
+    assert all(r.release_id == out["record"]["release_id"] for r in served)
+    assert all("x-reef-session" not in c.headers and "x-api-key" not in c.headers for c in messages)
+    assert "ledger of scenario 'default' verified" in gw.log()
+
+
+@pytest.mark.slow  # opencode takes ~40 s a run on 2 cores; the mechanism is the same as the default suite's claude test
+def test_opencode_through_reef_serve(harness, tmp_path, fake_llm):
+    """opencode's own provider config reaches the gateway through {env:REEF_SERVE_BASE_URL}, which carries the
+    wrapper run's receipt as the session in the path."""
+    from gateway import Gateway
+
+    need("opencode")
+    provider = {"provider": {"fake": {"npm": "@ai-sdk/openai-compatible", "name": "Fake",
+                                      "options": {"baseURL": "{env:REEF_SERVE_BASE_URL}", "apiKey": "dummy"},
+                                      "models": {"fake-model": {"name": "Fake"}}}},
+                "model": "fake/fake-model", "small_model": "fake/fake-model", "autoupdate": False, "share": "disabled"}
+    with Gateway(harness, fake_llm.url) as gw:
+        out = run_and_check("opencode", harness, tmp_path, fake_llm, {
+            "OPENCODE_CONFIG_CONTENT": json.dumps(provider), "OPENCODE_DISABLE_MODELS_FETCH": "1",
+            "OPENCODE_DISABLE_LSP_DOWNLOAD": "1", "OPENCODE_PURE": "1", "REEF_VIA_SERVE": gw.url})
+        assert gw.stop() == 0, gw.log()
+    from reef_cli.ledger import Ledger
+
+    ledger = Ledger(harness / ".reef" / "scenarios" / "default" / "ledger.jsonl", "default")
+    served = [r for r in ledger.iter_records() if r.kind == "inference" and r.payload.get("source") == "serve"]
+    assert len(served) == len(out["calls"]) >= 1
+    assert {r.payload["session"] for r in served} == {out["interaction"].record_id}
+
+
+@pytest.mark.slow  # ~15 s; pi reads base URLs only from models.json, so this checks the documented set-up
+def test_pi_through_reef_serve(harness, tmp_path, fake_llm):
+    """pi's models.json points a provider at the gateway and names REEF_SERVE_SESSION as the x-reef-session header's
+    value (pi resolves header values from the environment); the wrapper exports it as the run's receipt."""
+    from gateway import Gateway
+
+    need("pi")
+    with Gateway(harness, fake_llm.url) as gw:
+        def provider_config(agent_dir: Path) -> None:
+            (agent_dir / "models.json").write_text(json.dumps({"providers": {"fake": {
+                "baseUrl": gw.url + "/v1", "api": "openai-completions", "apiKey": "dummy",
+                "headers": {"x-reef-session": "REEF_SERVE_SESSION"},
+                "compat": {"supportsDeveloperRole": False, "supportsReasoningEffort": False},
+                "models": [{"id": "fake-model", "name": "Fake Model", "reasoning": False}]}}}))
+            (agent_dir / "settings.json").write_text(json.dumps({"defaultProvider": "fake", "defaultModel": "fake-model"}))
+
+        out = run_and_check("pi", harness, tmp_path, fake_llm, {"PI_OFFLINE": "1", "PI_TELEMETRY": "0",
+                                                                "REEF_VIA_SERVE": gw.url},
+                            before_run=provider_config)
+        assert gw.stop() == 0, gw.log()
+    from reef_cli.ledger import Ledger
+
+    ledger = Ledger(harness / ".reef" / "scenarios" / "default" / "ledger.jsonl", "default")
+    served = [r for r in ledger.iter_records() if r.kind == "inference" and r.payload.get("source") == "serve"]
+    assert len(served) == len(out["calls"]) >= 1
+    assert {r.payload["session"] for r in served} == {out["interaction"].record_id}

@@ -447,6 +447,9 @@ def test_eval_attribution_measures_each_new_bullet(reef, project):
     utilities = sorted(v["bullet_utility"].values())
     assert utilities == [pytest.approx(0.2), pytest.approx(0.4)]  # tabs fixes 1 of 5 tasks, newline 2 of 5
     assert v["attribution_episodes"] > 0
+    tests = v["trace"]["bullets"]  # each bullet's marginal effect through the sequential test (issue 16)
+    assert sorted((t["pairs"], t["utility"], t["admitted"]) for t in tests.values()) == [(10, 0.2, False),
+                                                                                         (10, 0.4, True)]
 
 
 def test_eval_refuses_a_canary_task_the_reflector_has_seen(reef, project):
@@ -591,3 +594,18 @@ def test_the_example_ci_workflow_parses_and_calls_real_options():
     help_text = subprocess.run([reef_exe(), "ci", "--help"], capture_output=True, text=True, timeout=60).stdout
     for opt in (w for w in line.split() if w.startswith("--")):
         assert opt in help_text, opt
+
+
+def test_eval_explain_prints_the_sequential_policys_trace(reef, project):
+    set_block(project, NEWLINE, TABS)
+    r = reef("-C", str(project), "eval", "--policy", "sequential", "--explain")
+    assert r.code == 0, r.out + r.err
+    assert "decision: publish (sequential" in r.out and "mean test: sign-flip, alpha 0.1" in r.out
+    assert "task notes-newline: [+1 +1" in r.out and "drop veto: drop evidence >= 50" in r.out
+    v = json.loads(reef("-C", str(project), "eval", "--policy", "sequential", "--json").out)
+    assert v["policy"] == "sequential" and v["trace"]["looks"][-1]["crossed"]
+    assert v["trace"]["tasks"]["makefile-build"]["diffs"][0] == 1.0
+    assert reef("-C", str(project), "publish", "-m", "good rules").code == 0
+    set_block(project, NEWLINE, TABS, SPACES)  # the later, bad rule breaks the Makefile task
+    r = reef("-C", str(project), "eval", "--policy", "sequential", "--explain")
+    assert r.code == 1 and "decision: reject" in r.out and "task makefile-build: [-1" in r.out, r.out

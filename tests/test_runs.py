@@ -227,7 +227,7 @@ def test_fast_parser_knows_every_option_of_the_typer_commands():
     """`reef run` and `reef report` are parsed without typer on their hot path; both parsers must agree."""
     from typer import main as typer_main
 
-    from reef_cli.cli.entry import FAST, GLOBAL_VALUE_OPTIONS, parse_fast
+    from reef_cli.cli.hot import FAST, GLOBAL_VALUE_OPTIONS, parse_fast
     from reef_cli.cli.main import build_app
 
     for name, spec in FAST.items():

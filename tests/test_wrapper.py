@@ -90,6 +90,25 @@ def test_report_attaches_to_the_last_session_of_this_shell(setup):
     assert other.returncode == 4
 
 
+def test_concurrent_wrapper_reports_attach_once(setup):
+    """Eight `reef-claude report`s racing in one shell on its last session: one attaches, the others are told there
+    is nothing left to report on."""
+    receipt = receipt_of(wrap(setup, "-p", "x").stderr)
+    procs = [subprocess.Popen([str(setup["wrapper"]), "report", "--score", "1"], cwd=setup["code"], env=setup["env"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) for _ in range(8)]
+    results = [(p.wait(timeout=120), p.stderr.read()) for p in procs]
+    for p in procs:
+        p.stderr.close()
+    assert sorted(code for code, _ in results) == [0] + [4] * 7, results
+    assert all(err == "reef-claude: error: no reef-claude session to report on in this shell: run reef-claude first, "
+                      "or pass --receipt ID\n" for code, err in results if code == 4)
+    from reef_cli.ledger import Ledger
+
+    ledger = Ledger(setup["project"] / ".reef" / "scenarios" / "default" / "ledger.jsonl", "default")
+    reports = [r for r in ledger.iter_records(kind="report")]
+    assert len(reports) == 1 and reports[0].payload["receipts"] == [receipt]
+
+
 def test_a_changed_install_refuses_to_start_and_says_how_to_restore(setup):
     agent_dir = Path(setup["record"]["agent_dir"])
     (agent_dir / "CLAUDE.md").write_text("sneaky edit\n")
@@ -144,11 +163,36 @@ def test_unbound_console_script_uses_the_project_around_cwd(setup, no_real_home)
     assert r.returncode == 0, r.stderr
     init = json.loads(r.stdout.splitlines()[0])
     assert init["config_dir"].startswith(str(no_real_home / ".local" / "share" / "reef" / "installs"))
+    # outside any project there are now two installations (--dest root, and the default root just made): pick one
+    r = subprocess.run([str(VENV_BIN / "reef-claude")], cwd=setup["code"], env=env, capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 2
+    assert r.stderr.startswith("reef-claude: error: reef-claude is not bound and 2 installations of claude exist: ")
+    assert f"{setup['project']} (scenario default, wrapper {setup['wrapper']})" in r.stderr
+    assert f"{setup['project']} (scenario default, install root {no_real_home}/.local/share/reef/installs/" in r.stderr
+    assert r.stderr.endswith("; run the wrapper of the one you mean, or run reef-claude inside its project\n")
+    assert len(r.stderr.splitlines()) == 1
+
+
+def test_unbound_console_script_without_any_installation_says_how_to_bind(setup, no_real_home, tmp_path):
+    env = {k: v for k, v in setup["env"].items() if k not in ("REEF_PROJECT", "REEF_INSTALL_ROOT")}
+    env["XDG_DATA_HOME"] = str(tmp_path / "elsewhere")  # another user's data: no installations
     r = subprocess.run([str(VENV_BIN / "reef-claude")], cwd=setup["code"], env=env, capture_output=True, text=True,
                        timeout=60)
     assert r.returncode == 1
     assert r.stderr == ("reef-claude: error: reef-claude is not bound to a reef project: run 'reef harness install "
                         "--adapter claude' in your reef project, or run it inside one\n")
+
+
+def test_unbound_console_script_runs_as_the_one_installation(setup):
+    """The venv's reef-claude, earlier on PATH than the bound wrapper, no longer shadows it: with exactly one
+    installation of claude it runs that one (its install root, its project), from any directory."""
+    env = {k: v for k, v in setup["env"].items() if k not in ("REEF_PROJECT", "REEF_INSTALL_ROOT", "REEF_SCENARIO")}
+    r = subprocess.run([str(VENV_BIN / "reef-claude"), "-p", "x"], cwd=setup["code"], env=env, capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout.splitlines()[0])["config_dir"] == setup["record"]["agent_dir"]
+    assert ledger_record(setup["project"], receipt_of(r.stderr)).kind == "interaction"
 
 
 def test_a_missing_agent_binary_says_how_to_install_it(setup):
@@ -183,12 +227,35 @@ def test_the_wrapper_start_stays_off_heavy_imports(setup):
     filelock."""
     env = {**setup["env"], "REEF_CLAUDE_BIN": "/bin/true", "REEF_PROJECT": str(setup["project"]),
            "REEF_INSTALL_ROOT": str(setup["tmp"] / "root"), "REEF_QUIET": "1"}
-    assert subprocess.run([sys.executable, "-m", "reef_cli.wrapper", "claude"], cwd=setup["code"], env=env,
+    assert subprocess.run([sys.executable, "-m", "reef_cli.cli.wrapper", "claude"], cwd=setup["code"], env=env,
                           timeout=60).returncode == 0  # warms the materialised release
-    r = subprocess.run([sys.executable, "-X", "importtime", "-m", "reef_cli.wrapper", "claude"], cwd=setup["code"],
+    r = subprocess.run([sys.executable, "-X", "importtime", "-m", "reef_cli.cli.wrapper", "claude"], cwd=setup["code"],
                        env=env, capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     names = {line.rsplit("|", 1)[1].strip() for line in r.stderr.splitlines() if line.startswith("import time:")}
     heavy = sorted(n for n in names if n.split(".")[0] in ("pygit2", "jsonschema", "rich", "typer", "click", "filelock")
                    or n.startswith("ruamel.yaml"))
     assert heavy == []
+
+
+def test_via_serve_flag_env_and_per_agent_mechanism():
+    from reef_cli.errors import InvalidInput
+    from reef_cli.wrapper import split_via_serve, via_serve_env
+
+    assert split_via_serve(["--via-serve", "http://127.0.0.1:8900/", "-p", "x"], {}) == ("http://127.0.0.1:8900", ["-p", "x"])
+    assert split_via_serve(["--via-serve=http://h:1", "-p"], {}) == ("http://h:1", ["-p"])
+    assert split_via_serve(["-p", "--via-serve"], {"REEF_VIA_SERVE": "http://h:2"}) == ("http://h:2", ["-p", "--via-serve"])
+    assert split_via_serve(["-p"], {}) == (None, ["-p"])
+    with pytest.raises(InvalidInput, match="--via-serve needs the gateway's URL"):
+        split_via_serve(["--via-serve", "-p"], {})
+    with pytest.raises(InvalidInput, match="REEF_VIA_SERVE=ftp://x: expected the gateway's http"):
+        split_via_serve([], {"REEF_VIA_SERVE": "ftp://x"})
+    claude = via_serve_env("claude", "http://h:1", "rec_1", {"ANTHROPIC_CUSTOM_HEADERS": "x-team: a\nx-reef-session: old",
+                                                             "REEF_SERVE_TOKEN": "tok"})
+    assert claude["ANTHROPIC_BASE_URL"] == "http://h:1"
+    assert claude["ANTHROPIC_CUSTOM_HEADERS"].splitlines() == ["x-team: a", "x-reef-session: rec_1", "x-reef-token: tok"]
+    opencode = via_serve_env("opencode", "http://h:1", "rec_1", {})
+    assert opencode["OPENAI_BASE_URL"] == opencode["ANTHROPIC_BASE_URL"] == "http://h:1/session/rec_1/v1"
+    pi = via_serve_env("pi", "http://h:1", "rec_1", {})
+    assert pi == {"REEF_SERVE_URL": "http://h:1", "REEF_SERVE_BASE_URL": "http://h:1/session/rec_1/v1",
+                  "REEF_SERVE_SESSION": "rec_1"}

@@ -85,6 +85,7 @@ def install_cmd(
     bin_dir: Optional[Path] = typer.Option(None, "--bin-dir", help="Where to put the reef-<adapter> wrapper (default: ~/.local/bin; env REEF_BIN_DIR)."),
     release: Optional[str] = typer.Option(None, "--release", help="Release to install (default: the head)."),
     print_script: bool = typer.Option(False, "--print", help="Print a self-contained shell script instead (pipe it to bash)."),
+    force: bool = typer.Option(False, "--force", help="Overwrite files in the install root (and a wrapper script) that reef did not install."),
     as_json: bool = typer.Option(False, "--json", help="Print machine-readable JSON."),
 ) -> None:
     """Install the compiled harness and the reef-<adapter> wrapper, bound to this project and scenario."""
@@ -100,7 +101,7 @@ def install_cmd(
     if print_script:
         sys.stdout.write(shell_script(store, adapter, release=rel, root=root, bin_dir=bins, environ=env.environ))
         return
-    res = install(store, adapter, release=rel, root=root, bin_dir=bins, environ=env.environ)
+    res = install(store, adapter, release=rel, root=root, bin_dir=bins, environ=env.environ, force=force)
     binary = find_binary(adapter, env.environ)
     if as_json:
         emit_json({**res.to_json(), "agent_binary": binary})

@@ -21,7 +21,7 @@ class Env:
 
     @classmethod
     def at(cls, directory: str | Path | None, scenario_name: str | None) -> "Env":
-        """`reef [-C DIR] [--scenario S]`: one definition for the typer callback and the fast path in entry.py."""
+        """`reef [-C DIR] [--scenario S]`: one definition for the typer callback and the fast path in hot.py."""
         cwd = Path.cwd()
         if directory is not None:
             cwd = (cwd / directory).resolve()

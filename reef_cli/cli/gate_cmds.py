@@ -1,4 +1,5 @@
-"""`reef eval` and `reef ci`: thin shells over reef_cli.gate, plus the CI job's Markdown summary and JUnit XML."""
+"""`reef eval` and `reef ci`: thin shells over reef_cli.gate and reef_cli.ci (which writes the CI job's Markdown
+summary and JUnit XML)."""
 
 from __future__ import annotations
 
@@ -9,11 +10,13 @@ from typing import Optional
 
 import typer
 
+from ..ci import delta as _delta, fmt as _fmt
 from .context import Env, emit_json, note
 
 JSON = typer.Option(False, "--json", help="Print machine-readable JSON.")
 WORKERS = typer.Option(None, "--workers", "-j", min=1, help="Episodes run in parallel (default: number of cores).")
-POLICY = typer.Option(None, "--policy", help="paired (default), tally (wins - losses > margin), floor or always.")
+POLICY = typer.Option(None, "--policy", help="paired (default), sequential (adaptive, sequential test), tally "
+                      "(wins - losses > margin), floor or always.")
 MAX_EPISODES = typer.Option(None, "--max-episodes", min=0, help="Episode budget; the gate rejects if it runs out first.")
 EXECUTOR = typer.Option(None, "--executor", help="Where episodes run: local (threads, default) or ray (reef[ray]; "
                         "env REEF_EXECUTOR).")
@@ -87,14 +90,6 @@ def _check_policy(policy: str | None) -> None:
         GateSettings(policy=policy)
 
 
-def _fmt(x) -> str:
-    return "-" if x is None else f"{x:.2f}"
-
-
-def _delta(x) -> str:
-    return "-" if x is None else f"{x:+.2f}"
-
-
 def _render(verdict, label: str) -> None:
     from rich.table import Table
 
@@ -136,6 +131,8 @@ def eval_cmd(
     max_episodes: Optional[int] = MAX_EPISODES,
     repeats: Optional[int] = REPEATS,
     attribute: bool = typer.Option(False, "--attribute", help="Leave-one-out utility of each bullet the candidate adds."),
+    explain: bool = typer.Option(False, "--explain", help="Per task: the paired differences, the running bound and "
+                                 "why sampling stopped (JSON: `trace`)."),
     as_json: bool = JSON,
     executor: Optional[str] = EXECUTOR,
     ray_address: Optional[str] = RAY_ADDRESS,
@@ -176,36 +173,14 @@ def eval_cmd(
         emit_json({**verdict.to_json(), "candidate": label, "baseline_step": base.step})
     else:
         _render(verdict, label)
+        if explain:
+            from ..adaptive import explain as explain_lines
+
+            print("\n".join(explain_lines(verdict.trace)))
     raise typer.Exit(0 if verdict.published else 1)
 
 
 # ------------------------------------------------------------------------------------------------ reef ci
-
-
-def _ci_store(env: Env, base_dir: Path | None):
-    """The store and baseline for `reef ci`: the project's head, or a base checkout (`--base DIR`), in which case a
-    project without `.reef/` gets a private one (a CI workspace is thrown away after the job)."""
-    from ..config import CONFIG_NAME, load_config
-    from ..errors import NotFound
-    from ..project import Project, find_project
-    from ..store import HarnessStore, collect_files
-
-    if base_dir is None:
-        store = env.store()
-        head = store.require_head()
-        return store, head, store.files_of(head), f"release {head.step} ({head.release_id})"
-    base_dir = base_dir if base_dir.is_absolute() else env.cwd / base_dir
-    cfg = load_config(base_dir / CONFIG_NAME)
-    base_files = collect_files(base_dir, tuple(cfg.include) + (CONFIG_NAME,), cfg.exclude)
-    try:
-        project = find_project(env.cwd)
-    except NotFound:
-        project = Project(env.cwd)
-        project.create_state("default")
-    store = HarnessStore(project, env.scenario())  # finds the project just made when there was none
-    if not store.exists():
-        store.create(cfg.recipe)
-    return store, base_files, base_files, f"{base_dir}"
 
 
 def ci(
@@ -225,135 +200,36 @@ def ci(
 
     Exit 0: pass (better, or no harness change); 1: a regression or not better; 4: a policy violation (the change
     touches a Frozen path such as a canary task, an evaluator or harness.yaml)."""
-    from ..config import CONFIG_NAME, parse_config
+    from ..ci import base_checkout, check_output, head_baseline, run_ci, write_output
     from ..errors import PolicyError
-    from ..gate import frozen_changes, gate_candidate
 
     env: Env = ctx.obj
     _check_policy(policy)
     spec = _executor(executor, ray_address, env)
-    store, baseline, base_files, base_label = _ci_store(env, base)
-    config = parse_config(base_files[CONFIG_NAME].data, source=f"{CONFIG_NAME} ({base_label})")
-    files = store.worktree_files(config)
-    report = CiReport(base_label=base_label)
-    violations = frozen_changes(store.project.root, config, base_files, files)
-    if violations:
-        report.status, report.violations = "blocked", violations
-        report.reason = (f"the change touches {len(violations)} Frozen path(s) (first: {violations[0].path}: "
-                         f"{violations[0].reason}); the gate cannot vouch for a change to its own tasks or rules")
-    elif files == base_files:
-        report.status, report.reason = "pass", "no harness changes; nothing to gate"
+    outputs = [(check_output(p if p.is_absolute() else env.cwd / p, opt), render)
+               for p, opt, render in ((summary, "--summary", "markdown"), (junit, "--junit", "junit")) if p is not None]
+    if base is None:
+        store, baseline, base_files, label = head_baseline(env.store())
     else:
-        with _interruptible(), _progress(not as_json) as progress:
-            verdict = gate_candidate(store, files, ledger=store.ledger(), baseline=baseline, workers=workers,
-                                     policy=policy, max_episodes=max_episodes, progress=progress, environ=env.environ,
-                                     executor=spec)
-        if verdict is None:
-            report.status, report.reason = "pass", "no canary tasks (harness.yaml gate.tasks); nothing to gate"
-        else:
-            report.verdict = verdict
-            report.status = "pass" if verdict.published else "fail"
-            report.reason = verdict.reason
-    if summary is not None:
-        _write(summary if summary.is_absolute() else env.cwd / summary, report.markdown())
-    if junit is not None:
-        _write(junit if junit.is_absolute() else env.cwd / junit, report.junit())
+        store, baseline, base_files, label = base_checkout(env.cwd, env.scenario_name or env.environ.get("REEF_SCENARIO"),
+                                                           base)
+    with _interruptible(), _progress(not as_json) as progress:
+        report = run_ci(store, baseline, base_files, label, workers=workers, policy=policy,
+                        max_episodes=max_episodes, progress=progress, environ=env.environ, executor=spec)
+    for path, render in outputs:
+        write_output(path, getattr(report, render)())
     if as_json:
         emit_json(report.to_json())
     elif report.verdict is not None:
         _render(report.verdict, "working tree")
     elif report.status != "blocked":  # a block is reported once, as the error line
         print(f"reef ci: {report.status}: {report.reason}")
+    if not as_json:
+        for b in report.bullets:
+            print(f"{'+' if b.change == 'added' else '-'} {b.path}: {b.text} ({b.evidence_text().replace('`', '')})")
     if report.status == "blocked":
         raise PolicyError(report.reason)
     raise typer.Exit(0 if report.status == "pass" else 1)
-
-
-def _write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text, encoding="utf-8")
-
-
-class CiReport:
-    def __init__(self, base_label: str):
-        self.base_label = base_label
-        self.status = "pass"  # pass | fail | blocked
-        self.reason = ""
-        self.verdict = None
-        self.violations: list = []
-
-    def to_json(self) -> dict:
-        return {"status": self.status, "reason": self.reason, "baseline": self.base_label,
-                "violations": [v.to_json() for v in self.violations],
-                "verdict": self.verdict.to_json() if self.verdict is not None else None}
-
-    def markdown(self) -> str:
-        icon = {"pass": "✅ pass", "fail": "❌ not published", "blocked": "⛔ blocked by policy"}[self.status]
-        lines = [f"## reef canary gate: {icon}", "", f"**{self.reason}**", "", f"Baseline: {self.base_label}", ""]
-        if self.violations:
-            lines += ["| path | change | zone | why |", "|---|---|---|---|"]
-            lines += [f"| `{v.path}` | {v.change} | {v.zone} | {_md(v.reason)} |" for v in self.violations]
-            lines += ["", "Frozen paths (canary tasks, evaluators, harness.yaml, the human's rules) change only "
-                          "through a human release (`reef publish`), never through a gated pull request.", ""]
-        v = self.verdict
-        if v is not None:
-            lines += [f"Policy `{v.policy}`, decision **{v.decision}** at stage `{v.stage}`; "
-                      f"episodes spent: {v.episodes_spent} of up to {v.episodes_budget}.", ""]
-            if v.interval is not None:
-                lo, hi, level = v.interval
-                lines += [f"Mean paired improvement: [{lo:+.3f}, {hi:+.3f}] ({level:.0%} one-sided bootstrap bounds "
-                          "over tasks; publish needs the lower bound above 0).", ""]
-            lines += ["| task | current | candidate | delta | status |", "|---|---:|---:|---:|---|"]
-            for t in v.per_task:
-                name = f"`{t.task_id}`" + (" (sentinel)" if t.sentinel else "")
-                lines.append(f"| {name} | {_fmt(t.current)} | {_fmt(t.candidate)} | {_delta(t.delta)} | {t.status} |")
-            if v.errors:
-                lines += ["", "<details><summary>episode errors</summary>", ""]
-                lines += [f"- {_md(e)}" for e in v.errors]
-                lines += ["", "</details>"]
-            if v.record_id:
-                lines += ["", f"Gate record: `{v.record_id}`"]
-        return "\n".join(lines) + "\n"
-
-    def junit(self) -> str:
-        import xml.etree.ElementTree as ET
-
-        suites = ET.Element("testsuites", name="reef ci")
-        suite = ET.SubElement(suites, "testsuite", name="reef canary gate")
-        cases = []
-        decision = ET.Element("testcase", classname="reef.gate", name="decision")
-        if self.status != "pass":
-            ET.SubElement(decision, "failure", message=self.reason, type=self.status).text = self.reason
-        cases.append(decision)
-        for v in self.violations:
-            case = ET.Element("testcase", classname="reef.frozen", name=v.path)
-            ET.SubElement(case, "failure", message=f"{v.change}: {v.reason}", type="policy").text = v.reason
-            cases.append(case)
-        if self.verdict is not None:
-            for t in self.verdict.per_task:
-                case = ET.Element("testcase", classname="reef.canary", name=t.task_id)
-                if t.status in ("regressed", "sentinel-failed"):
-                    msg = f"{t.status}: current {_fmt(t.current)}, candidate {_fmt(t.candidate)}"
-                    ET.SubElement(case, "failure", message=msg, type=t.status).text = msg
-                elif t.status == "not-run":
-                    ET.SubElement(case, "skipped", message="not run: the gate decided before reaching this task")
-                ET.SubElement(case, "system-out").text = (
-                    f"current {_fmt(t.current)} candidate {_fmt(t.candidate)} delta {_delta(t.delta)} "
-                    f"pairs {t.pairs} status {t.status}")
-                cases.append(case)
-        failures = sum(1 for c in cases if c.find("failure") is not None)
-        skipped = sum(1 for c in cases if c.find("skipped") is not None)
-        for el in (suites, suite):
-            el.set("tests", str(len(cases)))
-            el.set("failures", str(failures))
-        suite.set("skipped", str(skipped))
-        suite.extend(cases)
-        ET.indent(suites)
-        return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(suites, encoding="unicode") + "\n"
-
-
-def _md(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
 
 
 def register(app: typer.Typer) -> None:

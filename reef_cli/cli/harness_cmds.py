@@ -35,10 +35,28 @@ def zone(ctx: typer.Context, paths: List[str] = typer.Argument(..., help="Paths 
     console().print(table)
 
 
+def _zone_path(root, path: str) -> str:
+    """Zones name paths relative to the project root: an absolute path inside it is made relative, one outside it
+    (or the root itself) is refused rather than written into harness.yaml as a glob that can never match."""
+    import os
+
+    from ..errors import InvalidInput
+
+    if not os.path.isabs(path):
+        return path
+    real_root = os.path.realpath(root)
+    for candidate in (os.path.abspath(path), os.path.realpath(path)):
+        rel = os.path.relpath(candidate, real_root if candidate.startswith(real_root) else root)
+        if rel != "." and not rel.startswith(".."):
+            return rel.replace(os.sep, "/")
+    raise InvalidInput(f"{path} is outside the project {root}; zones name paths inside it")
+
+
 def _zone_change(ctx: typer.Context, path: str, target: str, operation: str, as_json: bool) -> None:
-    from ..config import CONFIG_NAME, edit_zones
-    from ..errors import ConflictError
+    from ..config import CONFIG_NAME, edit_zones, parse_config
+    from ..errors import ConflictError, PolicyError
     from ..gitstore import Entry
+    from ..zones import FROZEN, decide
 
     env: Env = ctx.obj
     store = env.store()
@@ -47,7 +65,12 @@ def _zone_change(ctx: typer.Context, path: str, target: str, operation: str, as_
     worktree_cfg = store.project.root / CONFIG_NAME
     if worktree_cfg.read_bytes() != files[CONFIG_NAME].data:
         raise ConflictError(f"{worktree_cfg} has unpublished edits; publish or revert them before changing zones")
+    path = _zone_path(store.project.root, path)
     new_text = edit_zones(files[CONFIG_NAME].data.decode("utf-8"), path, target, source=str(worktree_cfg))
+    if target != FROZEN:  # a path the guard keeps Frozen whatever the zones say would publish a no-op
+        after = decide(store.project.root, parse_config(new_text, source=str(worktree_cfg)).zone_map(), path)
+        if after.zone == FROZEN:
+            raise PolicyError(f"{path} stays Frozen whatever the zones say ({after.reason}); nothing published")
     files[CONFIG_NAME] = Entry(new_text.encode("utf-8"), files[CONFIG_NAME].mode)
     res = store.publish(reason=f"{operation} {path} -> {target}", operation=operation, files=files,
                         expected_head=head.release_id)

@@ -30,6 +30,8 @@ def _parse_time(value: str, flag: str) -> datetime:
 
 def _summary(rec) -> str:
     p = rec.payload
+    if rec.kind == "inference" and p.get("source") == "serve":  # a model call recorded by reef serve
+        return f"{p.get('api')} {p.get('model')} {p.get('status')} {p.get('outcome')} in {p.get('latency_ms', 0):.0f}ms"
     if rec.kind == "interaction":
         return f"exit {p.get('exit_code')} in {p.get('duration_s', 0):.2f}s: {' '.join(p.get('argv', []))[:80]}"
     if rec.kind == "report":

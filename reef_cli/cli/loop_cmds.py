@@ -16,7 +16,7 @@ def run(
     store_content: Optional[bool] = typer.Option(None, "--store-content/--digest-only", help="Keep the full (redacted) output text, or only digests and excerpts (default: harness.yaml ledger.store_content, else digests)."),
 ) -> None:
     """Run CMD under the current release and record a receipt; exits with CMD's status."""
-    from .entry import record_run
+    from .hot import record_run
 
     code = record_run(ctx.obj, list(cmd), observe_only=observe_only, adapter=adapter, store_content=store_content)
     raise typer.Exit(code)
@@ -32,7 +32,7 @@ def report(
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Attach a score and feedback to receipts."""
-    from .entry import record_report
+    from .hot import record_report
 
     record_report(ctx.obj, score, feedback=feedback, feedback_json=str(feedback_json) if feedback_json else None,
                   receipt=list(receipt or []), record_id=record_id, as_json=as_json)

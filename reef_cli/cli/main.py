@@ -1,4 +1,5 @@
-"""The `reef` entry point and the one place that turns exceptions into messages and exit codes."""
+"""The typer app behind `reef`: every command but the hot common case (hot.py), with typer's own exceptions turned
+into exit codes here and everything else in boundary.guarded."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ import typer
 
 from ..errors import ExitCode
 from .context import Env
-from .entry import GLOBAL_VALUE_OPTIONS, guarded
+from .boundary import guarded
+from .hot import GLOBAL_VALUE_OPTIONS
 
 
 def _new_app() -> typer.Typer:
@@ -73,6 +75,9 @@ def _register(app: typer.Typer) -> None:
     from . import train_cmds
 
     train_cmds.register(app)
+    from . import serve_cmds
+
+    serve_cmds.register(app)
 
 
 _apps: dict[str | None, typer.Typer] = {}

@@ -157,15 +157,23 @@ def diff(ctx: typer.Context, a: str = typer.Argument(...), b: str = typer.Argume
     sys.stdout.write(store.diff(store.find(a), store.find(b)))
 
 
-def checkout(ctx: typer.Context, release: str = typer.Argument(...), dest: Path = typer.Argument(..., help="Directory to write the release into.")) -> None:
-    """Write a release byte-for-byte into DIR (never through symlinks)."""
-    from ..store import write_files
+def checkout(
+    ctx: typer.Context,
+    release: str = typer.Argument(...),
+    dest: Path = typer.Argument(..., help="Directory to write the release into."),
+    force: bool = typer.Option(False, "--force", help="Overwrite existing files that hold other content."),
+) -> None:
+    """Write a release byte-for-byte into DIR (never through symlinks; never over other files without --force)."""
+    from ..checkout import checkout as write_release
 
     store = ctx.obj.store()
     rel = store.find(release)
     files = store.files_of(rel)
-    write_files(dest if dest.is_absolute() else ctx.obj.cwd / dest, files)
-    print(f"Wrote {len(files)} file(s) of release {rel.release_id} (step {rel.step}) to {dest}")
+    head = store.head()
+    target = dest if dest.is_absolute() else ctx.obj.cwd / dest
+    written = write_release(target, files, project_root=store.project.root, force=force,
+                            head_files=store.files_of(head) if head is not None else None)
+    print(f"Wrote {written} of {len(files)} file(s) of release {rel.release_id} (step {rel.step}) to {dest}")
 
 
 def rollback(

@@ -10,6 +10,8 @@ and a query string such as Claude Code's `?beta=true` is ignored):
     POST .../messages/count_tokens   {"input_tokens": 42}
     POST .../chat/completions        OpenAI; SSE chunks (role, content, tool_calls deltas, finish, usage, [DONE])
                                      when "stream": true, else a JSON chat.completion
+    POST .../responses               OpenAI Responses; SSE (response.created ... response.completed) when
+                                     "stream": true, else a JSON response object
     GET  .../models                  one model, in a shape both SDKs accept
     HEAD *                           200 (Claude Code probes `HEAD /` first)
 
@@ -44,7 +46,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable
 
-MODEL_ROUTES = ("anthropic.messages", "openai.chat")
+MODEL_ROUTES = ("anthropic.messages", "openai.chat", "openai.responses")
 
 
 @dataclass(frozen=True)
@@ -65,6 +67,8 @@ class Reply:
     content_type: str = "application/json"
     declared_length: int | None = None  # with raw: a Content-Length larger than the bytes sent, then close
     delay: float = 0.0  # seconds to wait before answering (timeout tests)
+    event_delay: float = 0.0  # streams: seconds between events (disconnect and drain tests)
+    die_after: int | None = None  # streams: send this many events, then drop the connection (no final event)
     match: str | Callable[["Request"], bool] | None = None  # queued replies only: which calls may take it
     input_tokens: int = 12
     output_tokens: int = 3
@@ -135,11 +139,17 @@ def route_of(method: str, path: str) -> str:
         return "anthropic.messages"
     if method == "POST" and p.endswith("/chat/completions"):
         return "openai.chat"
+    if method == "POST" and p.endswith("/responses"):
+        return "openai.responses"
     if method == "GET" and p.endswith("/models"):
         return "models"
     if method == "GET" and p == "":
         return "root"
     return "unknown"
+
+
+class _Server(ThreadingHTTPServer):
+    request_queue_size = 512  # hundreds of concurrent clients connect at once in the gateway tests
 
 
 class FakeLLM:
@@ -153,7 +163,7 @@ class FakeLLM:
         self._queue: list[Reply] = []
         self._cond = threading.Condition()
         self._log_path = log_path
-        self._server = ThreadingHTTPServer(("127.0.0.1", port), _make_handler(self))
+        self._server = _Server(("127.0.0.1", port), _make_handler(self))
         self._server.daemon_threads = True
         self._thread: threading.Thread | None = None
 
@@ -339,20 +349,35 @@ def _make_handler(llm: FakeLLM):
                 return
             model = (req.json or {}).get("model") or llm.model
             stream = bool((req.json or {}).get("stream"))
+            responses = req.route == "openai.responses"
             if not stream:
-                body = _anthropic_message(reply, model) if anthropic else _openai_completion(reply, model)
+                body = (_anthropic_message(reply, model) if anthropic else _response_object(reply, model) if responses
+                        else _openai_completion(reply, model))
                 self._send(200, _dumps(body))
                 return
-            events = _anthropic_events(reply, model) if anthropic else _openai_chunks(reply, model)
+            events = (_anthropic_events(reply, model) if anthropic else _response_events(reply, model) if responses
+                      else _openai_chunks(reply, model))
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream")
             self.send_header("Cache-Control", "no-cache")
             self.send_header("Connection", "close")
             self.close_connection = True
             self.end_headers()
-            for chunk in events:
-                self.wfile.write(chunk)
-            self.wfile.flush()
+            try:
+                for n, chunk in enumerate(events):
+                    if reply.die_after is not None and n >= reply.die_after:
+                        self.wfile.flush()
+                        import socket
+
+                        self.connection.shutdown(socket.SHUT_RDWR)  # the upstream dies mid-stream
+                        return
+                    self.wfile.write(chunk)
+                    if reply.event_delay:
+                        self.wfile.flush()
+                        time.sleep(reply.event_delay)
+                self.wfile.flush()
+            except (BrokenPipeError, ConnectionResetError):
+                pass
 
     return Handler
 
@@ -467,6 +492,45 @@ def _openai_chunks(reply: Reply, model: str) -> list[bytes]:
     out.append(chunk({}, "tool_calls" if reply.tool_calls else "stop"))
     out.append(chunk(None, usage=_openai_usage(reply)))
     out.append(b"data: [DONE]\n\n")
+    return out
+
+
+def _response_object(reply: Reply, model: str, status: str = "completed") -> dict:
+    output: list[dict] = []
+    if reply.text or not reply.tool_calls:
+        output.append({"type": "message", "id": f"msg_{uuid.uuid4().hex[:24]}", "status": "completed",
+                       "role": "assistant",
+                       "content": [{"type": "output_text", "text": reply.text, "annotations": []}]})
+    for call, cid in zip(reply.tool_calls, _ids(reply, "call_")):
+        output.append({"type": "function_call", "id": f"fc_{uuid.uuid4().hex[:20]}", "call_id": cid,
+                       "name": call.name, "arguments": json.dumps(call.arguments), "status": "completed"})
+    return {"id": f"resp_{uuid.uuid4().hex[:24]}", "object": "response", "created_at": int(time.time()),
+            "status": status, "model": model, "output": output, "parallel_tool_calls": True, "tool_choice": "auto",
+            "tools": [], "error": None, "incomplete_details": None, "instructions": None, "metadata": {},
+            "temperature": 1.0, "top_p": 1.0,
+            "usage": {"input_tokens": reply.input_tokens, "output_tokens": reply.output_tokens,
+                      "total_tokens": reply.input_tokens + reply.output_tokens,
+                      "input_tokens_details": {"cached_tokens": 0},
+                      "output_tokens_details": {"reasoning_tokens": 0}}}
+
+
+def _response_events(reply: Reply, model: str) -> list[bytes]:
+    final = _response_object(reply, model)
+    start = {**final, "status": "in_progress", "output": [], "usage": None}
+    out = [_sse("response.created", {"type": "response.created", "sequence_number": 0, "response": start})]
+    seq = 1
+    if reply.text:
+        item = final["output"][0]
+        out.append(_sse("response.output_item.added", {"type": "response.output_item.added", "sequence_number": seq,
+                                                       "output_index": 0, "item": {**item, "status": "in_progress",
+                                                                                   "content": []}}))
+        out.append(_sse("response.output_text.delta", {"type": "response.output_text.delta", "sequence_number": seq + 1,
+                                                       "item_id": item["id"], "output_index": 0, "content_index": 0,
+                                                       "delta": reply.text, "logprobs": []}))
+        out.append(_sse("response.output_item.done", {"type": "response.output_item.done", "sequence_number": seq + 2,
+                                                      "output_index": 0, "item": item}))
+        seq += 3
+    out.append(_sse("response.completed", {"type": "response.completed", "sequence_number": seq, "response": final}))
     return out
 
 

@@ -12,6 +12,10 @@ from that directory. On each start it:
 4. adds what the agent said it loaded, where it says so (Claude Code's `init` event, pi's `session` event).
 `reef-<agent> report --score S [--feedback TEXT]` reports on this shell's last wrapper session.
 
+`reef-<agent> --via-serve URL ...` (or REEF_VIA_SERVE=URL) sends the agent's model traffic through a running
+`reef serve`, so each model call gets its own receipt, grouped under the wrapper run's receipt as x-reef-session.
+How depends on what each agent lets the environment set (see `via_serve_env`).
+
 Under reef itself (a gate episode or `reef run -- reef-claude ...`), REEF_HARNESS_DIR names the canonical harness
 to run (the candidate, in a gate): the wrapper then compiles that tree into a throwaway config directory, runs the
 agent on it and records nothing, since its caller records.
@@ -25,7 +29,7 @@ import sys
 import time
 from pathlib import Path
 
-from .errors import ConflictError, ExitCode, InvalidInput, NotFound
+from ..errors import ConflictError, ExitCode, InvalidInput, NotFound
 
 LAST_KEEP = 50
 
@@ -34,9 +38,9 @@ class Binding:
     """Which project, scenario and install root this wrapper serves."""
 
     def __init__(self, adapter_name: str, environ: dict | None = None, cwd: Path | None = None):
-        from .adapters import load
-        from .install import default_root
-        from .project import Project, find_project
+        from ..adapters import load
+        from ..install import default_root
+        from ..project import Project, find_project
 
         self.environ = dict(os.environ if environ is None else environ)
         self.adapter = load(adapter_name)
@@ -49,15 +53,37 @@ class Binding:
             try:
                 self.project = find_project(cwd or Path.cwd())
             except NotFound:
-                raise NotFound(f"reef-{adapter_name} is not bound to a reef project: run 'reef harness install "
-                               f"--adapter {adapter_name}' in your reef project, or run it inside one") from None
+                self._adopt(adapter_name)  # the unbound console script: the user's one installation, if one
         self.scenario = self.environ.get("REEF_SCENARIO") or self.project.default_scenario()
         root = self.environ.get("REEF_INSTALL_ROOT")
         self.root = Path(root) if root else default_root(self.project, self.scenario, self.environ)
         self.agent_dir = self.root / self.adapter.config_dir
 
+    def _adopt(self, adapter_name: str) -> None:
+        """Outside any reef project and unbound (the venv's reef-<agent> earlier on PATH than the wrapper `reef
+        harness install` wrote): run as that wrapper when this user has exactly one installation of the agent."""
+        from ..errors import UsageError
+        from ..install import installations
+        from ..project import Project
+
+        found = installations(adapter_name, self.environ)
+        if not found:
+            raise NotFound(f"reef-{adapter_name} is not bound to a reef project: run 'reef harness install "
+                           f"--adapter {adapter_name}' in your reef project, or run it inside one")
+        if len(found) > 1:
+            picks = "; ".join(f"{d['project']} (scenario {d['scenario']}, " +
+                              (f"wrapper {d['wrapper']})" if d.get("wrapper") else f"install root {d['root']})")
+                              for d in found)
+            raise UsageError(f"reef-{adapter_name} is not bound and {len(found)} installations of {adapter_name} "
+                             f"exist: {picks}; run the wrapper of the one you mean, or run reef-{adapter_name} "
+                             "inside its project")
+        d = found[0]
+        self.project = Project(Path(d["project"]))
+        self.environ.setdefault("REEF_SCENARIO", d["scenario"])
+        self.environ.setdefault("REEF_INSTALL_ROOT", d["root"])
+
     def store(self):
-        from .store import HarnessStore
+        from ..store import HarnessStore
 
         store = HarnessStore(self.project, self.scenario)
         if not store.exists():
@@ -69,7 +95,7 @@ class Binding:
                 f" --dest {self.root}")
 
     def last_path(self) -> Path:
-        from .install import record_path
+        from ..install import record_path
 
         rec = record_path(self.project, self.adapter.name, self.agent_dir)
         return rec.with_name(rec.stem + ".sessions.json")
@@ -77,8 +103,8 @@ class Binding:
 
 def prepare(binding: Binding, store):
     """Verify the install root, bring it to the head release, and return its record and the head as read here."""
-    from .install import install, load_record, record_path, verify
-    from .sessions import flocked
+    from ..install import install, load_record, record_path, verify
+    from ..sessions import flocked
 
     adapter = binding.adapter
     lock_path = record_path(binding.project, adapter.name, binding.agent_dir).with_suffix(".lock")
@@ -103,11 +129,68 @@ def prepare(binding: Binding, store):
         return result.record, head
 
 
+def split_via_serve(args: list[str], environ: dict) -> tuple[str | None, list[str]]:
+    """`--via-serve URL` / `--via-serve=URL` as the wrapper's first arguments (the rest are the agent's), else
+    REEF_VIA_SERVE."""
+    if args and args[0] == "--via-serve":
+        if len(args) < 2 or not args[1].startswith(("http://", "https://")):
+            raise InvalidInput("--via-serve needs the gateway's URL, e.g. --via-serve http://127.0.0.1:8900")
+        return args[1].rstrip("/"), args[2:]
+    if args and args[0].startswith("--via-serve="):
+        url = args[0].split("=", 1)[1]
+        if not url.startswith(("http://", "https://")):
+            raise InvalidInput(f"--via-serve {url}: expected the gateway's http(s) URL")
+        return url.rstrip("/"), args[1:]
+    url = environ.get("REEF_VIA_SERVE")
+    if url and not url.startswith(("http://", "https://")):
+        raise InvalidInput(f"REEF_VIA_SERVE={url}: expected the gateway's http(s) URL")
+    return (url.rstrip("/") if url else None), args
+
+
+def via_serve_env(adapter_name: str, url: str, receipt: str, environ: dict) -> dict:
+    """The agent's environment for sending its model calls through `reef serve` at `url`, session = `receipt`.
+
+    - claude: ANTHROPIC_BASE_URL, and the session (and REEF_SERVE_TOKEN as x-reef-token) in
+      ANTHROPIC_CUSTOM_HEADERS, added to the user's own headers;
+    - opencode: ANTHROPIC_BASE_URL / OPENAI_BASE_URL for its built-in providers, with the session in the path
+      (/session/RECEIPT/v1); a provider of the user's config reaches it with "baseURL": "{env:REEF_SERVE_BASE_URL}";
+    - pi: reads base URLs only from its models.json: a provider's "baseUrl" set to the gateway's /v1 URL and
+      "headers": {"x-reef-session": "REEF_SERVE_SESSION"} (pi resolves header values from the environment).
+    Every agent also gets REEF_SERVE_URL, REEF_SERVE_BASE_URL (session path, ending in /v1) and REEF_SERVE_SESSION.
+    """
+    session_base = f"{url}/session/{receipt}"
+    env = {"REEF_SERVE_URL": url, "REEF_SERVE_BASE_URL": session_base + "/v1", "REEF_SERVE_SESSION": receipt}
+    if adapter_name == "claude":
+        headers = [h for h in environ.get("ANTHROPIC_CUSTOM_HEADERS", "").splitlines()
+                   if h.strip() and not h.lower().startswith(("x-reef-session:", "x-reef-token:"))]
+        headers.append(f"x-reef-session: {receipt}")
+        if environ.get("REEF_SERVE_TOKEN"):
+            headers.append(f"x-reef-token: {environ['REEF_SERVE_TOKEN']}")
+        env["ANTHROPIC_BASE_URL"] = url
+        env["ANTHROPIC_CUSTOM_HEADERS"] = "\n".join(headers)
+    elif adapter_name == "opencode":
+        env["ANTHROPIC_BASE_URL"] = session_base + "/v1"
+        env["OPENAI_BASE_URL"] = session_base + "/v1"
+    return env
+
+
+def _pi_via_serve_hint(agent_dir: Path, url: str) -> str | None:
+    try:
+        models = (agent_dir / "models.json").read_text()
+    except OSError:
+        models = ""
+    if url in models or "REEF_SERVE" in models:
+        return None
+    return (f"pi takes its base URL only from {agent_dir / 'models.json'}: set a provider's \"baseUrl\" to {url}/v1 "
+            "and \"headers\": {\"x-reef-session\": \"REEF_SERVE_SESSION\"} to record its calls through reef serve")
+
+
 def run(adapter_name: str, args: list[str], *, environ: dict | None = None, cwd: Path | None = None) -> int:
-    from .adapters import captured_events, find_binary, install_hint
-    from .runs import run_recorded
+    from ..adapters import captured_events, find_binary, install_hint
+    from ..runs import run_recorded
 
     binding = Binding(adapter_name, environ, cwd)
+    via, args = split_via_serve(args, binding.environ)
     adapter = binding.adapter
     store = binding.store()
     record, head = prepare(binding, store)
@@ -124,9 +207,19 @@ def run(adapter_name: str, args: list[str], *, environ: dict | None = None, cwd:
         events = captured_events(adapter, stdout)
         return {"agent_reported": events} if events else {}
 
+    extra = {"install": installed}
+    env_for_receipt = None
+    if via:
+        extra["via_serve"] = via
+        env_for_receipt = lambda receipt: via_serve_env(adapter.name, via, receipt, child_env)  # noqa: E731
+        if adapter.name == "pi":
+            hint = _pi_via_serve_hint(Path(record.agent_dir), via)
+            if hint:
+                _note(hint)
     result = run_recorded(store, [binary, *args], env=child_env, adapter=adapter.name,
-                          harness_dir=Path(record.agent_dir), extra_payload={"install": installed},
-                          cwd=cwd or Path.cwd(), on_output=on_output, release=release)
+                          harness_dir=Path(record.agent_dir), extra_payload=extra,
+                          cwd=cwd or Path.cwd(), on_output=on_output, release=release,
+                          env_for_receipt=env_for_receipt)
     receipt = result.record.record_id
     _remember(binding, receipt)
     if not binding.environ.get("REEF_QUIET"):
@@ -138,7 +231,7 @@ def run(adapter_name: str, args: list[str], *, environ: dict | None = None, cwd:
 # -- under reef: a gate episode, or `reef run -- reef-<agent>` ----------------------------------------------------
 def episode_harness(environ: dict) -> Path | None:
     """The canonical harness reef asked for (it has a harness.yaml; compiled install dirs never do)."""
-    from .config import CONFIG_NAME
+    from ..config import CONFIG_NAME
 
     value = environ.get("REEF_HARNESS_DIR")
     if value and (Path(value) / CONFIG_NAME).is_file():
@@ -152,15 +245,16 @@ def run_episode(adapter_name: str, harness_dir: Path, args: list[str], *, enviro
     import shutil
     import tempfile
 
-    from .adapters import find_binary, install_hint, load
-    from .compile import compile_harness
-    from .install import MARKER
-    from .store import collect_files, write_files
+    from ..adapters import find_binary, install_hint, load
+    from ..compile import compile_harness
+    from ..install import MARKER
+    from ..store import collect_files, write_files
 
     adapter = load(adapter_name)
     binary = find_binary(adapter, environ)
     if binary is None:
         raise NotFound(install_hint(adapter))
+    via, args = split_via_serve(args, environ)
     compiled = compile_harness(collect_files(harness_dir, ("**",)), adapter, layout="config")
     tmp = Path(tempfile.mkdtemp(prefix=f"reef-{adapter.name}-episode-"))
     try:
@@ -168,6 +262,8 @@ def run_episode(adapter_name: str, harness_dir: Path, args: list[str], *, enviro
         write_files(agent_dir, compiled.files)
         _carry_client_state(adapter, environ, agent_dir, set(compiled.files) | {MARKER})
         env = {**environ, **adapter.agent_env(agent_dir)}
+        if via:  # the episode's caller holds the receipt
+            env.update(via_serve_env(adapter.name, via, environ.get("REEF_RECORD_ID") or "episode", env))
         return run_plain([binary, *args], env=env, cwd=cwd)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -195,7 +291,7 @@ def run_plain(argv: list[str], *, env: dict, cwd: Path | None = None) -> int:
     import signal
     import subprocess
 
-    from .runs import exit_status, forwarding
+    from ..runs import exit_status, forwarding
 
     try:
         proc = subprocess.Popen(argv, env=env, cwd=cwd)
@@ -209,14 +305,14 @@ def run_plain(argv: list[str], *, env: dict, cwd: Path | None = None) -> int:
 
 # -- the last session of this shell ----------------------------------------------------------------------------------
 def _shell(binding: Binding) -> str:
-    from .sessions import shell_key
+    from ..sessions import shell_key
 
     return shell_key(binding.environ)
 
 
 def _remember(binding: Binding, receipt: str) -> None:
-    from .project import write_atomic
-    from .sessions import flocked
+    from ..project import write_atomic
+    from ..sessions import flocked
 
     path = binding.last_path()
     with flocked(f"{path}.lock"):
@@ -234,43 +330,48 @@ def _read_sessions(path: Path) -> dict:
         return {}
 
 
-def _forget(binding: Binding, receipts: list[str]) -> None:
-    from .project import write_atomic
-    from .sessions import flocked
+def _forget_locked(binding: Binding, receipts: list[str]) -> None:
+    """Drop this shell's last session once reported; the caller holds the sessions file's lock."""
+    from ..project import write_atomic
 
     path = binding.last_path()
-    with flocked(f"{path}.lock"):
-        sessions = _read_sessions(path)
-        mine = sessions.get(_shell(binding))
-        if mine and set(mine.get("receipts", [])) <= set(receipts):
-            del sessions[_shell(binding)]
-            write_atomic(path, json.dumps({"sessions": sessions}, sort_keys=True).encode() + b"\n")
+    sessions = _read_sessions(path)
+    mine = sessions.get(_shell(binding))
+    if mine and set(mine.get("receipts", [])) <= set(receipts):
+        del sessions[_shell(binding)]
+        write_atomic(path, json.dumps({"sessions": sessions}, sort_keys=True).encode() + b"\n")
 
 
 def report(adapter_name: str, args: list[str], *, environ: dict | None = None, cwd: Path | None = None) -> int:
     """`reef-<agent> report ...`: `reef report` for the bound project, on this shell's last wrapper session."""
-    from .cli.main import run as reef_run
-    from .project import ScenarioPaths
-    from .sessions import PendingReceipts
+    from .main import run as reef_run
+    from ..project import ScenarioPaths
+    from ..sessions import PendingReceipts
+
+    from ..sessions import flocked
 
     binding = Binding(adapter_name, environ, cwd)
     explicit = any(a == "--receipt" or a.startswith("--receipt=") for a in args)
     if any(a in ("-h", "--help") for a in args):
         return reef_run(["report", "--help"])
-    receipts: list[str] = []
-    if not explicit:
-        mine = _read_sessions(binding.last_path()).get(_shell(binding))
-        receipts = list((mine or {}).get("receipts") or [])
-        if not receipts:
-            raise InvalidInput(f"no reef-{adapter_name} session to report on in this shell: run reef-{adapter_name} "
-                               "first, or pass --receipt ID")
     argv = ["-C", str(binding.project.root), "--scenario", binding.scenario, "report", *args]
-    for r in receipts:
-        argv += ["--receipt", r]
-    code = reef_run(argv)
-    if code == 0 and receipts:
-        _forget(binding, receipts)
-        PendingReceipts(ScenarioPaths(binding.project, binding.scenario).dir, _shell(binding)).clear(receipts)
+    if explicit:
+        return reef_run(argv)
+    path = binding.last_path()
+    nothing = InvalidInput(f"no reef-{adapter_name} session to report on in this shell: run reef-{adapter_name} "
+                           "first, or pass --receipt ID")
+    if not path.parent.is_dir():
+        raise nothing
+    with flocked(f"{path}.lock"):  # held until reported: two reports racing in one shell attach once
+        receipts = list((_read_sessions(path).get(_shell(binding)) or {}).get("receipts") or [])
+        if not receipts:
+            raise nothing
+        for r in receipts:
+            argv += ["--receipt", r]
+        code = reef_run(argv)
+        if code == 0:
+            _forget_locked(binding, receipts)
+            PendingReceipts(ScenarioPaths(binding.project, binding.scenario).dir, _shell(binding)).clear(receipts)
     return code
 
 
@@ -280,7 +381,7 @@ def _note(message: str) -> None:
 
 
 def main_for(adapter_name: str, argv: list[str] | None = None) -> int:
-    from .cli.entry import guarded
+    from .boundary import guarded
 
     args = list(sys.argv[1:] if argv is None else argv)
 
@@ -308,9 +409,9 @@ def pi_main() -> None:
 
 
 def main() -> None:
-    """`python -m reef_cli.wrapper ADAPTER [args...]`."""
+    """`python -m reef_cli.cli.wrapper ADAPTER [args...]`."""
     if len(sys.argv) < 2:
-        sys.stderr.write("usage: python -m reef_cli.wrapper claude|opencode|pi [args...]\n")
+        sys.stderr.write("usage: python -m reef_cli.cli.wrapper claude|opencode|pi [args...]\n")
         sys.exit(int(ExitCode.USAGE))
     sys.exit(main_for(sys.argv[1], sys.argv[2:]))
 

@@ -1,0 +1,276 @@
+"""reef serve's cost: added latency per call and requests/s at 64 concurrent clients, against the same fake upstream
+measured straight (no gateway) in the same run, and against LiteLLM's proxy when it is installed in its own venv.
+
+    .venv/bin/python bench/serve_bench.py [--requests 400] [--concurrency 64] [--per-client 20]
+                                          [--litellm-venv /tmp/litellm-venv]
+
+The upstream is a small aiohttp server in its own process answering OpenAI chat completions (JSON, or 5 SSE events
+with usage then [DONE]) at once, so what is measured is the gateway. Every request through reef is durably
+recorded (group-committed fsyncs); the run checks the ledger holds exactly one record per request and verifies.
+LiteLLM: `python3 -m venv V && V/bin/pip install 'litellm[proxy]'`, then --litellm-venv V; skipped (and said so)
+when absent. Targets: added p50 <= 1 ms, p99 <= 5 ms, >= 2x LiteLLM's requests/s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+CHUNK = ('{"id":"chatcmpl-b","object":"chat.completion.chunk","created":1,"model":"fake-model",'
+         '"choices":[{"index":0,"delta":%s,"finish_reason":%s}]}')
+LITELLM_KEY = "sk-reef-bench-only-4f0c2a9e7d1b"  # a throwaway master key for the local LiteLLM proxy
+USAGE = {"prompt_tokens": 12, "completion_tokens": 3, "total_tokens": 15}
+
+
+def upstream_main(port: int) -> None:
+    """The fake upstream (its own process)."""
+    from aiohttp import web
+
+    completion = json.dumps({"id": "chatcmpl-b", "object": "chat.completion", "created": 1, "model": "fake-model",
+                             "choices": [{"index": 0, "message": {"role": "assistant", "content": "DONE"},
+                                          "finish_reason": "stop"}], "usage": USAGE}).encode()
+    events = b"".join(b"data: " + e.encode() + b"\n\n" for e in (
+        CHUNK % ('{"role":"assistant","content":""}', "null"), CHUNK % ('{"content":"DONE"}', "null"),
+        CHUNK % ("{}", '"stop"'),
+        '{"id":"chatcmpl-b","object":"chat.completion.chunk","created":1,"model":"fake-model","choices":[],'
+        '"usage":' + json.dumps(USAGE) + "}", "[DONE]"))
+
+    async def chat(request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        if not body.get("stream"):
+            return web.Response(body=completion, content_type="application/json")
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        await resp.write(events)
+        await resp.write_eof()
+        return resp
+
+    async def models(_request):
+        return web.json_response({"object": "list", "data": [{"id": "fake-model", "object": "model"}]})
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", chat)
+    app.router.add_get("/v1/models", models)
+    web.run_app(app, host="127.0.0.1", port=port, print=None, access_log=None)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_http(url: str, timeout: float = 90) -> None:
+    import urllib.request
+
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            urllib.request.urlopen(url, timeout=2).read()
+            return
+        except Exception:  # noqa: BLE001 - not up yet
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{url} did not come up in {timeout:g} s")
+            time.sleep(0.2)
+
+
+BODY = {"model": "fake-model", "messages": [{"role": "user", "content": "say DONE"}]}
+
+
+async def one(session, url: str, stream: bool, headers: dict) -> None:
+    body = {**BODY, "stream": True, "stream_options": {"include_usage": True}} if stream else BODY
+    async with session.post(url + "/v1/chat/completions", json=body, headers=headers) as resp:
+        data = await resp.read()
+        if resp.status != 200 or (stream and not data.endswith(b"[DONE]\n\n")):
+            raise RuntimeError(f"{url}: status {resp.status}: {data[:200]!r}")
+
+
+async def latencies(targets: dict[str, tuple[str, dict]], n: int, stream: bool) -> dict[str, list[float]]:
+    """Sequential calls, the targets interleaved so drift hits all alike."""
+    import aiohttp
+
+    out = {name: [] for name in targets}
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=1)) as session:
+        for name, (url, h) in targets.items():  # warm up connections and caches
+            for _ in range(20):
+                await one(session, url, stream, h)
+        for _ in range(n):
+            for name, (url, h) in targets.items():
+                t0 = time.perf_counter()
+                await one(session, url, stream, h)
+                out[name].append((time.perf_counter() - t0) * 1000)
+    return out
+
+
+async def throughput(url: str, headers: dict, concurrency: int, per_client: int, stream: bool) -> float:
+    import aiohttp
+
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
+        await asyncio.gather(*(one(session, url, stream, headers) for _ in range(concurrency)))  # warm
+        async def client():
+            for _ in range(per_client):
+                await one(session, url, stream, headers)
+        t0 = time.perf_counter()
+        await asyncio.gather(*(client() for _ in range(concurrency)))
+        return concurrency * per_client / (time.perf_counter() - t0)
+
+
+def append_latency(path: Path, n: int) -> list[float]:
+    """The floor under every receipt: one durable append, sequential, on the disk the gateway's ledger uses."""
+    sys.path.insert(0, str(REPO))
+    from reef_cli.ledger import Ledger
+
+    out = []
+    with Ledger(path, "default") as ledger:
+        for i in range(n):
+            t0 = time.perf_counter()
+            ledger.append("interaction", {"n": i, "bench": True}, release_id=None, content_id=None)
+            out.append((time.perf_counter() - t0) * 1000)
+    return out
+
+
+def cpu_s(pid: int) -> float:
+    """User + system CPU seconds a process has used (robust to a machine busy with other work)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def pct(xs: list[float], q: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(round(q * (len(xs) - 1))))]
+
+
+def start_litellm(venv: Path, upstream: str, tmp: Path):
+    exe = venv / "bin" / "litellm"
+    if not exe.exists():
+        return None, f"skipped: no LiteLLM at {exe} (python3 -m venv {venv} && {venv}/bin/pip install 'litellm[proxy]')"
+    port = free_port()
+    cfg = tmp / "litellm.yaml"
+    cfg.write_text("model_list:\n  - model_name: fake-model\n    litellm_params:\n      model: openai/fake-model\n"
+                   f"      api_base: {upstream}/v1\n      api_key: dummy\n"
+                   "litellm_settings:\n  telemetry: false\n  drop_params: true\n")
+    env = {**os.environ, "LITELLM_LOG": "ERROR", "LITELLM_TELEMETRY": "False", "NO_DOCS": "True",
+           "LITELLM_MASTER_KEY": LITELLM_KEY}
+    proc = subprocess.Popen([str(exe), "--config", str(cfg), "--host", "127.0.0.1", "--port", str(port),
+                             "--num_workers", "1"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
+                            cwd=tmp)
+    try:
+        wait_http(f"http://127.0.0.1:{port}/health/liveliness", timeout=180)
+    except RuntimeError as exc:
+        proc.kill()
+        return None, f"skipped: LiteLLM did not start ({exc})"
+    return (proc, f"http://127.0.0.1:{port}"), None
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--requests", type=int, default=400, help="sequential calls per target for latency")
+    ap.add_argument("--concurrency", type=int, default=64)
+    ap.add_argument("--per-client", type=int, default=20, help="calls per concurrent client")
+    ap.add_argument("--litellm-venv", default=os.environ.get("REEF_LITELLM_VENV", "/tmp/litellm-venv"))
+    ap.add_argument("--tmp", help="where the bench project lives (default: the system temp dir; a tmpfs such as "
+                    "/dev/shm shows the gateway's cost without the disk's syncs)")
+    ap.add_argument("--upstream-only", type=int, help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.upstream_only:
+        upstream_main(args.upstream_only)
+        return 0
+    tmp = Path(tempfile.mkdtemp(prefix="serve-bench-", dir=args.tmp))
+    procs = []
+    try:
+        up_port = free_port()
+        procs.append(subprocess.Popen([sys.executable, __file__, "--upstream-only", str(up_port)]))
+        upstream = f"http://127.0.0.1:{up_port}"
+        wait_http(upstream + "/v1/models")
+        project = tmp / "proj"
+        project.mkdir()
+        reef = str(Path(sys.executable).parent / "reef")
+        subprocess.run([reef, "init"], cwd=project, check=True, capture_output=True)
+        gw_port = free_port()
+        gw = subprocess.Popen([reef, "serve", "--upstream", upstream, "--port", str(gw_port)], cwd=project,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        procs.append(gw)
+        through = f"http://127.0.0.1:{gw_port}"
+        wait_http(through + "/healthz")
+        litellm, why = start_litellm(Path(args.litellm_venv), upstream, tmp)
+        if litellm:
+            procs.append(litellm[0])
+        targets = {"direct": (upstream, {}), "reef": (through, {})}
+        if litellm:
+            targets["litellm"] = (litellm[1], {"Authorization": f"Bearer {LITELLM_KEY}"})
+
+        sent = 0
+        appends = append_latency(project / ".reef" / "scenarios" / "default" / "bench-append.jsonl", args.requests)
+        print(f"one durable ledger append alone, same disk (ms): p50 {pct(appends, .5):.3f}  p99 {pct(appends, .99):.3f}")
+        print(f"latency, {args.requests} sequential calls per target (ms):")
+        lat_rows = {}
+        for stream in (False, True):
+            lat = asyncio.run(latencies(targets, args.requests, stream))
+            sent += args.requests + 20
+            kind = "stream" if stream else "json"
+            for name, xs in lat.items():
+                print(f"  {kind:6} {name:8} p50 {pct(xs, .5):7.3f}  p99 {pct(xs, .99):7.3f}")
+            for q, label in ((.5, "p50"), (.99, "p99")):
+                lat_rows[(kind, label)] = pct(lat["reef"], q) - pct(lat["direct"], q)
+            print(f"  {kind:6} reef adds  p50 {lat_rows[(kind, 'p50')]:+.3f} ms  p99 {lat_rows[(kind, 'p99')]:+.3f} ms"
+                  f"  (beyond the durable append: p50 {lat_rows[(kind, 'p50')] - pct(appends, .5):+.3f} ms)")
+        print(f"requests/s at {args.concurrency} concurrent clients ({args.per_client} calls each):")
+        rps = {}
+        cpu_per_call = {}
+        pids = {"reef": gw.pid, "litellm": litellm[0].pid if litellm else None}
+        for stream in (False, True):
+            kind = "stream" if stream else "json"
+            for name, (url, h) in targets.items():
+                before = cpu_s(pids[name]) if pids.get(name) else None
+                rps[(kind, name)] = asyncio.run(throughput(url, h, args.concurrency, args.per_client, stream))
+                calls = args.concurrency * (args.per_client + 1)
+                if before is not None:
+                    cpu_per_call[(kind, name)] = (cpu_s(pids[name]) - before) / calls * 1e6
+                if name == "reef":
+                    sent += calls
+            line = "  ".join(f"{name} {rps[(kind, name)]:7.0f}" for name in targets)
+            ratio = (f"  reef/litellm {rps[(kind, 'reef')] / rps[(kind, 'litellm')]:.2f}x" if litellm else "")
+            print(f"  {kind:6} {line}  reef/direct {rps[(kind, 'reef')] / rps[(kind, 'direct')]:.2f}x{ratio}")
+        for (kind, name), us in sorted(cpu_per_call.items()):
+            print(f"  {kind:6} {name:8} CPU per call {us:7.0f} us (the whole process: relay, record, log)")
+        if not litellm:
+            print(f"LiteLLM: {why}")
+        gw.terminate()
+        gw.wait(timeout=60)
+        from reef_cli.ledger import Ledger
+
+        ledger = Ledger(project / ".reef" / "scenarios" / "default" / "ledger.jsonl", "default")
+        recorded = sum(1 for r in ledger.iter_records() if r.kind == "inference")
+        result = ledger.verify()
+        print(f"ledger: {recorded} records for {sent} requests through reef; verify {'ok' if result.ok else 'FAILED'}")
+        ok = recorded == sent and result.ok
+        worst = max(lat_rows[(k, "p50")] for k in ("json", "stream")), max(lat_rows[(k, "p99")] for k in ("json", "stream"))
+        print(f"targets: added p50 {worst[0]:.3f} ms (<= 1), p99 {worst[1]:.3f} ms (<= 5)" +
+              (f", reef/litellm json {rps[('json', 'reef')] / rps[('json', 'litellm')]:.2f}x stream "
+               f"{rps[('stream', 'reef')] / rps[('stream', 'litellm')]:.2f}x (>= 2)" if litellm else ""))
+        return 0 if ok else 1
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.terminate()
+                try:
+                    p.wait(timeout=20)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+        import shutil
+
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,65 @@
+"""The error boundary: the one place exceptions become a one-line message and an exit code, for `reef` and the
+`reef-<agent>` wrappers. Typer-free and import-light, since every hot command ends here; typer's own exceptions are
+turned into exit codes in main.run before they reach it."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+from ..errors import ExitCode, ReefError
+
+
+def crash_log(exc: BaseException) -> Path:
+    import traceback  # only on a crash: it pulls in linecache and tokenize (~8 ms)
+
+    text = "".join(traceback.format_exception(exc))
+    base = Path(os.environ.get("XDG_STATE_HOME") or (Path.home() / ".local" / "state")) / "reef"
+    try:
+        base.mkdir(parents=True, exist_ok=True)
+        path = base / "crash.log"
+    except OSError:
+        import tempfile
+
+        path = Path(tempfile.gettempdir()) / "reef-crash.log"
+    with open(path, "a") as f:
+        f.write(text)
+    return path
+
+
+# The machine refusing, not reef failing: a read-only or full disk, missing permissions, too many open files.
+_ENVIRONMENT = {"EACCES", "EPERM", "EROFS", "ENOSPC", "EDQUOT", "EIO", "EMFILE", "ENFILE", "ETXTBSY"}
+
+
+def environment_error(exc: BaseException) -> str | None:
+    """One line for an OSError the machine caused (naming the file), or None for anything that is a bug."""
+    import errno
+
+    if not isinstance(exc, OSError) or errno.errorcode.get(exc.errno or 0) not in _ENVIRONMENT:
+        return None
+    where = exc.filename if exc.filename is not None else "a file"
+    what = exc.strerror or errno.errorcode[exc.errno]
+    return f"{where}: {what} (check its permissions and the free space there)"
+
+
+def guarded(fn, prog: str = "reef") -> int:
+    """Run fn() and return its exit code; a ReefError prints `prog: error: ...` and exits with its code."""
+    try:
+        return fn()
+    except ReefError as exc:
+        sys.stderr.write(f"{prog}: error: {exc}\n")
+        return int(exc.exit_code)
+    except KeyboardInterrupt:
+        sys.stderr.write(f"{prog}: interrupted\n")
+        return int(ExitCode.INTERRUPTED)
+    except BrokenPipeError:
+        return int(ExitCode.OK)
+    except Exception as exc:  # a bug, not a user error: short line here, traceback in a file
+        line = environment_error(exc)
+        if line is not None:
+            sys.stderr.write(f"{prog}: error: {line}\n")
+            return int(ExitCode.ERROR)
+        path = crash_log(exc)
+        sys.stderr.write(f"{prog}: unexpected error: {type(exc).__name__}: {exc} (traceback in {path})\n")
+        return int(ExitCode.ERROR)

@@ -1,0 +1,548 @@
+"""The gateway's HTTP side: routes, auth, body cap, one log line per request, and a bounded drain on SIGTERM.
+
+Model routes relay to the upstream and record (see recording.py); reef routes read the store and take reports
+with the same rules as `reef report`. Every failure a client can cause or meet has one status and one sentence:
+401 bad or missing token, 404 unknown scenario or a protocol the upstream does not speak, 413 body over the cap,
+502 upstream unreachable or gone, 504 upstream too slow.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import signal
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import aiohttp
+from aiohttp import web
+
+from ..errors import ConflictError, InvalidInput, NotFound, PolicyError, ReefError
+from ..times import format_ms
+from .auth import TokenSet, check_bind, presented_token
+from .recording import Exchange, Recorder
+from .relay import RECORDED, ROUTE_API, Upstream, error_body, response_headers
+from .sse import EventSplitter, StreamWatch
+
+SESSION_PREFIX = "/session/{session}"
+MAX_TAGS = 32
+TAG_MAX_CHARS = 256
+
+
+@dataclass(frozen=True)
+class ServeConfig:
+    project: object  # reef_cli.project.Project
+    scenario: str
+    upstream: str
+    upstream_api: str = "auto"
+    host: str = "127.0.0.1"
+    port: int = 8900
+    token_file: Path | None = None
+    inject: str = "none"
+    store_content: bool = False
+    pass_client_key: bool = False
+    json_logs: bool = False
+    timeout: float = 300.0
+    max_body: int = 32 * 1024 * 1024
+    drain_timeout: float = 10.0
+
+
+class _ClientGone(Exception):
+    pass
+
+
+def _json_response(obj, status: int = 200, headers=None) -> web.Response:
+    return web.Response(body=json.dumps(obj, ensure_ascii=False, sort_keys=True).encode(), status=status,
+                        content_type="application/json", headers=headers)
+
+
+class Gateway:
+    def __init__(self, config: ServeConfig, environ: dict, *, log=None, out=None):
+        if config.inject not in ("system", "none"):
+            raise InvalidInput(f"--inject {config.inject}: expected system or none")
+        self.config = config
+        self.tokens = TokenSet.load(config.token_file) if config.token_file else None
+        check_bind(config.host, self.tokens)
+        self.upstream = Upstream.parse(config.upstream, config.upstream_api, environ)
+        self.executor = ThreadPoolExecutor(max_workers=32, thread_name_prefix="reef-ledger")
+        self.recorder = Recorder(config.project, config.scenario, store_content=config.store_content,
+                                 executor=self.executor)
+        self.recorder.scenario(None)  # fail at start, not on the first request, when the scenario is missing
+        self.recorder.scenario(None).release()
+        self.log = log or sys.stderr
+        self.out = out or sys.stdout
+        self.session: aiohttp.ClientSession | None = None
+        self.in_flight: set[asyncio.Task] = set()
+        self.started = time.time()
+        self.url = ""
+
+    # -- the application ---------------------------------------------------------------------------------------
+    def app(self) -> web.Application:
+        app = web.Application(client_max_size=self.config.max_body, middlewares=[self._edge])
+        for path, api in ROUTE_API.items():
+            # /session/ID/v1/...: for agents that can set a base URL but no header, the path carries x-reef-session
+            for route in (path, SESSION_PREFIX + path):
+                if api == "openai.models":
+                    app.router.add_get(route, self._model_route)
+                else:
+                    app.router.add_post(route, self._model_route)
+        app.router.add_post("/reef/report", self._report)
+        app.router.add_get("/reef/releases", self._releases)
+        app.router.add_get("/reef/status", self._status)
+        app.router.add_get("/healthz", self._healthz)
+        app.on_startup.append(self._open_session)
+        app.on_cleanup.append(self._close_session)
+        return app
+
+    async def _open_session(self, _app) -> None:
+        connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300, keepalive_timeout=30)
+        self.session = aiohttp.ClientSession(connector=connector, auto_decompress=False, skip_auto_headers=(
+            "User-Agent", "Accept-Encoding", "Content-Type"))
+
+    async def _close_session(self, _app) -> None:
+        if self.session is not None:
+            await self.session.close()
+
+    @web.middleware
+    async def _edge(self, request: web.Request, handler):
+        """Auth, error translation and the per-request log line."""
+        t0 = time.perf_counter()
+        api = ROUTE_API.get(_route_path(request), "reef")
+        if self.tokens is not None and request.path != "/healthz":
+            if not self.tokens.accepts(presented_token(request.headers, self.config.pass_client_key)):
+                missing = presented_token(request.headers, self.config.pass_client_key) is None
+                how = "x-reef-token" if self.config.pass_client_key else "Authorization: Bearer TOKEN or x-api-key"
+                msg = (f"no reef token: send {how}" if missing else "the reef token is not valid for this gateway")
+                resp = _json_response(error_body(api, 401, msg, "authentication_error"), 401)
+                self._log(request, resp, t0)
+                return resp
+        try:
+            task = asyncio.current_task()
+            self.in_flight.add(task)
+            try:
+                resp = await handler(request)
+            finally:
+                self.in_flight.discard(task)
+        except web.HTTPRequestEntityTooLarge:
+            resp = self._too_large(api)
+        except web.HTTPException as exc:
+            if exc.status < 400:
+                raise
+            resp = _json_response(error_body(api, exc.status, exc.reason, "invalid_request_error"), exc.status)
+        except ReefError as exc:
+            status = (404 if isinstance(exc, NotFound) else 409 if isinstance(exc, ConflictError)
+                      else 400 if isinstance(exc, (InvalidInput, PolicyError)) else 500)
+            resp = _json_response(error_body(api, status, str(exc), "invalid_request_error" if status == 400
+                                             else "not_found_error" if status == 404 else "api_error"), status)
+        self._log(request, resp, t0)
+        return resp
+
+    def _too_large(self, api: str) -> web.Response:
+        cap = self.config.max_body
+        return _json_response(error_body(api, 413, f"request body is over the gateway's cap of {cap} bytes "
+                                         "(reef serve --max-body)", "request_too_large"), 413)
+
+    def _log(self, request: web.Request, resp, t0: float) -> None:
+        ms = (time.perf_counter() - t0) * 1000
+        rid = resp.headers.get("x-reef-agent-record-id") if resp is not None else None
+        status = resp.status if resp is not None else 0
+        if self.config.json_logs:
+            line = json.dumps({"t": format_ms(int(time.time() * 1000)), "method": request.method, "path": request.path,
+                               "status": status, "ms": round(ms, 3), "record_id": rid,
+                               "release_id": resp.headers.get("x-reef-release-id") if resp is not None else None},
+                              sort_keys=True)
+        else:
+            line = f"reef: {request.method} {request.path} {status} {ms:.1f}ms" + (f" {rid}" if rid else "")
+        try:
+            self.log.write(line + "\n")
+            self.log.flush()
+        except (OSError, ValueError):
+            pass
+
+    # -- model routes -----------------------------------------------------------------------------------------
+    async def _model_route(self, request: web.Request) -> web.StreamResponse:
+        path = _route_path(request)
+        api = ROUTE_API[path]
+        if not self.upstream.speaks(api):
+            return _json_response(error_body(api, 404, f"this gateway's upstream speaks {self.upstream.api} only "
+                                             f"(--upstream-api {self.upstream.api}); {path} is not relayed",
+                                             "not_found_error"), 404)
+        length = request.content_length
+        if length is not None and length > self.config.max_body:
+            return self._too_large(api)
+        started = time.perf_counter()
+        body = await request.read() if request.method == "POST" else b""
+        headers = request.headers
+        capture = api in RECORDED and headers.get("x-reef-capture", "").strip().lower() not in ("false", "0", "no")
+        state = self.recorder.scenario(headers.get("x-reef-scenario"))
+        release = state.release()  # frozen here: a publish during the request does not re-attribute it
+        parsed = None
+        if body:
+            try:
+                parsed = json.loads(body)
+            except ValueError:
+                parsed = None
+            if not isinstance(parsed, dict):
+                parsed = None
+        ex = None
+        if capture:
+            ex = self.recorder.begin(state, release, api, path, started)
+            _describe(ex, headers, parsed, request.match_info.get("session"))
+        changed = False
+        if parsed is not None and self.config.inject == "system" and api != "openai.models":
+            text, problem = await self.recorder.instructions(state, release.content_id, release)
+            if problem and ex is not None:
+                ex.injected = {"mode": "system", "release_id": release.release_id, "error": problem}
+            if text:
+                from .inject import inject
+
+                if inject(api, parsed, text):
+                    changed = True
+                    if ex is not None:
+                        ex.injected = {"mode": "system", "release_id": release.release_id, "chars": len(text),
+                                       "digest": "sha256:" + hashlib.sha256(text.encode()).hexdigest()}
+        if parsed is not None and ex is not None and self.recorder.request_hooks:
+            changed = self.recorder.apply_request_hooks(ex, parsed) or changed
+        if changed:
+            body = json.dumps(parsed, ensure_ascii=False).encode("utf-8")
+        if ex is not None:
+            self.recorder.describe_request(ex, body)
+        url = self.upstream.url_for(path, request.query_string)
+        up_headers = self.upstream.request_headers(headers, api, self.config.pass_client_key)
+        extra = [("x-reef-release-id", release.release_id)]
+        if ex is None:
+            return await self._relay(request, api, url, up_headers, body, None, extra)
+        extra.append(("x-reef-agent-record-id", ex.record_id))
+        try:
+            return await self._relay(request, api, url, up_headers, body, ex, extra)
+        except asyncio.CancelledError:
+            ex.fail("interrupted", "the gateway stopped before the exchange finished")
+            await self._record(ex)
+            raise
+        except Exception as exc:
+            ex.fail("gateway_error", f"{type(exc).__name__} in the gateway")
+            await self._record(ex)
+            raise
+
+    async def _record(self, ex: Exchange):
+        return await self.recorder.finish(ex)
+
+    def _receipt(self, ex: Exchange) -> dict:
+        return {"agent_record_id": ex.record_id, "release_id": ex.release_id, "content_id": ex.content_id,
+                "scenario": ex.scenario}
+
+    async def _relay(self, request, api, url, headers, body, ex: Exchange | None, extra) -> web.StreamResponse:
+        t = self.config.timeout
+        timeout = aiohttp.ClientTimeout(total=None, connect=min(t, 30.0), sock_read=t)
+        try:
+            resp = await self.session.request(request.method, url, headers=headers, data=body or None,
+                                              timeout=timeout, allow_redirects=False)
+        except asyncio.TimeoutError:
+            return await self._failed(api, ex, extra, 504, "timeout",
+                                      f"the upstream did not answer within {t:g} s")
+        except aiohttp.ClientError as exc:
+            return await self._failed(api, ex, extra, 502, "unreachable",
+                                      f"the upstream {self.upstream.shown()} is unreachable ({type(exc).__name__})")
+        try:
+            if ex is not None:
+                ex.status = resp.status
+            if resp.status < 400 and "text/event-stream" in resp.headers.get("Content-Type", ""):
+                return await self._stream(request, api, resp, ex, extra)
+            try:
+                data = await resp.read()
+            except asyncio.TimeoutError:
+                return await self._failed(api, ex, extra, 504, "timeout",
+                                          f"the upstream stopped sending its answer for {t:g} s")
+            except aiohttp.ClientError as exc:
+                return await self._failed(api, ex, extra, 502, "upstream_died",
+                                          f"the upstream's answer was cut off ({type(exc).__name__})")
+            out_headers = response_headers(resp.headers) + extra
+            if ex is None:
+                return web.Response(body=data, status=resp.status, headers=out_headers)
+            ex.add_response(data)
+            ex.first_token()
+            if resp.status >= 400:
+                ex.fail("upstream_error", f"the upstream answered {resp.status}")
+            else:
+                _read_answer(ex, data)
+                self.recorder.inspect(ex)
+            transport = request.transport
+            if transport is None or transport.is_closing():
+                ex.fail("client_disconnected", "the client hung up before the answer came")
+            if ex.refused:
+                await self._record(ex)
+                return _json_response(error_body(api, 409, f"the upstream's answer was refused: {ex.refused}",
+                                                 "api_error"), 409, headers=extra)
+            await self._record(ex)
+            return web.Response(body=data, status=resp.status, headers=out_headers)
+        finally:
+            resp.release()
+
+    async def _failed(self, api, ex, extra, status, outcome, message) -> web.Response:
+        if ex is not None:
+            ex.fail(outcome, message, status)
+            await self._record(ex)
+        return _json_response(error_body(api, status, message, "api_error"), status, headers=extra)
+
+    async def _stream(self, request, api, resp, ex: Exchange | None, extra) -> web.StreamResponse:
+        out = web.StreamResponse(status=resp.status, headers=response_headers(resp.headers) + extra)
+        await out.prepare(request)
+
+        async def send(data: bytes) -> None:
+            try:
+                await out.write(data)
+            except (ConnectionError, RuntimeError) as exc:
+                raise _ClientGone() from exc
+
+        if ex is None:  # not recorded: a plain byte relay
+            try:
+                async for chunk in resp.content.iter_any():
+                    await send(chunk)
+                await out.write_eof()
+            except (_ClientGone, aiohttp.ClientError, asyncio.TimeoutError):
+                _abort(request)
+            return out
+        watch = StreamWatch(api)
+        splitter = EventSplitter()
+        terminal = None
+        after: list[bytes] = []
+        t = self.config.timeout
+        try:
+            async for chunk in resp.content.iter_any():
+                ex.add_response(chunk)
+                ready = []
+                for event in splitter.feed(chunk):
+                    if terminal is not None:
+                        after.append(event)
+                    elif watch.observe(event):
+                        terminal = event
+                    else:
+                        ready.append(event)
+                if watch.first_token and ex.ttft is None:
+                    ex.first_token()
+                if ready:
+                    await send(b"".join(ready))
+        except _ClientGone:
+            ex.fail("client_disconnected", "the client hung up mid-stream")
+        except asyncio.TimeoutError:
+            ex.fail("timeout", f"the upstream sent nothing for {t:g} s mid-stream", 504)
+        except aiohttp.ClientError as exc:
+            ex.fail("upstream_died", f"the upstream's stream broke off ({type(exc).__name__})", 502)
+        if terminal is None and ex.outcome == "ok":
+            ex.fail("upstream_died", "the upstream closed the stream before its final event", 502)
+        ex.model = watch.model or ex.model
+        if watch.usage is not None:
+            ex.usage = watch.usage
+        ex.upstream_meta = watch.final
+        if watch.error and ex.outcome == "ok":
+            ex.fail("upstream_error", watch.error)
+        if ex.outcome == "ok":
+            self.recorder.inspect(ex)
+        await self._record(ex)
+        if ex.outcome == "client_disconnected":
+            resp.close()
+            return out
+        try:
+            if terminal is not None and ex.outcome in ("ok", "upstream_error"):
+                await send(watch.receipt(terminal, self._receipt(ex)) + b"".join(after))
+                await out.write_eof()
+            elif terminal is not None and ex.refused:
+                await send(terminal + b"".join(after))  # the stream as it came, with no receipt
+                await out.write_eof()
+            else:
+                _abort(request)  # the client must see a broken stream, not a clean end
+        except _ClientGone:
+            pass
+        return out
+
+    # -- reef routes ------------------------------------------------------------------------------------------
+    async def _report(self, request: web.Request) -> web.Response:
+        try:
+            obj = json.loads(await request.read() or b"null")
+        except ValueError as exc:
+            raise InvalidInput(f"the report body is not valid JSON ({exc})") from None
+        if not isinstance(obj, dict):
+            raise InvalidInput("a report is a JSON object: {\"score\": 1, \"feedback\": \"...\", \"receipts\": [...]}")
+        unknown = sorted(set(obj) - {"score", "feedback", "receipts", "receipt", "id"})
+        if unknown:
+            raise InvalidInput(f"unknown report field(s): {', '.join(unknown)} (expected score, feedback, receipts, id)")
+        receipts = obj.get("receipts")
+        if receipts is None and obj.get("receipt") is not None:
+            receipts = [obj["receipt"]]
+        if not isinstance(receipts, list) or not receipts or not all(isinstance(r, str) for r in receipts):
+            raise InvalidInput("a report needs 'receipts': a non-empty list of receipt ids (x-reef-agent-record-id)")
+        if "score" not in obj:
+            raise InvalidInput("a report needs 'score': a finite number, e.g. 0 (bad) .. 1 (good)")
+        feedback = obj.get("feedback")
+        if feedback is not None and not isinstance(feedback, (str, dict)):
+            raise InvalidInput("'feedback' must be text or a JSON object (keys like lesson, do, dont)")
+        record_id = obj.get("id")
+        if record_id is not None and not isinstance(record_id, str):
+            raise InvalidInput("'id' (the idempotency id) must be a string")
+        state = self.recorder.scenario(request.headers.get("x-reef-scenario"))
+        from ..reports import report
+
+        shim = _ReportStore(state.store.project, state.store.scenario, state.ledger)
+        loop = asyncio.get_running_loop()
+        rec = await loop.run_in_executor(self.executor, lambda: report(
+            shim, obj["score"], feedback=feedback, receipts=receipts, record_id=record_id))
+        return _json_response(rec.to_json())
+
+    async def _releases(self, request: web.Request) -> web.Response:
+        state = self.recorder.scenario(request.headers.get("x-reef-scenario") or request.query.get("scenario"))
+        releases = state.store.releases()
+        return _json_response({"scenario": state.store.scenario, "head": releases[-1].release_id if releases else None,
+                               "releases": [r.to_json() for r in releases]})
+
+    async def _status(self, request: web.Request) -> web.Response:
+        scenarios = {}
+        for name, state in sorted(self.recorder.scenarios.items()):
+            rel = state.release()
+            scenarios[name] = {"release_id": rel.release_id, "content_id": rel.content_id, "step": rel.step}
+        from .. import __version__
+
+        return _json_response({
+            "version": __version__, "url": self.url, "upstream": self.upstream.shown(),
+            "upstream_api": self.upstream.api, "inject": self.config.inject,
+            "store_content": self.config.store_content, "pass_client_key": self.config.pass_client_key,
+            "auth": self.tokens is not None, "default_scenario": self.config.scenario, "scenarios": scenarios,
+            "in_flight": max(0, len(self.in_flight) - 1), "recorded": self.recorder.recorded,
+            "failed": self.recorder.failed, "uptime_s": round(time.time() - self.started, 3)})
+
+    async def _healthz(self, _request: web.Request) -> web.Response:
+        return _json_response({"ok": True})
+
+    # -- running ----------------------------------------------------------------------------------------------
+    async def run(self, stop: asyncio.Event | None = None, on_ready=None) -> int:
+        """Serve until `stop` is set (SIGTERM / SIGINT when not given); then stop accepting, drain in-flight
+        requests for up to drain_timeout, record the ones cut short, and verify the ledgers used."""
+        loop = asyncio.get_running_loop()
+        own_stop = stop is None
+        stop = stop or asyncio.Event()
+        if own_stop:
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(sig, stop.set)
+        runner = web.AppRunner(self.app(), access_log=None, handle_signals=False, shutdown_timeout=1.0)
+        await runner.setup()
+        site = web.TCPSite(runner, self.config.host, self.config.port, backlog=2048, reuse_address=True)
+        try:
+            await site.start()
+        except OSError as exc:
+            await runner.cleanup()
+            raise ReefError(f"cannot listen on {self.config.host}:{self.config.port}: {exc.strerror}") from None
+        host, port = runner.addresses[0][:2]
+        shown_host = f"[{host}]" if ":" in host else host
+        self.url = f"http://{shown_host}:{port}"
+        release = self.recorder.scenario(None).release()
+        if self.config.json_logs:
+            self.out.write(json.dumps({"event": "listening", "url": self.url, "upstream": self.upstream.shown(),
+                                       "scenario": self.config.scenario, "release_id": release.release_id}) + "\n")
+        else:
+            self.out.write(f"reef: serving {self.url} -> {self.upstream.shown()} (scenario {self.config.scenario}, "
+                           f"release {release.release_id}); SIGTERM or Ctrl-C stops it\n")
+        self.out.flush()
+        if on_ready is not None:
+            on_ready(self.url)
+        await stop.wait()
+        await site.stop()  # stop accepting
+        pending = set(self.in_flight)
+        if pending:
+            self._note(f"draining {len(pending)} request(s) for up to {self.config.drain_timeout:g} s")
+            _done, late = await asyncio.wait(pending, timeout=self.config.drain_timeout)
+            for task in late:
+                task.cancel()
+            if late:
+                await asyncio.wait(late, timeout=5.0)
+        await runner.cleanup()
+        await loop.run_in_executor(None, self.executor.shutdown, True)
+        return self._verify()
+
+    def _verify(self) -> int:
+        code = 0
+        for name, state in sorted(self.recorder.scenarios.items()):
+            result = state.ledger.verify()
+            if result.ok:
+                self._note(f"stopped; ledger of scenario '{name}' verified ({result.count} records)")
+            else:
+                self._note(f"stopped; ledger of scenario '{name}' FAILED verification: {result.message}")
+                code = 1
+        self.recorder.close()
+        return code
+
+    def _note(self, message: str) -> None:
+        if self.config.json_logs:
+            line = json.dumps({"event": "note", "message": message})
+        else:
+            line = f"reef: {message}"
+        self.log.write(line + "\n")
+        self.log.flush()
+
+
+class _ReportStore:
+    """What `reports.report` needs of a store, over the gateway's shared ledger."""
+
+    def __init__(self, project, scenario: str, ledger):
+        self.project, self.scenario, self._ledger = project, scenario, ledger
+
+    def ledger(self):
+        return self._ledger
+
+
+def _route_path(request: web.Request) -> str:
+    """The route without a /session/ID prefix."""
+    session = request.match_info.get("session")
+    path = request.path
+    return path[len("/session/") + len(session):] if session and path.startswith("/session/") else path
+
+
+def _describe(ex: Exchange, headers, parsed: dict | None, path_session: str | None = None) -> None:
+    tags = {}
+    for name, value in headers.items():
+        low = name.lower()
+        if low.startswith("x-reef-tag-") and len(tags) < MAX_TAGS:
+            tags[low[11:]] = value[:TAG_MAX_CHARS]
+    session = headers.get("x-reef-session") or path_session
+    if tags or session:
+        from ..redact import redact_obj
+
+        tags, _ = redact_obj(tags)
+        session = redact_obj(session[:TAG_MAX_CHARS])[0] if session else None
+    ex.tags, ex.session = tags, session
+    if parsed is not None:
+        model = parsed.get("model")
+        ex.model = model if isinstance(model, str) else None
+        ex.stream = parsed.get("stream") is True
+
+
+def _read_answer(ex: Exchange, data: bytes) -> None:
+    try:
+        obj = json.loads(data)
+    except ValueError:
+        return
+    if not isinstance(obj, dict):
+        return
+    ex.upstream_meta = obj
+    if isinstance(obj.get("model"), str):
+        ex.model = obj["model"]
+    usage = obj.get("usage")
+    if isinstance(usage, dict):
+        ex.usage = usage
+
+
+def _abort(request: web.Request) -> None:
+    transport = request.transport
+    if transport is not None:
+        transport.close()
+
+
+def serve(config: ServeConfig, environ: dict) -> int:
+    """Run the gateway in the foreground until SIGTERM or Ctrl-C; the exit code says whether the ledgers verified."""
+    gateway = Gateway(config, environ)
+    try:
+        return asyncio.run(gateway.run())
+    except KeyboardInterrupt:
+        return 130

@@ -1,0 +1,255 @@
+"""One ledger record per model exchange, durable before any receipt leaves the gateway.
+
+An `Exchange` is created when a request arrives: it freezes the scenario's current release then (a publish during
+the request does not re-attribute it) and reserves the record id. Whatever happens next (an answer, an upstream
+error, a timeout, an unreachable upstream, a client that hangs up, a shutdown) ends in exactly one `finish()`,
+which appends the record through the scenario's shared `Ledger` in a worker thread: the ledger is thread-safe and
+its group commit lets concurrent requests share syncs, and the event loop never waits on a disk.
+
+The provenance seam: before a record is written, every hook in `Recorder.response_hooks` is called with the
+exchange. A hook reads what the upstream said about itself (`exchange.upstream_meta`: the parsed non-streaming
+body, or the stream's terminal event) and may add fields under `exchange.provenance` (or top-level payload fields
+in `exchange.extra`, e.g. the weight_version and training data `reef_cli.weights.records` reads) or refuse it with
+`exchange.refuse(reason)`; a refused non-streaming answer becomes a 409 for the client and a failed record, a
+refused stream gets no in-band receipt. `Recorder.request_hooks` may edit the parsed request body before it goes
+upstream (e.g. ask an engine for its meta info); the record notes each hook that changed it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from ..errors import NotFound
+from .sse import tokens_of
+
+RECORD_KIND = "inference"  # as the reference names a model exchange; `reef run`'s records are "interaction"
+RequestHook = Callable[["Exchange", dict], bool]
+ResponseHook = Callable[["Exchange"], None]
+
+
+@dataclass
+class Exchange:
+    """What the gateway knows about one model call; turned into the record payload by `payload()`."""
+
+    record_id: str
+    scenario: str
+    release_id: str
+    content_id: str
+    api: str
+    route: str
+    started: float  # perf_counter at arrival
+    tags: dict = field(default_factory=dict)
+    session: str | None = None
+    stream: bool = False
+    model: str | None = None
+    request: dict = field(default_factory=dict)  # digest/length
+    request_body: bytes | None = None  # kept for --store-content, redacted off the event loop
+    response_sha: object = field(default_factory=hashlib.sha256)
+    response_len: int = 0
+    response_text: bytearray | None = None
+    status: int | None = None
+    usage: dict | None = None
+    ttft: float | None = None
+    outcome: str = "ok"
+    error: str | None = None
+    injected: dict | None = None
+    upstream_meta: dict | None = None
+    provenance: dict = field(default_factory=dict)
+    extra: dict = field(default_factory=dict)  # top-level payload fields a hook adds (weight_version, training)
+    refused: str | None = None
+    hooks_applied: list = field(default_factory=list)
+    ended: float | None = None
+    record: object = None  # the durable ledger record, once finish() has written it
+    pending: object = None  # the append in flight (a handler cancelled while waiting for it must not append again)
+
+    def add_response(self, data: bytes) -> None:
+        self.response_sha.update(data)
+        self.response_len += len(data)
+        if self.response_text is not None and len(self.response_text) < 16 * 1024 * 1024:
+            self.response_text += data
+
+    def first_token(self) -> None:
+        if self.ttft is None:
+            self.ttft = time.perf_counter() - self.started
+
+    def fail(self, outcome: str, error: str, status: int | None = None) -> None:
+        """Mark the exchange failed; the first failure wins (a disconnect after a timeout stays a timeout)."""
+        if self.outcome == "ok":
+            self.outcome, self.error = outcome, error
+            if status is not None:
+                self.status = status
+
+    def refuse(self, reason: str) -> None:
+        """A response hook's verdict: this answer must not get a receipt as a good one."""
+        self.refused = reason
+        self.fail("refused", reason)
+
+    def payload(self, store_content: bool) -> dict:
+        """The record's payload. Redacting stored text costs ~0.5 s/MB: the recorder calls this in a worker thread."""
+        inp, out = tokens_of(self.usage)
+        response = {"digest": "sha256:" + self.response_sha.hexdigest(), "length": self.response_len}
+        request = dict(self.request)
+        if store_content:
+            from ..redact import redact
+
+            if self.response_text is not None:
+                response["text"] = redact(bytes(self.response_text).decode("utf-8", "replace"))[0]
+            if self.request_body is not None:
+                request["text"] = redact(self.request_body.decode("utf-8", "replace"))[0]
+        ended = self.ended if self.ended is not None else time.perf_counter()
+        p = {
+            "source": "serve",
+            "api": self.api,
+            "route": self.route,
+            "model": self.model,
+            "stream": self.stream,
+            "status": self.status,
+            "outcome": self.outcome,
+            "error": self.error,
+            "usage": self.usage,
+            "tokens": {"input": inp, "output": out},
+            "latency_ms": round((ended - self.started) * 1000, 3),
+            "ttft_ms": None if self.ttft is None else round(self.ttft * 1000, 3),
+            "tags": self.tags,
+            "session": self.session,
+            "request": request,
+            "response": response,
+        }
+        p["duration_s"] = round(p["latency_ms"] / 1000, 6)
+        if self.injected:
+            p["injected"] = self.injected
+        if self.provenance:
+            p["provenance"] = self.provenance
+        if self.hooks_applied:
+            p["request_hooks"] = self.hooks_applied
+        if self.extra:
+            p.update(self.extra)
+        return p
+
+
+class _Scenario:
+    """One scenario's store, shared ledger, and the release read at most once per change of its log."""
+
+    def __init__(self, project, name: str):
+        from ..store import HarnessStore
+
+        self.store = HarnessStore(project, name)
+        if not self.store.exists():
+            known = ", ".join(project.scenarios()) or "none"
+            raise NotFound(f"scenario '{name}' does not exist in {project.root} (known: {known})")
+        self.ledger = self.store.ledger()
+        self.log_path = self.store.dir / "releases.jsonl"
+        self._key = None
+        self._release = None
+        self.instructions: dict[str, tuple[str | None, str | None]] = {}  # content_id -> (compiled text, problem)
+
+    def release(self):
+        """The head, re-read only when the release log's file changed (one stat per request)."""
+        try:
+            st = os.stat(self.log_path)
+            key = (st.st_ino, st.st_size, st.st_mtime_ns)
+        except FileNotFoundError:
+            key = None
+        if key != self._key or self._release is None:
+            self._release = self.store.require_head()
+            self._key = key
+        return self._release
+
+
+class Recorder:
+    def __init__(self, project, default_scenario: str, *, store_content: bool = False, executor=None):
+        self.project = project
+        self.default_scenario = default_scenario
+        self.store_content = store_content
+        self.executor = executor
+        self._scenarios: dict[str, _Scenario] = {}
+        self.request_hooks: list[RequestHook] = []
+        self.response_hooks: list[ResponseHook] = []
+        self.recorded = 0
+        self.failed = 0
+
+    def scenario(self, name: str | None) -> _Scenario:
+        name = name or self.default_scenario
+        state = self._scenarios.get(name)
+        if state is None:
+            from ..project import check_scenario_name
+
+            check_scenario_name(name)
+            state = self._scenarios[name] = _Scenario(self.project, name)
+        return state
+
+    @property
+    def scenarios(self) -> dict:
+        return self._scenarios
+
+    def begin(self, state: _Scenario, release, api: str, route: str, started: float) -> Exchange:
+        """A new exchange on `release`, the scenario's head read when the request arrived."""
+        ex = Exchange(record_id=state.ledger.reserve_id(), scenario=state.store.scenario,
+                      release_id=release.release_id, content_id=release.content_id, api=api, route=route,
+                      started=started)
+        if self.store_content:
+            ex.response_text = bytearray()
+        return ex
+
+    async def instructions(self, state: _Scenario, content_id: str, release) -> tuple[str | None, str | None]:
+        """(text, problem): a release whose harness does not compile injects nothing, and its records say why."""
+        if content_id not in state.instructions:
+            from ..errors import ReefError
+            from .inject import compiled_instructions
+
+            loop = asyncio.get_running_loop()
+            try:
+                text = await loop.run_in_executor(self.executor, compiled_instructions, state.store, release)
+                state.instructions[content_id] = (text, None)
+            except ReefError as exc:
+                state.instructions[content_id] = (None, str(exc))
+        return state.instructions[content_id]
+
+    def describe_request(self, ex: Exchange, body: bytes) -> None:
+        ex.request = {"digest": "sha256:" + hashlib.sha256(body).hexdigest(), "length": len(body)}
+        if self.store_content:
+            ex.request_body = body
+
+    def apply_request_hooks(self, ex: Exchange, body: dict) -> bool:
+        changed = False
+        for hook in self.request_hooks:
+            if hook(ex, body):
+                ex.hooks_applied.append(getattr(hook, "__name__", "hook"))
+                changed = True
+        return changed
+
+    def inspect(self, ex: Exchange) -> None:
+        for hook in self.response_hooks:
+            hook(ex)
+
+    async def finish(self, ex: Exchange):
+        """Append the record once; returns it when durable. Shielded: a cancelled handler still gets its record."""
+        if ex.record is not None:
+            return ex.record
+        if ex.pending is not None:
+            return await asyncio.shield(ex.pending)
+        state = self._scenarios[ex.scenario]
+        ex.ended = time.perf_counter()
+        store_content = self.store_content
+
+        def append():
+            return state.ledger.append(RECORD_KIND, ex.payload(store_content), release_id=ex.release_id,
+                                       content_id=ex.content_id, record_id=ex.record_id)
+
+        loop = asyncio.get_running_loop()
+        fut = ex.pending = loop.run_in_executor(self.executor, append)
+        record = ex.record = await asyncio.shield(fut)
+        if ex.outcome == "ok":
+            self.recorded += 1
+        else:
+            self.failed += 1
+        return record
+
+    def close(self) -> None:
+        for state in self._scenarios.values():
+            state.ledger.close()

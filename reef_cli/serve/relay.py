@@ -1,0 +1,111 @@
+"""The upstream side: where a route goes, which headers travel, whose credentials are used.
+
+Headers are relayed as they are, minus hop-by-hop headers, reef's own `x-reef-*` headers and credentials. The
+upstream's credentials come from the environment (REEF_UPSTREAM_API_KEY, else OPENAI_API_KEY for OpenAI routes
+and ANTHROPIC_API_KEY for Anthropic routes), or with --pass-client-key from the client's own Authorization /
+x-api-key; they are never logged, recorded or echoed. Bodies are asked for uncompressed, so the bytes the client
+gets are the bytes the upstream sent and the gateway can read usage from them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from urllib.parse import urlsplit, urlunsplit
+
+from ..errors import InvalidInput
+
+HOP_BY_HOP = frozenset({
+    "connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer", "trailers",
+    "transfer-encoding", "upgrade", "host", "content-length",
+})
+CREDENTIALS = frozenset({"authorization", "x-api-key", "api-key", "x-goog-api-key", "cookie"})
+RESPONSE_DROP = HOP_BY_HOP | frozenset({"authorization", "x-api-key", "api-key", "www-authenticate"})
+
+ROUTE_API = {
+    "/v1/chat/completions": "openai.chat",
+    "/v1/responses": "openai.responses",
+    "/v1/models": "openai.models",
+    "/v1/messages": "anthropic.messages",
+    "/v1/messages/count_tokens": "anthropic.count_tokens",
+}
+RECORDED = frozenset({"openai.chat", "openai.responses", "anthropic.messages"})
+
+
+@dataclass(frozen=True)
+class Upstream:
+    base: str  # scheme://host[:port][/prefix], no trailing slash, no userinfo
+    strip_v1: bool  # the base already ends in /v1: the client's /v1 is not repeated
+    api: str  # openai | anthropic | auto
+    env_keys: dict  # protocol -> key (never printed)
+
+    @classmethod
+    def parse(cls, url: str, api: str, environ: dict) -> "Upstream":
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise InvalidInput(f"--upstream {shown(url)}: expected an http(s) URL such as https://api.openai.com/v1")
+        if api not in ("openai", "anthropic", "auto"):
+            raise InvalidInput(f"--upstream-api {api}: expected openai, anthropic or auto")
+        netloc = parts.hostname if ":" not in parts.hostname else f"[{parts.hostname}]"
+        if parts.port:
+            netloc += f":{parts.port}"
+        path = parts.path.rstrip("/")
+        base = urlunsplit((parts.scheme, netloc, path, "", ""))
+        shared = environ.get("REEF_UPSTREAM_API_KEY")
+        keys = {"openai": shared or environ.get("OPENAI_API_KEY"),
+                "anthropic": shared or environ.get("ANTHROPIC_API_KEY")}
+        if parts.username or parts.password:
+            raise InvalidInput(f"--upstream {shown(url)}: put credentials in REEF_UPSTREAM_API_KEY, not in the URL")
+        return cls(base, path.endswith("/v1"), api, keys)
+
+    def speaks(self, route_api: str) -> bool:
+        return self.api == "auto" or route_api.startswith(self.api + ".") or route_api == "openai.models"
+
+    def url_for(self, path: str, query: str) -> str:
+        rest = path[3:] if self.strip_v1 and path.startswith("/v1/") else path
+        return self.base + rest + (f"?{query}" if query else "")
+
+    def shown(self) -> str:
+        return self.base
+
+    def request_headers(self, incoming, route_api: str, pass_client_key: bool) -> dict:
+        out = {}
+        for name, value in incoming.items():
+            low = name.lower()
+            if low in HOP_BY_HOP or low.startswith("x-reef-") or low == "accept-encoding":
+                continue
+            if low in CREDENTIALS and not (pass_client_key and low in ("authorization", "x-api-key")):
+                continue
+            out[name] = value
+        out["Accept-Encoding"] = "identity"
+        if not pass_client_key:
+            protocol = "anthropic" if route_api.startswith("anthropic.") else "openai"
+            key = self.env_keys.get(protocol)
+            if key:
+                if protocol == "anthropic":
+                    out["x-api-key"] = key
+                else:
+                    out["Authorization"] = f"Bearer {key}"
+        return out
+
+
+def response_headers(upstream_headers) -> list[tuple[str, str]]:
+    return [(k, v) for k, v in upstream_headers.items() if k.lower() not in RESPONSE_DROP]
+
+
+def shown(url: str) -> str:
+    """A URL as it may be printed: no user name or password."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "<invalid URL>"
+    host = parts.hostname or ""
+    if parts.port:
+        host += f":{parts.port}"
+    return urlunsplit((parts.scheme, host, parts.path, "", ""))
+
+
+def error_body(route_api: str, status: int, message: str, kind: str) -> dict:
+    """An error in the shape the route's clients parse (their SDKs raise with this message)."""
+    if route_api.startswith("anthropic."):
+        return {"type": "error", "error": {"type": kind, "message": message}}
+    return {"error": {"message": message, "type": kind, "param": None, "code": status}}

@@ -1,0 +1,41 @@
+"""What a release must hold to be usable, checked at publish: a release that breaks every later command (the gate
+cannot load its canary suite, the compiler cannot read a skill) is refused with one line naming the file, instead
+of being published and discovered later.
+
+Checked: every canary/held-out task file under harness.yaml `gate.tasks` parses against the task schema (so each
+task has its `check`, and ids are unique), and the YAML frontmatter of every SKILL.md and agent file, where present,
+is a readable mapping.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from .errors import InvalidInput
+
+
+def _is_frontmatter_file(path: str) -> bool:
+    name = path.rsplit("/", 1)[-1]
+    return name == "SKILL.md" or (path.endswith(".md") and "/agents/" in f"/{path}")
+
+
+def check_release(files: Mapping[str, Any], config) -> None:
+    """Raise InvalidInput naming the first file that would break later commands; return None when usable."""
+    from .frontmatter import parse
+    from .tasks import load_suite
+
+    for path in sorted(files):
+        if not _is_frontmatter_file(path):
+            continue
+        data = getattr(files[path], "data", files[path])
+        try:
+            text = data.decode("utf-8") if isinstance(data, bytes) else str(data)
+        except UnicodeDecodeError as exc:
+            raise InvalidInput(f"{path}: not valid UTF-8 ({exc.reason} at byte {exc.start}); nothing was published") from None
+        fm = parse(text)
+        if fm.error is not None:
+            raise InvalidInput(f"{path}: {fm.error}; nothing was published")
+    try:
+        load_suite(files, config.gate.tasks)
+    except InvalidInput as exc:
+        raise InvalidInput(f"{exc}; nothing was published") from None

@@ -1,0 +1,48 @@
+"""`reef serve` in a real subprocess for tests: started on a free port, stopped with SIGTERM."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REEF = str(Path(sys.executable).parent / "reef")
+
+
+class Gateway:
+    def __init__(self, project: Path, upstream: str, *args: str, env: dict | None = None):
+        self.log_path = project / f".serve-{time.monotonic_ns()}.log"
+        self._log = open(self.log_path, "w")
+        self.proc = subprocess.Popen([REEF, "-C", str(project), "serve", "--upstream", upstream, "--port", "0", *args],
+                                     stdout=subprocess.PIPE, stderr=self._log, text=True,
+                                     env={**os.environ, **(env or {})})
+        line = self.proc.stdout.readline()
+        if "serving " not in line:
+            self.proc.wait(timeout=10)
+            raise RuntimeError(f"reef serve did not start (exit {self.proc.returncode}): {line}{self.log()}")
+        self.url = line.split("serving ", 1)[1].split()[0]
+        self.project = project
+
+    def log(self) -> str:
+        if not self._log.closed:
+            self._log.flush()
+        return self.log_path.read_text()
+
+    def stop(self, timeout: float = 30) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout=timeout)
+        finally:
+            self._log.close()
+            self.proc.stdout.close()
+
+    def __enter__(self) -> "Gateway":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.proc.poll() is None:
+            self.stop()

@@ -1,0 +1,123 @@
+"""`reef ci` (reef_cli/ci.py): outputs checked before the gate runs, a base checkout after a head run, and the
+summary's bullets with their evidence."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+NEWLINE = "- Always end files with a trailing newline."
+TABS = "- Use tabs for indentation in Makefiles."
+
+
+def set_block(root: Path, *bullets: str) -> None:
+    path = root / "CLAUDE.md"
+    text = path.read_text()
+    start = text.index("<!-- reef:begin learned -->") + len("<!-- reef:begin learned -->")
+    end = text.index("<!-- reef:end learned -->")
+    path.write_text(text[:start] + "\n" + "".join(b + "\n" for b in bullets) + text[end:])
+
+
+@pytest.fixture
+def project(reef, tmp_path):
+    """A claude-template project with the example suite and agent, published as release 2 (repeats 2)."""
+    from reef_cli.example_agent import suite_files
+
+    root = tmp_path / "proj"
+    root.mkdir()
+    assert reef("-C", str(root), "init").code == 0
+    (root / "canary").mkdir()
+    (root / "canary" / "example.yaml").write_text(suite_files()["example.yaml"])
+    cfg = root / "harness.yaml"
+    lines = [ln for ln in cfg.read_text().splitlines() if not ln.startswith("agent:")]
+    text = "\n".join(lines).replace("  evaluators: [evaluators/**]", "  evaluators: [evaluators/**]\n  repeats: 2")
+    cfg.write_text(text + '\nagent: ["{python}", -m, reef_cli.example_agent, -p, "{prompt}"]\n')
+    assert reef("-C", str(root), "publish", "-m", "canary suite and the example agent").code == 0
+    return root
+
+
+def episodes(root: Path) -> int:
+    from reef_cli.ledger import Ledger
+
+    return sum(1 for _ in Ledger(root / ".reef/scenarios/default/ledger.jsonl", "default").iter_records(kind="episode"))
+
+
+def test_ci_then_ci_against_a_base_checkout_of_the_same_content(reef, project, tmp_path):
+    """The same baseline content judged once as the head release and once as a --base checkout is two runs,
+    not one journal whose episode records collide (that exited 3 on every later run)."""
+    base = tmp_path / "base"
+    shutil.copytree(project, base, ignore=shutil.ignore_patterns(".reef"))
+    set_block(project, NEWLINE, TABS)
+    first = reef("-C", str(project), "ci", "--json")
+    assert first.code == 0, first.err
+    for _ in range(2):
+        r = reef("-C", str(project), "ci", "--base", str(base), "--json")
+        assert r.code == 0, r.err
+        assert json.loads(r.out)["verdict"]["decision"] == "publish"
+    again = reef("-C", str(project), "ci", "--json")
+    assert again.code == 0, again.err
+
+
+@pytest.mark.parametrize("option", ["--junit", "--summary"])
+def test_an_output_that_is_a_directory_is_refused_before_the_gate_runs(reef, project, option):
+    (project / "out").mkdir()
+    set_block(project, NEWLINE, TABS)
+    r = reef("-C", str(project), "ci", option, "out")
+    assert r.code == 4
+    assert r.err == f"reef: error: {option} {project / 'out'}: is a directory; give a file path\n"
+    assert episodes(project) == 0
+
+
+def test_an_output_under_a_file_is_refused_before_the_gate_runs(reef, project):
+    (project / "f").write_text("x")
+    set_block(project, NEWLINE, TABS)
+    r = reef("-C", str(project), "ci", "--junit", "f/j.xml")
+    assert r.code == 4 and r.err == f"reef: error: --junit {project / 'f/j.xml'}: {project / 'f'} is not a directory\n"
+    assert episodes(project) == 0
+
+
+def test_a_base_that_is_not_a_checkout_is_one_line(reef, project, tmp_path):
+    r = reef("-C", str(project), "ci", "--base", str(tmp_path / "nope"))
+    assert r.code == 4
+    assert r.err == f"reef: error: --base {tmp_path / 'nope'}: not a directory; pass a checkout of the base branch\n"
+    (tmp_path / "empty").mkdir()
+    r = reef("-C", str(project), "ci", "--base", str(tmp_path / "empty"))
+    assert r.code == 4 and "no harness.yaml there" in r.err
+
+
+def test_the_summary_lists_added_and_removed_bullets_with_their_evidence(reef, project):
+    from reef_cli.patterns import Pattern, PatternMemory
+
+    base_block = "- Keep functions short. <!-- reef:abc123 -->"
+    set_block(project, base_block)
+    memory = PatternMemory({
+        "k1": Pattern(key="k1", id="abc123", text="Keep functions short.", polarity="do", count=4,
+                      evidence=["rec_A", "rec_B", "rec_C", "rec_D"]),
+        "k2": Pattern(key="k2", id="def456", text="Always end files with a trailing newline.", polarity="do",
+                      count=7, evidence=[f"rec_{i}" for i in range(7)]),
+    })
+    mem = project / "reef/memory/patterns.json"
+    mem.parent.mkdir(parents=True, exist_ok=True)
+    mem.write_bytes(memory.dumps())
+    assert reef("-C", str(project), "publish", "-m", "a learned bullet and its memory").code == 0
+    set_block(project, NEWLINE + " <!-- reef:def456 -->", TABS)
+    r = reef("-C", str(project), "ci", "--summary", "s.md", "--json")
+    assert r.code == 0, r.err
+    md = (project / "s.md").read_text()
+    assert "### Bullets" in md
+    assert ("- + added `CLAUDE.md` (`def456`): Always end files with a trailing newline. — seen 7x: `rec_0`, `rec_1`, "
+            "`rec_2`, `rec_3`, `rec_4` and 2 more") in md
+    assert "- + added `CLAUDE.md` (`b_" in md and "Use tabs for indentation in Makefiles. — no pattern in memory" in md
+    assert ("- - removed `CLAUDE.md` (`abc123`): Keep functions short. — seen 4x: `rec_A`, `rec_B`, `rec_C`, `rec_D`"
+            in md)
+    bullets = {b["id"]: b for b in json.loads(r.out)["bullets"]}
+    assert bullets["def456"]["count"] == 7 and bullets["abc123"]["change"] == "removed"
+    r = reef("-C", str(project), "ci")  # the terminal lists them too
+    assert r.code == 0, r.err
+    assert ("+ CLAUDE.md: Always end files with a trailing newline. (seen 7x: rec_0, rec_1, rec_2, rec_3, rec_4 and 2 "
+            "more; utility") not in r.out  # no attribution in ci
+    assert "+ CLAUDE.md: Always end files with a trailing newline. (seen 7x: rec_0, rec_1, rec_2, rec_3, rec_4 and 2 more)" in r.out
+    assert "- CLAUDE.md: Keep functions short. (seen 4x: rec_A, rec_B, rec_C, rec_D)" in r.out

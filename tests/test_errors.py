@@ -1,0 +1,307 @@
+"""Bad input and faults end as one line and the right exit code, never "unexpected error": feedback, zones,
+checkout, install, a malformed model URL, a read-only or damaged .reef, and releases that would break later
+commands. Each test pins the message and the exit code."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from conftest import reef_exe, run_reef
+
+
+@pytest.fixture
+def project(reef, tmp_path):
+    root = tmp_path / "proj"
+    root.mkdir()
+    assert reef("-C", str(root), "init").code == 0
+    return root
+
+
+def head_step(root: Path) -> int:
+    lines = (root / ".reef/scenarios/default/releases.jsonl").read_text().splitlines()
+    return len([ln for ln in lines if ln.strip()])
+
+
+def records(root: Path, kind: str) -> list:
+    from reef_cli.ledger import Ledger
+
+    return list(Ledger(root / ".reef/scenarios/default/ledger.jsonl", "default").iter_records(kind=kind))
+
+
+def receipt(root: Path) -> str:
+    r = run_reef("run", "--", "true", cwd=root, env={"REEF_SESSION": "errors"})
+    assert r.returncode == 0, r.stderr
+    return r.stderr.split("receipt ")[1].split()[0]
+
+
+# ------------------------------------------------------------------------------------------------ feedback
+
+
+def test_feedback_that_is_not_utf8_is_one_line(project):
+    rid = receipt(project)
+    r = subprocess.run([reef_exe(), "report", "--score", "1", "--receipt", rid, "--feedback", b"a\xffb"],
+                       cwd=project, capture_output=True, text=True, timeout=60)
+    assert (r.returncode, r.stderr) == (4, "reef: error: --feedback: not valid UTF-8 text\n")
+    assert records(project, "report") == []
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda p: p.mkdir(), "is a directory, not a JSON file"),
+    (lambda p: p.write_text("[" * 5000 + "]" * 5000), "nested more than 16 levels deep"),
+    (lambda p: p.write_text(json.dumps({"a": [[[[[[[[[[[[[[[[[["deep"]]]]]]]]]]]]]]]]]]})),
+     "nested more than 16 levels deep"),
+    (lambda p: p.write_text(json.dumps({"lesson": "x" * 70000})), "larger than the 65536-byte limit for feedback"),
+    (lambda p: p.write_bytes(b'{"lesson": "\xff"}'), "not UTF-8 text"),
+])
+def test_bad_feedback_json_is_one_line(reef, project, make, message):
+    rid = receipt(project)
+    make(project / "fb.json")
+    r = reef("-C", str(project), "report", "--score", "1", "--receipt", rid, "--feedback-json", "fb.json")
+    assert (r.code, r.err) == (4, f"reef: error: --feedback-json {project / 'fb.json'}: {message}\n")
+    assert records(project, "report") == []
+
+
+def test_feedback_loses_its_nul_bytes(reef, project):
+    rid = receipt(project)
+    (project / "fb.json").write_text(json.dumps({"lesson": "run\u0000 the tests", "do": ["a\u0000b"]}))
+    r = reef("-C", str(project), "report", "--score", "1", "--receipt", rid, "--feedback-json", "fb.json")
+    assert r.code == 0, r.err
+    [rep] = records(project, "report")
+    assert rep.payload["feedback"] == {"lesson": "run the tests", "do": ["ab"]}
+
+
+def test_a_large_feedback_object_is_capped_like_text():
+    from reef_cli.errors import InvalidInput
+    from reef_cli.reports import FEEDBACK_MAX, clean_feedback
+
+    big = {"do": ["x" * 1000] * 70}
+    with pytest.raises(InvalidInput) as exc:
+        clean_feedback(big, "--feedback-json")
+    assert str(exc.value) == f"--feedback-json is {len(json.dumps(big))} bytes; the limit is {FEEDBACK_MAX}"
+
+
+def _race_reports(project: Path, n: int) -> list[tuple[int, str]]:
+    env = {**os.environ, "REEF_SESSION": "errors"}
+    procs = [subprocess.Popen([reef_exe(), "report", "--score", "1"], cwd=project, env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for _ in range(n)]
+    results = [(p.wait(timeout=300), p.stderr.read()) for p in procs]
+    for p in procs:
+        p.stdout.close()
+        p.stderr.close()
+    return results
+
+
+def test_concurrent_reports_in_one_shell_attach_once(project):
+    """Eight `reef report`s racing in one shell on one run: one attaches, the others find nothing pending."""
+    receipt(project)
+    results = _race_reports(project, 8)
+    assert sorted(code for code, _ in results) == [0] + [4] * 7, results
+    assert all(err == "reef: error: no receipt to report on: this shell has no unreported run; pass --receipt ID\n"
+               for code, err in results if code == 4)
+    assert len(records(project, "report")) == 1
+
+
+@pytest.mark.slow
+def test_concurrent_reports_soak(project):
+    """The race above, 10 rounds of 16 processes, each round on fresh runs."""
+    for rounds in range(1, 11):
+        receipt(project)
+        receipt(project)
+        results = _race_reports(project, 16)
+        assert sorted(code for code, _ in results) == [0] + [4] * 15, results
+        assert len(records(project, "report")) == rounds
+
+
+# ------------------------------------------------------------------------------------------------ zones
+
+
+def test_freeze_refuses_a_path_outside_the_project(reef, project, tmp_path):
+    r = reef("-C", str(project), "harness", "freeze", str(tmp_path / "elsewhere.md"))
+    assert (r.code, r.err) == (4, f"reef: error: {tmp_path / 'elsewhere.md'} is outside the project {project}; "
+                                  "zones name paths inside it\n")
+    r = reef("-C", str(project), "harness", "freeze", "/etc/passwd")
+    assert r.code == 4 and "is outside the project" in r.err
+    assert head_step(project) == 1
+
+
+def test_freeze_takes_an_absolute_path_inside_the_project_as_relative(reef, project):
+    r = reef("-C", str(project), "harness", "freeze", str(project / "reef" / "notes.md"))
+    assert r.code == 0, r.err
+    assert "- reef/notes.md" in (project / "harness.yaml").read_text()
+
+
+@pytest.mark.parametrize("path, reason", [
+    ("canary/x.yaml", "matches always-frozen glob 'canary/*.yaml'"),
+    ("evaluators/check.sh", "matches always-frozen glob 'evaluators/**'"),
+    ("harness.yaml", "harness.yaml is the zone map and is always frozen"),
+])
+def test_unfreezing_an_always_frozen_path_is_refused_and_publishes_nothing(reef, project, path, reason):
+    r = reef("-C", str(project), "harness", "unfreeze", path, "--to", "learned")
+    assert (r.code, r.err) == (4, f"reef: error: {path} stays Frozen whatever the zones say ({reason}); "
+                                  "nothing published\n")
+    assert head_step(project) == 1
+
+
+def test_zone_edits_that_empty_a_zone_keep_harness_yaml_valid(reef, project):
+    assert reef("-C", str(project), "harness", "freeze", "CLAUDE.md").code == 0  # managed: [CLAUDE.md] empties
+    assert reef("-C", str(project), "harness", "unfreeze", "CLAUDE.md", "--to", "managed").code == 0
+    assert reef("-C", str(project), "status").code == 0
+    text = (project / "harness.yaml").read_text()
+    assert "# A pattern seen this many times is promoted to that surface." in text
+
+
+# ------------------------------------------------------------------------------------------------ checkout
+
+
+def test_checkout_into_a_file_is_refused(reef, project):
+    (project / "afile").write_text("x")
+    r = reef("-C", str(project), "checkout", "1", "afile")
+    assert (r.code, r.err) == (4, f"reef: error: {project / 'afile'} is a file, not a directory; give a directory "
+                                  "to check out into\n")
+
+
+def test_checkout_refuses_to_overwrite_a_file_and_writes_nothing(reef, project, tmp_path):
+    dest = tmp_path / "dest"
+    dest.mkdir()
+    (dest / "CLAUDE.md").write_text("mine\n")
+    r = reef("-C", str(project), "checkout", "1", str(dest))
+    assert (r.code, r.err) == (3, f"reef: error: {dest / 'CLAUDE.md'} has other content; checking out would "
+                                  "overwrite files of your own — move them away, or pass --force\n")
+    assert sorted(p.name for p in dest.iterdir()) == ["CLAUDE.md"] and (dest / "CLAUDE.md").read_text() == "mine\n"
+    r = reef("-C", str(project), "checkout", "1", str(dest), "--force")
+    assert r.code == 0, r.err
+    assert (dest / "CLAUDE.md").read_text() == (project / "CLAUDE.md").read_text()
+
+
+def test_checkout_into_the_project_keeps_unpublished_edits(reef, project):
+    assert reef("-C", str(project), "checkout", "1", ".").code == 0  # published bytes: nothing to lose
+    (project / "CLAUDE.md").write_text((project / "CLAUDE.md").read_text() + "my unpublished rule\n")
+    r = reef("-C", str(project), "checkout", "1", ".")
+    assert (r.code, r.err) == (3, f"reef: error: {project / 'CLAUDE.md'} has other content; checking out would "
+                                  "overwrite unpublished edits or files of your own — move them away, or pass "
+                                  "--force\n")
+    assert (project / "CLAUDE.md").read_text().endswith("my unpublished rule\n")
+
+
+def test_checkout_refuses_a_symlink_before_writing_anything(reef, project, tmp_path):
+    dest, outside = tmp_path / "dest", tmp_path / "outside"
+    dest.mkdir()
+    outside.mkdir()
+    os.symlink(outside, dest / "reef")  # sorts after CLAUDE.md and .claude: those must not be written first
+    r = reef("-C", str(project), "checkout", "1", str(dest))
+    assert (r.code, r.err) == (4, f"reef: error: {dest / 'reef'} is a symlink; reef never writes through symlinks\n")
+    assert sorted(p.name for p in dest.iterdir()) == ["reef"] and list(outside.iterdir()) == []
+
+
+# ------------------------------------------------------------------------------------------------ install --dest
+
+
+def test_install_refuses_the_users_own_files_in_the_install_root(reef, project, tmp_path):
+    dest, bins = tmp_path / "root", tmp_path / "bin"
+    (dest / "claude").mkdir(parents=True)
+    (dest / "claude" / "CLAUDE.md").write_text("my own notes\n")
+    args = ("-C", str(project), "harness", "install", "--adapter", "claude", "--dest", str(dest), "--bin-dir", str(bins))
+    r = reef(*args)
+    assert (r.code, r.err) == (3, f"reef: error: {dest / 'claude' / 'CLAUDE.md'} exists and is not reef's; installing "
+                                  "would overwrite it — move it away, choose another --dest, or pass --force\n")
+    assert sorted(p.name for p in (dest / "claude").iterdir()) == ["CLAUDE.md"] and not bins.exists()
+    assert reef(*args, "--force").code == 0
+    assert reef(*args).code == 0  # now they are reef's: re-installing is fine
+
+
+def test_install_refuses_a_wrapper_script_that_is_not_reefs(reef, project, tmp_path):
+    bins = tmp_path / "bin"
+    bins.mkdir()
+    (bins / "reef-claude").write_text("#!/bin/sh\necho my own script\n")
+    r = reef("-C", str(project), "harness", "install", "--adapter", "claude", "--dest", str(tmp_path / "root"),
+             "--bin-dir", str(bins))
+    assert (r.code, r.err) == (3, f"reef: error: {bins / 'reef-claude'} exists and is not reef's; installing would "
+                                  "overwrite it — move it away, choose another --dest, or pass --force\n")
+    assert (bins / "reef-claude").read_text() == "#!/bin/sh\necho my own script\n"
+    assert not (tmp_path / "root").exists()
+
+
+# ------------------------------------------------------------------------------------------------ model url
+
+
+@pytest.mark.parametrize("url, why", [
+    ("not a url", "is not an http(s) URL with a host"),
+    ("http://", "is not an http(s) URL with a host"),
+    ("ftp://host/v1", "is not an http(s) URL with a host"),
+    ("http://host:port/v1", "is malformed (Port could not be cast to integer value as 'port')"),
+])
+def test_a_malformed_model_url_is_one_line(reef, project, url, why):
+    rid = receipt(project)
+    assert reef("-C", str(project), "report", "--score", "0", "--receipt", rid, "--feedback", "run the tests").code == 0
+    r = reef("-C", str(project), "harness", "reflect", "--backend", "llm", "--model-url", url, "--model", "m")
+    assert (r.code, r.err) == (4, f"reef: error: model URL {url!r} {why}; expected e.g. http://127.0.0.1:8000/v1\n")
+
+
+# ------------------------------------------------------------------------------------------------ damaged state
+
+
+def test_a_corrupt_git_object_is_one_line(project):
+    for obj in (project / ".reef" / "git" / "objects").rglob("*"):
+        if obj.is_file() and "pack" not in obj.parts:
+            obj.chmod(0o644)
+            obj.write_bytes(b"garbage")
+    for args in (("status",), ("show", "1"), ("run", "--", "true")):
+        r = run_reef(*args, cwd=project)
+        assert r.returncode == 1, (args, r.stderr)
+        assert r.stderr.startswith(f"reef: error: {project / '.reef' / 'git'}: reef's object store is damaged (")
+        assert r.stderr.endswith("); restore .reef/git from a backup or a copy of the project\n")
+        assert "unexpected" not in r.stderr
+
+
+def _read_only(path: Path, *cmd: str) -> subprocess.CompletedProcess | None:
+    """Run reef with `path` bind-mounted read-only in a private mount namespace (a read-only disk, even for
+    root); None where this machine does not allow it."""
+    mount = 'mount --bind -o ro "$1" "$1"'
+    if shutil.which("unshare") is None or subprocess.run(
+            ["unshare", "-m", "sh", "-c", mount, "sh", str(path)], capture_output=True, timeout=30).returncode != 0:
+        return None
+    return subprocess.run(["unshare", "-m", "sh", "-c", f'{mount} && shift && exec "$@"', "sh", str(path), reef_exe(),
+                           *cmd], cwd=path.parent, capture_output=True, text=True, timeout=60)
+
+
+def test_a_read_only_reef_directory_is_one_line(project):
+    r = _read_only(project / ".reef", "run", "--", "true")
+    if r is None:
+        pytest.skip("no private mount namespace here (needs unshare and mount)")
+    assert r.returncode == 1
+    assert r.stderr.startswith(f"reef: error: {project / '.reef'}/")
+    assert r.stderr.endswith(": Read-only file system (check its permissions and the free space there)\n")
+    (project / "CLAUDE.md").write_text((project / "CLAUDE.md").read_text() + "x\n")
+    r = _read_only(project / ".reef", "publish", "-m", "x")
+    assert r.returncode == 1 and "unexpected" not in r.stderr and len(r.stderr.splitlines()) == 1, r.stderr
+
+
+# ------------------------------------------------------------------------------------------------ publish validation
+
+
+def test_publish_refuses_a_canary_task_without_check(reef, project):
+    (project / "canary").mkdir()
+    (project / "canary" / "a.yaml").write_text("tasks:\n  - {id: t1, prompt: hi}\n")
+    r = reef("-C", str(project), "publish", "-m", "a task")
+    assert (r.code, r.err) == (4, "reef: error: canary/a.yaml: line 2: task 't1' field 'tasks.0': 'check' is a "
+                                  "required property; nothing was published\n")
+    assert head_step(project) == 1
+    assert reef("-C", str(project), "status").code == 0
+
+
+def test_publish_refuses_a_skill_with_broken_frontmatter(reef, project):
+    skill = project / ".claude" / "skills" / "x" / "SKILL.md"
+    skill.parent.mkdir(parents=True)
+    skill.write_text("---\nname: [x\ndescription: y\n---\nbody\n")
+    r = reef("-C", str(project), "publish", "-m", "a skill")
+    assert (r.code, r.err) == (4, "reef: error: .claude/skills/x/SKILL.md: invalid YAML in frontmatter (line 3): "
+                                  "expected ',' or ']', but got ':'; nothing was published\n")
+    skill.write_text("---\nname: x\ndescription: y\n---\nbody\n")
+    assert reef("-C", str(project), "publish", "-m", "a skill").code == 0
+    assert head_step(project) == 2

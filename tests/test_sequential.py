@@ -1,0 +1,225 @@
+"""The sequential gate: its statistics (reef_cli.sequential) checked against brute force and by simulation under the
+null, the `sequential` policy's engine (reef_cli.adaptive) on scripted scores, and a small gate_sim run."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import random
+import sys
+from pathlib import Path
+
+import pytest
+
+from reef_cli.adaptive import explain
+from reef_cli.errors import InvalidInput
+from reef_cli.gate import CANDIDATE, CURRENT, PUBLISH, REJECT, GateSettings, TaskSpec, Verdict, estimate, evaluate
+from reef_cli.sequential import drop_evidence, group_sequential, spent
+
+BENCH = Path(__file__).resolve().parent.parent / "bench"
+
+# ------------------------------------------------------------------------------------------------ statistics
+
+
+def test_the_engine_uses_the_gates_names():
+    import reef_cli.adaptive as adaptive
+    import reef_cli.gate as gate
+
+    for name in ("CANDIDATE", "CURRENT", "PUBLISH", "REJECT", "SENTINEL_PASS"):
+        assert getattr(adaptive, name) == getattr(gate, name)
+    assert adaptive._pair_reqs([TaskSpec("a")], 2) == gate._pair_reqs([TaskSpec("a")], 2)
+
+
+def test_spending_is_cumulative_and_reaches_alpha():
+    assert spent(0.1, 0, 2) == 0 and spent(0.1, 0.5, 2) == pytest.approx(0.025) and spent(0.1, 1, 2) == 0.1
+    assert spent(0.1, 1.5, 2) == 0.1  # never more than alpha
+
+
+def test_the_looks_match_brute_force_sign_flips():
+    """Every look's bound and the chance of crossing it first there agree with enumerating all 2^n sign patterns of
+    the observed magnitudes, and the chances add up to at most alpha."""
+    batches = [[1.0, -0.5, 0.0, 1.0], [0.25, 1.0, -1.0], [0.75, 1.0, 0.5]]
+    fractions = [0.3, 0.6, 1.0]
+    looks = group_sequential(batches, fractions, 0.2, 1.0)
+    mags = [abs(d) for b in batches for d in b]
+    sizes = list(itertools.accumulate(len(b) for b in batches))
+    first = [0] * len(looks)
+    for signs in itertools.product((1, -1), repeat=len(mags)):
+        vals = [s * m for s, m in zip(signs, mags)]
+        for j, lk in enumerate(looks):
+            if lk.needed is not None and sum(vals[: sizes[j]]) >= lk.needed - 1e-9:
+                first[j] += 1
+                break
+    total = 2 ** len(mags)
+    for lk, n in zip(looks, first):
+        assert lk.used == pytest.approx(n / total)
+    assert sum(first) / total <= 0.2 + 1e-12
+    observed = [lk.total for lk in looks]
+    assert observed == pytest.approx(list(itertools.accumulate(sum(b) for b in batches)))
+
+
+def test_all_wins_cross_and_nothing_crosses_without_evidence():
+    looks = group_sequential([[1.0] * 6, [1.0] * 6], [0.5, 1.0], 0.1, 2.0)
+    assert looks[-1].crossed and looks[-1].mean == 1.0
+    assert not any(lk.crossed for lk in group_sequential([[0.0] * 6, [1.0, -1.0] * 3], [0.5, 1.0], 0.1, 2.0))
+    empty = group_sequential([[0.0, 0.0]], [1.0], 0.1, 2.0)
+    assert empty[0].needed is None and not empty[0].crossed and empty[0].z == 0.0
+
+
+@pytest.mark.parametrize("kind", ["binary", "heavy"])
+def test_false_accepts_stay_within_alpha_under_the_null_with_optional_stopping(kind):
+    """Under "no difference" (each pair's scores exchangeable: correlated sides, heavy tails) the chance that any of
+    six looks crosses stays within alpha, by simulation with a fixed seed (the test is exact, so with continuous scores
+    it spends alpha in full: the bound allows for the simulation's own noise, 2.5 standard errors)."""
+    rng = random.Random(16)
+    alpha, runs, crossed = 0.2, 400, 0
+    for _ in range(runs):
+        batches = []
+        for _look in range(6):
+            batch = []
+            for _pair in range(6):
+                if kind == "binary":
+                    shared = rng.random() < 0.7  # the two sides share their luck (rho)
+                    u = rng.random()
+                    c = float(u < 0.5 if shared else rng.random() < 0.5)
+                    cur = float(u < 0.5 if shared else rng.random() < 0.5)
+                else:  # partial credit with Cauchy noise, clipped to [0, 1]
+                    level = rng.random()
+                    noise = lambda: min(1.0, max(0.0, level + 0.15 * math.tan(math.pi * (rng.random() - 0.5))))  # noqa: E731
+                    c, cur = noise(), noise()
+                batch.append(c - cur)
+            batches.append(batch)
+        looks = group_sequential(batches, [(i + 1) / 6 for i in range(6)], alpha, 1.0)
+        crossed += any(lk.crossed for lk in looks)
+    assert crossed / runs <= alpha + 2.5 * math.sqrt(alpha * (1 - alpha) / runs)
+
+
+def test_the_drop_evidence_is_a_supermartingale_when_nothing_drops():
+    """prod(1 - lam d) with E[d] >= 0 reaches 1/a with probability at most a, however long we watch."""
+    rng = random.Random(3)
+    hits, runs = 0, 2000
+    for _ in range(runs):
+        e = 1.0
+        for _pair in range(30):
+            d = float(rng.random() < 0.3) - float(rng.random() < 0.3)
+            e *= 1 - 0.9 * d
+            if e >= 10:
+                hits += 1
+                break
+    assert hits / runs <= 0.1
+    assert drop_evidence([-1.0, -1.0]) == pytest.approx(1.9 ** 2) and drop_evidence([1.0]) == pytest.approx(0.1)
+
+
+# ------------------------------------------------------------------------------------------------ the policy
+
+
+def sampler(p_cand, p_cur, seed=0, log=None):
+    """Bernoulli episodes per task index; the same (task, side, repeat) always scores the same."""
+    def sample(reqs):
+        if log is not None:
+            log.extend(reqs)
+        out = {}
+        for tid, side, r in reqs:
+            i = int(tid[1:])
+            p = p_cand[i] if side == CANDIDATE else p_cur[i]
+            out[(tid, side, r)] = float(random.Random(f"{seed}:{tid}:{side}:{r}").random() < p)
+        return out
+    return sample
+
+
+def tasks(n, sentinels=()):
+    return [TaskSpec(f"t{i}", f"t{i}" in sentinels) for i in range(n)]
+
+
+SEQ = GateSettings(policy="sequential")
+
+
+def test_a_clear_improvement_publishes_early_and_equal_is_rejected():
+    n = 12
+    out = evaluate(SEQ, tasks(n), sampler([1.0] * 8 + [0.5] * 4, [0.0] * 8 + [0.5] * 4))
+    assert out.decision == PUBLISH and out.stage == "early-stop" and out.episodes_spent < 2 * n * 3
+    assert "mean paired improvement" in out.reason and out.trace["looks"][-1]["crossed"]
+    same = evaluate(SEQ, tasks(n), sampler([1.0] * n, [1.0] * n))
+    assert same.decision == REJECT and "not better" in same.reason and same.episodes_spent < 2 * n * 3
+
+
+def test_a_break_is_probed_past_k_and_vetoed():
+    """The candidate fixes eight tasks but always fails t11, which the current harness always passes: t11 gets
+    pairs past k until its drop evidence reaches the veto bar."""
+    n = 12
+    log = []
+    out = evaluate(SEQ, tasks(n), sampler([1.0] * 8 + [0.5] * 3 + [0.0], [0.0] * 8 + [0.5] * 3 + [1.0], log=log))
+    assert out.decision == REJECT and "task 't11' regressed" in out.reason and "drop evidence" in out.reason
+    assert max(r for tid, _s, r in log if tid == "t11") >= 3  # probes beyond the k = 3 pass pairs
+    assert out.trace["tasks"]["t11"]["why"].startswith("vetoed")
+    assert out.trace["tasks"]["t11"]["drop_evidence"] >= out.trace["veto_at"] == 120
+
+
+def test_sentinels_run_first_and_block():
+    log = []
+    out = evaluate(SEQ, tasks(6, sentinels=("t3",)), sampler([0.0] * 6, [1.0] * 6, log=log))
+    assert out.decision == REJECT and log[:2] == [("t3", CANDIDATE, 0), ("t3", CURRENT, 0)]
+    better_but_sentinel = sampler([1.0, 1.0, 1.0, 0.0, 1.0, 1.0], [0.0, 0.0, 0.0, 1.0, 0.0, 0.0])
+    out = evaluate(SEQ, tasks(6, sentinels=("t3",)), better_but_sentinel)
+    assert out.decision == REJECT and "sentinel task 't3' failed" in out.reason
+
+
+def test_budget_and_settings():
+    out = evaluate(GateSettings(policy="sequential", max_episodes=6), tasks(12), sampler([1.0] * 12, [0.0] * 12))
+    assert out.decision == REJECT and out.stage == "budget" and out.episodes_spent <= 6
+    est = estimate(SEQ, tasks(12))
+    assert est["policy"] == "sequential" and est["max"] == 2 * 12 * 9 and est["full_tally"] == 72 and est["min"] == 8
+    assert estimate(GateSettings(policy="sequential", max_repeats=4), tasks(12))["max"] == 2 * 12 * 4
+    with pytest.raises(InvalidInput, match="drop_alpha must be in"):
+        GateSettings(drop_alpha=1.5)
+
+
+def test_the_verdict_carries_the_trace_and_explain_reads_it():
+    out = evaluate(SEQ, tasks(6), sampler([1.0] * 6, [0.0] * 6))
+    v = Verdict.of(out, episodes_budget=36)
+    back = Verdict.from_json(json.loads(json.dumps(v.to_json())))
+    assert back.trace == v.trace and back.to_json() == v.to_json()
+    text = "\n".join(explain(v.trace))
+    assert "mean test: sign-flip" in text and "task t0: [+1" in text and "drop veto" in text
+    paired = evaluate(GateSettings(), tasks(3), sampler([1.0] * 3, [0.0] * 3))
+    assert "task t0: [+1 +1] mean +1.00 - 2 pair(s); the run stopped at stage early-stop" in "\n".join(
+        explain(paired.trace))
+
+
+# ------------------------------------------------------------------------------------------------ gate_sim
+
+
+def _gate_sim():
+    sys.path.insert(0, str(BENCH))
+    try:
+        import gate_sim
+    finally:
+        sys.path.remove(str(BENCH))
+    return gate_sim
+
+
+def test_gate_sim_small_run_compares_the_policies(capsys):
+    sim = _gate_sim()
+    result = sim.main(["--per-class", "6", "--policies", "paired,sequential"])
+    assert set(result) == {"paired", "sequential"} and 0 <= result["sequential"]["false_accept"] <= 1
+    assert "targets (sequential):" in capsys.readouterr().out
+    heavy = sim.main(["--per-class", "3", "--policies", "sequential", "--scores", "heavy"])
+    assert heavy["sequential"]["episodes"] > 0
+    assert sim.heavy_mean(0.5) == pytest.approx(0.5) and 0 < sim.heavy_mean(0.9) < 1
+
+
+@pytest.mark.slow
+def test_gate_sim_targets_at_150_per_class():
+    r = _gate_sim().main(["--per-class", "150", "--policies", "sequential"])["sequential"]
+    fr = r["false_reject_by_effect"]
+    assert r["false_accept"] <= 0.05 and fr[">=0.20"] <= 0.15 and fr["0.10-0.20"] <= 0.40 and r["vs_tally"] <= 0.6
+
+
+def test_a_bullets_marginal_effect_goes_through_the_same_test():
+    from reef_cli.gate import bullet_test
+
+    assert bullet_test([1.0] * 4 + [0.0] * 6, SEQ) == {"utility": 0.4, "pairs": 10, "admitted": True,
+                                                        "needed_mean": 0.4}
+    assert bullet_test([1.0, 1.0, -1.0, 0.0], SEQ)["admitted"] is False
+    assert bullet_test([], SEQ) == {"utility": None, "pairs": 0, "needed_mean": None, "admitted": False}

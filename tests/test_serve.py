@@ -1,0 +1,486 @@
+"""`reef serve` with the real openai and anthropic SDKs, real HTTP on 127.0.0.1, against the fake upstream.
+
+Each test asserts on the ledger itself: one record per exchange, the receipt the client got names a durable record,
+and `reef ledger verify` passes. Gateways run as real `reef serve` subprocesses (tests/gateway.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from conftest import run_reef
+from fakes import FakeLLM, Reply, error, text
+from gateway import Gateway
+from reef_cli.ledger import Ledger
+
+anthropic = pytest.importorskip("anthropic")
+openai = pytest.importorskip("openai")
+
+
+def _init(path: Path) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    r = run_reef("init", cwd=path)
+    assert r.returncode == 0, r.stderr
+    return path
+
+
+def ledger_of(project: Path) -> Ledger:
+    return Ledger(project / ".reef" / "scenarios" / "default" / "ledger.jsonl", "default")
+
+
+def exchanges(project: Path) -> list:
+    return [r for r in ledger_of(project).iter_records() if r.kind == "inference"]
+
+
+def verify(project: Path) -> None:
+    r = run_reef("ledger", "verify", cwd=project)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def head(project: Path) -> str:
+    r = run_reef("log", "--json", cwd=project)
+    return json.loads(r.stdout)[0]["release_id"] if r.stdout.strip().startswith("[") else r.stdout
+
+
+def http(url: str, body: dict | bytes | None = None, headers: dict | None = None, method: str | None = None):
+    data = body if isinstance(body, bytes) or body is None else json.dumps(body).encode()
+    req = urllib.request.Request(url, data=data, headers={"content-type": "application/json", **(headers or {})},
+                                 method=method)
+    try:
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            return resp.status, dict(resp.headers), resp.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, dict(exc.headers), exc.read()
+
+
+@pytest.fixture(scope="module")
+def upstream():
+    with FakeLLM() as llm:
+        yield llm
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory, upstream):
+    """One project and one gateway for the protocol tests (each starts from the ledger's current length)."""
+    project = _init(tmp_path_factory.mktemp("served") / "proj")
+    gw = Gateway(project, upstream.url)
+    yield gw
+    code = gw.stop()
+    assert code == 0, gw.log()
+    assert "verified" in gw.log()
+
+
+def oai(gw: Gateway, **kw):
+    return openai.OpenAI(**{"base_url": gw.url + "/v1", "api_key": "sk-client-not-for-upstream", "max_retries": 0, **kw})
+
+
+def ant(gw: Gateway, **kw):
+    return anthropic.Anthropic(**{"base_url": gw.url, "api_key": "sk-ant-client", "max_retries": 0, **kw})
+
+
+# -- the protocols, through the real SDKs ---------------------------------------------------------------------------
+def test_openai_chat_receipt_from_headers(served, upstream):
+    raw = oai(served).chat.completions.with_raw_response.create(
+        model="fake-model", messages=[{"role": "user", "content": "hi"}],
+        extra_headers={"x-reef-tag-ticket": "T-42", "x-reef-session": "sess-1"})
+    completion = raw.parse()
+    assert completion.choices[0].message.content == "DONE"
+    rid, rel = raw.headers["x-reef-agent-record-id"], raw.headers["x-reef-release-id"]
+    rec = ledger_of(served.project).get(rid)
+    p = rec.payload
+    assert rec.release_id == rel and rec.kind == "inference"
+    assert (p["api"], p["model"], p["status"], p["outcome"], p["stream"]) == ("openai.chat", "fake-model", 200, "ok", False)
+    assert p["usage"] == {"prompt_tokens": 12, "completion_tokens": 3, "total_tokens": 15}
+    assert p["tokens"] == {"input": 12, "output": 3}
+    assert p["tags"] == {"ticket": "T-42"} and p["session"] == "sess-1"
+    assert p["latency_ms"] > 0 and set(p["request"]) == {"digest", "length"}  # digests only by default
+    sent = upstream.calls[-1]
+    assert "authorization" not in sent.headers and "x-reef-session" not in sent.headers  # no client key upstream
+    assert "sk-client-not-for-upstream" not in (served.project / ".reef" / "scenarios" / "default" / "ledger.jsonl").read_text()
+
+
+def test_openai_chat_stream_receipt_in_band(served):
+    stream = oai(served).chat.completions.create(model="fake-model", messages=[{"role": "user", "content": "hi"}],
+                                                 stream=True, stream_options={"include_usage": True})
+    chunks = list(stream)
+    text_out = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text_out == "DONE"
+    last = chunks[-1]
+    assert last.choices == [] and last.model_extra["reef"]["agent_record_id"].startswith("rec_")
+    rid = last.model_extra["reef"]["agent_record_id"]
+    p = ledger_of(served.project).get(rid).payload
+    assert p["stream"] and p["outcome"] == "ok" and p["tokens"] == {"input": 12, "output": 3}
+    assert p["ttft_ms"] is not None and p["ttft_ms"] <= p["latency_ms"]
+
+
+def test_openai_responses_stream_and_not(served):
+    client = oai(served)
+    raw = client.responses.with_raw_response.create(model="fake-model", input="hi")
+    assert raw.parse().output_text == "DONE"
+    rid = raw.headers["x-reef-agent-record-id"]
+    assert ledger_of(served.project).get(rid).payload["tokens"] == {"input": 12, "output": 3}
+    events = list(client.responses.create(model="fake-model", input="hi", stream=True))
+    done = events[-1]
+    assert done.type == "response.completed" and done.response.output_text == "DONE"
+    p = ledger_of(served.project).get(done.model_extra["reef"]["agent_record_id"]).payload
+    assert p["api"] == "openai.responses" and p["stream"] and p["outcome"] == "ok" and p["tokens"]["output"] == 3
+
+
+def test_anthropic_messages_stream_and_not(served, upstream):
+    client = ant(served)
+    raw = client.messages.with_raw_response.create(model="fake-model", max_tokens=10,
+                                                   messages=[{"role": "user", "content": "hi"}])
+    assert raw.parse().content[0].text == "DONE"
+    rid = raw.headers["x-reef-agent-record-id"]
+    p = ledger_of(served.project).get(rid).payload
+    assert p["api"] == "anthropic.messages" and p["usage"] == {"input_tokens": 12, "output_tokens": 3}
+    assert "x-api-key" not in upstream.calls[-1].headers
+    with client.messages.stream(model="fake-model", max_tokens=10, messages=[{"role": "user", "content": "hi"}]) as s:
+        assert s.get_final_message().content[0].text == "DONE"  # the SDK's stream helper accepts the receipt
+    events = list(client.messages.create(model="fake-model", max_tokens=10, stream=True,
+                                         messages=[{"role": "user", "content": "hi"}]))
+    stop = events[-1]
+    assert stop.type == "message_stop"
+    rid = stop.model_extra["reef"]["agent_record_id"]
+    p = ledger_of(served.project).get(rid).payload
+    assert p["stream"] and p["tokens"] == {"input": 12, "output": 3} and p["model"] == "fake-model"
+
+
+def test_count_tokens_and_models_are_relayed_not_recorded(served):
+    before = len(exchanges(served.project))
+    client = ant(served)
+    assert client.messages.count_tokens(model="fake-model", messages=[{"role": "user", "content": "x"}]).input_tokens == 42
+    assert [m.id for m in oai(served).models.list()] == ["fake-model"]
+    assert len(exchanges(served.project)) == before
+
+
+def test_capture_false_and_unknown_scenario(served):
+    before = len(exchanges(served.project))
+    raw = oai(served).chat.completions.with_raw_response.create(
+        model="fake-model", messages=[{"role": "user", "content": "hi"}], extra_headers={"x-reef-capture": "false"})
+    assert "x-reef-agent-record-id" not in raw.headers and raw.headers["x-reef-release-id"].startswith("rel_")
+    chunks = list(oai(served).chat.completions.create(model="m", messages=[{"role": "user", "content": "x"}],
+                                                      stream=True, extra_headers={"x-reef-capture": "false"}))
+    assert all("reef" not in (c.model_extra or {}) for c in chunks) and chunks[-1].usage.total_tokens == 15
+    assert len(exchanges(served.project)) == before
+    with pytest.raises(openai.NotFoundError, match="scenario 'nope' does not exist"):
+        oai(served).chat.completions.create(model="m", messages=[], extra_headers={"x-reef-scenario": "nope"})
+
+
+def test_report_over_http_same_rules_as_reef_report(served):
+    rid = oai(served).chat.completions.with_raw_response.create(
+        model="fake-model", messages=[{"role": "user", "content": "hi"}]).headers["x-reef-agent-record-id"]
+    body = {"score": 0, "feedback": "it forgot the tests; token sk-ant-api03-" + "x" * 40, "receipts": [rid],
+            "id": "rep-1"}
+    status, _, out = http(served.url + "/reef/report", body)
+    assert status == 200, out
+    rec = json.loads(out)
+    assert rec["kind"] == "report" and rec["payload"]["receipts"] == [rid] and "sk-ant-api03" not in out.decode()
+    again = http(served.url + "/reef/report", body)
+    assert again[0] == 200 and json.loads(again[2])["record_id"] == rec["record_id"]  # idempotent resend
+    conflict = http(served.url + "/reef/report", {**body, "score": 1})
+    assert conflict[0] == 409
+    for bad, msg in (({"score": "NaN", "receipts": [rid]}, "finite number"),
+                     ({"score": 1, "receipts": ["rec_nope"]}, "unknown receipt rec_nope"),
+                     ({"score": 1}, "needs 'receipts'"), ({"score": 1, "receipts": [rid], "x": 1}, "unknown report field")):
+        status, _, out = http(served.url + "/reef/report", bad)
+        assert status == 400 and msg in json.loads(out)["error"]["message"], out
+    assert json.loads(http(served.url + "/reef/releases")[2])["head"].startswith("rel_")
+    status = json.loads(http(served.url + "/reef/status")[2])
+    assert status["recorded"] >= 1 and status["scenarios"]["default"]["step"] == 1
+    assert http(served.url + "/healthz")[0] == 200
+    verify(served.project)
+
+
+def test_release_is_frozen_when_the_request_arrives(served, upstream):
+    project = served.project
+    before = json.loads(http(served.url + "/reef/releases")[2])["head"]
+    upstream.reply(text("slow", delay=1.5))
+    got = {}
+
+    def call():
+        got["raw"] = oai(served).chat.completions.with_raw_response.create(
+            model="fake-model", messages=[{"role": "user", "content": "hi"}])
+
+    import threading
+
+    t = threading.Thread(target=call)
+    t.start()
+    upstream.wait_for(len(upstream.calls) + 0, timeout=5)
+    time.sleep(0.3)
+    md = project / "CLAUDE.md"
+    md.write_text(md.read_text() + "\nA human edit published mid-request.\n")
+    assert run_reef("publish", "-m", "mid-request", cwd=project).returncode == 0
+    t.join(10)
+    after = json.loads(http(served.url + "/reef/releases")[2])["head"]
+    assert after != before
+    rid = got["raw"].headers["x-reef-agent-record-id"]
+    assert got["raw"].headers["x-reef-release-id"] == before
+    assert ledger_of(project).get(rid).release_id == before
+    raw = oai(served).chat.completions.with_raw_response.create(model="m", messages=[{"role": "user", "content": "x"}])
+    assert raw.headers["x-reef-release-id"] == after  # the next request sees the new head
+
+
+# -- auth -----------------------------------------------------------------------------------------------------------
+def test_tokens_rotation_and_refusals(tmp_path, upstream):
+    project = _init(tmp_path / "proj")
+    tokens = tmp_path / "tokens"
+    import hashlib
+
+    tokens.write_text("# reef gateway tokens\nold-token-1\nsha256:" + hashlib.sha256(b"new-token-2").hexdigest() + "\n")
+    with Gateway(project, upstream.url, "--token-file", str(tokens),
+                 env={"REEF_UPSTREAM_API_KEY": "sk-upstream-secret-9"}) as gw:
+        for key in ("old-token-1", "new-token-2"):
+            assert oai(gw, api_key=key).chat.completions.create(
+                model="m", messages=[{"role": "user", "content": "x"}]).choices[0].message.content == "DONE"
+        assert ant(gw, api_key="new-token-2").messages.create(  # x-api-key, as Anthropic clients send it
+            model="m", max_tokens=5, messages=[{"role": "user", "content": "x"}]).content[0].text == "DONE"
+        assert upstream.calls[-1].headers["x-api-key"] == "sk-upstream-secret-9"  # the upstream's key, not ours
+        assert upstream.calls[-2].headers["authorization"] == "Bearer sk-upstream-secret-9"
+        with pytest.raises(openai.AuthenticationError, match="not valid for this gateway"):
+            oai(gw, api_key="wrong").chat.completions.create(model="m", messages=[])
+        status, _, out = http(gw.url + "/v1/chat/completions", {"model": "m", "messages": []})
+        assert status == 401 and "no reef token" in json.loads(out)["error"]["message"]
+        assert http(gw.url + "/reef/status")[0] == 401
+        assert http(gw.url + "/healthz")[0] == 200
+        assert len(exchanges(project)) == 3
+        assert gw.stop() == 0
+    assert "old-token-1" not in gw.log() and "new-token-2" not in gw.log() and "sk-upstream-secret-9" not in gw.log()
+    assert "sk-upstream-secret-9" not in (project / ".reef" / "scenarios" / "default" / "ledger.jsonl").read_text()
+
+
+def test_non_loopback_bind_needs_a_token_file(tmp_path):
+    project = _init(tmp_path / "proj")
+    r = run_reef("serve", "--upstream", "http://127.0.0.1:9", "--host", "0.0.0.0", "--port", "0", cwd=project)
+    assert r.returncode == 4 and "is not a loopback address" in r.stderr and "--token-file" in r.stderr
+    r = run_reef("serve", "--upstream", "ftp://x", "--port", "0", cwd=project)
+    assert r.returncode == 4 and "--upstream ftp://x: expected an http(s) URL" in r.stderr
+
+
+# -- injection and content ----------------------------------------------------------------------------------------
+def test_inject_system_and_store_content(tmp_path, upstream):
+    project = _init(tmp_path / "proj")
+    md = project / "CLAUDE.md"
+    md.write_text(md.read_text().replace("<!-- reef:begin learned -->\n",
+                                         "<!-- reef:begin learned -->\n- INJECT-BULLET-5150 run the tests first\n"))
+    assert run_reef("publish", "-m", "bullet", cwd=project).returncode == 0
+    with Gateway(project, upstream.url, "--inject", "system", "--store-content", "--pass-client-key") as gw:
+        secret = "sk-ant-api03-" + "Q" * 40
+        raw = oai(gw).chat.completions.with_raw_response.create(
+            model="m", messages=[{"role": "system", "content": "be brief"},
+                                 {"role": "user", "content": f"my key is {secret}"}])
+        assert upstream.calls[-1].headers["authorization"] == "Bearer sk-client-not-for-upstream"  # --pass-client-key
+        sent = upstream.calls[-1].json
+        assert sent["messages"][0]["role"] == "system" and "INJECT-BULLET-5150" in sent["messages"][0]["content"]
+        assert sent["messages"][0]["content"].endswith("be brief")
+        ant(gw).messages.create(model="m", max_tokens=5, system="sys", messages=[{"role": "user", "content": "x"}])
+        assert "INJECT-BULLET-5150" in upstream.calls[-1].json["system"]
+        p = ledger_of(project).get(raw.headers["x-reef-agent-record-id"]).payload
+        assert p["injected"]["release_id"] == raw.headers["x-reef-release-id"] and p["injected"]["chars"] > 0
+        assert "INJECT-BULLET-5150" in p["request"]["text"] and secret not in p["request"]["text"]
+        assert "DONE" in p["response"]["text"]
+        assert gw.stop() == 0
+    stored = (project / ".reef" / "scenarios" / "default" / "ledger.jsonl").read_text()
+    assert secret not in stored and "sk-client-not-for-upstream" not in stored
+
+
+# -- faults ---------------------------------------------------------------------------------------------------------
+def test_faults_each_recorded_as_failed(tmp_path, upstream):
+    project = _init(tmp_path / "proj")
+    dead = socket.socket()
+    dead.bind(("127.0.0.1", 0))
+    dead_port = dead.getsockname()[1]
+    dead.close()
+    with Gateway(project, upstream.url, "--timeout", "1", "--max-body", "4096") as gw, \
+            Gateway(project, f"http://127.0.0.1:{dead_port}", "--upstream-api", "anthropic") as nowhere:
+        with pytest.raises(openai.NotFoundError, match="upstream speaks anthropic only"):
+            oai(nowhere).chat.completions.create(model="m", messages=[{"role": "user", "content": "x"}])
+        # slow upstream: 504, one failed record
+        upstream.reply(text("late", delay=2.5))
+        with pytest.raises(openai.APIStatusError) as slow:
+            oai(gw).chat.completions.create(model="m", messages=[{"role": "user", "content": "x"}])
+        assert slow.value.status_code == 504 and "did not answer within 1 s" in str(slow.value)
+        # unreachable upstream: 502
+        with pytest.raises(anthropic.APIStatusError) as gone:
+            ant(nowhere).messages.create(model="m", max_tokens=5, messages=[{"role": "user", "content": "x"}])
+        assert gone.value.status_code == 502 and "unreachable" in str(gone.value)
+        # oversized body: 413, nothing relayed, nothing recorded
+        calls = len(upstream.calls)
+        with pytest.raises(openai.APIStatusError) as big:
+            oai(gw).chat.completions.create(model="m", messages=[{"role": "user", "content": "x" * 5000}])
+        assert big.value.status_code == 413 and "over the gateway's cap of 4096 bytes" in str(big.value)
+        assert len(upstream.calls) == calls
+        # upstream dies mid-stream: the client sees a broken stream, no receipt
+        upstream.reply(Reply(text="cut", die_after=2))
+        with pytest.raises(Exception):
+            list(ant(gw).messages.create(model="m", max_tokens=5, stream=True,
+                                         messages=[{"role": "user", "content": "x"}]))
+        # upstream error status: relayed as is and recorded with it
+        upstream.reply(error(429, "slow down"))
+        with pytest.raises(openai.RateLimitError):
+            oai(gw).chat.completions.create(model="m", messages=[{"role": "user", "content": "x"}])
+        # client hangs up mid-stream
+        upstream.reply(Reply(text="slowly", event_delay=0.3))
+        s = socket.create_connection(("127.0.0.1", int(gw.url.rsplit(":", 1)[1])))
+        body = json.dumps({"model": "m", "stream": True, "messages": [{"role": "user", "content": "x"}]}).encode()
+        s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                  b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+        assert s.recv(10)
+        s.close()
+        deadline = time.monotonic() + 10
+        while len(exchanges(project)) < 5 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert gw.stop() == 0 and nowhere.stop() == 0
+    recs = exchanges(project)
+    got = sorted((r.payload["outcome"], r.payload["status"]) for r in recs)
+    assert got == [("client_disconnected", 200), ("timeout", 504), ("unreachable", 502),
+                   ("upstream_died", 502), ("upstream_error", 429)], got
+    verify(project)
+
+
+def test_200_concurrent_streams_exact_records(tmp_path, upstream):
+    aiohttp = pytest.importorskip("aiohttp")
+    project = _init(tmp_path / "proj")
+    n = 200
+    with Gateway(project, upstream.url) as gw:
+        async def one(session, i):
+            body = {"model": "m", "stream": True, "messages": [{"role": "user", "content": f"n{i}"}]}
+            async with session.post(gw.url + "/v1/chat/completions", json=body) as resp:
+                data = await resp.read()
+            assert data.endswith(b"data: [DONE]\n\n")
+            last = json.loads(data.split(b"data: ")[-2])
+            return resp.headers["x-reef-agent-record-id"], last["reef"]["agent_record_id"]
+
+        async def main():
+            async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
+                return await asyncio.gather(*(one(session, i) for i in range(n)))
+
+        pairs = asyncio.run(main())
+        assert gw.stop() == 0
+    assert all(h == b for h, b in pairs) and len({h for h, _ in pairs}) == n
+    recs = exchanges(project)
+    assert len(recs) == n and {r.record_id for r in recs} == {h for h, _ in pairs}
+    assert all(r.payload["outcome"] == "ok" for r in recs)
+    verify(project)
+
+
+def test_sigterm_drains_in_flight_then_verifies(tmp_path, upstream):
+    project = _init(tmp_path / "proj")
+    gw = Gateway(project, upstream.url, "--drain-timeout", "5")
+    upstream.reply(Reply(text="draining", event_delay=0.2))
+    client = oai(gw)
+    stream = client.chat.completions.create(model="m", messages=[{"role": "user", "content": "x"}], stream=True)
+    first = next(iter(stream))
+    gw.proc.send_signal(__import__("signal").SIGTERM)
+    rest = list(stream)
+    assert rest[-1].model_extra["reef"]["agent_record_id"]  # finished during the drain, with its receipt
+    assert gw.proc.wait(timeout=15) == 0
+    assert "draining 1 request(s)" in gw.log() and "verified (1 records)" in gw.log()
+    with pytest.raises(openai.APIConnectionError):
+        client.chat.completions.create(model="m", messages=[])
+    assert first is not None and len(exchanges(project)) == 1
+    gw.stop()
+
+
+def test_drain_is_bounded_and_cut_requests_are_recorded(tmp_path, upstream):
+    project = _init(tmp_path / "proj")
+    gw = Gateway(project, upstream.url, "--drain-timeout", "0.5")
+    upstream.reply(Reply(text="forever", event_delay=3))
+    stream = oai(gw).chat.completions.create(model="m", messages=[{"role": "user", "content": "x"}], stream=True)
+    next(iter(stream))
+    started = time.monotonic()
+    gw.proc.send_signal(__import__("signal").SIGTERM)
+    assert gw.proc.wait(timeout=15) == 0 and time.monotonic() - started < 5
+    recs = exchanges(project)
+    assert [r.payload["outcome"] for r in recs] == ["interrupted"]
+    verify(project)
+    gw.stop()
+
+
+def test_session_in_the_path_for_agents_without_headers(served):
+    client = openai.OpenAI(base_url=served.url + "/session/run-77/v1", api_key="x", max_retries=0)
+    raw = client.chat.completions.with_raw_response.create(model="m", messages=[{"role": "user", "content": "x"}])
+    p = ledger_of(served.project).get(raw.headers["x-reef-agent-record-id"]).payload
+    assert p["session"] == "run-77" and p["route"] == "/v1/chat/completions"
+
+
+def test_provenance_hooks_see_the_answer_before_the_receipt(tmp_path, upstream):
+    """The seam for engine provenance (e.g. which weights answered): a request hook edits the body that goes
+    upstream, a response hook reads the upstream's answer before the record and may refuse it."""
+    import threading
+
+    from reef_cli.project import Project
+    from reef_cli.serve.app import Gateway as InProcess, ServeConfig
+
+    project = _init(tmp_path / "proj")
+    gw = InProcess(ServeConfig(project=Project(project), scenario="default", upstream=upstream.url, port=0), {},
+                   log=open(tmp_path / "log", "w"), out=open(tmp_path / "out", "w"))
+
+    def ask_meta(ex, body):
+        body["return_meta_info"] = True
+        return True
+
+    def check_weights(ex):
+        meta = (ex.upstream_meta or {}).get("meta_info") or {}
+        if meta.get("weight_version") != "v7":
+            ex.refuse(f"answered by weights {meta.get('weight_version')!r}, expected 'v7'")
+        else:
+            ex.provenance["check"] = "weight version matches"
+            ex.extra["weight_version"] = "v7"  # top level, where reef_cli.weights.records reads it
+
+    gw.recorder.request_hooks.append(ask_meta)
+    gw.recorder.response_hooks.append(check_weights)
+    ready, box = threading.Event(), {}
+
+    def serve():
+        async def main():
+            box["stop"], box["loop"] = asyncio.Event(), asyncio.get_running_loop()
+            box["code"] = await gw.run(box["stop"], on_ready=lambda url: (box.update(url=url), ready.set()))
+        asyncio.run(main())
+
+    t = threading.Thread(target=serve)
+    t.start()
+    assert ready.wait(20)
+    url = box["url"]
+    upstream.reply(Reply(raw=json.dumps({"id": "x", "object": "chat.completion", "model": "m", "choices": [],
+                                         "meta_info": {"weight_version": "v7"}}).encode()))
+    status, headers, _ = http(url + "/v1/chat/completions", {"model": "m", "messages": []})
+    assert status == 200 and upstream.calls[-1].json["return_meta_info"] is True
+    good = ledger_of(project).get(headers["x-reef-agent-record-id"]).payload
+    assert good["provenance"] == {"check": "weight version matches"} and good["weight_version"] == "v7"
+    assert good["request_hooks"] == ["ask_meta"]
+    status, headers, out = http(url + "/v1/chat/completions", {"model": "m", "messages": []})  # default reply: no meta
+    assert status == 409 and "expected 'v7'" in json.loads(out)["error"]["message"]
+    bad = ledger_of(project).get(headers["x-reef-agent-record-id"]).payload
+    assert bad["outcome"] == "refused"
+    box["loop"].call_soon_threadsafe(box["stop"].set)
+    t.join(20)
+    assert box["code"] == 0
+    verify(project)
+
+
+def test_inject_of_a_harness_that_does_not_compile_says_why(tmp_path):
+    from concurrent.futures import ThreadPoolExecutor
+
+    from reef_cli.project import Project
+    from reef_cli.serve.recording import Recorder
+
+    project = _init(tmp_path / "proj")
+    skill = project / ".claude" / "skills" / "broken"
+    skill.mkdir(parents=True)
+    (skill / "SKILL.md").write_text("no frontmatter here\n")
+    assert run_reef("publish", "-m", "broken skill", cwd=project).returncode == 0
+    with ThreadPoolExecutor(1) as pool:
+        recorder = Recorder(Project(project), "default", executor=pool)
+        state = recorder.scenario(None)
+        release = state.release()
+        text, problem = asyncio.run(recorder.instructions(state, release.content_id, release))
+    assert text is None and "cannot compile the harness for opencode" in problem and "broken" in problem
