@@ -79,7 +79,7 @@ def verdict_of(r) -> dict:
     assert r.code in (0, 1), r.err
     assert r.out.startswith("{"), (r.out[:2000], r.err[-2000:])
     v = json.loads(r.out)
-    return {k: v[k] for k in ("decision", "reason", "interval", "per_task", "episodes_spent", "stage", "run")}
+    return {k: v[k] for k in ("decision", "reason", "interval", "per_task", "episodes_spent", "stage")}
 
 
 @RAY
