@@ -25,7 +25,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-import reef_cli.ledger as ledger_module  # noqa: E402
+import reef_cli.ledger.writer as ledger_module  # noqa: E402  (where the writer's fdatasync is looked up)
 from reef_cli.ledger import Ledger, NewRecord  # noqa: E402
 
 

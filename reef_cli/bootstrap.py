@@ -217,9 +217,12 @@ def init_project(
     load_recipe(recipe)
     if created_project:
         project.create_state(scenario)
+    else:
+        project.secure_state()
     store = HarnessStore(project, scenario)
     store.create(recipe)
     head = store.head()
+    store.check_integrity(head)  # "Already initialised" only over a chain that lost nothing
     if head is not None:
         return InitResult(project, scenario, recipe, PublishResult(head, False, ()), created_project, source,
                           tuple(warnings))

@@ -15,10 +15,27 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def write_atomic(path: Path, data: bytes) -> None:
-    """Temp file, fsync, rename, fsync the directory: readers see the old or the new file, never half of one."""
+STATE_FILE_MODE = 0o600
+"""reef's own state (ledger, release log, scenario and project files) is the owner's alone, whatever the umask."""
+STATE_DIR_MODE = 0o700
+
+
+def make_dirs(path: Path, mode: int = STATE_DIR_MODE) -> None:
+    """`mkdir -p` giving every directory it creates `mode` (Path.mkdir gives missing parents the umask's default)."""
+    if path.is_dir():
+        return
+    make_dirs(path.parent, mode)
+    try:
+        os.mkdir(path, mode)
+    except FileExistsError:
+        pass
+
+
+def write_atomic(path: Path, data: bytes, mode: int = 0o644) -> None:
+    """Temp file, fsync, rename, fsync the directory: readers see the old or the new file, never half of one.
+    `mode` is the new file's (STATE_FILE_MODE for reef's state); a umask can only narrow it."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
     try:
         write_all(fd, data)
         os.fsync(fd)
@@ -28,10 +45,10 @@ def write_atomic(path: Path, data: bytes) -> None:
     fsync_dir(path.parent)
 
 
-def append_durable(path: Path, line: bytes) -> None:
+def append_durable(path: Path, line: bytes, mode: int = STATE_FILE_MODE) -> None:
     """Append one line and fsync it (the commit point of an append-only log); a new file's entry is synced too."""
     new = not path.exists()
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, mode)
     try:
         write_all(fd, line)
         os.fsync(fd)

@@ -30,6 +30,13 @@ class StoreError(ReefError):
     exit_code = ExitCode.ERROR
 
 
+class DamagedState(StoreError):
+    """State that something else vouches for has gone missing (a ledger shorter than a release's anchor, a release
+    log emptied while the store holds its commits): refuse to go on over it, and say how to recover."""
+
+    exit_code = ExitCode.INVALID
+
+
 class ConflictError(ReefError):
     """Lost a compare-and-swap, an id reused with other content, a scenario bound to another recipe."""
 

@@ -57,7 +57,9 @@ class GitStore:
             if (path / "HEAD").exists():
                 self.repo = pygit2.Repository(str(path))
             else:
-                path.mkdir(parents=True, exist_ok=True)
+                from .durable import make_dirs
+
+                make_dirs(path)  # 0700, like the rest of .reef (pygit2 gives what it creates the umask's modes)
                 self.repo = pygit2.init_repository(str(path), bare=True)
         except pygit2.GitError as exc:
             raise StoreError(f"{path}: cannot open reef's object store: {exc}") from None
@@ -155,6 +157,22 @@ class GitStore:
     @_damage_is_a_store_error
     def set_ref(self, name: str, commit_id: str) -> None:
         self.repo.references.create(name, self._pygit2.Oid(hex=commit_id), force=True)
+
+    def has_commit(self, commit_id: str) -> bool:
+        try:
+            obj = self.repo.get(commit_id)
+        except (ValueError, self._pygit2.GitError):
+            return False
+        return obj is not None and obj.type == self._pygit2.GIT_OBJECT_COMMIT
+
+    def first_parent_chain(self, commit_id: str) -> list[tuple[str, str]]:
+        """(commit id, message) from `commit_id` back to the root along first parents, newest first."""
+        out = []
+        commit = self.repo.get(commit_id)
+        while commit is not None:
+            out.append((str(commit.id), commit.message))
+            commit = commit.parents[0] if commit.parents else None
+        return out
 
     @_damage_is_a_store_error
     def get_ref(self, name: str) -> str | None:

@@ -8,7 +8,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from .durable import write_atomic
+from .durable import STATE_DIR_MODE, STATE_FILE_MODE, make_dirs, write_atomic
 from .errors import InvalidInput, NotFound, StoreError
 
 __all__ = ["Project", "ScenarioPaths", "find_project", "check_scenario_name", "write_atomic"]
@@ -58,9 +58,33 @@ class Project:
         the marker `find_project` looks for."""
         from .releases import canonical
 
-        self.state.mkdir(exist_ok=True)
-        (self.state / ".gitignore").write_text("*\n")
-        write_atomic(self.state / PROJECT_FILE, canonical({"version": 1, "default_scenario": default_scenario}) + b"\n")
+        make_dirs(self.state)
+        write_atomic(self.state / ".gitignore", b"*\n", STATE_FILE_MODE)
+        write_atomic(self.state / PROJECT_FILE, canonical({"version": 1, "default_scenario": default_scenario}) + b"\n",
+                     STATE_FILE_MODE)
+        self.secure_state()
+
+    def secure_state(self) -> None:
+        """Make the state owner-only whatever the umask it was made under: `.reef/` and the directories reef
+        keeps in it 0700 (which alone shuts everything under it to others), its own state files 0600. `reef init`
+        calls this every time, so a project made by an older reef is tightened too."""
+        dirs = [self.state]
+        files = [self.state / PROJECT_FILE, self.state / ".gitignore"]
+        dirs.extend(p for p in self.state.iterdir() if p.is_dir() and not p.is_symlink())  # git, scenarios, trees…
+        base = self.state / "scenarios"
+        if base.is_dir():
+            for scenario in base.iterdir():
+                if scenario.is_dir() and not scenario.is_symlink():
+                    dirs.append(scenario)
+                    for entry in scenario.iterdir():  # runs/, evolve/, pending/ and the state files
+                        if not entry.is_symlink():
+                            (dirs if entry.is_dir() else files).append(entry)
+        for path, mode in [*((d, STATE_DIR_MODE) for d in dirs), *((f, STATE_FILE_MODE) for f in files)]:
+            try:
+                if (os.lstat(path).st_mode & 0o777) != mode:
+                    os.chmod(path, mode, follow_symlinks=False)
+            except FileNotFoundError:
+                pass
 
     def scenarios(self) -> list[str]:
         base = self.state / "scenarios"

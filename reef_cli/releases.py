@@ -32,6 +32,10 @@ class Release:
     created_at: str = ""
     runtime_load_id: str | None = None
     meta: dict = field(default_factory=dict)
+    ledger_anchor: dict | None = None
+    """The scenario's ledger at publish: {"seq": N, "hash": "<64 hex>"} of its last record ({"seq": 0, "hash":
+    64 zeros} when empty). A ledger that later has fewer records, another hash at that seq, or no file at all has
+    lost records this release vouches for (`ledger.anchors`). None on releases published before anchors existed."""
 
     def to_json(self) -> dict:
         return {
@@ -47,6 +51,7 @@ class Release:
             "created_at": self.created_at,
             "runtime_load_id": self.runtime_load_id,
             "meta": copy.deepcopy(self.meta) if self.meta else {},  # a copy, as asdict made: callers may edit it
+            "ledger_anchor": dict(self.ledger_anchor) if self.ledger_anchor else None,
         }
 
     @classmethod
@@ -64,7 +69,43 @@ class Release:
             created_at=d.get("created_at", ""),
             runtime_load_id=d.get("runtime_load_id"),
             meta=dict(d.get("meta") or {}),
+            ledger_anchor=_anchor_field(d.get("ledger_anchor")),
         )
+
+
+def _anchor_field(value) -> dict | None:
+    if value is None:
+        return None
+    if (not isinstance(value, dict) or type(value.get("seq")) is not int or value["seq"] < 0
+            or not isinstance(value.get("hash"), str) or len(value["hash"]) != 64):
+        raise ValueError("ledger_anchor must be {seq, hash}")
+    return {"seq": value["seq"], "hash": value["hash"]}
+
+
+TRAILER = "reef-release: "
+"""The line of a release's Git commit message that carries the release (all of it but `commit_id`, which is the
+commit's own id): what lets the log be rebuilt from the store (`releases_from_commits`)."""
+
+
+def releases_from_commits(commits: list[tuple[str, str]]) -> list[Release]:
+    """The release chain recorded in `commits` ((commit id, message), oldest first), checked the way `read()`
+    checks the log. Raises StoreError naming the first commit that carries no release or breaks the chain."""
+    out: list[Release] = []
+    for commit_id, message in commits:
+        body = None
+        for line in message.splitlines():
+            if line.startswith(TRAILER):
+                body = line[len(TRAILER):]
+        try:
+            if body is None:
+                raise ValueError("no reef-release line")
+            release = Release.from_json({**json.loads(body), "commit_id": commit_id})
+        except (ValueError, KeyError, TypeError) as exc:
+            raise StoreError(f"commit {commit_id[:12]} carries no readable release ({exc}); cannot rebuild past it") from None
+        if release.step != len(out) + 1 or (out and release.parent_release_id != out[-1].release_id):
+            raise StoreError(f"commit {commit_id[:12]} breaks the chain (step {release.step} after {len(out)})")
+        out.append(release)
+    return out
 
 
 class ReleaseLog:

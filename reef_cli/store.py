@@ -21,13 +21,14 @@ from datetime import datetime
 from pathlib import Path
 from typing import Callable
 
+from . import chain_integrity
 from .config import CONFIG_NAME, HarnessConfig, parse_config
-from .durable import write_all
-from .errors import ConflictError, InvalidInput, NotFound, StoreError
+from .durable import STATE_FILE_MODE, make_dirs, write_all
+from .errors import ConflictError, DamagedState, InvalidInput, NotFound, StoreError
 from .gitstore import MODE_EXEC, MODE_LINK, Entry, GitStore, mode_of
 from .ids import new_id
 from .project import Project, ScenarioPaths, check_scenario_name, write_atomic
-from .releases import Release, ReleaseLog, canonical
+from .releases import TRAILER, Release, ReleaseLog, canonical
 from .times import format_time, utc_now
 
 SKIP_DIRS = {".reef", ".git"}
@@ -256,14 +257,60 @@ class HarnessStore:
     @property
     def git(self) -> GitStore:
         if self._git is None:
+            if not (self.project.git_dir / "HEAD").exists():
+                head = self.log.head()
+                if head is not None:  # an empty store would be made here: the releases' files would be gone
+                    raise DamagedState(
+                        f"{self.project.git_dir} is gone but {self.log.path} names {head.step} release(s) whose files "
+                        f"were in it; nothing was changed — restore .reef/git from a backup, or move .reef aside and "
+                        f"run 'reef init' to start a new history from the working tree"
+                    )
             self._git = GitStore(self.project.git_dir)
         return self._git
+
+    # -- integrity of the release chain (reef_cli/chain_integrity.py) ----------------------------------------------
+    def _check_log_not_lost(self) -> None:
+        chain_integrity.check_log_not_lost(self)
+
+    def check_integrity(self, head: Release | None = None) -> None:
+        """Refuse (DamagedState, exit 4) a release chain that lost something; see `chain_integrity.check`."""
+        chain_integrity.check(self, head)
+
+    def rebuild_releases(self) -> chain_integrity.RebuildResult:
+        """`reef repair releases`: rebuild the release log from the store's commits (`chain_integrity.rebuild`)."""
+        return chain_integrity.rebuild(self)
+
+    def _next_anchor(self, chain: list[Release]) -> dict:
+        """The anchor a new release records: the ledger's last record; but while the ledger falls short of an
+        earlier anchor, that anchor again, so the newest anchor keeps vouching for what was lost (a ledger cut and
+        grown back past it must not launder the cut) until the loss is restored or accepted."""
+        from .ledger import anchors
+
+        ledger = self.ledger()
+        earlier = anchors.anchors_of(chain)
+        found = anchors.problems(ledger, earlier, every=False) if earlier else []
+        if found:
+            return {"seq": found[0][0].seq, "hash": found[0][0].hash}
+        return ledger.anchor()
+
+    def ledger_anchors(self) -> list:
+        """The release anchors of this scenario's ledger (see `ledger.anchors`), oldest first."""
+        from .ledger import anchors_of
+
+        return anchors_of(self.releases())
+
+    def checked_ledger(self):
+        """This scenario's ledger, refused (DamagedState, exit 4) when it falls short of a release's anchor: what
+        reflect and evolve open, so they never learn from a ledger that lost records."""
+        ledger = self.ledger()
+        ledger.check_anchors(self.ledger_anchors())
+        return ledger
 
     @contextlib.contextmanager
     def lock(self):
         """The scenario lock: `flock(2)` on `<scenario>/lock`, the primitive `filelock.FileLock` uses on the same path,
         taken blocking (FileLock's set-up and polling cost ~0.2 ms per publish)."""
-        fd = os.open(self.dir / "lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        fd = os.open(self.dir / "lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             yield
@@ -285,7 +332,7 @@ class HarnessStore:
 
     def create(self, recipe: str) -> ScenarioInfo:
         """Bind a recipe to the scenario once; asking again with another recipe is a conflict."""
-        self.dir.mkdir(parents=True, exist_ok=True)
+        make_dirs(self.dir)
         with self.lock():
             if self.exists():
                 info = self.info()
@@ -296,12 +343,15 @@ class HarnessStore:
                     )
                 return info
             info = ScenarioInfo(self.scenario, recipe, format_time(self.now()))
-            write_atomic(self.dir / "scenario.json", canonical(info.to_json()) + b"\n")
+            write_atomic(self.dir / "scenario.json", canonical(info.to_json()) + b"\n", STATE_FILE_MODE)
             return info
 
     # -- reading ------------------------------------------------------------------------------------------------
     def head(self) -> Release | None:
-        return self.log.head()
+        head = self.log.head()
+        if head is None:
+            self._check_log_not_lost()
+        return head
 
     def require_head(self) -> Release:
         head = self.head()
@@ -310,7 +360,10 @@ class HarnessStore:
         return head
 
     def releases(self) -> list[Release]:
-        return self.log.read()
+        releases = self.log.read()
+        if not releases:
+            self._check_log_not_lost()
+        return releases
 
     def find(self, ref: str) -> Release:
         return self.log.find(ref)
@@ -414,11 +467,12 @@ class HarnessStore:
         current = self.head()
         new_ids = self._ids(files)
         tree_id = self._tree_for(current, files, new_ids)
-        self.dir.mkdir(parents=True, exist_ok=True)
+        make_dirs(self.dir)
         with self.lock():
             self.log.repair()
             chain = self.log.read()  # validates every line: corruption anywhere stops the publish
             head = chain[-1] if chain else None
+            self.check_integrity(head)
             if head is not None and self.git.get_ref(self.ref) != head.commit_id:
                 self.git.set_ref(self.ref, head.commit_id)  # a crash between the log line and the ref: repair
             head_id = head.release_id if head else None
@@ -447,9 +501,10 @@ class HarnessStore:
                 created_at=format_time(when),
                 runtime_load_id=runtime_load_id,
                 meta=dict(meta or {}),
+                ledger_anchor=self._next_anchor(chain),
             )
             body = {k: v for k, v in release.to_json().items() if k != "commit_id"}
-            message = f"{operation}: {reason}\n\nreef-release: {json.dumps(body, sort_keys=True)}\n"
+            message = f"{operation}: {reason}\n\n{TRAILER}{json.dumps(body, sort_keys=True)}\n"
             commit_id = self.git.commit(tree_id, head.commit_id if head else None, message, int(when.timestamp()))
             release = Release.from_json({**release.to_json(), "commit_id": commit_id})
             self.log.append(release)
@@ -534,6 +589,7 @@ class HarnessStore:
         tmp = cache.with_name(f"{cache.name}.{os.getpid()}.tmp")
         if tmp.exists():
             rmtree(tmp)
+        make_dirs(cache.parent)  # .reef/trees: 0700 like the rest of the state
         write_files(tmp, self.files_of(release), read_only=True)
         (tmp / ".reef-complete").write_text(release.content_id + "\n")
         try:

@@ -20,8 +20,11 @@ from pathlib import Path
 import filelock
 import pytest
 
-import reef_cli.group_commit as group_commit
-import reef_cli.ledger as ledger_mod
+import reef_cli.ledger.group_commit as group_commit
+import reef_cli.ledger.compaction as compaction_mod
+import reef_cli.ledger.reading as reading_mod
+import reef_cli.ledger.record as record_mod
+import reef_cli.ledger.writer as writer_mod
 from reef_cli.errors import ConflictError, ExitCode, InvalidInput, NotFound, StoreError
 from reef_cli.ledger import (
     ZERO_HASH,
@@ -84,14 +87,14 @@ def write_lines(path: Path, lines: list[bytes]) -> None:
 @contextlib.contextmanager
 def syncs_held(monkeypatch: pytest.MonkeyPatch):
     """Every sync started inside the block waits until the block ends (a slow disk); yields the syncs started."""
-    release, started, real = threading.Event(), [], ledger_mod._fdatasync
+    release, started, real = threading.Event(), [], writer_mod._fdatasync
 
     def slow(fd: int) -> None:
         started.append(fd)
         assert release.wait(60)
         real(fd)
 
-    monkeypatch.setattr(ledger_mod, "_fdatasync", slow)
+    monkeypatch.setattr(writer_mod, "_fdatasync", slow)
     try:
         yield started
     finally:
@@ -259,12 +262,12 @@ def test_a_forked_child_never_repeats_the_parents_ids(step: int) -> None:
 
 def test_the_direct_json_scanner_accepts_and_rejects_what_json_loads_does() -> None:
     for text in ('{"a":1}', ' {"a": [1, 2]}\t', '"s"', "[]"):
-        assert ledger_mod._loads(text) == json.loads(text)
+        assert record_mod._loads(text) == json.loads(text)
     for text in ('{"a":1} x', "", "{", "nan", '{"a":1}{"b":2}'):
         with pytest.raises(ValueError):
             json.loads(text)
         with pytest.raises(ValueError):
-            ledger_mod._loads(text)
+            record_mod._loads(text)
 
 
 def test_a_naive_clock_is_refused(path: Path) -> None:
@@ -294,7 +297,7 @@ def test_opening_reads_only_the_tail(tmp_path: Path, monkeypatch) -> None:
     read = []
     real_pread = os.pread
     monkeypatch.setattr(os, "pread", lambda fd, n, at: read.append(n) or real_pread(fd, n, at))
-    monkeypatch.setattr(ledger_mod, "_scan", lambda *a, **k: pytest.fail("append scanned the file"))
+    monkeypatch.setattr(reading_mod, "_scan", lambda *a, **k: pytest.fail("append scanned the file"))
     with Ledger(path, "demo") as ledger:
         assert ledger.append("report", {}, release_id="r", content_id="c").seq == 3001
     assert sum(read) <= 8192 < path.stat().st_size
@@ -531,7 +534,7 @@ def test_a_tampered_last_line_blocks_appends_and_is_kept(path: Path) -> None:
 CHILD = textwrap.dedent(
     """
     import fcntl, os, signal, sys, time
-    import reef_cli.group_commit as group_commit
+    import reef_cli.ledger.group_commit as group_commit
     from reef_cli.ledger import Ledger
 
     if os.environ.get("LEAD_SYNCS"):
@@ -605,7 +608,7 @@ WRITER = textwrap.dedent(
     """
     import os, sys, time
     from pathlib import Path
-    import reef_cli.group_commit as group_commit
+    import reef_cli.ledger.group_commit as group_commit
     from reef_cli.ledger import Ledger
 
     if os.environ.get("LEAD_SYNCS"):
@@ -722,8 +725,8 @@ def sync_page(ledger: Ledger) -> group_commit.SyncPage:
 
 def counting_syncs(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     calls: list[int] = []
-    real = ledger_mod._fdatasync
-    monkeypatch.setattr(ledger_mod, "_fdatasync", lambda fd: (calls.append(fd), real(fd)))
+    real = writer_mod._fdatasync
+    monkeypatch.setattr(writer_mod, "_fdatasync", lambda fd: (calls.append(fd), real(fd)))
     return calls
 
 
@@ -971,7 +974,7 @@ def test_compact_with_both_limits_removes_only_what_both_allow(ledger: Ledger, c
 
 
 def test_compact_everything_and_repeatedly(ledger: Ledger, monkeypatch) -> None:
-    monkeypatch.setattr(ledger_mod, "REMOVED_LIST_LIMIT", 3)
+    monkeypatch.setattr(compaction_mod, "REMOVED_LIST_LIMIT", 3)
     records = fill(ledger, 5)
     first = ledger.compact(keep=0)
     assert "removed" not in first.payload and len(first.payload["removed_span_hash"]) == 64
@@ -1074,3 +1077,55 @@ def test_iter_records_from_seq_bisects_to_the_mark(tmp_path):
     seqs = [r.seq for r in led.iter_records()]
     for start in (1, seqs[0], seqs[1], seqs[25], seqs[-1], seqs[-1] + 1):
         assert [r.seq for r in led.iter_records(from_seq=start)] == [s for s in seqs if s >= start]
+
+
+# --- release anchors (issue 10: the ledger notices what is missing) ----------------------------------------------
+
+
+def test_anchors_catch_a_cut_a_deletion_and_a_regrown_ledger(path: Path) -> None:
+    from reef_cli.errors import DamagedState
+    from reef_cli.ledger import Anchor
+
+    with Ledger(path, "demo") as ledger:
+        records = fill(ledger, 6)
+        assert ledger.anchor() == {"seq": 6, "hash": records[-1].hash}
+        anchors = [Anchor(0, "0" * 64, "rel_a", 1), Anchor(4, records[3].hash, "rel_b", 2),
+                   Anchor(6, records[5].hash, "rel_c", 3)]
+        ledger.check_anchors(anchors)
+        result = ledger.verify(anchors)
+        assert result.ok and result.anchors_checked == 3 and ledger.verify().ok  # cut or not, the chain is fine
+    lines = path.read_bytes().splitlines(keepends=True)
+    path.write_bytes(b"".join(lines[:5]))
+    with Ledger(path, "demo") as ledger:
+        assert ledger.verify().ok  # what the chain alone says about a cut: nothing
+        with pytest.raises(DamagedState) as caught:
+            ledger.check_anchors(anchors)
+        assert caught.value.exit_code == ExitCode.INVALID
+        assert str(caught.value) == (
+            f"ledger {path} falls short of its anchor: release rel_c (step 3) anchors seq 6 hash "
+            f"{records[5].hash[:16]}, but the ledger ends at seq 5; records are missing — restore the ledger from a "
+            f"backup, or record the loss with 'reef repair ledger --accept-loss' (nothing was changed)"
+        )
+        result = ledger.verify(anchors)
+        assert not result.ok and result.problem == "short" and result.first_bad_seq == 6
+        fill(ledger, 3)  # grown past the anchor again: another record sits at seq 6
+        with pytest.raises(DamagedState, match=r"but seq 6 there is another record \(rec_"):
+            ledger.check_anchors(anchors)
+        assert ledger.verify().ok and not ledger.verify(anchors).ok
+    path.unlink()
+    with Ledger(path, "demo") as ledger:
+        with pytest.raises(DamagedState, match="but the ledger file is gone"):
+            ledger.check_anchors(anchors)
+        ledger.check_anchors(anchors[:1])  # an anchor over an empty ledger asks for nothing
+    assert not path.exists()  # checking never creates the file
+
+
+def test_an_anchor_inside_a_compacted_prefix_still_holds(path: Path) -> None:
+    from reef_cli.ledger import Anchor
+
+    with Ledger(path, "demo") as ledger:
+        records = fill(ledger, 6)
+        anchors = [Anchor(3, records[2].hash, "rel_b", 2)]
+        ledger.compact(keep=2)
+        ledger.check_anchors(anchors)
+        assert ledger.verify(anchors).ok

@@ -42,3 +42,16 @@ def test_shipped_folders_are_found_in_a_checkout() -> None:
 
     for folder in ("harness_templates", "recipes", "adapters"):
         assert shipped(folder) == REPO / folder
+
+
+def test_every_package_of_reef_cli_is_listed_in_pyproject():
+    """A package left out of [tool.setuptools] packages is missing from a built wheel (reef_cli.evolve once was)."""
+    import tomllib
+
+    listed = set(tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    found = {
+        ".".join(p.parent.relative_to(REPO).parts)
+        for p in (REPO / "reef_cli").rglob("__init__.py")
+        if "shipped" not in p.parts and "__pycache__" not in p.parts
+    }
+    assert found - listed == set(), f"pyproject.toml does not list {sorted(found - listed)}"

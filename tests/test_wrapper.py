@@ -240,7 +240,7 @@ def test_the_wrapper_start_stays_off_heavy_imports(setup):
 
 def test_via_serve_flag_env_and_per_agent_mechanism():
     from reef_cli.errors import InvalidInput
-    from reef_cli.wrapper import split_via_serve, via_serve_env
+    from reef_cli.cli.wrapper import split_via_serve, via_serve_env
 
     assert split_via_serve(["--via-serve", "http://127.0.0.1:8900/", "-p", "x"], {}) == ("http://127.0.0.1:8900", ["-p", "x"])
     assert split_via_serve(["--via-serve=http://h:1", "-p"], {}) == ("http://h:1", ["-p"])

@@ -98,14 +98,23 @@ def query(
 
 @app.command("verify")
 def verify(ctx: typer.Context, as_json: bool = typer.Option(False, "--json")) -> None:
-    """Re-check the hash chain; exit 4 naming the first record edited, deleted, inserted or reordered."""
-    res = _ledger(ctx).verify()
+    """Re-check the hash chain and the releases' anchors; exit 4 naming the first record edited, deleted, inserted
+    or reordered, or the release whose anchor the ledger falls short of (records cut off the end, or the file gone)."""
+    store = ctx.obj.store()
+    res = store.ledger().verify(anchors=store.ledger_anchors())
     if as_json:
         emit_json(res.to_json())
     elif res.ok:
-        print(f"ledger intact: {res.count} record(s) verified")
+        anchored = f", {res.anchors_checked} release anchor(s) held" if res.anchors_checked else ""
+        print(f"ledger intact: {res.count} record(s) verified{anchored}")
     else:
         sys.stderr.write(f"reef: error: {res.message}\n")
+    if not as_json:
+        for repair in res.repairs:
+            sys.stderr.write(
+                f"reef: warning: a torn last line ({repair.get('bytes')} bytes after seq {repair.get('after_seq')}) "
+                f"was cut off at {repair.get('at')}; it was never acknowledged\n"
+            )
     if not res.ok:
         raise typer.Exit(4)
 
@@ -149,3 +158,54 @@ def compact(
         print("nothing to compact")
     else:
         print(f"compacted: {rec.payload['removed_count']} record(s) removed; {rec.record_id} records it")
+
+
+repair_app = typer.Typer(help="Rebuild reef's state from what it can be rebuilt from.", no_args_is_help=True)
+
+
+@repair_app.command("releases")
+def repair_releases(ctx: typer.Context, as_json: bool = typer.Option(False, "--json")) -> None:
+    """Rebuild the release log from the store's commits (each carries its release); the old log is kept beside it."""
+    res = ctx.obj.store().rebuild_releases()
+    if as_json:
+        emit_json(res.to_json())
+        return
+    head = res.releases[-1]
+    if not res.rebuilt:
+        print(f"release log intact: {len(res.releases)} release(s) match the store's commits (head step {head.step})")
+        return
+    print(f"rebuilt the release log: {len(res.releases)} release(s) from commit {res.tip[:12]} "
+          f"(head step {head.step}, {head.release_id})")
+    if res.kept:
+        print(f"the old log is kept as {res.kept}")
+
+
+@repair_app.command("ledger")
+def repair_ledger(
+    ctx: typer.Context,
+    accept_loss: bool = typer.Option(False, "--accept-loss", help="Record the missing records as lost and go on."),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """Check the ledger against every release anchor; with --accept-loss, record in the ledger that the records
+    behind the anchors it falls short of are lost, so reflect and evolve go on (restore a backup instead if you can)."""
+    from ..ledger import anchors as ledger_anchors
+
+    store = ctx.obj.store()
+    led = store.ledger()
+    anchors = store.ledger_anchors()
+    with led:
+        if not accept_loss:
+            found = ledger_anchors.problems(led, anchors, every=True)
+            if found:
+                sys.stderr.write(f"reef: error: {ledger_anchors.message(led, *found[0])}\n")
+                raise typer.Exit(4)
+            rec = None
+        else:
+            rec = led.accept_loss(anchors)
+    if as_json:
+        emit_json(rec.to_json() if rec else None)
+    elif rec is None:
+        print(f"ledger holds all {len(anchors)} release anchor(s): nothing is lost")
+    else:
+        lost = ", ".join(f"step {a['step']} (seq {a['seq']})" for a in rec.payload["anchors"])
+        print(f"recorded the loss as {rec.record_id} (seq {rec.seq}): anchors of {lost} are given up")

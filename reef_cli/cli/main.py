@@ -63,6 +63,7 @@ def _register(app: typer.Typer) -> None:
 
     evolve_cmds.register_root(app)
     app.add_typer(ledger_cmds.app, name="ledger")
+    app.add_typer(ledger_cmds.repair_app, name="repair")
     from . import doctor_cmds
 
     doctor_cmds.register(app)

@@ -40,7 +40,7 @@ def run_reflect(store, opts: Options) -> ReflectOutcome:
 
     head = store.require_head()
     config = store.config_of(head)
-    ledger = store.ledger()
+    ledger = store.checked_ledger()
     with ledger:
         negatives = [] if opts.dry_run else record_rollback_negatives(store, ledger, config)
         files = store.files_of(head)
@@ -95,7 +95,7 @@ def evolve(store, opts: Options) -> Outcome:
     directory = evolve_dir(store)
     held = lock(directory) if not opts.dry_run else None
     try:
-        ledger = store.ledger()
+        ledger = store.checked_ledger()
         with ledger:
             if not opts.dry_run:
                 jf = JournalFile(directory)

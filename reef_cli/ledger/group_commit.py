@@ -74,7 +74,7 @@ class SyncLeader:
         """The page, mapped on first use."""
         with self._mapping:
             if self._page is None:
-                fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+                fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
                 try:
                     self._page = SyncPage(fd)
                 finally:
@@ -125,7 +125,7 @@ class SyncLeader:
         _, synced, gen, _, average, batch = current
         synced = synced if current[0] == ino else 0
         gen += 1
-        generation = os.open(self._generation_path(gen), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        generation = os.open(self._generation_path(gen), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         try:
             fcntl.flock(generation, fcntl.LOCK_EX)  # free: its last waiters left two syncs ago
             page.write(ino, synced, gen, 1, average, batch)
@@ -147,7 +147,7 @@ class SyncLeader:
             os.close(generation)
 
     def _wait_for(self, gen: int) -> None:
-        waiter = os.open(self._generation_path(gen), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        waiter = os.open(self._generation_path(gen), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         try:
             fcntl.flock(waiter, fcntl.LOCK_SH)  # granted when that sync's leader is done (or has died)
         finally:

@@ -1,0 +1,99 @@
+"""The ledger: one append-only, hash-chained JSONL file per scenario recording every run and its feedback.
+
+One module per concept, with `Ledger` as the facade over them (import from here; the modules are its insides):
+`record` (the line format and its hash), `chain` (validating and assembling new lines), `writer` (the durable
+writer and its named fast paths), `group_commit` (the sync leader), `index` (the id index), `reading`, `verify`
+(the chain), `anchors` (what releases vouch for), `repairs` (torn tails said out loud), `compaction`, `export`.
+
+Why it is built this way:
+
+* **Chain.** Each line is the canonical JSON of a `Record`; `hash` is SHA-256 over the record without `hash`, and
+  `prev_hash` is the previous record's `hash` (64 zeros for the first), so an edited, deleted, inserted or reordered
+  line shows up in `verify()`; a cut end or a deleted file shows up against the releases' anchors (`anchors`). `compact()` is the only path that removes records: it removes a prefix and appends a
+  `compaction` record naming the last removed hash, which is what the first kept record chains to.
+* **Durability and group commit.** `append` returns only after an fdatasync that began after its line was
+  written. Writers write under the writer lock and sync after releasing it (threads sharing an instance too, outside
+  its mutex), so concurrent syncs overlap. How they are shared depends on how long syncs take (a moving average):
+  - fast syncs (under 1 ms, e.g. NVMe or a VM's virtio disk): each writer issues its own and the filesystem folds
+    overlapping ones into shared journal commits. Waking sleepers costs more CPU than such a sync, so user-space
+    coordination only slowed this case down (measured: 1.0x the raw rate with 8 writers against ~1.5x).
+  - slow syncs (a disk or cloud volume taking milliseconds to flush): one writer leads a sync for everyone
+    (`group_commit.SyncLeader`: a mapped durable-up-to page and generation locks). ext4 alone splits such writers
+    into two groups that take turns, about half per commit; a leader with a short commit delay gathers nearly all
+    of them (8 writers: 3.1x -> ~4.9x the raw rate).
+  Only a durable size published after a real sync is trusted; cutting a torn line takes back any size beyond it,
+  and a new or swapped-in file resets the page.
+* **Cheap opens.** Opening never reads the whole file: the writer re-reads only the last line (for `seq` and
+  `prev_hash`) and only when the file grew since it last looked. A crash's torn last line is truncated there,
+  with a warning and a note in `<ledger>.repairs`. A file replaced under a writer (compaction renames a copy over
+  it) is noticed by its descriptor's link count dropping to zero.
+* **Id index.** `<ledger>.idx` holds "record_id offset" lines under a header naming the ledger's inode. It is a
+  cache, never synced, and written only when a lookup needs it (`get()`, or an append with a client-supplied id,
+  i.e. an idempotent resend): it is caught up from its last entry, or rebuilt when torn, stale or wrong. Generated
+  ids are fresh ULIDs and need no lookup, so the common append never touches it.
+* **Locks.** The writer lock is `flock(2)` on a kept-open descriptor, the primitive `filelock.FileLock` uses on
+  the same path (a `FileLock("<ledger>.lock")` excludes ledger writers), but taken blocking: `FileLock` polls
+  with sleeps and costs ~130 µs per acquire. POSIX only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import replace
+
+from . import anchors as _anchors
+from .anchors import Anchor, anchors_of
+from .compaction import REMOVED_LIST_LIMIT, Compaction
+from .export import to_langfuse_score
+from .index import IdIndex
+from .reading import Reader
+from .repairs import read_repairs
+from .record import ZERO_HASH, NewRecord, Record, canonical_json, new_record_id
+from .verify import VerifyResult, _Verifier
+from .writer import Writer
+
+__all__ = [
+    "Anchor", "Ledger", "NewRecord", "Record", "VerifyResult", "ZERO_HASH", "REMOVED_LIST_LIMIT", "anchors_of",
+    "canonical_json", "new_record_id", "to_langfuse_score",
+]
+
+
+class Ledger(Writer, Reader, IdIndex, Compaction):
+    """One scenario's ledger file. Cheap to construct; files are opened on first write and kept open.
+
+    One instance may be shared by threads (its operations are serialised); processes coordinate through the lock
+    files. Use it as a context manager, or call `close()`, to release descriptors promptly.
+    """
+
+    def verify(self, anchors: Iterable[Anchor] = ()) -> VerifyResult:
+        """Check every record's hash and every link of the chain, streaming; names the first break and its kind:
+        "corrupt" (not a record), "edited", "deleted", "inserted", "reordered" or "foreign" (another scenario).
+        With release `anchors`, an intact chain must also reach each of them ("short": records cut off the end,
+        or the file gone). Torn tails cut off earlier come back in `repairs`."""
+        result = _Verifier(self.path, self.scenario).run()
+        repairs = read_repairs(self.path)
+        anchors = list(anchors)
+        if result.ok and anchors:
+            found = _anchors.problems(self, anchors, every=True)
+            if found:
+                anchor, why = found[0]
+                return replace(result, ok=False, first_bad_seq=anchor.seq, problem="short",
+                               message=_anchors.message(self, anchor, why), repairs=repairs,
+                               anchors_checked=len(anchors))
+            result = replace(result, anchors_checked=len(anchors))
+        return replace(result, repairs=repairs) if repairs else result
+
+    def anchor(self) -> dict:
+        """{"seq", "hash"} of the last record, for a release to keep as its anchor (`Release.ledger_anchor`)."""
+        return _anchors.head_anchor(self)
+
+    def check_anchors(self, anchors: Iterable[Anchor]) -> None:
+        """Raise DamagedState (exit 4, one line naming this ledger and the anchor) when the ledger falls short of
+        the highest or the newest release anchor: the cheap check reflect and evolve make before reading."""
+        _anchors.check(self, list(anchors))
+
+    def accept_loss(self, anchors: Iterable[Anchor]) -> Record | None:
+        """Record, in the chain, that the records behind every anchor this ledger falls short of are lost (an
+        `anchor_loss` record naming each anchor and why); those anchors are not held against it again. Returns
+        the record, or None when the ledger holds every anchor."""
+        return _anchors.accept_loss(self, list(anchors))

@@ -1,0 +1,132 @@
+"""The id index: `<ledger>.idx` holds "record_id offset" lines under a header naming the ledger's inode. It is a
+cache, never synced, and written only when a lookup needs it (`get()`, or an append with a client-supplied id): it
+is caught up from its last entry, or rebuilt when torn, stale or wrong."""
+
+from __future__ import annotations
+
+import os
+
+from ..errors import StoreError
+from .reading import _line_number, _lines, _read_line_at
+from .record import _ID_KEY, _ID_RE, Record, _decode
+
+
+class _BadIndex(ValueError):
+    pass
+
+
+def _search_index(fd: int, ids: set[str]) -> dict[str, int]:
+    """Offsets of `ids` in an index file, reading blocks backwards from the end: the records asked for are
+    usually recent (a receipt being reported on), so they are found in the first block; an id that is not there
+    costs one pass over the index, whatever the number of ids."""
+    wanted = {b"\n" + rid.encode("ascii") + b" ": rid for rid in ids}
+    found: dict[str, int] = {}
+    position = os.fstat(fd).st_size
+    carry = b""  # the start of a line that began in the block before this one
+    while wanted and position > 0:
+        step = min(1 << 20, position)
+        position -= step
+        data = os.pread(fd, step, position) + carry
+        for needle in list(wanted):
+            at = data.rfind(needle)
+            if at >= 0:
+                end = data.find(b"\n", at + 1)
+                digits = data[at + len(needle) : end if end >= 0 else len(data)]
+                if not digits.isdigit():
+                    raise _BadIndex(f"index entry for {wanted[needle]} has no offset")
+                found[wanted.pop(needle)] = int(digits)
+        first = data.find(b"\n")
+        carry = data[:first] if first >= 0 else data
+    return found
+
+
+class IdIndex:
+    """The index half of `Ledger` (a mixin over the writer's descriptors; every method runs under the writer lock)."""
+
+    def _index_header(self) -> bytes:
+        return b"reef-ledger-idx 1 %d\n" % self._ino
+
+    def _catch_up_index(self) -> None:
+        """Make the index cover every record: index what was appended since its last entry, or rebuild it when its
+        header names another file or its last entry does not point at that record."""
+        if self._idx_fd < 0:
+            self._idx_fd = os.open(self.index_path, os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+        header = self._index_header()
+        size = os.fstat(self._idx_fd).st_size
+        if size < len(header) or os.pread(self._idx_fd, len(header), 0) != header:
+            return self._rebuild_index()
+        tail = os.pread(self._idx_fd, min(size, 512), max(0, size - 512))
+        if not tail.endswith(b"\n"):
+            os.ftruncate(self._idx_fd, size - (len(tail) - tail.rfind(b"\n") - 1))  # a writer died mid-entry
+            return self._catch_up_index()
+        start = 0
+        if size > len(header):
+            last = tail[tail.rfind(b"\n", 0, len(tail) - 1) + 1 : -1]
+            try:
+                entry_id, entry_offset = last.split(b" ")
+                raw = _read_line_at(self._fd, int(entry_offset))
+                if _decode(raw)[0].record_id.encode("ascii") != entry_id:
+                    return self._rebuild_index()
+            except ValueError:
+                return self._rebuild_index()
+            start = int(entry_offset) + len(raw) + 1
+        if start > self._size:
+            return self._rebuild_index()
+        if start < self._size:
+            self._index_from(start)
+        return None
+
+    def _rebuild_index(self) -> None:
+        os.ftruncate(self._idx_fd, 0)
+        os.write(self._idx_fd, self._index_header())
+        self._index_from(0)
+
+    def _index_from(self, start: int) -> None:
+        """Index the records from `start` on. Takes each id straight from the line's bytes (the top-level
+        "record_id" is the last member of that name, since keys are sorted and strings cannot hold a bare quote);
+        checking records is verify's and the readers' job, and a line with no id is reported here."""
+        out: list[bytes] = []
+        for number, offset, raw, complete in _lines(self.path, start):
+            if not complete:
+                break  # a torn write in progress
+            at = raw.rfind(_ID_KEY) + len(_ID_KEY)
+            end = raw.find(b'"', at)
+            if at < len(_ID_KEY) or end < 0 or not _ID_RE.fullmatch(raw[at:end].decode("ascii", "replace")):
+                line = number if start == 0 else _line_number(self.path, offset)
+                raise StoreError(f"{self.path}: line {line} is corrupt: it has no record_id (nothing was changed)")
+            out.append(b"%s %d\n" % (raw[at:end], offset))
+            if len(out) >= 4096:
+                os.write(self._idx_fd, b"".join(out))
+                out.clear()
+        if out:
+            os.write(self._idx_fd, b"".join(out))
+
+    def _lookup(self, ids: set[str], rebuilt: bool = False) -> dict[str, Record]:
+        """Stored records for `ids`, through the (caught-up) index; an index that points at the wrong line is
+        rebuilt once. Under the writer lock."""
+        self._catch_up_index()
+        found: dict[str, Record] = {}
+        try:
+            offsets = _search_index(self._idx_fd, ids)
+        except _BadIndex:
+            offsets = None
+        for rid, offset in (offsets or {}).items():
+            try:
+                record, ok = _decode(_read_line_at(self._fd, offset))
+            except ValueError:
+                record, ok = None, False
+            if record is None or record.record_id != rid:
+                offsets = None
+                break
+            if not ok:
+                raise StoreError(
+                    f"{self.path}: line {_line_number(self.path, offset)} (record {rid}) does not match its hash; "
+                    f"run verify (nothing was changed)"
+                )
+            found[rid] = record
+        if offsets is None:
+            if rebuilt:
+                raise StoreError(f"{self.index_path} disagrees with {self.path} even after a rebuild")
+            self._rebuild_index()
+            return self._lookup(ids, rebuilt=True)
+        return found

@@ -1,0 +1,454 @@
+"""The durable writer: the kept-open descriptors, the writer lock, the tail kept in memory, and appends that return
+only after an fdatasync that began after their line was written (see the package docstring for group commit).
+
+The measured fast paths live here, named: `Writer.append` (the flat append of a known kind with a generated id and
+the system clock), `reserve_id` (an id that skips the idempotency lookup), and `_sync_outside` (syncs outside the
+mutex, fast ones issued directly, slow ones led by `group_commit.SyncLeader`).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Self
+
+from ..durable import fsync_dir, make_dirs, write_all
+from ..errors import ConflictError, InvalidInput, StoreError
+from ..ids import new_id_at
+from ..times import format_ms, format_time
+from . import group_commit
+from .chain import (
+    _Draft, _draft, _draft_of, _finish_line, _json_str, _known_kinds, _known_refs, _line_head, _line_tail,
+    _new_record, _quote,
+)
+from .group_commit import SyncLeader
+from .reading import _line_number
+from .repairs import _last_line_before, note_repair
+from .record import _REF_RE, ZERO_HASH, NewRecord, Record, _BadJSON, _decode, _encode, _quick_tail, _utf8, new_record_id
+
+_fdatasync = getattr(os, "fdatasync", os.fsync)
+_this_pid = [os.getpid()]
+"""This process's id, kept current by a fork hook: asking the kernel on every append costs a system call."""
+os.register_at_fork(after_in_child=lambda: _this_pid.__setitem__(0, os.getpid()))
+
+
+class Writer:
+    """The writing half of `Ledger`: state, descriptors and appends. `Ledger` adds reading, the id index,
+    verification and compaction over the same state."""
+
+    def __init__(self, path: str | os.PathLike[str], scenario: str, *, now: Callable[[], datetime] | None = None):
+        if type(scenario) is not str or not _REF_RE.fullmatch(scenario) or not _utf8(scenario):
+            raise InvalidInput(f"scenario name {scenario!r} must be a non-empty string without control characters")
+        self.path = Path(path)
+        self.scenario = scenario
+        self._scenario_json = _quote(scenario)
+        self._clock = now  # None: the system clock, read as time_ns (see _stamp)
+        self.lock_path = self.path.with_name(self.path.name + ".lock")
+        self.index_path = self.path.with_name(self.path.name + ".idx")
+        self.sync_path = self.path.with_name(self.path.name + ".sync")
+        self._leader = SyncLeader(str(self.sync_path))
+        self._mutex = threading.Lock()
+        self._pid: int | None = None
+        self._fd = self._lock_fd = self._idx_fd = -1
+        self._syncing = 0  # appends between their write and the end of their sync (they sync without the mutex)
+        self._sync_ns = 0  # moving average of this instance's syncs
+        self._reserved: set[str] = set()  # ids from reserve_id(), not yet appended
+        self._retired: list[int] = []
+        self._ino = 0
+        self._size = -1  # ledger size when this process last held the writer lock; -1: unknown
+        self._seq = 0
+        self._hash = ZERO_HASH
+        self.fsyncs = 0
+        """Syncs this instance issued (one per append or batch; the kernel shares their commits)."""
+        self.repairs: list[dict] = []
+        """Torn tails this instance cut off (each also noted in `<ledger>.repairs` and on stderr)."""
+
+    # -- lifecycle
+
+    def close(self) -> None:
+        with self._mutex:
+            self._close_fds()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self._close_fds()
+        except Exception:  # noqa: BLE001 - at interpreter shutdown parts of os may already be gone
+            pass
+
+    def _close_fds(self) -> None:
+        if self._pid == os.getpid():
+            if self._fd >= 0:
+                self._retire(self._fd)
+            for fd in (self._lock_fd, self._idx_fd):
+                if fd >= 0:
+                    os.close(fd)
+        else:  # a forked child: the parent's threads and their syncs did not come along
+            self._syncing, self._retired = 0, []
+        self._fd = self._lock_fd = self._idx_fd = -1
+        self._pid = None
+        self._ino = 0
+        self._size = -1
+
+    def _ensure_open(self) -> None:
+        if self._pid == _this_pid[0]:
+            return
+        self._close_fds()  # after fork: inherited descriptors would share the parent's locks, so start over
+        try:
+            make_dirs(self.path.parent)
+            self._lock_fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        except OSError as exc:
+            raise StoreError(f"cannot open the ledger files next to {self.path}: {exc.strerror}") from None
+        self._pid = _this_pid[0]
+
+    def _open_ledger(self) -> None:
+        """(Re)open the file at `path`, creating it durably if missing. Called under the writer lock."""
+        if self._fd >= 0:
+            self._retire(self._fd)
+            self._fd = -1
+        flags = os.O_RDWR | os.O_APPEND | os.O_CLOEXEC
+        try:
+            try:
+                self._fd = os.open(self.path, flags | os.O_CREAT | os.O_EXCL, 0o600)
+                fsync_dir(self.path.parent)
+            except FileExistsError:
+                self._fd = os.open(self.path, flags)
+        except OSError as exc:
+            raise StoreError(f"cannot open ledger {self.path}: {exc.strerror}") from None
+        st = os.fstat(self._fd)
+        self._ino, self._size = st.st_ino, -1
+        # A sync page left from a file that had this inode number before (deleted and recreated, say) must not
+        # vouch for this one: nothing in it is known durable beyond what its size allows.
+        self._leader.correct(lambda current: current[0] == st.st_ino and current[1] > st.st_size,
+                             lambda current: (st.st_ino, st.st_size))
+
+    def _sync_outside(self, fd: int, ino: int, end: int, own: int) -> None:
+        """Make the ledger (inode `ino`, descriptor `fd`) durable up to offset `end` (`own` bytes of it ours),
+        without holding the mutex, so threads sharing this instance sync at the same time as processes do. The
+        caller counted itself in `_syncing` under the mutex; while that is non-zero, replaced descriptors are kept
+        open (`_retire`). Fast syncs are issued here and shared by the kernel; slow ones are led."""
+        took = 0
+        try:
+            if max(self._sync_ns, self._leader.shared_average()) >= group_commit.COORDINATE_ABOVE_NS:
+                self._leader.make_durable(fd, ino, end, own, _fdatasync, self._noted)
+            else:
+                started = time.monotonic_ns()
+                _fdatasync(fd)
+                took = time.monotonic_ns() - started
+        except OSError as exc:
+            raise StoreError(f"cannot sync {self.path}: {exc.strerror}; the last records may not be durable") from None
+        finally:
+            with self._mutex:
+                if took:
+                    self._note_sync(took)
+                self._syncing -= 1
+                if not self._syncing and self._retired:
+                    for old in self._retired:
+                        os.close(old)
+                    self._retired.clear()
+
+    def _note_sync(self, took: int) -> None:
+        """Count a sync and fold its duration into this instance's moving average (under the mutex)."""
+        self.fsyncs += 1
+        self._sync_ns = took if not self._sync_ns else (7 * self._sync_ns + took) // 8
+
+    def _noted(self, took: int) -> None:
+        with self._mutex:
+            self._note_sync(took)
+
+    def _retire(self, fd: int) -> None:
+        """Close a replaced ledger descriptor, or keep it until the syncs in flight on it are done."""
+        if self._syncing:
+            self._retired.append(fd)
+        else:
+            os.close(fd)
+
+    def _sync_now(self) -> None:
+        try:
+            _fdatasync(self._fd)
+        except OSError as exc:
+            raise StoreError(f"cannot sync {self.path}: {exc.strerror}; the last records may not be durable") from None
+        self.fsyncs += 1
+
+    # -- the writer's view of the tail (under the writer lock)
+
+    def _refresh(self) -> None:
+        """Catch up with what other processes wrote since we last held the lock; repair a torn tail. A file
+        replaced since (by compaction, under this lock, or from outside) has no links left: open the path again."""
+        if self._fd < 0:
+            self._open_ledger()
+        st = os.fstat(self._fd)
+        if st.st_nlink == 0:
+            self._open_ledger()
+            st = os.fstat(self._fd)
+        if st.st_size != self._size:
+            self._load_tail(st.st_size)
+
+    def _load_tail(self, size: int, repaired: bool = False) -> None:
+        if size == 0:
+            self._size, self._seq, self._hash = 0, 0, ZERO_HASH
+            return
+        span = min(size, 4096)
+        while True:
+            start = size - span
+            data = os.pread(self._fd, span, start)
+            body_end = len(data) if data.endswith(b"\n") else data.rfind(b"\n") + 1
+            cut = data.rfind(b"\n", 0, body_end - 1) if body_end else -1
+            if start > 0 and (body_end == 0 or cut < 0):
+                span = min(size, span * 4)  # the last line (or the torn part) is longer than this window
+                continue
+            break
+        if body_end < len(data):
+            if repaired:
+                raise StoreError(f"{self.path}: the end of the file changed while a torn line was being removed")
+            self._truncate(start + body_end)
+            return self._load_tail(start + body_end, repaired=True)
+        raw = data[cut + 1 : body_end - 1]
+        offset = start + cut + 1
+        quick = _quick_tail(raw)
+        if quick is not None:
+            self._size, (self._seq, self._hash) = size, quick
+            return None
+        try:
+            record, ok = _decode(raw)
+        except _BadJSON:
+            if repaired:
+                raise StoreError(
+                    f"{self.path}: line {_line_number(self.path, offset)} is not valid JSON; the file is corrupt "
+                    f"(nothing was changed)"
+                ) from None
+            self._truncate(offset)  # a complete last line that is not JSON is a torn write too (e.g. zero-filled)
+            return self._load_tail(offset, repaired=True)
+        except ValueError as exc:
+            raise StoreError(f"{self.path}: line {_line_number(self.path, offset)} is corrupt: {exc}") from None
+        if not ok:
+            raise StoreError(
+                f"{self.path}: line {_line_number(self.path, offset)} (record {record.record_id}) does not match "
+                f"its hash; refusing to append (nothing was changed); run verify"
+            )
+        self._size, self._seq, self._hash = size, record.seq, record.hash
+        return None
+
+    def _truncate(self, size: int) -> None:
+        """Drop a torn tail. It was never acknowledged (acks follow a complete write), so nothing is lost; but it is
+        said out loud: a warning on stderr, and a line in `<ledger>.repairs` that `verify` reports."""
+        end = os.fstat(self._fd).st_size
+        torn = os.pread(self._fd, min(end - size, 1 << 20), size)
+        os.ftruncate(self._fd, size)
+        self._sync_now()
+        self._forget_durable_beyond(size)
+        self.repairs.append(note_repair(self.path, size, end - size, torn, self._seq_before(size)))
+
+    def _seq_before(self, size: int) -> int:
+        """The seq of the last complete record before offset `size` (for the repair note; 0 if unknown)."""
+        found = _quick_tail(_last_line_before(self._fd, size)) if size else None
+        return found[0] if found else 0
+
+    def _taken_back(self, fd: int, start: int, exc: OSError) -> StoreError:
+        """After a failed append: cut the file back to `start`, so no partial line stays, and say what happened."""
+        try:
+            os.ftruncate(fd, start)
+            self._forget_durable_beyond(start)
+        except OSError:
+            pass
+        return StoreError(f"cannot append to {self.path}: {exc.strerror}; nothing was recorded")
+
+    def _forget_durable_beyond(self, size: int) -> None:
+        """The file shrank to `size` under the writer lock. A durable size published beyond it (a leader may have
+        synced a torn or failed line) would vouch for whatever is appended there next: take it back."""
+        self._leader.correct(lambda current: current[1] > size, lambda current: (current[0], size))
+
+    # -- writing
+
+    def append(
+        self,
+        kind: str,
+        payload: Mapping[str, Any],
+        *,
+        release_id: str | None,
+        content_id: str | None,
+        record_id: str | None = None,
+    ) -> Record:
+        """Append one record and return it once it is durable. With `record_id`, an identical resend returns the
+        stored record and different content under that id raises ConflictError."""
+        if (
+            (record_id is not None and record_id not in self._reserved)
+            or self._clock is not None
+            or type(kind) is not str
+            or kind not in _known_kinds
+            or type(payload) is not dict
+            or (release_id is not None and type(release_id) is not str)
+            or (content_id is not None and type(content_id) is not str)
+            or (release_json := _known_refs.get(release_id)) is None
+            or (content_json := _known_refs.get(content_id)) is None
+        ):
+            return self._append([_draft(kind, payload, release_id, content_id, record_id)])[0]
+        # The common case, written out flat (fields already seen valid, generated id, system clock): it runs after
+        # every agent session next to a ~150 µs sync, and on a VM each µs of Python here costs two or three once
+        # the CPU has idled through the previous sync (bench/RESULTS.md). Everything up to "prev_hash" is built
+        # and hashed before taking the writer lock.
+        try:
+            payload_text = _encode(payload)
+            ms = time.time_ns() // 1_000_000
+            created_at, record_id = format_ms(ms), record_id or new_id_at("rec", ms)
+            head = _line_head(content_json, created_at, kind, payload_text)
+        except (TypeError, ValueError, RecursionError):  # not JSON, or a lone surrogate: say so as _draft does
+            return self._append([_draft(kind, payload, release_id, content_id, None)])[0]
+        hashed = hashlib.sha256(head[0])
+        hashed.update(head[1])
+        with self._mutex:
+            if self._pid != _this_pid[0]:
+                self._ensure_open()
+            fcntl.flock(self._lock_fd, fcntl.LOCK_EX)
+            try:
+                fd = self._fd
+                if fd < 0 or (st := os.fstat(fd)).st_nlink == 0 or st.st_size != self._size:
+                    self._refresh()
+                    fd = self._fd
+                seq, prev = self._seq + 1, self._hash
+                digest, line = _finish_line(hashed, head, _line_tail(prev, record_id, release_json,
+                                                                     self._scenario_json, seq))
+                self._append_bytes(fd, line)
+                self._seq, self._hash = seq, digest
+                self._reserved.discard(record_id)  # stored now: a second append of it is a resend
+            finally:
+                fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+            self._syncing += 1
+            end, ino = self._size, self._ino
+        self._sync_outside(fd, ino, end, len(line))
+        return _new_record(record_id, kind, self.scenario, release_id, content_id, created_at, payload_text, seq,
+                           prev, digest)
+
+    def reserve_id(self) -> str:
+        """A fresh record id for a record appended later through this instance (`reef run` hands it to the agent
+        as its receipt before the run). It is new by construction, so appending it skips the idempotency lookup
+        that a client-supplied id costs (a pass over the id index)."""
+        record_id = new_record_id()
+        self._reserved.add(record_id)
+        return record_id
+
+    def append_many(self, items: Iterable[NewRecord | Mapping[str, Any]]) -> list[Record]:
+        """Append several records (NewRecord or mappings with the same fields) under one lock, one write and at
+        most one sync; all or none are written."""
+        drafts = [_draft_of(item) for item in items]
+        return self._append(drafts) if drafts else []
+
+    def _stamp(self, supplied: list[str | None]) -> tuple[str, list[str]]:
+        """The time to record and an id for each draft (generated where none was supplied). With the system clock
+        this reads `time_ns` and builds neither a datetime nor a second id clock reading."""
+        if self._clock is None:
+            ms = time.time_ns() // 1_000_000
+            return format_ms(ms), [rid or new_id_at("rec", ms) for rid in supplied]
+        now = self._clock()
+        return format_time(now), [rid or new_record_id(now) for rid in supplied]
+
+    def _append(self, drafts: list[_Draft]) -> list[Record]:
+        # Everything that does not depend on the chain happens outside the writer lock, so it is held briefly.
+        created_at, ids = self._stamp([d.record_id for d in drafts])
+        with self._mutex:
+            self._ensure_open()
+            fcntl.flock(self._lock_fd, fcntl.LOCK_EX)
+            try:
+                self._refresh()
+                start = self._size
+                existing = self._resolve_ids(drafts)
+                written, _ = self._write(drafts, ids, created_at, existing)
+                self._reserved.difference_update(ids)  # stored now: a second append of any is a resend
+            finally:
+                fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+            fd, ino, end = self._fd, self._ino, self._size
+            self._syncing += 1
+        # A resend syncs too: it must not be acknowledged before the original is durable.
+        self._sync_outside(fd, ino, end, end - start)
+        return [item if isinstance(item, Record) else self._record(*item) for item in written]
+
+    def _resolve_ids(self, drafts: list[_Draft]) -> dict[int, Record]:
+        """Records already stored or earlier in the batch under a draft's client-supplied id, by draft position;
+        ConflictError if the content differs."""
+        supplied = {d.record_id for d in drafts if d.record_id is not None and d.record_id not in self._reserved}
+        if not supplied:
+            return {}
+        stored = self._lookup(supplied)
+        existing: dict[int, Record] = {}
+        first: dict[str, _Draft] = {}
+        for position, draft in enumerate(drafts):
+            rid = draft.record_id
+            if rid is None:
+                continue
+            if rid in stored:
+                diffs = draft.differences(stored[rid])
+                if diffs:
+                    raise ConflictError(
+                        f"record id '{rid}' already exists in {self.path} with a different {', '.join(diffs)}; "
+                        f"use a new id for new content"
+                    )
+                existing[position] = stored[rid]
+            elif rid in first and first[rid].key() != draft.key():
+                raise ConflictError(f"record id '{rid}' appears twice in one batch with different content")
+            else:
+                first.setdefault(rid, draft)
+        return existing
+
+    def _write(
+        self, drafts: list[_Draft], ids: list[str], created_at: str, existing: dict[int, Record]
+    ) -> tuple[list, int]:
+        """Chain the new records and write them in one write. Returns, per draft, the stored Record or the fields
+        to build one from, and the file offset that must become durable (0 if everything was stored already)."""
+        written: list = []
+        lines: list[bytes] = []
+        in_batch: dict[str, tuple] = {}
+        seq, prev = self._seq, self._hash
+        for position, draft in enumerate(drafts):
+            if position in existing:
+                written.append(existing[position])
+                continue
+            if draft.record_id is not None and draft.record_id in in_batch:
+                written.append(in_batch[draft.record_id])
+                continue
+            seq += 1
+            digest, line = self._line(draft, ids[position], seq, prev, created_at)
+            fields = (draft, ids[position], seq, prev, created_at, digest)
+            prev = digest
+            written.append(fields)
+            lines.append(line)
+            if draft.record_id is not None:
+                in_batch[draft.record_id] = fields
+        if not lines:
+            return written, 0
+        data = lines[0] if len(lines) == 1 else b"".join(lines)
+        self._append_bytes(self._fd, data)
+        self._seq, self._hash = seq, prev
+        return written, self._size
+
+    def _line(self, draft: _Draft, record_id: str, seq: int, prev: str, created_at: str) -> tuple[str, bytes]:
+        """The record's hash and its line."""
+        head = _line_head(_json_str(draft.content_id), created_at, draft.kind, draft.payload_text)
+        hashed = hashlib.sha256(head[0])
+        hashed.update(head[1])
+        return _finish_line(hashed, head, _line_tail(prev, record_id, _json_str(draft.release_id),
+                                                      self._scenario_json, seq))
+
+    def _record(self, draft: _Draft, record_id: str, seq: int, prev: str, created_at: str, digest: str) -> Record:
+        return _new_record(record_id, draft.kind, self.scenario, draft.release_id, draft.content_id, created_at,
+                           draft.payload_text, seq, prev, digest)
+
+    def _append_bytes(self, fd: int, data: bytes) -> None:
+        """Write `data` at the end under the writer lock; on failure cut the file back so no partial line stays."""
+        try:
+            written = os.write(fd, data)
+            if written != len(data):
+                write_all(fd, data[written:])
+        except OSError as exc:
+            raise self._taken_back(fd, self._size, exc) from None
+        self._size += len(data)
