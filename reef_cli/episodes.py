@@ -262,6 +262,21 @@ def _skills_used(routing: Path) -> tuple[str, ...]:
     return tuple(dict.fromkeys(out))
 
 
+class LocalPool:
+    """The default executor: episodes on local threads (each one mostly waits on its agent's process)."""
+
+    def __init__(self, workers: int) -> None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        self.pool = ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="reef-episode")
+
+    def submit(self, runner, req):
+        return self.pool.submit(runner.run_one, req)
+
+    def shutdown(self, cancel: bool = False) -> None:
+        self.pool.shutdown(wait=True, cancel_futures=cancel)
+
+
 class EpisodeRunner:
     """Runs episodes for one gate run: the agent command, the trusted suite directory and the seed are fixed."""
 
@@ -279,7 +294,7 @@ class EpisodeRunner:
         executor=None,
     ) -> None:
         self.agent = tuple(agent)
-        self.executor = executor  # an executors.ExecutorSpec; None: $REEF_EXECUTOR, else local threads
+        self.executor = executor  # an executors.ExecutorSpec (its make(n) gives the pool); None: local threads
         self.store_content = store_content
         self.suite_dir = Path(suite_dir)
         self.seed = seed
@@ -401,10 +416,8 @@ class EpisodeRunner:
                 todo.append(req)
         if not todo:
             return results
-        from .executors import ExecutorSpec, make_executor
-
-        spec = self.executor or ExecutorSpec.of(environ=self.environ)
-        pool = make_executor(spec, min(self.workers, len(todo)))
+        n = min(self.workers, len(todo))
+        pool = self.executor.make(n) if self.executor is not None else LocalPool(n)
         try:
             pending = {pool.submit(self, req) for req in todo}
             while pending:

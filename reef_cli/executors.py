@@ -16,10 +16,10 @@ rebuilds a read-only copy once, so workers need no access to the driver's `.reef
 from __future__ import annotations
 
 import os
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Mapping
 
 from .errors import InvalidInput
 
@@ -52,16 +52,9 @@ class ExecutorSpec:
             raise InvalidInput("--ray-address needs --executor ray")
         return cls(kind, address)
 
-
-class LocalExecutor:
-    def __init__(self, workers: int) -> None:
-        self.pool = ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="reef-episode")
-
-    def submit(self, runner, req) -> Future:
-        return self.pool.submit(runner.run_one, req)
-
-    def shutdown(self, cancel: bool = False) -> None:
-        self.pool.shutdown(wait=True, cancel_futures=cancel)
+    def make(self, workers: int):
+        """The pool EpisodeRunner.run_many submits episodes to."""
+        return make_executor(self, workers)
 
 
 def read_tree(path: Path) -> dict[str, tuple[bytes, bool]]:
@@ -188,11 +181,10 @@ class RayExecutor:
         self.trees = {}
 
 
-def make_executor(spec: ExecutorSpec | None, workers: int) -> "LocalExecutor | RayExecutor":
+def make_executor(spec: ExecutorSpec | None, workers: int):
     spec = spec or ExecutorSpec()
     if spec.kind == "ray":
         return RayExecutor(workers, spec.ray_address)
-    return LocalExecutor(workers)
+    from .episodes import LocalPool
 
-
-Factory = Callable[[int], "LocalExecutor | RayExecutor"]
+    return LocalPool(workers)
