@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Install the agent CLIs that reef's wrappers run, at the versions pinned in adapters/<name>/descriptor.json.
-#   adapters/install-agents.sh [NAME...]      default: claude opencode pi
+#   adapters/install-agents.sh [NAME...]      default: claude opencode pi codex
 # Each goes to $REEF_AGENTS_DIR/<name> (default ${XDG_DATA_HOME:-~/.local/share}/reef/agents/<name>), where the
 # wrappers and tests/test_agents_e2e.py look first. A pin already installed is skipped, and npm's own cache makes a
 # reinstall take seconds. Install scripts run with HOME pointed at a temp dir: opencode's postinstall writes there.
@@ -14,7 +14,7 @@ if ! command -v npm >/dev/null 2>&1 || ! command -v node >/dev/null 2>&1; then
   echo "install-agents.sh: node and npm are needed (e.g. apt-get install nodejs npm)" >&2
   exit 1
 fi
-[ "$#" -gt 0 ] || set -- claude opencode pi
+[ "$#" -gt 0 ] || set -- claude opencode pi codex
 rc=0
 for name in "$@"; do
   desc="$here/$name/descriptor.json"

@@ -29,7 +29,7 @@ Policies:
                then the full set once per side, accept only a strictly higher mean.
 
 Run:  .venv/bin/python bench/gate_sim.py [--per-class 300] [--tasks 12] [--repeats 3] [--rho 0.5] [--seed 1]
-                                        [--scores binary|heavy] [--policies paired,sequential,...]
+                                        [--seeds 1,2,3] [--scores binary|heavy] [--policies paired,sequential,...]
 """
 
 from __future__ import annotations
@@ -160,22 +160,28 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--rho", type=float, default=0.5, help="chance that a pair shares its luck")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--seeds", default=None,
+                    help="comma-separated seeds, pooled into one table (per-class candidates per seed): e.g. 1,2,3")
     ap.add_argument("--scores", choices=("binary", "heavy"), default="binary")
     ap.add_argument("--policies", default="paired,sequential,tally,tally-k1,gepa")
     args = ap.parse_args(argv)
     policies = args.policies.split(",")
     tasks = [TaskSpec(f"t{i:02d}") for i in range(args.tasks)]
     full = full_tally_cost(args.tasks, args.repeats)
-    rng = random.Random(args.seed)
-    cands = [make_candidate(cls, args.tasks, rng) for cls in CLASSES for _ in range(args.per_class)]
+    seeds = [int(x) for x in args.seeds.split(",")] if args.seeds else [args.seed]
+    cands, luck = [], []  # each seed draws its own candidates and luck, exactly as a single-seed run would
+    for sd in seeds:
+        rng = random.Random(sd)
+        cands += [make_candidate(cls, args.tasks, rng) for cls in CLASSES for _ in range(args.per_class)]
+        luck += [sd * 1_000_003 + n for n in range(len(CLASSES) * args.per_class)]
     stats = {p: {c: [0, 0, 0] for c in CLASSES} for p in policies}  # accepted, count, episodes
     most = {p: 0 for p in policies}
     bins = {p: {b: [0, 0] for b in BINS} for p in policies}  # helpful candidates: accepted, count by true effect
     t0 = time.perf_counter()
     for n, cand in enumerate(cands):
-        eps = Episodes(cand, args.rho, seed=args.seed * 1_000_003 + n, scores=args.scores)
+        eps = Episodes(cand, args.rho, seed=luck[n], scores=args.scores)
         for p in policies:
-            acc, spent = run_policy(p, eps, tasks, args.repeats, seed=n)
+            acc, spent = run_policy(p, eps, tasks, args.repeats, seed=n % (len(CLASSES) * args.per_class))
             s = stats[p][cand.cls]
             s[0] += acc
             s[1] += 1
@@ -186,8 +192,8 @@ def main(argv: list[str] | None = None) -> dict:
                 b[0] += acc
                 b[1] += 1
     elapsed = time.perf_counter() - t0
-    print(f"gate_sim: {len(cands)} candidates ({args.per_class} per class), {args.tasks} tasks, k={args.repeats}, "
-          f"rho={args.rho}, seed={args.seed}, scores={args.scores}; full paired tally {full} episodes; {elapsed:.1f}s")
+    print(f"gate_sim: {len(cands)} candidates ({args.per_class} per class per seed), {args.tasks} tasks, "
+          f"k={args.repeats}, rho={args.rho}, seed{'s' if len(seeds) > 1 else ''}={','.join(map(str, seeds))}, scores={args.scores}; full paired tally {full} episodes; {elapsed:.1f}s")
     print()
     header = f"{'policy':10} {'false-accept':>12} {'FA null':>8} {'FA harm':>8} {'FA breaks':>9} {'false-reject':>12} " \
              f"{'episodes/cand':>13} {'vs tally':>8} {'most':>5}"

@@ -9,7 +9,10 @@
 # 4. `reef train --recipe sao --trainer 'python gpu/one_step.py'` — one torch policy-gradient step standing in for
 #    slime, called with slime's flags — then the hot swap into the running engine and the weight release;
 # 5. the load id read back from /get_model_info and from a new /generate's meta_info (check_weight_version), and the
-#    log-prob of a fixed continuation compared before and after.
+#    log-prob of a fixed continuation compared before and after;
+# 6. the load id verified through `reef serve --upstream-api sglang`: a chat completion and a stream through the
+#    gateway, each recorded with weight_version == the new load id and provenance ok (token data noted when the
+#    installed SGLang returns it: return_prompt_token_ids / return_meta_info need a recent SGLang).
 # It prints one verdict line: "gpu-check: PASS ..." or "gpu-check: FAIL <stage> — <why> (log: ...)".
 #
 # Environment: PYTHON (default python3), GPU_CHECK_DIR (work dir, default a new temp dir), GPU_CHECK_PORT (30217),
@@ -24,11 +27,13 @@ PORT=${GPU_CHECK_PORT:-30217}
 URL="http://127.0.0.1:$PORT"
 LOG="$WORK/check.log"
 SERVER_PID=""
+GW_PID=""
 START=$(date +%s)
 mkdir -p "$WORK"
 : >"$LOG"
 
 cleanup() {
+  if [ -n "$GW_PID" ]; then kill -TERM "$GW_PID" 2>/dev/null; fi
   if [ -n "$SERVER_PID" ]; then kill -TERM -- "-$SERVER_PID" 2>/dev/null; sleep 2; kill -KILL -- "-$SERVER_PID" 2>/dev/null; fi
 }
 trap cleanup EXIT
@@ -162,6 +167,51 @@ PYEOF
 echo "$RESULT" >>"$LOG"
 OK=$(echo "$RESULT" | "$VPY" -c 'import json,sys; print(json.load(sys.stdin)["ok"])')
 SUMMARY=$(echo "$RESULT" | "$VPY" -c 'import json,sys; r=json.load(sys.stdin); print(f"load id {r[\"load_id\"]} read back {r[\"read_back\"]}, {r[\"check\"]}; release {r[\"release_id\"]} from {r[\"samples\"]} record(s); max log-prob shift {r[\"shift\"]:.4f}")')
-TOTAL=$(( $(date +%s) - START ))
 [ "$OK" = True ] || fail verify "$SUMMARY"
-echo "gpu-check: PASS $SUMMARY; train+swap ${TRAIN_S}s, total ${TOTAL}s"
+
+step gateway
+LOAD_ID=$(echo "$RESULT" | "$VPY" -c 'import json,sys; print(json.load(sys.stdin)["load_id"])')
+(cd "$PROJ" && exec "$REEF" serve --upstream "$URL/v1" --upstream-api sglang --port 0 >"$WORK/serve.out" 2>>"$WORK/serve.log") &
+GW_PID=$!
+for _ in $(seq 1 60); do grep -q "serving " "$WORK/serve.out" 2>/dev/null && break; sleep 0.5; done
+GW_URL=$(sed -n 's/.*serving \([^ ]*\).*/\1/p' "$WORK/serve.out" | head -n 1)
+[ -n "$GW_URL" ] || fail gateway "reef serve did not start (see $WORK/serve.log)"
+GW=$("$VPY" - "$PROJ" "$GW_URL" "$LOAD_ID" 2>>"$LOG" <<'PYEOF'
+import json, sys, urllib.request
+from pathlib import Path
+
+from reef_cli.ledger import Ledger
+
+proj, gw, load_id = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
+head = {"Content-Type": "application/json", "x-reef-scenario": "model"}
+
+
+def chat(stream):
+    body = {"model": "m", "messages": [{"role": "user", "content": "What is 2 + 2?"}], "max_tokens": 8,
+            "temperature": 0.0, "stream": stream}
+    req = urllib.request.Request(gw + "/v1/chat/completions", data=json.dumps(body).encode(), headers=head)
+    with urllib.request.urlopen(req, timeout=120) as resp:
+        raw = resp.read().decode()
+        return resp.headers["x-reef-agent-record-id"], raw
+
+
+led = Ledger(proj / ".reef" / "scenarios" / "model" / "ledger.jsonl", "model")
+rid, _ = chat(False)
+srid, sraw = chat(True)
+p, sp = led.get(rid).payload, led.get(srid).payload
+ok = all(x["outcome"] == "ok" and x.get("weight_version") == load_id and x["provenance"]["ok"] for x in (p, sp))
+ok = ok and f'"agent_record_id": "{srid}"'.replace(" ", "") in sraw.replace(" ", "")
+sources = "/".join(str(x.get("provenance", {}).get("source")) for x in (p, sp))
+summary = (f"via reef serve: chat+stream answered by {p.get('weight_version')}/{sp.get('weight_version')} "
+           f"(checked from {sources}), token data "
+           + ("recorded" if "training" in p else "not returned by this SGLang"))
+print(json.dumps({"ok": ok, "summary": summary}))
+PYEOF
+) || fail gateway "requests through reef serve failed (see $LOG and $WORK/serve.log)"
+echo "$GW" >>"$LOG"
+kill -TERM "$GW_PID" 2>/dev/null; wait "$GW_PID" 2>/dev/null; GW_PID=""
+echo "$GW" | "$VPY" -c 'import json,sys; sys.exit(0 if json.load(sys.stdin)["ok"] else 1)' \
+  || fail gateway "load id $LOAD_ID not verified through reef serve: $GW"
+GW_SUMMARY=$(echo "$GW" | "$VPY" -c 'import json,sys; print(json.load(sys.stdin)["summary"])')
+TOTAL=$(( $(date +%s) - START ))
+echo "gpu-check: PASS $SUMMARY; $GW_SUMMARY; train+swap ${TRAIN_S}s, total ${TOTAL}s"

@@ -48,11 +48,18 @@ class GateConfig:
 
 @dataclass(frozen=True)
 class ReflectorConfig:
+    """`reflector:` in harness.yaml; the model backends' fields are documented in llm_reflector.py."""
+
     backend: str = "builtin"
-    model_url: str | None = None
+    model_url: str | None = None  # the older name of base_url
     model: str | None = None
-    api_key_env: str = "OPENAI_API_KEY"
+    api_key_env: str | None = None  # default: OPENAI_API_KEY or ANTHROPIC_API_KEY, by backend
     similarity: float = 0.6
+    base_url: str | None = None
+    batch_size: int | None = None
+    max_tokens: int | None = None
+    budget: dict = field(default_factory=dict)
+    prices: dict = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -53,6 +53,7 @@ from .blocks import (BudgetExceeded, append_block, begin_marker, bullet_lines, e
                      parse as parse_block, render_bullet)
 from .errors import InvalidInput, PolicyError
 from .gitstore import Entry
+from .hygiene import covering_rule, human_rules
 from .times import format_time
 from .screen import screen
 from .patterns import DEFAULT_MAX_PATTERNS, EVIDENCE_CAP, Pattern, PatternMemory, polarity_of, similarity, terms_of
@@ -137,7 +138,7 @@ class Contradiction:
 class Blocked:
     key: str
     path: str
-    kind: str  # frozen | contradiction | damaged | schema | budget | no-block | injection | escalation
+    kind: str  # frozen | contradiction | damaged | schema | budget | no-block | injection | escalation | covered
     reason: str
     negative: bool
     tier: int | None = None
@@ -483,6 +484,7 @@ def plan(memory: PatternMemory, files: dict, config, *, now: datetime, root: Pat
                 merged.append((keep.key, drop.key))
     # tier moves
     human = None
+    rules = None
     for key in sorted(memory.patterns):
         p = memory.patterns[key]
         if only is not None and key not in only:
@@ -529,6 +531,12 @@ def plan(memory: PatternMemory, files: dict, config, *, now: datetime, root: Pat
             blocked.append(Blocked(key, f"{hp}:{hn}", "contradiction",
                                    f"contradicts the human's line {hp}:{hn} {ht!r}; reef never edits it",
                                    True, tier, p.text, p.polarity))
+            continue
+        same = covering_rule(p, rules if rules is not None else (rules := human_rules(files)), threshold)
+        if same is not None:  # rule hygiene: the agent already reads this lesson
+            blocked.append(Blocked(key, same.where, "covered", f"already stated by {same.where} {same.text!r}: "
+                                   f"counted as evidence for that rule ({p.count}), not added", False, tier, p.text,
+                                   p.polarity))
             continue
         g = key
         reason = f"tier {tier}: count {p.count}"

@@ -28,10 +28,12 @@ exists in this scenario's ledger, and every quoted span (whitespace-collapsed, c
 record's stored text (`record_text`: every string in the payload). Rejections are returned (and written to the
 ledger as `rejection` records by the caller), never folded.
 
-Backends: `builtin` (offline, deterministic: the rules above) and `llm` (any OpenAI-compatible chat endpoint; see
-`LLMBackend`). The llm backend keeps the builtin's structured lessons (they are the user's own words) and asks the
-model for lessons from free text, failures and routing in batches; a record contributes at most once per pattern
-whichever backend found it.
+Backends: `builtin` (offline, deterministic: the rules above) and a model (`ReflectorBackend` in llm_reflector.py:
+OpenAI-compatible chat completions or Anthropic Messages). A model backend keeps the builtin's structured lessons
+(they are the user's own words) and asks the model for lessons from free text, corrections, failures and routing in
+batches; a record contributes at most once per pattern whichever backend found it. Observe-only records are never
+sent. A queued record's lessons are folded only once its batch is answered, so when the budget stops the run
+(`BudgetExhausted`) the mark stays before the first unanswered record and the next reflect takes it up.
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from .errors import InvalidInput, NotFound, ReefError
-from .redact import WINDOW, redact, redact_text
+from .redact import redact_text
 from .patterns import Observation, PatternMemory, dont_text, polarity_of, sentence, terms_of
 
 RECENT_INTERACTIONS = 200_000
@@ -105,10 +107,14 @@ class ReflectResult:
     lifted: set[str] = field(default_factory=set)
     utilities: int = 0
     restarted: bool = False
+    usage: dict | None = None  # a model backend's calls, tokens and cost (estimated under --dry-run)
+    budget_stopped: bool = False
+    prompts: list = field(default_factory=list)  # --show-prompt: the request bodies a model backend would be sent
 
     @property
     def changed(self) -> bool:
-        return bool(self.observations or self.suppressed or self.lifted or self.utilities or self.rejected)
+        spent = bool(self.usage and self.usage.get("calls") and not self.usage.get("estimated"))
+        return bool(self.observations or self.suppressed or self.lifted or self.utilities or self.rejected or spent)
 
     def to_json(self) -> dict:
         return {
@@ -118,6 +124,7 @@ class ReflectResult:
             "patterns_created": sorted(self.created), "suppressed": sorted(self.suppressed),
             "lifted": sorted(self.lifted), "utilities": self.utilities, "changed": self.changed,
             "ledger_restarted": self.restarted, "patterns": len(self.memory.patterns),
+            "usage": self.usage, "budget_stopped": self.budget_stopped,
         }
 
 
@@ -180,6 +187,40 @@ def directive_sentences(text: str) -> list[str]:
     return out
 
 
+def correction_lesson(sent: str) -> tuple[str, str] | None:
+    """The instruction a descriptive correction states ("You forgot to run the tests" → "Run the tests";
+    "no, use pnpm" → "Use pnpm"), or None: see corrections.imperative. The quoted span stays the user's sentence,
+    so the verifier checks it against the record as for any other lesson."""
+    from .corrections import imperative, lead_stripped
+
+    found = imperative(sent)
+    if found is not None:
+        return found
+    rest = lead_stripped(sent)
+    if rest != " ".join(sent.split()) and rest.split() and rest.split()[0].lower().strip(",:") in _IMPERATIVE:
+        return rest, polarity_of(rest)
+    return None
+
+
+def free_text_lessons(text: str) -> list[tuple[str, str, str, str]]:
+    """(sentence, lesson text, polarity, origin) for each sentence of free-text feedback that states a lesson:
+    a directive sentence as written (origin "feedback"), or a correction rewritten as the instruction it implies
+    (origin "correction"). A sentence that only describes ("the output was wrong") yields nothing."""
+    out = []
+    for part in _SENTENCE_END.split(text):
+        s = part.strip().rstrip(";").strip()
+        if len(s) < 6:
+            continue
+        words = _LEAD_IN.sub("", s).split(maxsplit=1)
+        first = words[0].lower().strip(",:") if words else ""
+        rewritten = correction_lesson(s) if first not in _IMPERATIVE else None
+        if rewritten is not None:
+            out.append((s, rewritten[0], rewritten[1], "correction"))
+        elif _DIRECTIVE.search(s) or first in _IMPERATIVE:
+            out.append((s, _LEAD_IN.sub("", s), polarity_of(s), "feedback"))
+    return out
+
+
 _FEEDBACK_CACHE: dict = {}
 
 
@@ -205,8 +246,8 @@ def feedback_lessons(fb) -> tuple[tuple[str, str, str, str], ...]:
     elif isinstance(fb, str):
         free.append(fb)
     for text in free:
-        for sent in directive_sentences(text):
-            out.append(_shown(_LEAD_IN.sub("", sent), polarity_of(sent), sent, "feedback"))
+        for sent, lesson, polarity, origin in free_text_lessons(text):
+            out.append(_shown(lesson, polarity, sent, origin))
     result = tuple(x for x in out if x is not None)
     if len(_FEEDBACK_CACHE) > 20_000:
         _FEEDBACK_CACHE.clear()
@@ -372,7 +413,7 @@ class _Receipts:
         if v is None:
             try:
                 rec = self.ledger.get(rid)
-                v = bool(rec.payload.get("observe_only")) if rec.kind == "interaction" else False
+                v = bool(rec.payload.get("observe_only")) if rec.kind in ("interaction", "session") else False
             except (NotFound, InvalidInput):
                 v = False
             self.note(rid, v)
@@ -397,8 +438,14 @@ class _Restart(Exception):
     pass
 
 
+class _BudgetStop(Exception):
+    def __init__(self, mark: tuple[int, str] | None):
+        super().__init__("budget")
+        self.mark = mark
+
+
 class Reflector:
-    """One reflect pass. `backend` is "builtin" or an `LLMBackend`."""
+    """One reflect pass. `backend` is "builtin" or a `ReflectorBackend` (llm_reflector.py)."""
 
     def __init__(self, ledger, scenario: str, memory: PatternMemory, *, threshold: float, backend=None,
                  progress: Callable[[dict], None] | None = None, bullets: list[str] | None = None):
@@ -415,6 +462,9 @@ class Reflector:
         self._batch: list = []
         self.result = ReflectResult(memory, "llm" if self.llm else "builtin", memory.through_seq, memory.through_seq)
         self._seqs: dict[str, tuple[int, str, bool]] = {}
+        self._held: list[tuple[Any, list[Lesson]]] = []  # queued records' own lessons, folded with their answer
+        self._prev: tuple[int, str] | None = None  # the last record read before the current one
+        self._batch_mark: tuple[int, str] | None = None  # the record read just before the batch's first
 
     # -- observations
     def _observe(self, lesson: Lesson, rec_seq: dict[str, tuple], seen: set) -> None:
@@ -475,14 +525,21 @@ class Reflector:
         elif kind == "routing":
             oo = bool(p.get("observe_only"))
             lessons = routing_lessons(rec)
+        elif kind == "session":  # an ingested turn: implicit reports name it as their receipt
+            self.receipts.note(rec.record_id, bool(p.get("observe_only")))
+            return
         else:
             self._fold_other(rec)
             return
         if self.llm is not None:
             # The model reads every record with a signal; the builtin keeps only the user's structured lessons.
-            if lessons or (kind == "report" and p.get("feedback")):
-                self._queue(rec, oo)
-            lessons = [ls for ls in lessons if ls.origin in ("lesson", "do", "dont")]
+            if oo:
+                pass  # observe-only: never sent to a model; the builtin's lessons stand (counted as observe-only)
+            else:
+                lessons = [ls for ls in lessons if ls.origin in ("lesson", "do", "dont")]
+                if lessons or kind != "report" or p.get("feedback"):
+                    self._queue(rec, oo, lessons)
+                    return
         if not lessons:
             return
         lessons = self._accept(lessons, [rec], "builtin")
@@ -527,17 +584,34 @@ class Reflector:
         self.result.suppressed.add(key)
         self.result.touched.add(key)
 
-    def _queue(self, rec, oo: bool) -> None:
+    def _queue(self, rec, oo: bool, own: list[Lesson]) -> None:
+        if not self._batch:
+            self._batch_mark = self._prev
         self._seqs[rec.record_id] = self._meta(rec, oo)
         self._batch.append(rec)
+        self._held.append((rec, own))
         if len(self._batch) >= self.llm.batch_size:
             self._flush()
 
     def _flush(self) -> None:
         if not self._batch:
             return
+        from .llm_reflector import BudgetExhausted, LLMError
+
+        try:
+            lessons, malformed = self.llm.lessons(self._batch, bullets=self._bullets())
+        except BudgetExhausted:
+            raise _BudgetStop(self._batch_mark) from None
+        except LLMError as exc:
+            self._record_failure(exc)
+            raise
         batch, self._batch = self._batch, []
-        lessons, malformed = self.llm.lessons(batch, bullets=self._bullets())
+        held, self._held = self._held, []
+        for rec, own in held:  # the user's structured lessons of the answered records
+            if own:
+                seen: set = set()
+                for lesson in self._accept(own, [rec], "builtin"):
+                    self._observe(lesson, {rec.record_id: self._seqs[rec.record_id]}, seen)
         self.result.rejected.extend(Rejection(lesson, why, "llm") for lesson, why in malformed)
         lessons = self._accept(lessons, batch, "llm")
         meta = dict(self._seqs)
@@ -551,6 +625,23 @@ class Reflector:
             self._observe(lesson, meta, seen)
         self._seqs.clear()
 
+    def _record_failure(self, exc: Exception) -> None:
+        """An unusable answer is refused, never folded, and recorded: one `rejection` record naming the batch (its
+        id derives from the batch and the reason, so a retry that fails the same way adds nothing)."""
+        if getattr(self.llm, "mode", "send") != "send":
+            return
+        import hashlib
+
+        ids = [r.record_id for r in self._batch]
+        reason = f"unusable model answer: {exc}"[:500]
+        body = {"lesson": Lesson("", "do", tuple(ids)).to_json(), "reason": reason, "backend": "llm",
+                "records": len(ids)}
+        rid = "rej-llm-" + hashlib.sha256(json.dumps([ids, reason]).encode()).hexdigest()[:24]
+        try:
+            self.ledger.append("rejection", body, release_id=None, content_id=None, record_id=rid)
+        except ReefError:
+            pass  # the failure itself is reported to the caller either way
+
     def _bullets(self) -> list[str]:
         """What the model sees as already learned: the harness's current bullets, then the most-seen patterns."""
         pats = sorted(self.memory.patterns.values(), key=lambda p: (-p.count, p.key))[:40]
@@ -560,14 +651,22 @@ class Reflector:
         mem = self.memory
         start, start_hash = mem.through_seq, mem.through_hash
         try:
-            last = self._pass(start, start_hash)
-        except _Restart:
-            # The ledger does not hold the record memory was reflected through: it was replaced. Keep the patterns
-            # (they were real observations) and read this ledger from its beginning.
-            self.result = ReflectResult(mem, self.result.backend, 0, 0, restarted=True)
-            last = self._pass(0, None)
-        self._flush()
+            try:
+                last = self._pass(start, start_hash)
+            except _Restart:
+                # The ledger does not hold the record memory was reflected through: it was replaced. Keep the
+                # patterns (they were real observations) and read this ledger from its beginning.
+                self.result = ReflectResult(mem, self.result.backend, 0, 0, restarted=True)
+                last = self._pass(0, None)
+            self._flush()
+        except _BudgetStop as stop:
+            # Stop cleanly: what was answered is folded; the mark stays before the first unanswered record.
+            last = stop.mark if stop.mark is not None and stop.mark[0] > start else None
+            self.result.budget_stopped = True
         res = self.result
+        if self.llm is not None:
+            res.usage = self.llm.usage.to_json()
+            res.prompts = list(self.llm.usage.prompts)
         # The mark moves only with a change: records that change nothing (our own reflect/proposal records, gate
         # episodes) are re-read next time instead, so reflecting twice over the same ledger changes nothing.
         if last is not None and (res.changed or res.restarted):
@@ -589,6 +688,7 @@ class Reflector:
                 continue
             n += 1
             self._fold(rec)
+            self._prev = (seq, rec.hash)
             if self.progress is not None and n % 10000 == 0:
                 self.progress({"event": "reflect", "records": n, "seq": seq})
         if start and (last is None or last.seq < start):
@@ -605,162 +705,14 @@ def reflect(ledger, scenario: str, memory: PatternMemory, *, threshold: float, b
                      bullets=bullets).run()
 
 
-# --------------------------------------------------------------------------------------------- llm backend
-
-SYSTEM_PROMPT = """You are the Reflector of reef, a tool that improves a coding agent's instructions from feedback.
-You get records from the agent's sessions (user feedback reports, failed runs, routing decisions) and the lessons
-already learned. Extract short, general, actionable lessons for the agent's instruction file: one imperative
-sentence each, under 200 characters. Only state what the records support.
-
-Answer with one JSON object and nothing else:
-{"lessons": [{"text": "Always run the tests before finishing.", "polarity": "do" or "dont",
-  "evidence": ["<record_id>", ...],
-  "quotes": [{"record_id": "<record_id>", "text": "<a span copied verbatim from that record>"}],
-  "surface": null}]}
-Cite only record ids you were given. Quote spans exactly as they appear. If nothing is worth learning, answer
-{"lessons": []}."""
+# --------------------------------------------------------------------------------------------- model backends
 
 
-class LLMError(ReefError):
-    """The model endpoint failed or answered something reef cannot use; nothing was reflected."""
+def __getattr__(name: str):
+    """The model backends live in llm_reflector.py (it imports this module: loaded on first use)."""
+    if name in ("LLMBackend", "LLMError", "parse_answer", "lesson_from_json", "SYSTEM_PROMPT", "ReflectorBackend",
+                "OpenAIChat", "AnthropicMessages", "BudgetExhausted"):
+        from . import llm_reflector
 
-
-def _strip_fence(text: str) -> str:
-    text = text.strip()
-    m = re.match(r"^```(?:json)?\s*(.*?)\s*```$", text, re.S)
-    return m.group(1) if m else text
-
-
-def parse_answer(body: bytes, source: str) -> list[dict]:
-    """The lessons list of an OpenAI chat completion whose content is our JSON object; LLMError otherwise."""
-    try:
-        doc = json.loads(body)
-    except (ValueError, UnicodeDecodeError):
-        raise LLMError(f"{source}: the answer is not valid JSON ({len(body)} bytes: {body[:80]!r})") from None
-    try:
-        content = doc["choices"][0]["message"]["content"]
-    except (KeyError, IndexError, TypeError):
-        raise LLMError(f"{source}: the answer has no choices[0].message.content") from None
-    if not isinstance(content, str):
-        raise LLMError(f"{source}: choices[0].message.content is not text")
-    try:
-        obj = json.loads(_strip_fence(content))
-    except ValueError:
-        raise LLMError(f"{source}: the model's message is not a JSON object ({content[:80]!r})") from None
-    if isinstance(obj, Mapping):
-        lessons = obj.get("lessons", obj.get("patterns"))
-    else:
-        lessons = obj
-    if not isinstance(lessons, list):
-        raise LLMError(f"{source}: the model's JSON has no 'lessons' list")
-    return lessons
-
-
-def lesson_from_json(d: Any) -> tuple[Lesson | None, str | None]:
-    """A Lesson from the model's JSON, or (a stand-in lesson, why it is malformed)."""
-    if not isinstance(d, Mapping):
-        return Lesson(str(d)[:200], "do", ()), "a lesson is not a JSON object"
-    text = d.get("text") or d.get("lesson")
-    cites = d.get("evidence", d.get("cites", d.get("record_ids", [])))
-    if isinstance(cites, str):
-        cites = [cites]
-    cites = tuple(c for c in cites if isinstance(c, str)) if isinstance(cites, list) else ()
-    quotes_raw = d.get("quotes") or []
-    quotes = []
-    if isinstance(quotes_raw, list):
-        for q in quotes_raw:
-            if isinstance(q, Mapping) and isinstance(q.get("record_id"), str):
-                quotes.append((q["record_id"], str(q.get("text") or "")))
-    if not isinstance(text, str) or not text.strip():
-        return Lesson("", "do", cites, tuple(quotes), "llm"), "a lesson has no text"
-    polarity = d.get("polarity")
-    if polarity not in ("do", "dont"):
-        polarity = polarity_of(text)
-    hint = d.get("surface") if d.get("surface") in ("memory", "notes", "block", "skill") else None
-    shown = dont_text(text) if polarity == "dont" else sentence(text)
-    return Lesson(shown[:300], polarity, cites, tuple(quotes), "llm", hint), None
-
-
-class LLMBackend:
-    """An OpenAI-compatible chat endpoint (`POST {model_url}/chat/completions`), through urllib only.
-
-    Each batch of up to `batch_size` signal records is sent with the current lessons; the answer must be a JSON
-    object `{"lessons": [...]}` (a ```json fence is tolerated). An unusable answer (HTTP error, not JSON, cut off,
-    wrong shape) is retried `retries` times, then LLMError: the caller changes nothing, so the high-water mark
-    does not move and the next reflect asks again. A single malformed lesson inside a good answer is rejected
-    (and recorded) on its own.
-    """
-
-    name = "llm"
-
-    def __init__(self, model_url: str, model: str, *, api_key: str | None = None, batch_size: int = 20,
-                 timeout: float = 60.0, retries: int = 1, excerpt_chars: int = 1500):
-        if not model_url:
-            raise InvalidInput("the llm reflector needs a model URL: set reflector.model_url in harness.yaml or pass --model-url")
-        if not model:
-            raise InvalidInput("the llm reflector needs a model name: set reflector.model in harness.yaml or pass --model")
-        from .model_url import check_model_url
-
-        check_model_url(model_url)
-        self.url = model_url.rstrip("/") + "/chat/completions"
-        self.model = model
-        self.api_key = api_key
-        self.batch_size = batch_size
-        self.timeout = timeout
-        self.retries = retries
-        self.excerpt_chars = excerpt_chars
-        self.calls = 0
-
-    def request_body(self, records: list, bullets: list[str]) -> dict:
-        items = [{"record_id": r.record_id, "kind": r.kind, "created_at": r.created_at,
-                  "text": redact(record_text(r)[: self.excerpt_chars + WINDOW])[0][: self.excerpt_chars]}
-                 for r in records]  # redacted past the cut, so a secret straddling it goes whole
-        user = json.dumps({"records": items, "current_lessons": bullets}, ensure_ascii=False, indent=1)
-        return {"model": self.model, "temperature": 0, "stream": False,
-                "messages": [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": user}]}
-
-    def _post(self, body: dict) -> bytes:
-        import http.client
-        import urllib.error
-        import urllib.request
-
-        data = json.dumps(body).encode("utf-8")
-        headers = {"Content-Type": "application/json", "Accept": "application/json"}
-        if self.api_key:
-            headers["Authorization"] = f"Bearer {self.api_key}"
-        req = urllib.request.Request(self.url, data=data, headers=headers, method="POST")
-        try:
-            with urllib.request.urlopen(req, timeout=self.timeout) as resp:
-                return resp.read()
-        except urllib.error.HTTPError as exc:
-            detail = exc.read()[:200].decode("utf-8", "replace") if exc.fp else ""
-            raise LLMError(f"{self.url}: HTTP {exc.code} {detail.strip()}") from None
-        except http.client.IncompleteRead as exc:
-            raise LLMError(f"{self.url}: the answer was cut off after {len(exc.partial)} bytes") from None
-        except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
-            reason = getattr(exc, "reason", exc)
-            raise LLMError(f"{self.url}: {reason}") from None
-
-    def lessons(self, records: list, *, bullets: list[str]) -> tuple[list[Lesson], list[tuple[Lesson, str]]]:
-        """(lessons to verify, malformed lessons with why)."""
-        body = self.request_body(records, bullets)
-        last: LLMError | None = None
-        for _ in range(self.retries + 1):
-            self.calls += 1
-            try:
-                raw = self._post(body)
-                items = parse_answer(raw, self.url)
-                break
-            except LLMError as exc:
-                last = exc
-        else:
-            assert last is not None
-            raise LLMError(f"reflector model failed: {last}; nothing was reflected (the high-water mark did not move)")
-        out, bad = [], []
-        for item in items:
-            lesson, why = lesson_from_json(item)
-            if why is None:
-                out.append(lesson)
-            else:
-                bad.append((lesson, why))
-        return out, bad
+        return getattr(llm_reflector, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

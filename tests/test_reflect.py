@@ -178,7 +178,7 @@ def test_fabricated_ids_and_quotes_are_refused_and_recorded(reef, tmp_path, fake
     (text("Sure! Here are some lessons: 1. Use tabs."), "the model's message is not a JSON object"),
     (text(json.dumps({"answer": []})), "has no 'lessons' list"),
 ])
-def test_malformed_and_truncated_answers_change_nothing(reef, tmp_path, fake_llm, bad, message):
+def test_malformed_and_truncated_answers_are_recorded_and_fold_nothing(reef, tmp_path, fake_llm, bad, message):
     root, ledger = init_project(reef, tmp_path)
     (rid,) = feedback(ledger, "Always run the tests before finishing.")
     before = (root / "reef/memory/patterns.json").read_bytes()
@@ -187,7 +187,9 @@ def test_malformed_and_truncated_answers_change_nothing(reef, tmp_path, fake_llm
     out = reflect(reef, root, *_llm_args(fake_llm), code=1)
     assert message in out["err"] and "nothing was reflected (the high-water mark did not move)" in out["err"]
     assert (root / "reef/memory/patterns.json").read_bytes() == before
-    assert sum(1 for _ in ledger.iter_records()) == seq and len(fake_llm.calls) == 2
+    assert len(fake_llm.calls) == 2
+    (rej,) = list(ledger.iter_records(from_seq=seq + 1))  # refused and recorded, never folded
+    assert rej.kind == "rejection" and rej.payload["lesson"]["cites"] == [rid] and message in rej.payload["reason"]
     fake_llm.reply(text(_answer({"text": "Run the tests before finishing.", "evidence": [rid],
                                  "quotes": [{"record_id": rid, "text": "run the tests"}]})))
     out = reflect(reef, root, *_llm_args(fake_llm))
@@ -198,7 +200,8 @@ def test_llm_backend_needs_a_url_and_model(reef, tmp_path):
     root, ledger = init_project(reef, tmp_path)
     feedback(ledger, "Always run the tests before finishing.")
     r = reef("-C", str(root), "harness", "reflect", "--backend", "llm")
-    assert r.code == 4 and "needs a model URL" in r.err
+    # the base URL defaults to the provider's own (https://api.openai.com/v1); the model must be named
+    assert r.code == 4 and "the openai reflector needs a model name: set reflector.model" in r.err
 
 
 def test_feedback_text_that_looks_like_json_is_not_served_from_the_structured_cache():

@@ -209,6 +209,16 @@ def test_gate_sim_small_run_compares_the_policies(capsys):
     assert sim.heavy_mean(0.5) == pytest.approx(0.5) and 0 < sim.heavy_mean(0.9) < 1
 
 
+def test_gate_sim_pools_seeds_as_the_single_seed_runs_would_draw_them():
+    sim = _gate_sim()
+    one = sim.main(["--per-class", "4", "--policies", "sequential", "--seed", "2"])["sequential"]
+    assert sim.main(["--per-class", "4", "--policies", "sequential", "--seeds", "2"])["sequential"] == one
+    other = sim.main(["--per-class", "4", "--policies", "sequential", "--seed", "3"])["sequential"]
+    both = sim.main(["--per-class", "4", "--policies", "sequential", "--seeds", "2,3"])["sequential"]
+    assert both["episodes"] == pytest.approx((one["episodes"] + other["episodes"]) / 2)
+    assert both["most"] == max(one["most"], other["most"])
+
+
 @pytest.mark.slow
 def test_gate_sim_targets_at_150_per_class():
     r = _gate_sim().main(["--per-class", "150", "--policies", "sequential"])["sequential"]

@@ -87,6 +87,8 @@ def install_cmd(
     print_script: bool = typer.Option(False, "--print", help="Print a self-contained shell script instead (pipe it to bash)."),
     force: bool = typer.Option(False, "--force", help="Overwrite files in the install root (and a wrapper script) that reef did not install."),
     as_json: bool = typer.Option(False, "--json", help="Print machine-readable JSON."),
+    no_hook: bool = typer.Option(False, "--no-hook", help="claude: do not add reef's SessionEnd/Stop hook to your "
+                                 "Claude Code settings (it ingests plain `claude` sessions in this project)."),
 ) -> None:
     """Install the compiled harness and the reef-<adapter> wrapper, bound to this project and scenario."""
     from ..adapters import find_binary, install_hint, load
@@ -103,8 +105,14 @@ def install_cmd(
         return
     res = install(store, adapter, release=rel, root=root, bin_dir=bins, environ=env.environ, force=force)
     binary = find_binary(adapter, env.environ)
+    hook = None
+    if adapter.name == "claude" and not no_hook:
+        from ..hook import install_claude_hook
+
+        path, changed = install_claude_hook(env.environ)
+        hook = {"settings": str(path), "changed": changed}
     if as_json:
-        emit_json({**res.to_json(), "agent_binary": binary})
+        emit_json({**res.to_json(), "agent_binary": binary, "hook": hook})
         return
     r = res.record
     for w in res.warnings:
@@ -118,6 +126,9 @@ def install_cmd(
         note(f"replaced a symlink at {link} (reef never writes through links)")
     if r.wrapper:
         print(f"wrapper: {r.wrapper} (run it from any directory: reef-{adapter.name} [{adapter.binary} args...])")
+    if hook and hook["changed"]:
+        print(f"hook: reef ingests Claude Code sessions in this project when they end ({hook['settings']}, "
+              "SessionEnd/Stop; --no-hook to skip)")
     if binary is None:
         note(f"warning: {install_hint(adapter)}")
 

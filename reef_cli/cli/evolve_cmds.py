@@ -96,16 +96,34 @@ def _op_line(o: dict) -> str:
     return Op.from_json(o).line()
 
 
-def reflect_cmd(ctx: typer.Context, as_json: bool = JSON, dry_run: bool = typer.Option(False, "--dry-run"),
+def reflect_cmd(ctx: typer.Context, as_json: bool = JSON,
+                dry_run: bool = typer.Option(False, "--dry-run", help="Write nothing; with a model backend, send "
+                                             "nothing and estimate the calls, tokens and cost."),
+                show_prompt: bool = typer.Option(False, "--show-prompt", help="Print exactly what a model backend "
+                                                 "would be sent (redacted), send nothing, write nothing."),
                 backend: Optional[str] = BACKEND, model_url: Optional[str] = MODEL_URL,
                 model: Optional[str] = MODEL) -> None:
     """Loop 1: fold new ledger records into pattern memory (the working tree's copy)."""
+    import dataclasses
+
     from ..evolve import run_reflect
 
     store = ctx.obj.store()
-    with _progress(not as_json) as progress:
-        res = run_reflect(store, _options(ctx, dry_run=dry_run, backend=backend, model_url=model_url, model=model,
-                                          progress=progress))
+    opts = _options(ctx, dry_run=dry_run or show_prompt, backend=backend, model_url=model_url, model=model)
+    opts = dataclasses.replace(opts, show_prompt=show_prompt)
+    with _progress(not as_json and not show_prompt) as progress:
+        res = run_reflect(store, dataclasses.replace(opts, progress=progress))
+    usage = res.result.usage or {}
+    if show_prompt:
+        prompts = res.result.prompts
+        if as_json:
+            emit_json(prompts)
+            return
+        for p in prompts:
+            emit_json(p)
+        if not prompts:
+            print("nothing would be sent: no new record carries a signal for the model")
+        return
     if as_json:
         emit_json(res.to_json())
         return
@@ -115,6 +133,11 @@ def reflect_cmd(ctx: typer.Context, as_json: bool = JSON, dry_run: bool = typer.
     for rej in r.rejected:
         print(f"  rejected: {rej.lesson.text!r}: {rej.reason}")
     print(f"{res.path}: {'updated' if res.written else 'unchanged'} ({len(r.memory.patterns)} pattern(s))")
+    if usage:
+        cost = "" if usage.get("cost") is None else f", ${usage['cost']:.4f}"
+        print(f"model {'estimate' if usage.get('estimated') else 'usage'}: {usage['calls']} call(s), "
+              f"{usage['input_tokens']} input / {usage['output_tokens']} output token(s){cost}"
+              + (f"; stopped at the budget: {usage['budget_stopped']}" if usage.get("budget_stopped") else ""))
 
 
 def evolve_cmd(ctx: typer.Context,

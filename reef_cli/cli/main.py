@@ -64,6 +64,9 @@ def _register(app: typer.Typer) -> None:
     evolve_cmds.register_root(app)
     app.add_typer(ledger_cmds.app, name="ledger")
     app.add_typer(ledger_cmds.repair_app, name="repair")
+    from . import ingest_cmds
+
+    ingest_cmds.register(app, harness_cmds.app)
     from . import doctor_cmds
 
     doctor_cmds.register(app)

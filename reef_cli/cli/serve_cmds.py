@@ -11,7 +11,7 @@ import typer
 def serve(
     ctx: typer.Context,
     upstream: str = typer.Option(..., "--upstream", help="The provider or engine to relay to, e.g. https://api.openai.com/v1 or http://127.0.0.1:30000."),
-    upstream_api: str = typer.Option("auto", "--upstream-api", help="Which protocol the upstream speaks: openai, anthropic or auto (relay both)."),
+    upstream_api: str = typer.Option("auto", "--upstream-api", help="Which protocol the upstream speaks: openai, anthropic, auto (relay both), or sglang (OpenAI routes; records token ids, logprobs and the weight version, and checks it against the release)."),
     host: str = typer.Option("127.0.0.1", "--host", help="Address to bind; a non-loopback one needs --token-file."),
     port: int = typer.Option(8900, "--port", help="Port to bind (0 picks a free one and prints it)."),
     token_file: Optional[Path] = typer.Option(None, "--token-file", help="Accepted bearer tokens, one per line (or sha256:HEX digests); several allow rotation."),

@@ -1,4 +1,4 @@
-"""`reef-claude`, `reef-opencode`, `reef-pi`: the agent's own command with `reef-` in front.
+"""`reef-claude`, `reef-opencode`, `reef-pi`, `reef-codex`: the agent's own command with `reef-` in front.
 
 A wrapper is bound to a reef project and scenario (by the script `reef harness install` writes, through
 REEF_PROJECT / REEF_SCENARIO / REEF_INSTALL_ROOT; unbound, it uses the reef project around the current directory), so
@@ -9,7 +9,8 @@ from that directory. On each start it:
 3. runs the real agent binary with the user's arguments and the adapter's env pointing it at the install root,
    through `runs.run_recorded`, so the interaction is recorded with its frozen release exactly as `reef run` does,
    signals are forwarded and the exit status is mirrored (128+signal);
-4. adds what the agent said it loaded, where it says so (Claude Code's `init` event, pi's `session` event).
+4. adds what the agent said it loaded, where it says so (Claude Code's `init` event, pi's `session` event, Codex's
+   `thread.started`), and ingests the agent's own session transcript (reef_cli/ingest).
 `reef-<agent> report --score S [--feedback TEXT]` reports on this shell's last wrapper session.
 
 `reef-<agent> --via-serve URL ...` (or REEF_VIA_SERVE=URL) sends the agent's model traffic through a running
@@ -222,10 +223,29 @@ def run(adapter_name: str, args: list[str], *, environ: dict | None = None, cwd:
                           env_for_receipt=env_for_receipt)
     receipt = result.record.record_id
     _remember(binding, receipt)
+    _ingest_session(binding, store, record, result.record, cwd or Path.cwd())
     if not binding.environ.get("REEF_QUIET"):
         _note(f"receipt {receipt} (release {record.release_id}, step {record.step}); "
               f"rate it: reef-{adapter.name} report --score S --feedback TEXT")
     return result.exit_code
+
+
+def _ingest_session(binding: Binding, store, record, interaction, cwd: Path) -> None:
+    """This run's session transcript into the ledger (reef_cli/ingest: turns, tool outcomes, corrections as implicit
+    reports), after the agent exited. It never changes the run's exit status; REEF_INGEST=0 turns it off."""
+    if binding.environ.get("REEF_INGEST", "1") == "0":
+        return
+    try:
+        from ..ingest import ingest, wrapper_sources
+
+        reported = interaction.payload.get("agent_reported") or {}
+        sources = wrapper_sources(binding.adapter.name, Path(record.agent_dir), reported, record.release_id,
+                                  record.content_id, cwd, binding.environ)
+        res = ingest(store, sources=sources, environ=binding.environ)
+        if res.corrections and not binding.environ.get("REEF_QUIET"):
+            _note(f"heard {res.corrections} correction(s) in this session; reef harness evolve learns from them")
+    except Exception as exc:  # noqa: BLE001 - the run is over and recorded: a transcript reef cannot read must not fail it
+        _note(f"could not ingest this session's transcript: {exc}")
 
 
 # -- under reef: a gate episode, or `reef run -- reef-<agent>` ----------------------------------------------------
@@ -408,10 +428,14 @@ def pi_main() -> None:
     sys.exit(main_for("pi"))
 
 
+def codex_main() -> None:
+    sys.exit(main_for("codex"))
+
+
 def main() -> None:
     """`python -m reef_cli.cli.wrapper ADAPTER [args...]`."""
     if len(sys.argv) < 2:
-        sys.stderr.write("usage: python -m reef_cli.cli.wrapper claude|opencode|pi [args...]\n")
+        sys.stderr.write("usage: python -m reef_cli.cli.wrapper claude|opencode|pi|codex [args...]\n")
         sys.exit(int(ExitCode.USAGE))
     sys.exit(main_for(sys.argv[1], sys.argv[2:]))
 

@@ -44,6 +44,7 @@ class Options:
     progress: Callable[[dict], None] | None = None
     attribute: int = 3  # leave-one-out attribution for at most this many new bullets (0: off)
     workers: int | None = None
+    show_prompt: bool = False  # a model backend builds its requests and sends none (llm_reflector.py)
 
     def clock(self) -> datetime:
         return self.now or datetime.now(timezone.utc)
@@ -123,16 +124,12 @@ def with_memory(files: dict, config, memory: PatternMemory) -> dict:
 
 
 def make_backend(config, opts: Options):
-    from ..reflect import LLMBackend
+    """The Reflector's backend, resolved in llm_reflector.resolve (flags, REEF_REFLECTOR_* env, harness.yaml)."""
+    from ..llm_reflector import resolve
 
-    name = opts.backend or config.reflector.backend
-    if name == "builtin":
-        return "builtin"
-    if name != "llm":
-        raise InvalidInput(f"--backend {name}: expected builtin or llm")
-    key_env = config.reflector.api_key_env
-    return LLMBackend(opts.model_url or config.reflector.model_url or "", opts.model or config.reflector.model or "",
-                      api_key=opts.environ.get(key_env) if key_env else None)
+    mode = "show" if opts.show_prompt else "estimate" if opts.dry_run else "send"
+    return resolve(config.reflector, backend=opts.backend, base_url=opts.model_url, model=opts.model,
+                   environ=opts.environ, mode=mode)
 
 
 def head_ids(store) -> tuple[str | None, str | None]:

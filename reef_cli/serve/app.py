@@ -67,12 +67,17 @@ class Gateway:
         self.config = config
         self.tokens = TokenSet.load(config.token_file) if config.token_file else None
         check_bind(config.host, self.tokens)
-        self.upstream = Upstream.parse(config.upstream, config.upstream_api, environ)
+        self.upstream = Upstream.parse(config.upstream, "openai" if config.upstream_api == "sglang"
+                                       else config.upstream_api, environ)
         self.executor = ThreadPoolExecutor(max_workers=32, thread_name_prefix="reef-ledger")
         self.recorder = Recorder(config.project, config.scenario, store_content=config.store_content,
                                  executor=self.executor)
         self.recorder.scenario(None)  # fail at start, not on the first request, when the scenario is missing
         self.recorder.scenario(None).release()
+        if config.upstream_api == "sglang":
+            from .provenance import SGLangProvenance
+
+            SGLangProvenance(self.upstream.base, self.executor).install(self.recorder)
         self.log = log or sys.stderr
         self.out = out or sys.stdout
         self.session: aiohttp.ClientSession | None = None
@@ -269,11 +274,16 @@ class Gateway:
                 ex.fail("upstream_error", f"the upstream answered {resp.status}")
             else:
                 _read_answer(ex, data)
-                self.recorder.inspect(ex)
+                await self.recorder.inspect(ex)
+                if ex.refused and ex.retryable and not ex.retries:
+                    ex.reset_for_retry()
+                    resp.release()
+                    return await self._relay(request, api, url, headers, body, ex, extra)
             transport = request.transport
             if transport is None or transport.is_closing():
                 ex.fail("client_disconnected", "the client hung up before the answer came")
             if ex.refused:
+                ex.status = 409  # what the client got; the upstream's status was 2xx
                 await self._record(ex)
                 return _json_response(error_body(api, 409, f"the upstream's answer was refused: {ex.refused}",
                                                  "api_error"), 409, headers=extra)
@@ -341,7 +351,7 @@ class Gateway:
         if watch.error and ex.outcome == "ok":
             ex.fail("upstream_error", watch.error)
         if ex.outcome == "ok":
-            self.recorder.inspect(ex)
+            await self.recorder.inspect(ex)
         await self._record(ex)
         if ex.outcome == "client_disconnected":
             resp.close()
@@ -407,7 +417,7 @@ class Gateway:
 
         return _json_response({
             "version": __version__, "url": self.url, "upstream": self.upstream.shown(),
-            "upstream_api": self.upstream.api, "inject": self.config.inject,
+            "upstream_api": "sglang" if self.config.upstream_api == "sglang" else self.upstream.api, "inject": self.config.inject,
             "store_content": self.config.store_content, "pass_client_key": self.config.pass_client_key,
             "auth": self.tokens is not None, "default_scenario": self.config.scenario, "scenarios": scenarios,
             "in_flight": max(0, len(self.in_flight) - 1), "recorded": self.recorder.recorded,

@@ -12,13 +12,16 @@ body, or the stream's terminal event) and may add fields under `exchange.provena
 in `exchange.extra`, e.g. the weight_version and training data `reef_cli.weights.records` reads) or refuse it with
 `exchange.refuse(reason)`; a refused non-streaming answer becomes a 409 for the client and a failed record, a
 refused stream gets no in-band receipt. `Recorder.request_hooks` may edit the parsed request body before it goes
-upstream (e.g. ask an engine for its meta info); the record notes each hook that changed it.
+upstream (e.g. ask an engine for its meta info); the record notes each hook that changed it. A hook that refuses
+with `exchange.retryable = True` gets one fresh upstream call for a non-streaming answer (the record lists the
+refusal under `retried`); a stream cannot be retried once its tokens went out.
 """
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
+import inspect
 import os
 import time
 from dataclasses import dataclass, field
@@ -62,6 +65,9 @@ class Exchange:
     provenance: dict = field(default_factory=dict)
     extra: dict = field(default_factory=dict)  # top-level payload fields a hook adds (weight_version, training)
     refused: str | None = None
+    runtime_load_id: str | None = None  # the frozen release's weight version (None: not a weight release)
+    retryable: bool = False  # a hook's refusal that one fresh upstream call may cure (a weight swap mid-request)
+    retries: list = field(default_factory=list)  # the refusals that were retried
     hooks_applied: list = field(default_factory=list)
     ended: float | None = None
     record: object = None  # the durable ledger record, once finish() has written it
@@ -88,6 +94,16 @@ class Exchange:
         """A response hook's verdict: this answer must not get a receipt as a good one."""
         self.refused = reason
         self.fail("refused", reason)
+
+    def reset_for_retry(self) -> None:
+        """Forget the refused answer before the one retry: the record describes the answer the client got."""
+        self.retries.append(self.refused)
+        self.response_sha, self.response_len = hashlib.sha256(), 0
+        if self.response_text is not None:
+            self.response_text = bytearray()
+        self.status = self.usage = self.error = self.refused = self.upstream_meta = None
+        self.outcome, self.retryable, self.ttft = "ok", False, None
+        self.provenance = {}
 
     def payload(self, store_content: bool) -> dict:
         """The record's payload. Redacting stored text costs ~0.5 s/MB: the recorder calls this in a worker thread."""
@@ -127,6 +143,8 @@ class Exchange:
             p["provenance"] = self.provenance
         if self.hooks_applied:
             p["request_hooks"] = self.hooks_applied
+        if self.retries:
+            p["retried"] = list(self.retries)
         if self.extra:
             p.update(self.extra)
         return p
@@ -191,7 +209,7 @@ class Recorder:
         """A new exchange on `release`, the scenario's head read when the request arrived."""
         ex = Exchange(record_id=state.ledger.reserve_id(), scenario=state.store.scenario,
                       release_id=release.release_id, content_id=release.content_id, api=api, route=route,
-                      started=started)
+                      started=started, runtime_load_id=getattr(release, "runtime_load_id", None))
         if self.store_content:
             ex.response_text = bytearray()
         return ex
@@ -223,9 +241,12 @@ class Recorder:
                 changed = True
         return changed
 
-    def inspect(self, ex: Exchange) -> None:
+    async def inspect(self, ex: Exchange) -> None:
+        """Run the response hooks; a hook may return an awaitable (e.g. to ask the engine which weights serve)."""
         for hook in self.response_hooks:
-            hook(ex)
+            result = hook(ex)
+            if inspect.isawaitable(result):
+                await result
 
     async def finish(self, ex: Exchange):
         """Append the record once; returns it when durable. Shielded: a cancelled handler still gets its record."""

@@ -44,7 +44,7 @@ class Upstream:
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise InvalidInput(f"--upstream {shown(url)}: expected an http(s) URL such as https://api.openai.com/v1")
         if api not in ("openai", "anthropic", "auto"):
-            raise InvalidInput(f"--upstream-api {api}: expected openai, anthropic or auto")
+            raise InvalidInput(f"--upstream-api {api}: expected openai, anthropic, auto or sglang")
         netloc = parts.hostname if ":" not in parts.hostname else f"[{parts.hostname}]"
         if parts.port:
             netloc += f":{parts.port}"

@@ -24,6 +24,9 @@ class FakeSGLang:
         self.refuse_update = False
         self.wrong_version = False
         self.calls: list[str] = []
+        self.answer_versions: list[str] = []  # chat answers claim these versions first (a swap behind reef's back)
+        self.swap_mid_stream: str | None = None  # a stream's engine switches to this version while it streams
+        self.chat_bodies: list[dict] = []
         self.loads: list[dict] = []
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
@@ -133,17 +136,57 @@ class FakeSGLang:
                         return self._send(503, {"error": {"message": "generation is paused"}})
                     return self._send(200, fake.generate(body))
                 if self.path == "/v1/chat/completions":
-                    text = " ".join(str(m.get("content", "")) for m in body.get("messages", []))
-                    gen = fake.generate({"text": text, "sampling_params": {"max_new_tokens": body.get("max_tokens", 4)}})
-                    return self._send(200, {
-                        "id": "chatcmpl-1", "object": "chat.completion", "created": 0, "model": body.get("model", "m"),
-                        "choices": [{"index": 0, "message": {"role": "assistant", "content": gen["text"]},
-                                     "finish_reason": "length"}],
-                        "usage": {"prompt_tokens": gen["meta_info"]["prompt_tokens"],
-                                  "completion_tokens": gen["meta_info"]["completion_tokens"],
-                                  "total_tokens": gen["meta_info"]["prompt_tokens"] + gen["meta_info"]["completion_tokens"]},
-                        "metadata": {"weight_version": fake.weight_version},
-                    })
+                    return self._chat(body)
                 self._send(404, {"detail": "Not Found"})
+
+            def _chat(self, body: dict):
+                """OpenAI chat as SGLang serves it: `logprobs` + `return_prompt_token_ids` + `return_meta_info`
+                put `prompt_token_ids` and `meta_info` on each choice; the two return_* flags are 400 on a stream."""
+                stream = body.get("stream") is True
+                if stream and (body.get("return_meta_info") or body.get("return_prompt_token_ids")):
+                    return self._send(400, {"object": "error", "message": "return_meta_info is not supported with "
+                                            "streaming. Please set stream=false when using return_meta_info=true.",
+                                            "type": "BadRequestError", "param": None, "code": 400})
+                text = " ".join(str(m.get("content", "")) for m in body.get("messages", []))
+                gen = fake.generate({"text": text, "sampling_params": {"max_new_tokens": body.get("max_tokens", 4)},
+                                     "return_logprob": True})
+                version = fake.answer_versions.pop(0) if fake.answer_versions else fake.weight_version
+                fake.chat_bodies.append(body)
+                mi = gen["meta_info"]
+                usage = {"prompt_tokens": mi["prompt_tokens"], "completion_tokens": mi["completion_tokens"],
+                         "total_tokens": mi["prompt_tokens"] + mi["completion_tokens"]}
+                model = body.get("model", "m")
+                if stream:
+                    self.send_response(200)
+                    self.send_header("Content-Type", "text/event-stream")
+                    self.end_headers()
+                    if fake.swap_mid_stream is not None:
+                        fake.weight_version = fake.swap_mid_stream
+                    for word in gen["text"].split():
+                        chunk = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 0, "model": model,
+                                 "choices": [{"index": 0, "delta": {"content": word + " "}, "finish_reason": None}]}
+                        self.wfile.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+                    if (body.get("stream_options") or {}).get("include_usage"):
+                        chunk = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 0, "model": model,
+                                 "choices": [], "usage": usage}
+                        self.wfile.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+                    self.wfile.write(b"data: [DONE]\n\n")
+                    self.wfile.flush()
+                    self.close_connection = True
+                    return None
+                choice = {"index": 0, "message": {"role": "assistant", "content": gen["text"]},
+                          "finish_reason": "length"}
+                if body.get("logprobs"):
+                    choice["logprobs"] = {"content": [{"token": f"t{t}", "logprob": lp, "bytes": None,
+                                                       "top_logprobs": []}
+                                                      for lp, t, _ in mi["output_token_logprobs"]]}
+                if body.get("return_prompt_token_ids"):
+                    choice["prompt_token_ids"] = [ord(c) % 256 for c in text]
+                if body.get("return_meta_info"):
+                    choice["meta_info"] = {**mi, "weight_version": version}
+                    if not body.get("logprobs"):
+                        choice["meta_info"].pop("output_token_logprobs", None)
+                return self._send(200, {"id": "chatcmpl-1", "object": "chat.completion", "created": 0, "model": model,
+                                        "choices": [choice], "usage": usage, "metadata": {"weight_version": version}})
 
         return Handler

@@ -1,0 +1,101 @@
+"""Claude Code's project transcripts: `<config dir>/projects/<cwd slug>/<session id>.jsonl`, one JSON object a line.
+
+Lines with `type` user/assistant carry `message` (Anthropic Messages shape), `uuid`, `sessionId`, `cwd`,
+`timestamp`; `isSidechain` marks a subagent's messages (not the user's conversation) and `isMeta` lines Claude Code
+injected itself. A user message whose content is tool_result blocks is a tool's outcome, not a prompt; a prompt
+that starts with a `<command-…>`/`<local-command-…>` tag is a slash command's bookkeeping. `-c`/`--resume` append
+to the session's file (or copy history into a new one: turns keep the prompt's uuid, so they count once).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from .model import Session, ToolUse, Turn, text_of, tool_input_text
+
+INTERRUPTED = "[Request interrupted by user"
+
+
+def _result_text(content) -> str:
+    if isinstance(content, str):
+        return content
+    return text_of(content)
+
+
+def parse(path: Path) -> list[Session]:
+    sessions: dict[str, Session] = {}
+    current: dict[str, Turn] = {}
+    pending: dict[str, ToolUse] = {}
+    with open(path, "rb") as fh:
+        for raw in fh:
+            try:
+                d = json.loads(raw)
+            except ValueError:
+                continue  # a line being written, or damage: skip it
+            if not isinstance(d, dict) or d.get("type") not in ("user", "assistant") or d.get("isSidechain"):
+                continue
+            sid = d.get("sessionId")
+            msg = d.get("message")
+            if not isinstance(sid, str) or not isinstance(msg, dict):
+                continue
+            s = sessions.get(sid)
+            if s is None:
+                s = sessions[sid] = Session("claude", sid, str(path), cwd=str(d.get("cwd") or ""))
+            s.updated = max(s.updated, str(d.get("timestamp") or ""))
+            content = msg.get("content")
+            if d["type"] == "user":
+                if isinstance(content, list) and any(isinstance(b, dict) and b.get("type") == "tool_result"
+                                                     for b in content):
+                    for b in content:
+                        if isinstance(b, dict) and b.get("type") == "tool_result":
+                            use = pending.pop(str(b.get("tool_use_id")), None)
+                            if use is not None:
+                                use.ok = not b.get("is_error")
+                                use.output = _result_text(b.get("content"))
+                    continue
+                if d.get("isMeta"):
+                    continue
+                text = text_of(content).strip()
+                if not text:
+                    continue
+                turn = current.get(sid)
+                if text.startswith(INTERRUPTED):
+                    if turn is not None:
+                        turn.interrupted = True
+                    continue
+                if text.startswith(("<command-", "<local-command-")):
+                    continue
+                turn = Turn(key=str(d.get("uuid") or f"{sid}-{len(s.turns)}"), user=text,
+                            at=str(d.get("timestamp") or ""))
+                s.turns.append(turn)
+                current[sid] = turn
+                continue
+            turn = current.get(sid)
+            if turn is None:
+                continue
+            if msg.get("model") and not s.model and msg.get("model") != "<synthetic>":
+                s.model = str(msg["model"])
+            blocks = content if isinstance(content, list) else [{"type": "text", "text": content or ""}]
+            tool_called = False
+            for b in blocks:
+                if not isinstance(b, dict):
+                    continue
+                if b.get("type") == "text" and str(b.get("text") or "").strip():
+                    turn.agent.append(str(b["text"]))
+                elif b.get("type") == "tool_use":
+                    use = ToolUse(str(b.get("name") or "?"), tool_input_text(b.get("input")),
+                                  call_id=str(b.get("id") or ""))
+                    turn.tools.append(use)
+                    pending[use.call_id] = use
+                    tool_called = True
+            turn.complete = not tool_called and msg.get("stop_reason") != "tool_use"
+    return list(sessions.values())
+
+
+def files(config_dir: Path) -> list[Path]:
+    """Every transcript under `<config dir>/projects/` (subagents' own files under …/subagents/ are skipped)."""
+    root = config_dir / "projects"
+    if not root.is_dir():
+        return []
+    return sorted(p for p in root.glob("*/*.jsonl") if p.is_file())

@@ -1,0 +1,122 @@
+"""What reef keeps of an agent session: turns (a user prompt and what the agent did until the next one), their tool
+calls with outcomes, as digests plus redacted, bounded excerpts.
+
+Every agent's parser (claude.py, opencode.py, pi.py, codex.py) turns its own session store into `Session`s of
+`Turn`s; `ingest/__init__.py` writes them to the ledger. A turn is keyed by an id the agent gave it (the prompt
+message's id), so a session re-read after it grew, or copied into a resumed session's file, yields the same keys.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import re
+from dataclasses import dataclass, field
+
+USER_CHARS = 1000  # the user's words are the signal: keep more of them than of the agent's
+AGENT_CHARS = 400
+TOOL_CHARS = 160
+MAX_TOOLS = 20  # tool calls kept per turn (the count is always exact)
+_KEY_OK = re.compile(r"[^A-Za-z0-9_.:-]")
+
+
+@dataclass
+class ToolUse:
+    name: str
+    input: str = ""
+    ok: bool | None = None  # None: no result seen
+    output: str = ""
+    call_id: str = ""
+
+
+@dataclass
+class Turn:
+    key: str  # the agent's id for the prompt message, unique within the session
+    user: str
+    at: str = ""
+    agent: list[str] = field(default_factory=list)  # the agent's text messages, in order
+    tools: list[ToolUse] = field(default_factory=list)
+    complete: bool = False  # the agent finished answering (a final message, no tool call awaiting its result)
+    interrupted: bool = False  # the user stopped the agent mid-turn
+    reverted: bool = False  # the user undid this turn (opencode's session revert)
+
+    @property
+    def reply(self) -> str:
+        return self.agent[-1] if self.agent else ""
+
+
+@dataclass
+class Session:
+    agent: str
+    session_id: str
+    source: str
+    cwd: str = ""
+    model: str = ""
+    turns: list[Turn] = field(default_factory=list)
+    updated: str = ""  # the last activity, ISO-8601
+
+    def last(self) -> Turn | None:
+        return self.turns[-1] if self.turns else None
+
+
+def digest(text: str) -> str:
+    return "sha256:" + hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+@functools.lru_cache(maxsize=8192)
+def clip(text: str, limit: int) -> str:
+    """A redacted excerpt of at most about `limit` characters: redacted before cutting (a secret across the cut is
+    still caught), and a redaction marker is never cut in half. Memoised: sessions repeat commands and replies."""
+    from ..redact import WINDOW, redact
+
+    text = text.replace("\x00", "")
+    out = redact(text[: limit + WINDOW])[0]
+    if len(out) <= limit:
+        return out
+    cut = limit
+    opened = out.rfind("[REDACTED:", 0, cut)
+    if opened >= 0 and out.find("]", opened) >= cut:
+        cut = out.find("]", opened) + 1
+    return out[:cut] + "…"
+
+
+def safe_key(text: str) -> str:
+    """A ledger-id-safe form of an agent's id (letters, digits, '_.:-'); hashed when long."""
+    cleaned = _KEY_OK.sub("_", text)
+    if len(cleaned) > 48:
+        return hashlib.sha256(text.encode()).hexdigest()[:32]
+    return cleaned
+
+
+def tool_input_text(value) -> str:
+    """A tool call's input as one line: the command for shell tools, else compact JSON."""
+    import json
+
+    if isinstance(value, dict):
+        for k in ("command", "cmd", "filePath", "file_path", "path", "pattern", "url", "skill"):
+            v = value.get(k)
+            if isinstance(v, str):
+                return v
+            if isinstance(v, list) and all(isinstance(x, str) for x in v):
+                return " ".join(v)
+    if isinstance(value, str):
+        return value
+    try:
+        return json.dumps(value, ensure_ascii=False, sort_keys=True)
+    except (TypeError, ValueError):
+        return str(value)
+
+
+def text_of(content) -> str:
+    """Text blocks of a message's content (a string, or a list of {type: text, text: ...} blocks)."""
+    if isinstance(content, str):
+        return content
+    out = []
+    if isinstance(content, list):
+        for block in content:
+            if isinstance(block, dict) and block.get("type") in ("text", "input_text", "output_text") \
+                    and isinstance(block.get("text"), str):
+                out.append(block["text"])
+            elif isinstance(block, str):
+                out.append(block)
+    return "\n".join(out)

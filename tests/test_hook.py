@@ -1,0 +1,78 @@
+"""reef's Claude Code SessionEnd/Stop hook: merged into the user's settings without touching anything else, and a
+hook process that never fails or blocks the agent (exit 0, detached work, no-op outside a project)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from test_evolve import init_project
+
+GOLDEN = Path(__file__).parent / "golden" / "transcripts"
+
+
+def install(reef, root, tmp_path, *args):
+    return reef("-C", str(root), "harness", "install", "--adapter", "claude", "--dest", str(tmp_path / "inst"),
+                "--bin-dir", str(tmp_path / "bin"), "--json", *args)
+
+
+def test_install_merges_the_hook_and_keeps_the_users_settings(reef, tmp_path):
+    root, _ = init_project(reef, tmp_path)
+    settings = Path(os.environ["HOME"]) / ".claude" / "settings.json"
+    settings.parent.mkdir(parents=True)
+    mine = {"type": "command", "command": "notify-send done"}
+    settings.write_text(json.dumps({"theme": "dark", "hooks": {"Stop": [{"hooks": [mine]}]}}))
+    r = install(reef, root, tmp_path)
+    assert r.code == 0, r.err
+    assert json.loads(r.out)["hook"] == {"settings": str(settings), "changed": True}
+    doc = json.loads(settings.read_text())
+    assert doc["theme"] == "dark" and doc["hooks"]["Stop"][0] == {"hooks": [mine]}
+    (ours,) = doc["hooks"]["SessionEnd"][0]["hooks"]
+    assert ours["command"].endswith("-m reef_cli.hook claude") and ours["timeout"] == 10
+    assert doc["hooks"]["Stop"][1]["hooks"] == [ours]
+    again = install(reef, root, tmp_path)
+    assert json.loads(again.out)["hook"]["changed"] is False
+    assert json.loads(settings.read_text()) == doc
+
+
+def test_no_hook_and_a_broken_settings_file(reef, tmp_path):
+    root, _ = init_project(reef, tmp_path)
+    settings = Path(os.environ["HOME"]) / ".claude" / "settings.json"
+    assert json.loads(install(reef, root, tmp_path, "--no-hook").out)["hook"] is None and not settings.exists()
+    settings.parent.mkdir(parents=True)
+    settings.write_text("{not json")
+    r = install(reef, root, tmp_path)
+    assert r.code == 4 and "settings.json is not valid JSON" in r.err and "--no-hook" in r.err
+    assert settings.read_text() == "{not json"
+
+
+def hook(stdin: str, cwd: Path, **env) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "reef_cli.hook", "claude"], input=stdin, cwd=cwd, text=True,
+                          capture_output=True, env={**os.environ, **env}, timeout=30)
+
+
+def test_the_hook_ingests_its_session_detached_and_never_fails(reef, tmp_path):
+    root, ledger = init_project(reef, tmp_path)
+    transcript = tmp_path / "t.jsonl"
+    shutil.copy(GOLDEN / "claude.jsonl", transcript)
+    event = {"session_id": "27afa82b-71ef-4a2b-a9c2-2776c6f477ec", "transcript_path": str(transcript),
+             "cwd": str(root), "hook_event_name": "SessionEnd"}
+    for bad in ("", "not json", json.dumps({"cwd": str(tmp_path / "nowhere")})):
+        r = hook(bad, tmp_path)
+        assert r.returncode == 0 and r.stdout == "" and r.stderr == ""
+    r = hook(json.dumps(event), tmp_path, REEF_HOOK_ACTIVE="1")  # inside reef: nothing
+    assert r.returncode == 0
+    started = time.monotonic()
+    r = hook(json.dumps(event), tmp_path)
+    assert r.returncode == 0 and r.stdout == "" and r.stderr == ""
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and not any(rec.kind == "report" for rec in ledger.iter_records()):
+        time.sleep(0.2)
+    kinds = [rec.kind for rec in ledger.iter_records()]
+    assert kinds.count("session") == 2 and kinds.count("report") == 1, kinds
+    assert time.monotonic() - started < 20

@@ -1,0 +1,147 @@
+"""The LLM Reflector against fake OpenAI and Anthropic servers speaking the real protocols: grounded lessons,
+secrets that never reach the server, observe-only records never sent, batching, the budget stopping a run cleanly
+(and the next run taking up where it stopped), --dry-run estimates, --show-prompt, usage in the ledger, prices."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from fakes import text
+from test_evolve import feedback, init_project, memory, session
+
+SECRET = "ghp_" + "A1b2C3d4E5" * 4  # a GitHub token's shape: redact.py knows it
+
+
+def reflect(reef, root, *args, code=0):
+    r = reef("-C", str(root), "harness", "reflect", "--json", *args)
+    assert r.code == code, r.err
+    return json.loads(r.out) if code == 0 and r.out.strip() else {"err": r.err, "out": r.out}
+
+
+def args(fake_llm, backend="openai"):
+    url = fake_llm.base_url if backend == "openai" else fake_llm.url
+    return ("--backend", backend, "--model-url", url, "--model", "cheap-model")
+
+
+def answer(*lessons) -> str:
+    return json.dumps({"lessons": list(lessons)})
+
+
+def test_anthropic_messages_backend(reef, tmp_path, fake_llm, monkeypatch):
+    root, ledger = init_project(reef, tmp_path)
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test-key-0000")
+    (rid,) = feedback(ledger, "You keep leaving debug prints in; remove them before committing.")
+    fake_llm.reply(text(answer({"text": "Remove debug prints before committing.", "polarity": "do",
+                                "evidence": [rid], "quotes": [{"record_id": rid, "text": "leaving debug prints"}]}),
+                        input_tokens=900, output_tokens=40))
+    out = reflect(reef, root, *args(fake_llm, "anthropic"))
+    assert out["observations"] == 1 and out["rejected"] == []
+    assert out["usage"] == {"calls": 1, "input_tokens": 900, "output_tokens": 40, "cost": None, "estimated": False,
+                            "budget_stopped": None}
+    (req,) = fake_llm.calls
+    assert req.route == "anthropic.messages" and req.headers["x-api-key"] == "sk-ant-test-key-0000"
+    assert req.headers["anthropic-version"] == "2023-06-01"
+    assert req.json["model"] == "cheap-model" and "Reflector of reef" in req.json["system"]
+    assert "sk-ant-test-key-0000" not in req.body.decode() and rid in req.json["messages"][0]["content"]
+    assert any(p["text"] == "Remove debug prints before committing." for p in memory(root).values())
+    (summary,) = [r for r in ledger.iter_records() if r.kind == "reflect"]
+    assert summary.payload["usage"]["input_tokens"] == 900  # usage is in the ledger
+    assert "sk-ant-test-key-0000" not in ledger.path.read_text()
+
+
+@pytest.mark.parametrize("backend", ["openai", "anthropic"])
+def test_a_secret_in_feedback_never_reaches_the_server(reef, tmp_path, fake_llm, backend):
+    root, ledger = init_project(reef, tmp_path)
+    # written straight to the ledger, bypassing `reef report`'s redaction (an old ledger, another writer)
+    rep = session(ledger, f"Deploys failed: you pasted the token {SECRET} into the config. Never do that.")
+    assert SECRET in ledger.path.read_text()
+    fake_llm.reply(text(answer()))
+    out = reflect(reef, root, *args(fake_llm, backend))
+    assert out["usage"]["calls"] == 1
+    body = fake_llm.calls[0].body.decode()
+    assert rep.record_id in body and SECRET not in body and "[REDACTED:" in body
+
+
+def test_observe_only_records_are_never_sent(reef, tmp_path, fake_llm):
+    root, ledger = init_project(reef, tmp_path)
+    hidden = session(ledger, "OBSERVE-ONLY-7781 use the shadow branch", observe_only=True)
+    seen = session(ledger, "Use the main branch for hotfixes.")
+    fake_llm.reply(text(answer()))
+    reflect(reef, root, *args(fake_llm))
+    body = fake_llm.calls[0].body.decode()
+    assert seen.record_id in body and hidden.record_id not in body and "OBSERVE-ONLY-7781" not in body
+
+
+def test_batching_and_the_budget_stop_then_resume(reef, tmp_path, fake_llm, monkeypatch):
+    root, ledger = init_project(reef, tmp_path)
+    ids = feedback(ledger, {"do": "run the linter before committing"}, 45)
+    monkeypatch.setenv("REEF_REFLECTOR_BATCH_SIZE", "10")
+    monkeypatch.setenv("REEF_REFLECTOR_MAX_CALLS", "2")
+    for _ in range(8):
+        fake_llm.reply(text(answer()))
+    first = reflect(reef, root, *args(fake_llm))
+    assert len(fake_llm.calls) == 2 and first["budget_stopped"] is True
+    assert first["usage"]["budget_stopped"] == "max_calls 2 reached"
+    assert first["observations"] == 20  # the answered batches' own lessons only
+    assert first["through_seq"] == ledger.get(ids[20]).seq - 1  # the mark stops before the first unanswered record
+    monkeypatch.setenv("REEF_REFLECTOR_MAX_CALLS", "10")
+    second = reflect(reef, root, *args(fake_llm))
+    assert len(fake_llm.calls) == 5 and second["observations"] == 25 and second["budget_stopped"] is False
+    (pat,) = memory(root).values()
+    assert pat["count"] == 45  # nothing counted twice across the stop
+    assert [r.payload["usage"]["calls"] for r in ledger.iter_records() if r.kind == "reflect"] == [2, 3]
+
+
+def test_token_budget_stops_before_sending(reef, tmp_path, fake_llm, monkeypatch):
+    root, ledger = init_project(reef, tmp_path)
+    feedback(ledger, "Always pin dependency versions.", 3)
+    monkeypatch.setenv("REEF_REFLECTOR_MAX_INPUT_TOKENS", "50")
+    out = reflect(reef, root, *args(fake_llm))
+    assert fake_llm.calls == [] and out["budget_stopped"] is True and out["from_seq"] == out["through_seq"] == 0
+    assert "max_input_tokens 50 would be exceeded" in out["usage"]["budget_stopped"]
+
+
+def test_dry_run_estimates_and_show_prompt_prints_without_sending(reef, tmp_path, fake_llm, monkeypatch):
+    root, ledger = init_project(reef, tmp_path)
+    feedback(ledger, f"Stop echoing {SECRET} in logs.", 1)
+    feedback(ledger, "Prefer pathlib over os.path.", 24)
+    monkeypatch.setenv("REEF_REFLECTOR_BATCH_SIZE", "10")
+    out = reflect(reef, root, "--dry-run", *args(fake_llm))
+    assert fake_llm.calls == [] and out["usage"]["estimated"] is True and out["usage"]["calls"] == 3
+    assert out["usage"]["input_tokens"] > 1000 and out["written"] is False
+    r = reef("-C", str(root), "harness", "reflect", "--show-prompt", "--json", *args(fake_llm))
+    assert r.code == 0, r.err
+    prompts = json.loads(r.out)
+    assert len(prompts) == 3 and prompts[0]["url"] == fake_llm.base_url + "/chat/completions"
+    assert prompts[0]["body"]["messages"][0]["role"] == "system"
+    assert SECRET not in r.out and "[REDACTED:" in r.out and fake_llm.calls == []
+    human = reef("-C", str(root), "harness", "reflect", "--dry-run", *args(fake_llm))
+    assert "model estimate: 3 call(s)" in human.out
+
+
+def test_max_cost_needs_a_price_and_prices_give_the_cost(reef, tmp_path, fake_llm, monkeypatch):
+    root, ledger = init_project(reef, tmp_path)
+    feedback(ledger, "Use ruff, not flake8.")
+    monkeypatch.setenv("REEF_REFLECTOR_MAX_COST", "0.01")
+    r = reef("-C", str(root), "harness", "reflect", *args(fake_llm))
+    assert r.code == 4 and "reflector.budget.max_cost needs a price for model 'cheap-model'" in r.err
+    cfg = root / "harness.yaml"
+    cfg.write_text(cfg.read_text() + "reflector:\n  prices:\n    cheap-model: {input: 1.0, output: 4.0}\n")
+    assert reef("-C", str(root), "publish", "-m", "prices").code == 0
+    fake_llm.reply(text(answer(), input_tokens=1000, output_tokens=500))
+    out = reflect(reef, root, *args(fake_llm))
+    assert out["usage"]["cost"] == pytest.approx(0.003)
+
+
+def test_a_truncated_anthropic_answer_is_refused(reef, tmp_path, fake_llm):
+    from fakes import raw
+
+    root, ledger = init_project(reef, tmp_path)
+    feedback(ledger, "Always run the tests before finishing.")
+    cut = raw(json.dumps({"type": "message", "role": "assistant", "content": [{"type": "text", "text": '{"less'}],
+                          "stop_reason": "max_tokens", "usage": {"input_tokens": 10, "output_tokens": 1500}}))
+    fake_llm.reply(cut, cut)
+    out = reflect(reef, root, *args(fake_llm, "anthropic"), code=1)
+    assert "cut off at max_tokens" in out["err"] and "high-water mark did not move" in out["err"]
