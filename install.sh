@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Install reef from this checkout into a virtual environment and put `reef` on PATH.
 #   ./install.sh            reef and its runtime dependencies
-#   ./install.sh --dev      plus the test dependencies and the pinned agent CLIs for the e2e tests
+#   ./install.sh --dev      plus the test dependencies, Ray (reef[ray]), chromium (as root) and the pinned
+#                           agent CLIs for the e2e tests
 #   ./install.sh --adapter claude|opencode|pi
 #                           plus that agent's CLI (if missing) and its reef-<agent> wrapper, bound to the reef
 #                           project of the current directory (`reef harness install --adapter NAME`)
-# Idempotent: re-running upgrades in place. Env: REEF_VENV (default ./.venv), REEF_BIN_DIR (default ~/.local/bin).
+# Idempotent: re-running upgrades in place. Env: REEF_VENV (default ./.venv), REEF_BIN_DIR (default ~/.local/bin),
+# REEF_NO_COMPLETION=1 (do not install shell completion for $SHELL).
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -16,7 +18,7 @@ while [ "$#" -gt 0 ]; do
     --dev) dev=1 ;;
     --adapter) [ "$#" -ge 2 ] || { echo "install.sh: --adapter needs a name" >&2; exit 2; }; adapter="$2"; shift ;;
     --adapter=*) adapter="${1#--adapter=}" ;;
-    -h|--help) sed -n '2,8p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,10p' "$0"; exit 0 ;;
     *) echo "install.sh: unknown option '$1' (try --help)" >&2; exit 2 ;;
   esac
   shift
@@ -48,6 +50,11 @@ spec="$here"
 [ "$dev" = 1 ] && spec="$here[dev]"
 # compat mode: a plain .pth entry instead of an import-hook finder (saves ~10 ms on every reef start)
 "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --config-settings editable_mode=compat -e "$spec"
+if [ "$dev" = 1 ]; then
+  # reef[ray] for `--executor ray` and its (slow-marked) tests: ~80 MB, so a failure here only skips those tests
+  "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --config-settings editable_mode=compat \
+    -e "$here[dev,ray]" || echo "note: Ray not installed; --executor ray and its tests are unavailable" >&2
+fi
 
 bin_dir="${REEF_BIN_DIR:-$HOME/.local/bin}"
 mkdir -p "$bin_dir"
@@ -62,10 +69,22 @@ case ":$PATH:" in
   *":$bin_dir:"*) ;;
   *) echo "note: $bin_dir is not on your PATH; add it, or run $venv/bin/reef" ;;
 esac
+# Tab completion for the login shell: best effort, never fails the install (REEF_NO_COMPLETION=1 skips it).
+if [ -z "${REEF_NO_COMPLETION:-}" ]; then
+  "$venv/bin/reef" completion install 2>/dev/null \
+    || echo "note: shell completion not installed; run: reef completion install --shell bash|zsh|fish"
+fi
 if [ "$dev" = 1 ]; then
   # The real agent CLIs that tests/test_agents_e2e.py drives, at their pinned versions (npm's cache makes a
   # reinstall take seconds). Not fatal: without them those tests skip and say why.
   "$here/adapters/install-agents.sh" || echo "note: agent CLIs not installed; tests/test_agents_e2e.py will skip" >&2
+  # Headless Chromium renders `reef page` in tests/test_page.py. Debian's package, as root only (CI starts from a
+  # clean machine as root); never fatal: without it that test skips and says why.
+  if ! command -v chromium >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    { DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium || { apt-get update -qq &&
+      DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }; } >/dev/null 2>&1 \
+      || echo "note: chromium not installed; tests/test_page.py will skip its browser check" >&2
+  fi
 fi
 if [ -n "$adapter" ]; then
   if ! "$venv/bin/python" -c 'import sys; from reef_cli.adapters import find_binary, load; sys.exit(find_binary(load(sys.argv[1])) is None)' "$adapter" 2>/dev/null; then

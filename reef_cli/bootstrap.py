@@ -186,7 +186,7 @@ def init_project(
 
     if recipe is not None and load_recipe(recipe).kind == "weights":  # refuse before anything is written
         raise InvalidInput(f"recipe '{recipe}' trains model weights, not a harness; its scenario is created by "
-                           f"'reef -s NAME train --recipe {recipe}'")
+                           f"'reef -s NAME train --recipe {recipe} --engine URL --init'")
     root = Path(os.path.abspath(root))
     if not root.is_dir():
         raise InvalidInput(f"{root}: not a directory")

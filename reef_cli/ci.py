@@ -242,7 +242,7 @@ class CiReport:
 def run_ci(store, baseline, base_files: Mapping, base_label: str, *, workers: int | None = None,
            policy: str | None = None, max_episodes: int | None = None,
            progress: Callable[[dict], None] | None = None, environ: Mapping[str, str] | None = None,
-           suite_change: bool = False) -> CiReport:
+           executor=None, suite_change: bool = False) -> CiReport:
     """Judge the working tree against the baseline: blocked when it touches a Frozen path (nothing runs), pass when
     it changes nothing, else the canary gate's verdict."""
     from .config import CONFIG_NAME, parse_config
@@ -265,7 +265,8 @@ def run_ci(store, baseline, base_files: Mapping, base_label: str, *, workers: in
         report.status, report.reason = "pass", "no harness changes; nothing to gate"
     else:
         verdict = gate_candidate(store, files, ledger=store.ledger(), baseline=baseline, workers=workers,
-                                 policy=policy, max_episodes=max_episodes, progress=progress, environ=environ)
+                                 policy=policy, max_episodes=max_episodes, progress=progress, environ=environ,
+                                 executor=executor)
         if verdict is None:
             report.status, report.reason = "pass", "no canary tasks (harness.yaml gate.tasks); nothing to gate"
         else:

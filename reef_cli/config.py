@@ -40,6 +40,8 @@ class GateConfig:
     screen: float = 0.25
     screen_min: int = 3
     resamples: int = 2000
+    executor: str = "local"  # where episodes run: local | ray (reef_cli/executors.py)
+    ray_address: str | None = None  # with executor: ray, the cluster to join (None: a local Ray instance)
     max_repeats: int = 0  # policy sequential: pairs per task with probes (0: twice `repeats`)
     drop_alpha: float = 0.1  # policy sequential: error budget of the per-task drop veto
 

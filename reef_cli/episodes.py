@@ -18,7 +18,7 @@ import sys
 import tempfile
 import threading
 import time
-from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Mapping, Sequence
@@ -262,6 +262,21 @@ def _skills_used(routing: Path) -> tuple[str, ...]:
     return tuple(dict.fromkeys(out))
 
 
+class LocalPool:
+    """The default executor: episodes on local threads (each one mostly waits on its agent's process)."""
+
+    def __init__(self, workers: int) -> None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        self.pool = ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="reef-episode")
+
+    def submit(self, runner, req):
+        return self.pool.submit(runner.run_one, req)
+
+    def shutdown(self, cancel: bool = False) -> None:
+        self.pool.shutdown(wait=True, cancel_futures=cancel)
+
+
 class EpisodeRunner:
     """Runs episodes for one gate run: the agent command, the trusted suite directory and the seed are fixed."""
 
@@ -276,8 +291,10 @@ class EpisodeRunner:
         environ: Mapping[str, str] | None = None,
         kill_grace: float = 2.0,
         store_content: bool = False,
+        executor=None,
     ) -> None:
         self.agent = tuple(agent)
+        self.executor = executor  # an executors.ExecutorSpec (its make(n) gives the pool); None: local threads
         self.store_content = store_content
         self.suite_dir = Path(suite_dir)
         self.seed = seed
@@ -286,6 +303,11 @@ class EpisodeRunner:
         self.environ = dict(os.environ if environ is None else environ)
         self.kill_grace = kill_grace
         self.groups = ProcessGroups()
+
+    def settings(self) -> dict:
+        """What a runner elsewhere (a Ray worker) needs to run one of our episodes exactly as we would."""
+        return {"agent": self.agent, "suite_dir": self.suite_dir, "seed": self.seed, "work_root": self.work_root,
+                "environ": self.environ, "kill_grace": self.kill_grace, "store_content": self.store_content}
 
     def episode_seed(self, task: Task, repeat: int) -> str:
         """The same for candidate and current, so both sides meet the same luck (common random numbers)."""
@@ -394,9 +416,10 @@ class EpisodeRunner:
                 todo.append(req)
         if not todo:
             return results
-        pool = ThreadPoolExecutor(max_workers=min(self.workers, len(todo)), thread_name_prefix="reef-episode")
+        n = min(self.workers, len(todo))
+        pool = self.executor.make(n) if self.executor is not None else LocalPool(n)
         try:
-            pending = {pool.submit(self.run_one, req) for req in todo}
+            pending = {pool.submit(self, req) for req in todo}
             while pending:
                 finished, pending = wait(pending, return_when=FIRST_COMPLETED)
                 for fut in finished:
@@ -408,9 +431,9 @@ class EpisodeRunner:
                         on_result(res, False)
         except BaseException:
             self.groups.kill_all()
-            pool.shutdown(wait=True, cancel_futures=True)
+            pool.shutdown(cancel=True)
             raise
-        pool.shutdown(wait=True)
+        pool.shutdown()
         return results
 
 

@@ -654,6 +654,7 @@ def gate_candidate(
     journal_dir: Path | None = None,
     repeats: int | None = None,
     environ: Mapping[str, str] | None = None,
+    executor=None,
 ) -> Verdict | None:
     """Run the canary gate of `candidate_files` against `baseline` (default: the head release).
 
@@ -666,6 +667,7 @@ def gate_candidate(
     """
     from .config import CONFIG_NAME, parse_config
     from .episodes import EpisodeRequest, EpisodeRunner, Journal, materialise_readonly, rmtree
+    from .executors import ExecutorSpec
     from .tasks import check_held_out, load_suite
 
     if baseline is None:
@@ -703,7 +705,8 @@ def gate_candidate(
             CANDIDATE: materialise_readonly(trees / cand_cid, cand_files)}
     cids = {CURRENT: base_cid, CANDIDATE: cand_cid}
     runner = EpisodeRunner(config.agent, suite_dir=dirs[CURRENT], seed=settings.seed, workers=workers,
-                           environ=environ, store_content=config.store_content)
+                           environ=environ, store_content=config.store_content,
+                           executor=executor or ExecutorSpec.of(environ=environ, config=config.gate))
     by_id = {t.id: t for t in canary}
     specs = [TaskSpec(t.id, t.sentinel) for t in canary]
     base_rid = base_release.release_id if base_release is not None else None

@@ -43,7 +43,7 @@ from typing import Any, Protocol
 
 from .errors import InvalidInput, ReefError
 from .patterns import dont_text, polarity_of, sentence
-from .reflect import Lesson, record_text
+from .lessons import Lesson, record_text
 
 SYSTEM_PROMPT = """You are the Reflector of reef, a tool that improves a coding agent's instructions from feedback.
 You get records from the agent's sessions (user feedback reports, corrections the user made inside a session,

@@ -47,6 +47,7 @@ from typing import Any
 from .errors import InvalidInput, NotFound, ReefError
 from .redact import redact_text
 from .patterns import Observation, PatternMemory, dont_text, polarity_of, sentence, terms_of
+from .lessons import Lesson, record_text
 
 RECENT_INTERACTIONS = 200_000
 _FAIL_KINDS = {"failure", "failed", "fail", "error", "rolled-back", "rolled_back", "rejected", "regressed"}
@@ -64,21 +65,6 @@ _IMPERATIVE = frozenset("""add answer ask avoid build call check clean close com
 _SENTENCE_END = re.compile(r"(?<=[.!?;])\s+|\n+")
 _ERRORISH = re.compile(r"error|fail|exception|fatal|traceback|denied|not found|cannot|refused", re.IGNORECASE)
 _LEAD_IN = re.compile(r"^(?:please|also|and|but|so|next time|in future|going forward)[,:]?\s+", re.IGNORECASE)
-
-
-@dataclass(frozen=True)
-class Lesson:
-    text: str
-    polarity: str
-    cites: tuple[str, ...]
-    quotes: tuple[tuple[str, str], ...] = ()
-    origin: str = "feedback"
-    surface_hint: str | None = None
-
-    def to_json(self) -> dict:
-        return {"text": self.text, "polarity": self.polarity, "cites": list(self.cites),
-                "quotes": [{"record_id": r, "text": t} for r, t in self.quotes], "origin": self.origin,
-                "surface_hint": self.surface_hint}
 
 
 @dataclass(frozen=True)
@@ -126,28 +112,6 @@ class ReflectResult:
             "ledger_restarted": self.restarted, "patterns": len(self.memory.patterns),
             "usage": self.usage, "budget_stopped": self.budget_stopped,
         }
-
-
-# --------------------------------------------------------------------------------------------- record text
-
-
-def _strings(obj: Any, out: list[str]) -> None:
-    t = type(obj)
-    if t is str:
-        out.append(obj)
-    elif t is dict:
-        for k in sorted(obj):
-            _strings(obj[k], out)
-    elif t is list or t is tuple:
-        for v in obj:
-            _strings(v, out)
-
-
-def record_text(record) -> str:
-    """A record's stored text: every string in its payload, in key order, one per line."""
-    out: list[str] = []
-    _strings(record.payload, out)
-    return "\n".join(out)
 
 
 def _squash(text: str) -> str:

@@ -15,8 +15,14 @@ from .errors import InvalidInput
 
 
 def _is_frontmatter_file(path: str) -> bool:
+    """Only the files the compiler reads as skills or agents: a SKILL.md elsewhere (a monorepo's test fixture of
+    broken skills, say) breaks nothing, and refusing it would make such a repository impossible to import."""
+    from .compile import AGENT_DIRS, SKILL_ROOTS
+
     name = path.rsplit("/", 1)[-1]
-    return name == "SKILL.md" or (path.endswith(".md") and "/agents/" in f"/{path}")
+    if name == "SKILL.md":
+        return any(path.startswith(root + "/") for root in SKILL_ROOTS)
+    return path.endswith(".md") and any(path.startswith(f"{d}/agents/") for d in (*AGENT_DIRS, ".agents"))
 
 
 def check_release(files: Mapping[str, Any], config) -> None:

@@ -127,3 +127,86 @@ def test_serve_records_train_consumes_new_load_id_answers_and_mismatch_is_refuse
         p = ledger_of(project).get(rid).payload
         assert p["outcome"] == "refused" and p["provenance"]["answered"] == "rogue-2"
         assert gw.stop() == 0  # drained, ledgers verified
+
+
+# -- starting a weights scenario: the engine's base weights as step 1, so serve can record before any training ----
+def test_init_base_weights_then_serve_records_under_step_1_and_train_publishes_step_2(project, engine, tmp_path):
+    from conftest import run_reef
+
+    base_dir = tmp_path / "base-model"  # the engine serves a real directory, so a rollback can reload it
+    base_dir.mkdir()
+    (base_dir / "config.json").write_text("{}")
+    engine.model_path = str(base_dir)
+
+    # serve names the exact command when the scenario does not exist yet (and writes nothing)
+    missing = run_reef("-s", SCEN, "serve", "--upstream", engine.url + "/v1", "--upstream-api", "sglang", "--port", "0",
+                       cwd=project)
+    assert missing.returncode == 1 and missing.stdout == ""
+    assert (f"scenario '{SCEN}' does not exist" in missing.stderr
+            and f"'reef -s {SCEN} train --recipe sao --engine {engine.url} --init'" in missing.stderr)
+    assert not (project / ".reef" / "scenarios" / SCEN).exists()
+
+    with Gateway(project, engine.url + "/v1", "--upstream-api", "sglang") as gw:
+        # a request for it while serve runs (header-routed): 404 naming the same command
+        with pytest.raises(openai.NotFoundError) as err:
+            ask(gw, "too early")
+        assert f"'reef -s {SCEN} train --recipe sao --engine {engine.url} --init'" in str(err.value)
+
+        init = run_reef("-s", SCEN, "train", "--recipe", "sao", "--engine", engine.url, "--init", "--json",
+                        cwd=project)
+        assert init.returncode == 0, init.stderr
+        base = json.loads(init.stdout)
+        assert base["step"] == 1 and base["runtime_load_id"] == "default" and base["base_model_path"] == str(base_dir)
+        again = run_reef("-s", SCEN, "train", "--engine", engine.url, "--init", cwd=project)
+        assert again.returncode == 3 and f"already has release {base['release_id']} (step 1)" in again.stderr
+
+        raws = [ask(gw, f"task {i}") for i in range(2)]
+        rids = [r.headers["x-reef-agent-record-id"] for r in raws]
+        assert {r.headers["x-reef-release-id"] for r in raws} == {base["release_id"]}
+        for rid in rids:
+            p = ledger_of(project).get(rid).payload
+            assert p["outcome"] == "ok" and p["weight_version"] == "default" and p["provenance"]["ok"]
+        import urllib.request
+
+        req = urllib.request.Request(gw.url + "/reef/report", method="POST",
+                                     data=json.dumps({"score": 1.0, "receipts": rids}).encode(),
+                                     headers={"x-reef-scenario": SCEN, "Content-Type": "application/json"})
+        assert urllib.request.urlopen(req).status == 200
+
+        trained = run_reef("-s", SCEN, "train", *swap_args(engine), "--json", cwd=project)
+        assert trained.returncode == 0, trained.stderr
+        out = json.loads(trained.stdout)
+        assert sorted(s["record_id"] for s in out["selection"]["samples"]) == sorted(rids)
+        assert out["runtime_load_id"].startswith("2:") and engine.loads[-1]["weight_version"] == out["runtime_load_id"]
+        raw = ask(gw, "after the swap")
+        assert raw.headers["x-reef-release-id"] == out["release_id"]
+        assert ledger_of(project).get(raw.headers["x-reef-agent-record-id"]).payload["weight_version"] == \
+            out["runtime_load_id"]
+        assert gw.stop() == 0
+
+    # step 1 names the base weights, so rolling back to it reloads the engine's original model path
+    back = run_reef("-s", SCEN, "train", "--engine", engine.url, "--rollback", "1", "--json", cwd=project)
+    assert back.returncode == 0, back.stderr
+    assert json.loads(back.stdout)["checkpoint"] == str(base_dir) and engine.model_path == str(base_dir)
+
+
+def test_init_errors_name_what_to_do(reef, project, engine):
+    r = train(reef, project, "--init")
+    assert r.code == 4 and "--init needs the engine: pass --engine URL" in r.err
+    r = train(reef, project, "--engine", engine.url, "--init", recipe=None)
+    assert r.code == 4 and "name its recipe: 'reef -s model train --recipe NAME --engine URL --init'" in r.err
+    engine.stop()
+    r = train(reef, project, "--engine", engine.url, "--init")
+    assert r.code == 1 and "is unreachable" in r.err
+    assert not (project / ".reef" / "scenarios" / SCEN / "scenario.json").exists()  # a failed --init wrote nothing
+    r = train(reef, project, "--engine", engine.url, "--init", recipe="skillclaw")
+    assert r.code == 4 and "create its scenario with 'reef init --scenario model --recipe skillclaw'" in r.err
+    r = reef("-C", str(project), "init", "--scenario", "w", "--recipe", "sao")
+    assert r.code == 4 and "'reef -s NAME train --recipe sao --engine URL --init'" in r.err
+    # a scenario created by an older reef (no release): serve says how to give it one, without --recipe
+    from reef_cli.project import Project
+    from reef_cli.store import HarnessStore
+
+    HarnessStore(Project(project), SCEN).create("sao")
+    r = reef("-C", str(project), "-s", SCEN, "serve", "--upstream", engine.url, "--upstream-api", "sglang")
+    assert r.code == 1 and "has no release yet" in r.err and f"'reef -s {SCEN} train --engine {engine.url} --init'" in r.err

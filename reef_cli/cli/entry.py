@@ -10,8 +10,10 @@ from .hot import parse_fast, run_fast
 
 
 def main() -> None:
+    import os  # already loaded by the interpreter: free
+
     argv = sys.argv[1:]
-    parsed = parse_fast(argv)
+    parsed = None if "_REEF_COMPLETE" in os.environ else parse_fast(argv)
     if parsed is not None:
         sys.exit(run_fast(*parsed))
     from .main import run

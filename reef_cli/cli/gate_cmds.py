@@ -18,7 +18,20 @@ WORKERS = typer.Option(None, "--workers", "-j", min=1, help="Episodes run in par
 POLICY = typer.Option(None, "--policy", help="paired (default), sequential (adaptive, sequential test), tally "
                       "(wins - losses > margin), floor or always.")
 MAX_EPISODES = typer.Option(None, "--max-episodes", min=0, help="Episode budget; the gate rejects if it runs out first.")
+EXECUTOR = typer.Option(None, "--executor", help="Where episodes run: local (threads, default) or ray (reef[ray]; "
+                        "env REEF_EXECUTOR).")
+RAY_ADDRESS = typer.Option(None, "--ray-address", help="Ray cluster to join with --executor ray (default: start a "
+                           "local one; env REEF_RAY_ADDRESS).")
 REPEATS = typer.Option(None, "--repeats", "-k", min=1, help="Repeats per task and side (default: harness.yaml gate.repeats).")
+
+
+def _executor(kind, ray_address, env):
+    """The executor the flags ask for (checked before any work), or None: the gate then takes $REEF_EXECUTOR or
+    the baseline's harness.yaml gate.executor."""
+    from ..executors import ExecutorSpec
+
+    spec = ExecutorSpec.of(kind, ray_address, env.environ)
+    return spec if kind or ray_address else None
 
 
 @contextlib.contextmanager
@@ -121,12 +134,15 @@ def eval_cmd(
     explain: bool = typer.Option(False, "--explain", help="Per task: the paired differences, the running bound and "
                                  "why sampling stopped (JSON: `trace`)."),
     as_json: bool = JSON,
+    executor: Optional[str] = EXECUTOR,
+    ray_address: Optional[str] = RAY_ADDRESS,
 ) -> None:
     """Run the canary gate on a candidate harness without publishing: exit 0 if it would publish, 1 if not."""
     from ..errors import NotFound, UsageError
     from ..gate import ablations, frozen_changes, gate_candidate
 
     env: Env = ctx.obj
+    _executor(executor, ray_address, env)  # a bad --executor fails before any work
     if candidate and working_tree:
         raise UsageError("--candidate and --working-tree are mutually exclusive")
     _check_policy(policy)
@@ -148,7 +164,8 @@ def eval_cmd(
     with _interruptible(), _progress(not as_json) as progress:
         verdict = gate_candidate(store, files, ledger=store.ledger(), baseline=base, workers=workers, policy=policy,
                                  max_episodes=max_episodes, repeats=repeats, progress=progress, environ=env.environ,
-                                 attribute=ablations(base_files, files) if attribute else None)
+                                 attribute=ablations(base_files, files) if attribute else None,
+                                 executor=_executor(executor, ray_address, env))
     if verdict is None:
         raise NotFound(f"release {base.step} has no canary tasks (harness.yaml gate.tasks); add some under canary/ "
                        "and publish them first")
@@ -176,6 +193,8 @@ def ci(
     policy: Optional[str] = POLICY,
     workers: Optional[int] = WORKERS,
     max_episodes: Optional[int] = MAX_EPISODES,
+    executor: Optional[str] = EXECUTOR,
+    ray_address: Optional[str] = RAY_ADDRESS,
     suite_change: bool = typer.Option(False, "--suite-change", help="The change edits the measuring stick (canary "
                                       "tasks, evaluators, harness.yaml gate/zones) on purpose: judge both sides on the new suite."),
 ) -> None:
@@ -189,6 +208,7 @@ def ci(
 
     env: Env = ctx.obj
     _check_policy(policy)
+    spec = _executor(executor, ray_address, env)
     outputs = [(check_output(p if p.is_absolute() else env.cwd / p, opt), render)
                for p, opt, render in ((summary, "--summary", "markdown"), (junit, "--junit", "junit")) if p is not None]
     if base is None:
@@ -197,8 +217,9 @@ def ci(
         store, baseline, base_files, label = base_checkout(env.cwd, env.scenario_name or env.environ.get("REEF_SCENARIO"),
                                                            base)
     with _interruptible(), _progress(not as_json) as progress:
-        report = run_ci(store, baseline, base_files, label, workers=workers, policy=policy, suite_change=suite_change,
-                        max_episodes=max_episodes, progress=progress, environ=env.environ)
+        report = run_ci(store, baseline, base_files, label, workers=workers, policy=policy,
+                        max_episodes=max_episodes, progress=progress, environ=env.environ, executor=spec,
+                        suite_change=suite_change)
     for path, render in outputs:
         write_output(path, getattr(report, render)())
     if as_json:

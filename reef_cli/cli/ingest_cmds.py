@@ -56,7 +56,7 @@ def bullets_cmd(ctx: typer.Context, as_json: bool = JSON) -> None:
     from datetime import datetime, timezone
 
     from ..evolve import load_memory
-    from ..hygiene import learned_bullets
+    from ..bullets import learned_bullets
 
     store = ctx.obj.store()
     head = store.require_head()

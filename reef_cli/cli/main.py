@@ -3,6 +3,7 @@ into exit codes here and everything else in boundary.guarded."""
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Optional
@@ -66,6 +67,15 @@ def _register(app: typer.Typer) -> None:
     from . import ingest_cmds
 
     ingest_cmds.register(app, harness_cmds.app)
+    from . import doctor_cmds
+
+    doctor_cmds.register(app)
+    from . import completion_cmds
+
+    completion_cmds.register(app)
+    from . import page_cmds
+
+    page_cmds.register(app)
     from . import train_cmds
 
     train_cmds.register(app)
@@ -130,6 +140,10 @@ def run(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     argv = _optional_value(argv, "--branch", "evolve")
     click_cmd = typer_main.get_command(build_app(argv))
+    if os.environ.get("_REEF_COMPLETE"):  # a shell asks for completions: only then load that machinery
+        from .completion_cmds import prepare
+
+        prepare(click_cmd)
     try:  # typer >= 0.20 vendors click; older typer uses the click package (the one shim for that internal)
         from typer._click import exceptions as click_exc
     except ImportError:  # pragma: no cover

@@ -27,7 +27,12 @@ def serve(
     from ..serve.app import ServeConfig, serve as run_gateway
 
     env = ctx.obj
-    store = env.store()
+    if upstream_api == "sglang":  # its scenario starts from the engine's weights; say that command when it is missing
+        from ..serve.provenance import require_servable
+
+        store = require_servable(env.project(), env.scenario(), upstream)
+    else:
+        store = env.store()
     config = ServeConfig(project=store.project, scenario=store.scenario, upstream=upstream, upstream_api=upstream_api,
                          host=host, port=port, token_file=token_file, inject=inject, store_content=store_content,
                          pass_client_key=pass_client_key, json_logs=as_json, timeout=timeout, max_body=max_body,

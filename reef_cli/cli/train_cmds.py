@@ -38,6 +38,7 @@ def train(
     trainer: Optional[str] = typer.Option(None, "--trainer", help="Trainer command, split like a shell; slime's flags are appended (default: slime's train.py in REEF_SLIME_DIR)."),
     eval_cmd: Optional[str] = typer.Option(None, "--eval", help="Weight gate: a command scoring the new weights (last stdout line a number or {\"score\": N}); they roll back if they lose to the previous release's verdict (env REEF_WEIGHT_EVAL)."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print what would be trained on and stop."),
+    init: bool = typer.Option(False, "--init", help="Start a weights scenario: bind it to --recipe and publish the engine's current (base) weights as step 1, so 'reef serve --upstream-api sglang' can record for it."),
     timeout: Optional[float] = typer.Option(None, "--timeout", help="Stop the trainer after S seconds (default: the recipe's)."),
     unlock: bool = typer.Option(False, "--unlock", help="Clear the lock a failed weight transfer left, after checking the engine."),
     rollback: Optional[str] = typer.Option(None, "--rollback", help="Reload an earlier weight release's checkpoint into the engine and publish it as a new release (id, prefix, step or HEAD~N)."),
@@ -48,6 +49,20 @@ def train(
     from ..weights.train import TrainOptions, open_scenario, train as run_train, unlock as clear_lock
 
     env: Env = ctx.obj
+    if init:
+        from ..weights.train import init_base
+
+        store, bound, rel = init_base(env.project(), env.scenario(), recipe, engine, environ=env.environ)
+        if as_json:
+            emit_json({"release_id": rel.release_id, "step": rel.step, "runtime_load_id": rel.runtime_load_id,
+                       "recipe": bound.name, "base_model_path": rel.meta["base_model_path"]})
+        else:
+            print(f"Started weights scenario '{store.scenario}' (recipe {bound.name}): release {rel.release_id} "
+                  f"(step {rel.step}) is the base model {rel.meta['base_model_path']}, runtime load id "
+                  f"{rel.runtime_load_id}")
+            print(f"  next: reef -s {store.scenario} serve --upstream {rel.meta['engine']}/v1 --upstream-api sglang; "
+                  f"then 'reef -s {store.scenario} train --engine {rel.meta['engine']}' on its rewarded records")
+        return
     store, bound = open_scenario(env.project(), env.scenario(), recipe)
     if unlock:
         info = clear_lock(store)

@@ -28,13 +28,43 @@ CHAT = "openai.chat"
 ASK = {"logprobs": True, "return_prompt_token_ids": True, "return_meta_info": True}
 
 
+def engine_url(upstream: str) -> str:
+    base = upstream.rstrip("/")
+    return base[:-3] if base.endswith("/v1") else base
+
+
+def start_command(scenario: str, upstream: str, recipe: str | None = "sao") -> str:
+    """The one command that makes a scenario servable in front of SGLang: its base weights as step 1."""
+    return (f"reef -s {scenario} train" + (f" --recipe {recipe}" if recipe else "")
+            + f" --engine {engine_url(upstream)} --init")
+
+
+def require_servable(project, scenario: str, upstream: str):
+    """The scenario `reef serve --upstream-api sglang` records into, or an error naming the command that starts it
+    (serve freezes a release per request, and a weights scenario's first release comes from that command)."""
+    from ..errors import NotFound
+    from ..store import HarnessStore
+
+    store = HarnessStore(project, scenario)
+    if not store.exists():
+        known = ", ".join(project.scenarios()) or "none"
+        raise NotFound(f"scenario '{scenario}' does not exist in {project.root} (known: {known}); start it from the "
+                       f"engine's base weights with '{start_command(scenario, upstream)}' (or another weights "
+                       "recipe from 'reef recipes')")
+    if store.head() is None:
+        raise NotFound(f"scenario '{scenario}' has no release yet, so serve has no weight version to check; start it "
+                       f"from the engine's base weights with '{start_command(scenario, upstream, None)}'")
+    return store
+
+
 class SGLangProvenance:
     def __init__(self, upstream_base: str, executor=None):
-        base = upstream_base.rstrip("/")
-        self.engine_url = base[:-3] if base.endswith("/v1") else base
+        self.engine_url = engine_url(upstream_base)
         self.executor = executor
 
     def install(self, recorder) -> None:
+        recorder.missing_hint = lambda name: (f"start it from the engine's base weights with "
+                                              f"'{start_command(name, self.engine_url)}'")
         recorder.request_hooks.append(self.sglang_meta_info)
         recorder.response_hooks.append(self.check)
 

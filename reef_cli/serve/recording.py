@@ -153,13 +153,14 @@ class Exchange:
 class _Scenario:
     """One scenario's store, shared ledger, and the release read at most once per change of its log."""
 
-    def __init__(self, project, name: str):
+    def __init__(self, project, name: str, hint=None):
         from ..store import HarnessStore
 
         self.store = HarnessStore(project, name)
         if not self.store.exists():
             known = ", ".join(project.scenarios()) or "none"
-            raise NotFound(f"scenario '{name}' does not exist in {project.root} (known: {known})")
+            raise NotFound(f"scenario '{name}' does not exist in {project.root} (known: {known})"
+                           + (f"; {hint(name)}" if hint else ""))
         self.ledger = self.store.ledger()
         self.log_path = self.store.dir / "releases.jsonl"
         self._key = None
@@ -188,6 +189,7 @@ class Recorder:
         self._scenarios: dict[str, _Scenario] = {}
         self.request_hooks: list[RequestHook] = []
         self.response_hooks: list[ResponseHook] = []
+        self.missing_hint = None  # name -> how to create it (set by the SGLang hook: a weights scenario's command)
         self.recorded = 0
         self.failed = 0
 
@@ -198,7 +200,7 @@ class Recorder:
             from ..project import check_scenario_name
 
             check_scenario_name(name)
-            state = self._scenarios[name] = _Scenario(self.project, name)
+            state = self._scenarios[name] = _Scenario(self.project, name, self.missing_hint)
         return state
 
     @property

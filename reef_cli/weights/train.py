@@ -33,8 +33,9 @@ from ..times import format_time, utc_now
 
 MANIFEST_PATH = "weights/manifest.json"
 MANIFEST_FORMAT = "reef-checkpoint-manifest/1"
+BASE_FORMAT = "reef-base-model/1"
 LOCK_NAME = "weights.lock"
-WEIGHT_OPERATIONS = ("train", "rollback")
+WEIGHT_OPERATIONS = ("train", "rollback", "base")
 
 
 @dataclass(frozen=True)
@@ -88,7 +89,7 @@ def open_scenario(project, scenario: str, recipe_name: str | None):
     if not store.exists():
         if recipe_name is None:
             raise InvalidInput(f"scenario '{scenario}' does not exist; create it with 'reef -s {scenario} train "
-                               "--recipe NAME' (see 'reef recipes')")
+                               "--recipe NAME --engine URL --init' (see 'reef recipes')")
         recipe = load(recipe_name)
         _require_trainable(recipe)
         if recipe.kind != "weights":  # skillclaw evolves a harness: it needs one published first
@@ -104,6 +105,66 @@ def open_scenario(project, scenario: str, recipe_name: str | None):
     recipe = load(bound)
     _require_trainable(recipe, scenario)
     return store, recipe
+
+
+def init_base(project, scenario: str, recipe_name: str | None, engine_url: str | None, *,
+              environ: dict | None = None):
+    """`reef train --init`: step 1 of a weights scenario is the engine's base weights, as they serve now.
+
+    `reef serve --upstream-api sglang` freezes a release per request and checks the engine answered with its
+    runtime_load_id, so a scenario must have a release before serve can record the traffic its first training step
+    needs. This one names the weights the engine loaded (content: a manifest of its model path, as /get_model_info
+    reports it) under the weight version the engine reports, so serve's check passes for the base weights and
+    `reef train` starts from that path; `--rollback 1` reloads it. Records already in the ledger stay trainable.
+    Everything is checked (recipe, engine, its answer) before the scenario is created, so a failure writes nothing.
+    """
+    from ..recipes import load
+    from ..store import HarnessStore
+    from .sglang import Engine, EngineRefused
+
+    existing = HarnessStore(project, scenario)
+    if recipe_name is None and not existing.exists():
+        raise InvalidInput(f"scenario '{scenario}' does not exist; name its recipe: 'reef -s {scenario} train "
+                           "--recipe NAME --engine URL --init' (see 'reef recipes')")
+    recipe = load(recipe_name or existing.info().recipe)
+    if recipe.kind != "weights":
+        raise InvalidInput(f"--init starts a weights scenario; '{recipe.name}' is a harness recipe (create its "
+                           f"scenario with 'reef init --scenario {scenario} --recipe {recipe.name}')")
+    environ = dict(os.environ if environ is None else environ)
+    url = engine_url or environ.get("REEF_ENGINE_URL")
+    if not url:
+        raise InvalidInput("--init needs the engine: pass --engine URL (the SGLang server serving the base model) "
+                           "or set REEF_ENGINE_URL")
+    engine = Engine(url)
+    if existing.exists() and existing.head() is not None:
+        head = existing.head()
+        raise ConflictError(f"scenario '{scenario}' already has release {head.release_id} (step {head.step}); "
+                            "--init only starts a new weights scenario — run 'reef train' to continue it")
+    info = engine.model_info()
+    version, model_path = info.get("weight_version"), info.get("model_path")
+    if version is None or not model_path:
+        raise EngineRefused(f"SGLang engine at {engine.url}: /get_model_info names no "
+                            f"{'weight_version' if version is None else 'model_path'}; reef cannot tell which "
+                            "weights answer (upgrade SGLang)")
+    store, recipe = open_scenario(project, scenario, recipe_name)
+    version = str(version)
+    manifest = {"format": BASE_FORMAT, "model_path": str(model_path), "tokenizer_path": info.get("tokenizer_path")}
+    meta = {"checkpoint": str(model_path), "base_model_path": str(model_path), "recipe": recipe.name,
+            "engine": engine.url, "records": {"from_seq": 0, "through_seq": 0, "count": 0, "pending_ids": []}}
+    with _training_lock(store):
+        release = _publish_plain(store, manifest, version, meta, f"base weights {model_path} ({recipe.name})")
+    store.ledger().append("train_init", {"recipe": recipe.name, "runtime_load_id": version,
+                                         "model_path": str(model_path), "engine": engine.url},
+                          release_id=release.release_id, content_id=release.content_id)
+    return store, recipe, release
+
+
+def _publish_plain(store, manifest: dict, version: str, meta: dict, reason: str):
+    from ..gitstore import Entry
+
+    files = {MANIFEST_PATH: Entry(json.dumps(manifest, indent=2, sort_keys=True).encode() + b"\n")}
+    return store.publish(reason=reason, operation="base", files=files, expected_head=None, meta=meta,
+                         allow_empty=True, runtime_load_id=version, surface="weights").release
 
 
 def _require_trainable(recipe, scenario: str | None = None) -> None:
@@ -338,8 +399,8 @@ def _restore(store, engine, target, *, run_id: str, reason: str, evidence, meta:
         named = json.loads(store.files_of(target)[MANIFEST_PATH].data)
     except (KeyError, ValueError):
         raise InvalidInput(f"release {target.release_id} is not a weight release (no {MANIFEST_PATH})") from None
-    try:
-        found = checkpoint_manifest(Path(ckpt))
+    try:  # base weights are the engine's own model path (maybe a hub id, maybe another machine): nothing to hash
+        found = named if named.get("format") == BASE_FORMAT else checkpoint_manifest(Path(ckpt))
     except (InvalidInput, OSError):
         found = None
     if found != named:
