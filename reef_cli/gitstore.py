@@ -315,9 +315,10 @@ class GitStore:
             if str(ref.target) != expected:
                 return str(ref.target)
             try:
-                ref.set_target(pygit2.Oid(hex=new))
-            except pygit2.GitError:
-                return str(remote.references[remote_ref].target)
+                ref.set_target(pygit2.Oid(hex=new))  # libgit2 re-checks the old value under the ref's lock
+            except (pygit2.GitError, OSError):  # moved meanwhile, or locked by a concurrent push (OSError: ELOCKED)
+                now = str(remote.references[remote_ref].target)
+                return now if now != expected else "being moved by another push"
             return None
         finally:
             inc = remote.references.get(incoming)

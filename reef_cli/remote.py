@@ -298,7 +298,7 @@ def push(project, name: str, url: str, *, only: str | None = None) -> SyncResult
         moved = git.push(url, store.ref, PREFIX + scenario, seen)
         if moved is not None:
             raise ConflictError(
-                f"scenario '{scenario}': remote '{name}' moved since we last saw it (now {moved[:12]}, we expected "
+                f"scenario '{scenario}': remote '{name}' moved since we last saw it (now {_short(moved)}, we expected "
                 f"{(seen or 'no ref')[:12]}): someone published there; nothing was pushed — run 'reef pull {name}' "
                 f"(then 'reef -s {scenario} merge {name}' if the heads diverged) and push again"
             )
@@ -317,3 +317,8 @@ def _first_parent(git, ancestor: str, head: str) -> bool:
         _, _, parents = git.commit_info(cur)
         cur = parents[0] if parents else None
     return False
+
+
+def _short(value: str) -> str:
+    """A commit id shortened for a message; a word from the push ('absent', 'being moved by another push') whole."""
+    return value[:12] if all(c in "0123456789abcdef" for c in value) else value

@@ -298,3 +298,22 @@ def test_pulled_releases_do_not_hold_the_other_machines_ledger_against_ours(reef
     add_bullet(b, "fedcba", "Be kind.")
     ok(reef("-C", str(b), "publish", "-m", "b's own"))
     ok(reef("-C", str(b), "ledger", "verify"))
+
+
+def test_push_while_another_push_holds_the_remote_ref_lock_is_a_conflict(shared, reef):
+    """libgit2 refuses a ref whose lock file exists (a concurrent push) with an OSError; that was an 'unexpected
+    error' exit 1 one run in a few of the racing-push test, and must be exit 3 with nothing lost."""
+    tmp, bare, a = shared
+    ok(reef("-C", str(a), "remote", "add", "origin", str(bare)))
+    ok(reef("-C", str(a), "push"))
+    add_bullet(a, "7lockcafe", "Rule pushed after the lock is gone.")
+    ok(reef("-C", str(a), "publish", "-m", "next"))
+    lock = bare / "refs" / "reef" / "scenarios" / "default.lock"
+    assert (bare / "refs" / "reef" / "scenarios" / "default").is_file()
+    lock.write_text("")
+    r = reef("-C", str(a), "push")
+    assert r.code == 3 and "being moved by another push" in r.err and "unexpected" not in r.err, r.err
+    lock.unlink()
+    ok(reef("-C", str(a), "push"))
+    head = json.loads(ok(reef("-C", str(a), "status", "--json")).out)["head"]["commit_id"]
+    assert str(pygit2.Repository(str(bare)).references["refs/reef/scenarios/default"].target) == head
