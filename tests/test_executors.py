@@ -46,6 +46,15 @@ def test_eval_rejects_an_unknown_executor_with_exit_4(reef, tmp_path):
     assert r.code == 4 and r.err.strip() == "reef: error: unknown executor 'dask'; use one of: local, ray"
 
 
+def test_evolve_takes_the_executor_flags_and_checks_them_before_any_work(reef, tmp_path):
+    assert reef("-C", str(tmp_path), "init").code == 0
+    r = reef("-C", str(tmp_path), "harness", "evolve", "--executor", "dask")
+    assert r.code == 4 and r.err.strip() == "reef: error: unknown executor 'dask'; use one of: local, ray"
+    r = reef("-C", str(tmp_path), "harness", "evolve", "--executor", "local", "--ray-address", "127.0.0.1:6379")
+    assert r.code == 4 and "--ray-address needs --executor ray" in r.err
+    assert reef("-C", str(tmp_path), "harness", "evolve", "--executor", "local", "--json").code == 0
+
+
 def gate_project(reef, root: Path, agent: str | None = None) -> Path:
     """The example suite and agent (as tests/test_gate.py builds it), with a candidate in the working tree."""
     from reef_cli.example_agent import suite_files

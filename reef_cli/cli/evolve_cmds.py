@@ -11,6 +11,7 @@ from typing import Optional
 import typer
 
 from .context import Env, console, emit_json, note
+from .gate_cmds import EXECUTOR, RAY_ADDRESS
 
 JSON = typer.Option(False, "--json", help="Print machine-readable JSON.")
 BACKEND = typer.Option(None, "--backend", help="Reflector backend: builtin (offline) or llm (default: harness.yaml).")
@@ -147,7 +148,8 @@ def evolve_cmd(ctx: typer.Context,
                model: Optional[str] = MODEL,
                attribute: int = typer.Option(3, "--attribute", help="Attribute up to N new bullets; only those that pay their way publish, the rest wait (0: judge them together)."),
                branch: Optional[str] = typer.Option(None, "--branch", metavar="[NAME]", help="Write the candidate as a commit on branch NAME (default reef/evolve-ID) of your Git repository, with a Markdown description; the index and working tree are not touched."),
-               open_pr: bool = typer.Option(False, "--open-pr", help="With --branch: open a pull request with 'gh' if installed (else print the description).")) -> None:
+               open_pr: bool = typer.Option(False, "--open-pr", help="With --branch: open a pull request with 'gh' if installed (else print the description)."),
+               executor: Optional[str] = EXECUTOR, ray_address: Optional[str] = RAY_ADDRESS) -> None:
     """Reflect, propose bullet edits, guard, gate and publish one release (or propose it as a Git branch)."""
     from ..evolve import evolve
 
@@ -165,6 +167,13 @@ def evolve_cmd(ctx: typer.Context,
     opts = _options(ctx, dry_run=dry_run, review=review, backend=backend, model_url=model_url, model=model,
                     attribute=attribute)
     opts.branch = branch
+    if executor or ray_address:  # checked before any work; the gate reads it as it reads $REEF_EXECUTOR
+        from ..executors import ENV_EXECUTOR, ENV_RAY_ADDRESS, ExecutorSpec
+
+        spec = ExecutorSpec.of(executor, ray_address, opts.environ)
+        opts.environ[ENV_EXECUTOR] = spec.kind
+        if spec.ray_address:
+            opts.environ[ENV_RAY_ADDRESS] = spec.ray_address
     with _progress(not as_json) as progress:
         opts.progress = progress
         out = evolve(store, opts)
