@@ -347,7 +347,8 @@ def _one_line(exc: Exception) -> str:
 
 
 def _Callbacks(pygit2):
-    """Credentials for ssh (the user's agent) and https (a token in REEF_GIT_TOKEN, else none: public remotes)."""
+    """Credentials for ssh (the user's agent) and https (REEF_GIT_TOKEN, else git's stored credentials, else the
+    user's credential helpers; none: public remotes)."""
     import os
 
     class Callbacks(pygit2.RemoteCallbacks):
@@ -358,7 +359,7 @@ def _Callbacks(pygit2):
                 token = os.environ.get("REEF_GIT_TOKEN")
                 if token:
                     return pygit2.UserPass(username_from_url or "x-access-token", token)
-                stored = _stored_credential(url)
+                stored = _stored_credential(url) or helper_credential(url, username_from_url)
                 if stored is not None:
                     return pygit2.UserPass(*stored)
             return None
@@ -410,4 +411,75 @@ def _stored_credential(url: str) -> tuple[str, str] | None:
             got = urlparse(line.strip())
             if got.scheme == want.scheme and got.hostname == want.hostname and got.username and got.password:
                 return unquote(got.username), unquote(got.password)
+    return None
+
+
+def _credential_helpers() -> list[str]:
+    """The `credential.helper` values of the user's global git config files (~/.gitconfig, then
+    $XDG_CONFIG_HOME/git/config), read with pygit2 from the files themselves (libgit2 caches its search paths)."""
+    import os
+
+    import pygit2
+
+    home = Path(os.path.expanduser("~"))
+    xdg = Path(os.environ.get("XDG_CONFIG_HOME") or home / ".config")
+    helpers: list[str] = []
+    for path in (xdg / "git" / "config", home / ".gitconfig"):
+        if not path.is_file():
+            continue
+        try:
+            values = list(pygit2.Config(str(path)).get_multivar("credential.helper"))
+        except (pygit2.GitError, OSError, ValueError):
+            continue
+        for value in values:
+            if value == "":
+                helpers.clear()  # an empty value resets the list, as in git
+            elif value not in helpers:
+                helpers.append(value)
+    return helpers
+
+
+def helper_credential(url: str, username: str | None = None, *, timeout: float = 15) -> tuple[str, str] | None:
+    """(user, password) from the user's git credential helpers (gh, osxkeychain, libsecret, manager, ...), asked
+    with git's credential protocol (`<helper> get`, key=value lines on stdin and stdout). The helper programs are
+    run directly, never `git` itself; `store` is read from its files by _stored_credential instead."""
+    import os
+    import shlex
+    import shutil
+    import subprocess
+    from urllib.parse import urlparse
+
+    want = urlparse(url)
+    if not want.hostname:
+        return None
+    host = want.hostname + (f":{want.port}" if want.port else "")
+    query = f"protocol={want.scheme}\nhost={host}\n"
+    if want.path.strip("/"):
+        query += f"path={want.path.lstrip('/')}\n"
+    if username:
+        query += f"username={username}\n"
+    for helper in _credential_helpers():
+        if helper.startswith("!"):
+            argv = ["sh", "-c", helper[1:] + " get"]
+        else:
+            words = shlex.split(helper)
+            if not words or words[0] == "store":
+                continue
+            prog = words[0]
+            if not os.path.isabs(prog):
+                prog = shutil.which(f"git-credential-{prog}") or next(
+                    (str(d / f"git-credential-{prog}") for d in (Path("/usr/lib/git-core"), Path("/usr/libexec/git-core"))
+                     if (d / f"git-credential-{prog}").is_file()), None)
+                if prog is None:
+                    continue
+            argv = [prog, *words[1:], "get"]
+        try:
+            done = subprocess.run(argv, input=query + "\n", capture_output=True, text=True, timeout=timeout)
+        except (OSError, subprocess.TimeoutExpired):
+            continue
+        if done.returncode != 0:
+            continue
+        got = dict(line.split("=", 1) for line in done.stdout.splitlines() if "=" in line)
+        if got.get("password"):
+            return got.get("username") or username or "x-access-token", got["password"]
     return None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from pathlib import Path
 
@@ -317,3 +318,28 @@ def test_push_while_another_push_holds_the_remote_ref_lock_is_a_conflict(shared,
     ok(reef("-C", str(a), "push"))
     head = json.loads(ok(reef("-C", str(a), "status", "--json")).out)["head"]["commit_id"]
     assert str(pygit2.Repository(str(bare)).references["refs/reef/scenarios/default"].target) == head
+
+
+def test_https_credentials_come_from_the_users_git_credential_helpers(tmp_path, monkeypatch, no_real_home):
+    """A user authenticated through a helper (gh auth git-credential, osxkeychain, libsecret) pushes without a token:
+    reef runs the helper with git's credential protocol, as git would, without running git."""
+    from reef_cli.gitstore import helper_credential
+
+    seen = tmp_path / "query.txt"
+    bang = tmp_path / "bang-helper.sh"
+    bang.write_text(f"#!/bin/sh\n[ \"$1\" = get ] || exit 0\ncat > {seen}\necho username=alice\necho password=s3cr3t\n")
+    bang.chmod(0o755)
+    named_dir = tmp_path / "bin"
+    named_dir.mkdir()
+    named = named_dir / "git-credential-fake"
+    named.write_text("#!/bin/sh\necho username=bob\necho password=from-named\n")
+    named.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{named_dir}:{os.environ['PATH']}")
+    gitconfig = no_real_home / ".gitconfig"
+    gitconfig.write_text(f"[credential]\n\thelper = !{bang}\n")
+    assert helper_credential("https://git.example.com:8443/team/repo.git") == ("alice", "s3cr3t")
+    assert seen.read_text().splitlines()[:3] == ["protocol=https", "host=git.example.com:8443", "path=team/repo.git"]
+    gitconfig.write_text("[credential]\n\thelper = store\n\thelper = fake\n")  # store is read from its files
+    assert helper_credential("https://git.example.com/team/repo.git") == ("bob", "from-named")
+    gitconfig.write_text("[credential]\n\thelper = fake\n\thelper =\n")  # an empty value resets the list
+    assert helper_credential("https://git.example.com/team/repo.git") is None
