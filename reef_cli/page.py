@@ -259,8 +259,21 @@ def write_page(store, out: Path | None = None, now: str | None = None) -> Path:
     """Render the scenario's page into OUT/index.html (default .reef/page/<scenario>/) and return its path."""
     from .durable import write_atomic
 
+    from .errors import InvalidInput, StoreError
+
     directory = Path(os.path.abspath(out)) if out is not None else default_dir(store)
-    directory.mkdir(parents=True, exist_ok=True)
+    # --out names a directory; a file there is the user's and is never replaced by the page.
+    if directory.exists() and not directory.is_dir():
+        raise InvalidInput(f"--out {directory} is a file, not a directory; name a directory to write "
+                           f"{PAGE_NAME} into")
     path = directory / PAGE_NAME
-    write_atomic(path, render(collect(store, now)).encode("utf-8"))
+    if path.is_dir():
+        raise InvalidInput(f"{path} is a directory; the page is written to that name, move it or choose another --out")
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        write_atomic(path, render(collect(store, now)).encode("utf-8"))
+    except (FileExistsError, NotADirectoryError) as e:
+        raise InvalidInput(f"cannot write the page into {directory}: a parent of it is a file ({e.strerror})") from e
+    except OSError as e:
+        raise StoreError(f"cannot write the page to {path}: {e.strerror or e}") from e
     return path

@@ -122,3 +122,20 @@ def test_page_renders_in_headless_chromium(reef, project, tmp_path):
     res = chromium(f"--screenshot={shot}", "--window-size=1200,1600", url, cwd=tmp_path)
     assert res.returncode == 0 and shot.stat().st_size > 10_000, res.stderr[-2000:]
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_cli_out_pointing_at_a_file_fails_with_one_line_and_keeps_the_file(reef, project):
+    """`reef page --out FILE` used to end in "unexpected error: FileExistsError"; the user's file must stay."""
+    target = project / "notes.txt"
+    target.write_bytes(b"my notes\n")
+    r = reef("-C", str(project), "page", "--out", "notes.txt")
+    assert r.code == 4, r.err
+    assert r.err.strip() == (f"reef: error: --out {target} is a file, not a directory; "
+                             "name a directory to write index.html into")
+    assert target.read_bytes() == b"my notes\n"
+    r = reef("-C", str(project), "page", "--out", "notes.txt/sub")
+    assert r.code == 4 and r.err.startswith("reef: error: cannot write the page into") and "unexpected" not in r.err
+    assert target.read_bytes() == b"my notes\n"
+    (project / "site" / "index.html").mkdir(parents=True)
+    r = reef("-C", str(project), "page", "--out", "site")
+    assert r.code == 4 and "is a directory" in r.err
