@@ -288,6 +288,7 @@ def check_state(cwd: Path, scenario: str | None, environ: dict) -> tuple[list[Ch
                              f"reef init --scenario {name}"))
             store = None
         else:
+            store.info()  # scenario.json must parse: every command reads it first
             head = store.require_head()
             store.files_of(head)  # reads the head's tree from the object store
             out.append(Check("state:store", OK, f"scenario '{name}': head release {head.release_id} "

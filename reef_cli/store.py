@@ -337,6 +337,12 @@ class HarnessStore:
             raise NotFound(f"scenario '{self.scenario}' does not exist (known: {known}); create it with 'reef init --scenario {self.scenario}'") from None
         except ValueError:
             raise StoreError(f"{self.dir / 'scenario.json'}: corrupt scenario file") from None
+        # Valid JSON of the wrong shape ({} or [] after a bad edit) is as corrupt as torn bytes: one line, no KeyError.
+        fields = ("name", "recipe", "created_at")
+        if not isinstance(d, dict) or not all(isinstance(d.get(k), str) for k in fields):
+            missing = [k for k in fields if not isinstance(d, dict) or not isinstance(d.get(k), str)]
+            raise StoreError(f"{self.dir / 'scenario.json'}: corrupt scenario file (field {missing[0]!r} "
+                             "missing or not a string)")
         return ScenarioInfo(d["name"], d["recipe"], d["created_at"])
 
     def create(self, recipe: str) -> ScenarioInfo:

@@ -220,3 +220,17 @@ def test_cli_text_and_exit_1_on_failure(project):
     assert f"fail  state:permissions  1 path(s) under {project / '.reef'} are writable by others" in r.stdout
     assert f"fix: chmod -R go-rwx {project / '.reef'}" in r.stdout
     assert "failure(s)" in r.stdout.splitlines()[-1]
+
+
+@pytest.mark.parametrize("content", ["[\n", "{}\n", "[]\n"])
+def test_corrupt_scenario_file_fails_doctor_and_status_in_one_line(reef, project, content):
+    """A scenario.json torn or of the wrong shape made doctor say 'ok' while every command then failed ({} and []
+    even ended in 'unexpected error: KeyError/TypeError')."""
+    path = project / ".reef" / "scenarios" / "default" / "scenario.json"
+    path.write_text(content)
+    report = diagnose(project, environ=env_with())
+    check = by_name(report, "state:store")
+    assert check.status == FAIL and f"{path}: corrupt scenario file" in check.message
+    r = reef("-C", str(project), "status")
+    assert r.code == 1 and r.err.startswith(f"reef: error: {path}: corrupt scenario file"), r.err
+    assert "unexpected" not in r.err and len(r.err.strip().splitlines()) == 1
