@@ -265,6 +265,22 @@ def test_non_loopback_bind_needs_a_token_file(tmp_path):
     assert r.returncode == 4 and "--upstream ftp://x: expected an http(s) URL" in r.stderr
 
 
+@pytest.mark.parametrize("flag,value,message", [
+    ("--port", "99999", "--port 99999: expected 0-65535 (0 picks a free port)"),
+    ("--port", "-1", "--port -1: expected 0-65535 (0 picks a free port)"),
+    ("--max-body", "-5", "--max-body -5: expected a positive number of bytes"),
+    ("--timeout", "-1", "--timeout -1.0: expected a positive number of seconds"),
+    ("--drain-timeout", "-1", "--drain-timeout -1.0: expected zero or more seconds"),
+])
+def test_out_of_range_flags_fail_in_one_line_before_binding(tmp_path, flag, value, message):
+    """--port 99999 ended in 'unexpected error: OverflowError' (and an aiohttp 'Unclosed client session' warning);
+    a negative --max-body or --timeout started a gateway that would refuse or time out every call."""
+    project = _init(tmp_path / "proj")
+    args = ["serve", "--upstream", "http://127.0.0.1:9", flag, value] + (["--port", "0"] if flag != "--port" else [])
+    r = run_reef(*args, cwd=project, timeout=20)
+    assert r.returncode == 4 and r.stderr.strip() == f"reef: error: {message}", r.stderr
+
+
 # -- injection and content ----------------------------------------------------------------------------------------
 def test_inject_system_and_store_content(tmp_path, upstream):
     project = _init(tmp_path / "proj")

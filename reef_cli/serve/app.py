@@ -64,6 +64,15 @@ class Gateway:
     def __init__(self, config: ServeConfig, environ: dict, *, log=None, out=None):
         if config.inject not in ("system", "none"):
             raise InvalidInput(f"--inject {config.inject}: expected system or none")
+        # Checked before binding: the socket layer answers an out-of-range port with an OverflowError.
+        if not 0 <= config.port <= 65535:
+            raise InvalidInput(f"--port {config.port}: expected 0-65535 (0 picks a free port)")
+        if config.max_body <= 0:
+            raise InvalidInput(f"--max-body {config.max_body}: expected a positive number of bytes")
+        if not config.timeout > 0:
+            raise InvalidInput(f"--timeout {config.timeout}: expected a positive number of seconds")
+        if not config.drain_timeout >= 0:
+            raise InvalidInput(f"--drain-timeout {config.drain_timeout}: expected zero or more seconds")
         self.config = config
         self.tokens = TokenSet.load(config.token_file) if config.token_file else None
         check_bind(config.host, self.tokens)
