@@ -44,6 +44,9 @@ def remotes(project) -> dict[str, str]:
 
 def add_remote(project, name: str, url: str) -> None:
     check_remote_name(name)
+    if not url.strip():
+        # An empty path would be taken from the project root: a remote that is the project's own store.
+        raise InvalidInput(f"remote '{name}': the URL is empty; give a path or URL of a git repository")
     git = _git(project)
     if name in git.remotes():
         raise ConflictError(f"remote '{name}' already exists ({git.remotes()[name]}); remove it first")

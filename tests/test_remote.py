@@ -60,6 +60,11 @@ def test_remote_add_list_remove(reef, shared):
     assert r.code == 3 and "remote 'hub' already exists" in r.err
     r = reef("-C", str(a), "remote", "add", "bad name", str(bare))
     assert r.code == 4 and "remote name 'bad name' is invalid" in r.err
+    for blank in ("", "  "):  # used to be stored as the project root itself: a remote pointing at its own store
+        r = reef("-C", str(a), "remote", "add", "empty", blank)
+        assert r.code == 4 and r.err.strip() == ("reef: error: remote 'empty': the URL is empty; "
+                                                 "give a path or URL of a git repository"), r.err
+    assert [x["name"] for x in json.loads(ok(reef("-C", str(a), "remote", "list", "--json")).out)] == ["hub"]
     ok(reef("-C", str(a), "remote", "remove", "hub"))
     r = reef("-C", str(a), "remote", "remove", "hub")
     assert r.code == 1 and "remote 'hub' does not exist" in r.err
