@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import json
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 USER_CHARS = 1000  # the user's words are the signal: keep more of them than of the agent's
@@ -57,6 +59,19 @@ class Session:
 
     def last(self) -> Turn | None:
         return self.turns[-1] if self.turns else None
+
+
+def json_lines(path) -> Iterator[dict]:
+    """The JSON objects of a JSONL transcript, one a line; a line still being written, a damaged one or one that
+    is not an object is skipped, since an agent may be appending to the file while we read it."""
+    with open(path, "rb") as fh:
+        for raw in fh:
+            try:
+                d = json.loads(raw)
+            except ValueError:
+                continue
+            if isinstance(d, dict):
+                yield d
 
 
 def digest(text: str) -> str:
