@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .model import Session, ToolUse, Turn, json_lines, text_of, tool_input_text
+from .model import Session, ToolUse, Turn, json_lines, take_blocks, text_of
 
 INTERRUPTED = "[Request interrupted by user"
 
@@ -71,18 +71,7 @@ def parse(path: Path) -> list[Session]:
         if msg.get("model") and not s.model and msg.get("model") != "<synthetic>":
             s.model = str(msg["model"])
         blocks = content if isinstance(content, list) else [{"type": "text", "text": content or ""}]
-        tool_called = False
-        for b in blocks:
-            if not isinstance(b, dict):
-                continue
-            if b.get("type") == "text" and str(b.get("text") or "").strip():
-                turn.agent.append(str(b["text"]))
-            elif b.get("type") == "tool_use":
-                use = ToolUse(str(b.get("name") or "?"), tool_input_text(b.get("input")),
-                              call_id=str(b.get("id") or ""))
-                turn.tools.append(use)
-                pending[use.call_id] = use
-                tool_called = True
+        tool_called = take_blocks(turn, blocks, pending, "tool_use", "input")
         turn.complete = not tool_called and msg.get("stop_reason") != "tool_use"
     return list(sessions.values())
 

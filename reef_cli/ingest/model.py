@@ -135,3 +135,22 @@ def text_of(content) -> str:
             elif isinstance(block, str):
                 out.append(block)
     return "\n".join(out)
+
+
+def take_blocks(turn: Turn, blocks, pending: dict[str, ToolUse], tool_type: str, args_key: str) -> bool:
+    """Add an assistant message's content blocks to `turn`: its non-blank `text` blocks as what the agent said,
+    its tool-call blocks (`tool_type`, arguments under `args_key`) as tool uses, kept in `pending` by call id until
+    their result arrives. Claude Code and pi share this shape and differ in those two names. True when a tool was
+    called, so the turn is not complete yet."""
+    tool_called = False
+    for b in blocks:
+        if not isinstance(b, dict):
+            continue
+        if b.get("type") == "text" and str(b.get("text") or "").strip():
+            turn.agent.append(str(b["text"]))
+        elif b.get("type") == tool_type:
+            use = ToolUse(str(b.get("name") or "?"), tool_input_text(b.get(args_key)), call_id=str(b.get("id") or ""))
+            turn.tools.append(use)
+            pending[use.call_id] = use
+            tool_called = True
+    return tool_called

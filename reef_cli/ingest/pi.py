@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .model import Session, ToolUse, Turn, json_lines, text_of, tool_input_text
+from .model import Session, ToolUse, Turn, json_lines, take_blocks, text_of
 
 
 def parse(path: Path) -> list[Session]:
@@ -37,18 +37,7 @@ def parse(path: Path) -> list[Session]:
                 turn = Turn(key=str(d.get("id") or len(s.turns)), user=text, at=str(d.get("timestamp") or ""))
                 s.turns.append(turn)
         elif role == "assistant" and turn is not None:
-            tool_called = False
-            for b in msg.get("content") or ():
-                if not isinstance(b, dict):
-                    continue
-                if b.get("type") == "text" and str(b.get("text") or "").strip():
-                    turn.agent.append(str(b["text"]))
-                elif b.get("type") == "toolCall":
-                    use = ToolUse(str(b.get("name") or "?"), tool_input_text(b.get("arguments")),
-                                  call_id=str(b.get("id") or ""))
-                    turn.tools.append(use)
-                    pending[use.call_id] = use
-                    tool_called = True
+            tool_called = take_blocks(turn, msg.get("content") or (), pending, "toolCall", "arguments")
             if msg.get("model") and not s.model:
                 s.model = str(msg["model"])
             turn.complete = not tool_called and msg.get("stopReason") != "toolUse"
