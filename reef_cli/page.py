@@ -160,6 +160,11 @@ def _interval(iv) -> str:
     return f"[{iv.get('lo', 0):+.3f}, {iv.get('hi', 0):+.3f}] at {float(iv.get('level', 0)):.0%}"
 
 
+def _table(headers: tuple[str, ...], rows: list[str]) -> str:
+    """One table of the page: a header row of `headers` (plain words, not escaped) over the already-rendered rows."""
+    return "<table><tr>" + "".join(f"<th>{h}</th>" for h in headers) + "</tr>" + "".join(rows) + "</table>"
+
+
 def _timeline(data: PageData) -> str:
     score = {p.release_id: p.score for p in data.scores}
     rows = []
@@ -170,8 +175,7 @@ def _timeline(data: PageData) -> str:
             f'{e(r["operation"])}</span></td><td>{e(r["reason"])}</td><td>{_verdict_cell(r.get("meta") or {})}</td>'
             f'<td>{"" if s is None else f"{s:.2f}"}</td><td class="id">{e(r["release_id"])}<br>'
             f'<span class="muted">{e(r.get("created_at", ""))[:19]}</span></td></tr>')
-    return ("<table><tr><th>step</th><th>operation</th><th>reason</th><th>gate</th><th>canary</th><th>release</th>"
-            "</tr>" + "".join(rows) + "</table>")
+    return _table(("step", "operation", "reason", "gate", "canary", "release"), rows)
 
 
 def _gates(data: PageData) -> str:
@@ -189,8 +193,7 @@ def _gates(data: PageData) -> str:
             f'<td>{e(g.get("episodes_spent"))} / {e(g.get("episodes_budget"))}</td>'
             f'<td>step {e(step_of.get(base, "?"))}</td><td>{e(tasks)}</td>'
             f'<td class="id">{e(g.get("record_id"))}</td></tr>')
-    return ("<table><tr><th>verdict</th><th>policy</th><th>interval</th><th>reason</th><th>episodes</th>"
-            "<th>against</th><th>tasks</th><th>record</th></tr>" + "".join(rows) + "</table>")
+    return _table(("verdict", "policy", "interval", "reason", "episodes", "against", "tasks", "record"), rows)
 
 
 def _bullets(data: PageData) -> str:
@@ -211,8 +214,7 @@ def _bullets(data: PageData) -> str:
             f'</td><td>{e(b.get("text"))}</td><td>{e(b.get("count"))}'
             f'{" (" + e(b.get("negatives")) + " against)" if b.get("negatives") else ""}</td>'
             f'<td>{"-" if utility is None else f"{float(utility):+.2f}"}</td><td><ul class="ev">{ev}</ul></td></tr>')
-    return ("<table><tr><th>id</th><th>kind</th><th>bullet</th><th>evidence</th><th>utility</th><th>records</th>"
-            "</tr>" + "".join(rows) + "</table>")
+    return _table(("id", "kind", "bullet", "evidence", "utility", "records"), rows)
 
 
 def _proposals(data: PageData) -> str:
@@ -224,9 +226,9 @@ def _proposals(data: PageData) -> str:
         rows.append(f'<tr class="proposal"><td class="id">{e(p.get("proposal_id"))}</td><td>{e(p.get("mode"))}</td>'
                     f'<td>{e(", ".join(p.get("keys") or []))}</td><td><code>{diff}</code></td>'
                     f'<td>{e(p.get("created_at", ""))[:19]}</td></tr>')
-    return ("<table><tr><th>proposal</th><th>mode</th><th>keys</th><th>change</th><th>created</th></tr>"
-            + "".join(rows) + "</table><p class=\"sub\">Decide with <code>reef harness promote ID</code> or "
-                              "<code>reef harness reject ID</code>.</p>")
+    return (_table(("proposal", "mode", "keys", "change", "created"), rows)
+            + "<p class=\"sub\">Decide with <code>reef harness promote ID</code> or "
+              "<code>reef harness reject ID</code>.</p>")
 
 
 def render(data: PageData) -> str:

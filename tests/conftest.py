@@ -81,3 +81,29 @@ def run_reef(*args: str, cwd: Path, env: dict | None = None, timeout: float = 60
     """The installed `reef` console script in a real subprocess."""
     return subprocess.run([reef_exe(), *args], cwd=cwd, env={**os.environ, **(env or {})}, capture_output=True,
                           text=True, timeout=timeout)
+
+
+def set_block(root: Path, *bullets: str) -> None:
+    """Replace the learned block of root/CLAUDE.md with `bullets`, one a line (a candidate in the working tree)."""
+    path = root / "CLAUDE.md"
+    text = path.read_text()
+    start = text.index("<!-- reef:begin learned -->") + len("<!-- reef:begin learned -->")
+    end = text.index("<!-- reef:end learned -->")
+    path.write_text(text[:start] + "\n" + "".join(b + "\n" for b in bullets) + text[end:])
+
+
+def example_suite_project(reef, root: Path, agent: str | None = None) -> Path:
+    """`reef init` in root (made if missing) with the example canary suite, repeats 2, and the example agent (or the
+    command `agent`) in harness.yaml; not published, so each caller publishes with its own message."""
+    from reef_cli.example_agent import suite_files
+
+    root.mkdir(exist_ok=True)
+    assert reef("-C", str(root), "init").code == 0
+    (root / "canary").mkdir()
+    (root / "canary" / "example.yaml").write_text(suite_files()["example.yaml"])
+    cfg = root / "harness.yaml"
+    lines = [ln for ln in cfg.read_text().splitlines() if not ln.startswith("agent:")]
+    text = "\n".join(lines).replace("  evaluators: [evaluators/**]", "  evaluators: [evaluators/**]\n  repeats: 2")
+    cmd = f'["{agent}", -p, "{{prompt}}"]' if agent else '["{python}", -m, reef_cli.example_agent, -p, "{prompt}"]'
+    cfg.write_text(text + f"\nagent: {cmd}\n")
+    return root

@@ -9,32 +9,16 @@ from pathlib import Path
 
 import pytest
 
+from conftest import example_suite_project, set_block
+
 NEWLINE = "- Always end files with a trailing newline."
 TABS = "- Use tabs for indentation in Makefiles."
-
-
-def set_block(root: Path, *bullets: str) -> None:
-    path = root / "CLAUDE.md"
-    text = path.read_text()
-    start = text.index("<!-- reef:begin learned -->") + len("<!-- reef:begin learned -->")
-    end = text.index("<!-- reef:end learned -->")
-    path.write_text(text[:start] + "\n" + "".join(b + "\n" for b in bullets) + text[end:])
 
 
 @pytest.fixture
 def project(reef, tmp_path):
     """A claude-template project with the example suite and agent, published as release 2 (repeats 2)."""
-    from reef_cli.example_agent import suite_files
-
-    root = tmp_path / "proj"
-    root.mkdir()
-    assert reef("-C", str(root), "init").code == 0
-    (root / "canary").mkdir()
-    (root / "canary" / "example.yaml").write_text(suite_files()["example.yaml"])
-    cfg = root / "harness.yaml"
-    lines = [ln for ln in cfg.read_text().splitlines() if not ln.startswith("agent:")]
-    text = "\n".join(lines).replace("  evaluators: [evaluators/**]", "  evaluators: [evaluators/**]\n  repeats: 2")
-    cfg.write_text(text + '\nagent: ["{python}", -m, reef_cli.example_agent, -p, "{prompt}"]\n')
+    root = example_suite_project(reef, tmp_path / "proj")
     assert reef("-C", str(root), "publish", "-m", "canary suite and the example agent").code == 0
     return root
 

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import example_suite_project, set_block
+
 from reef_cli.config import GateConfig, parse_config
 from reef_cli.errors import InvalidInput
 from reef_cli.executors import ExecutorSpec, ray_available
@@ -57,24 +59,9 @@ def test_evolve_takes_the_executor_flags_and_checks_them_before_any_work(reef, t
 
 def gate_project(reef, root: Path, agent: str | None = None) -> Path:
     """The example suite and agent (as tests/test_gate.py builds it), with a candidate in the working tree."""
-    from reef_cli.example_agent import suite_files
-
-    root.mkdir()
-    assert reef("-C", str(root), "init").code == 0
-    (root / "canary").mkdir()
-    (root / "canary" / "example.yaml").write_text(suite_files()["example.yaml"])
-    cfg = root / "harness.yaml"
-    lines = [ln for ln in cfg.read_text().splitlines() if not ln.startswith("agent:")]
-    text = "\n".join(lines).replace("  evaluators: [evaluators/**]", "  evaluators: [evaluators/**]\n  repeats: 2")
-    cmd = f'["{agent}", -p, "{{prompt}}"]' if agent else '["{python}", -m, reef_cli.example_agent, -p, "{prompt}"]'
-    cfg.write_text(text + f"\nagent: {cmd}\n")
+    example_suite_project(reef, root, agent)
     assert reef("-C", str(root), "publish", "-m", "canary suite").code == 0
-    learned = root / "CLAUDE.md"
-    body = learned.read_text()
-    start = body.index("<!-- reef:begin learned -->") + len("<!-- reef:begin learned -->")
-    end = body.index("<!-- reef:end learned -->")
-    bullets = ["- Always end files with a trailing newline.", "- Use tabs for indentation in Makefiles."]
-    learned.write_text(body[:start] + "\n" + "".join(b + "\n" for b in bullets) + body[end:])
+    set_block(root, "- Always end files with a trailing newline.", "- Use tabs for indentation in Makefiles.")
     return root
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import reef_exe
+from conftest import example_suite_project, reef_exe, set_block
 from reef_cli.episodes import EpisodeRequest, EpisodeRunner, Journal, parse_score, run_command
 from reef_cli.errors import InvalidInput, PolicyError
 from reef_cli.gate import (
@@ -335,28 +335,10 @@ TABS = "- Use tabs for indentation in Makefiles."
 SPACES = "- Indent with four spaces."
 
 
-def set_block(root: Path, *bullets: str) -> None:
-    path = root / "CLAUDE.md"
-    text = path.read_text()
-    start = text.index("<!-- reef:begin learned -->") + len("<!-- reef:begin learned -->")
-    end = text.index("<!-- reef:end learned -->")
-    path.write_text(text[:start] + "\n" + "".join(b + "\n" for b in bullets) + text[end:])
-
-
 @pytest.fixture
 def project(reef, tmp_path):
     """A claude-template project with the example suite and agent, published as release 2 (repeats 2)."""
-    from reef_cli.example_agent import suite_files
-
-    root = tmp_path / "proj"
-    root.mkdir()
-    assert reef("-C", str(root), "init").code == 0
-    (root / "canary").mkdir()
-    (root / "canary" / "example.yaml").write_text(suite_files()["example.yaml"])
-    cfg = root / "harness.yaml"
-    lines = [ln for ln in cfg.read_text().splitlines() if not ln.startswith("agent:")]
-    text = "\n".join(lines).replace("  evaluators: [evaluators/**]", "  evaluators: [evaluators/**]\n  repeats: 2")
-    cfg.write_text(text + '\nagent: ["{python}", -m, reef_cli.example_agent, -p, "{prompt}"]\n')
+    root = example_suite_project(reef, tmp_path / "proj")
     r = reef("-C", str(root), "publish", "-m", "canary suite and the example agent")
     assert r.code == 0, r.err
     return root

@@ -33,6 +33,17 @@ def log_bytes(project: Path, scenario: str = "default") -> bytes:
     return (project / ".reef" / "scenarios" / scenario / "releases.jsonl").read_bytes()
 
 
+def push_and_clone(reef, tmp: Path, bare: Path, a: Path, url: str | None = None) -> Path:
+    """A's releases pushed to the reef remote 'origin' (`url`, the bare repo's plain path unless given), then a
+    Git clone B of the bare repo in `tmp / "b"` that has pulled them."""
+    ok(reef("-C", str(a), "remote", "add", "origin", url or str(bare)))
+    ok(reef("-C", str(a), "push"))
+    b = tmp / "b"
+    git("clone", "-q", f"file://{bare}", str(b), cwd=tmp)
+    ok(reef("-C", str(b), "pull"))
+    return b
+
+
 @pytest.fixture
 def shared(tmp_path, reef):
     """A project A (a Git repo with reef, two releases) whose code and releases are on a bare remote."""
@@ -95,11 +106,7 @@ def test_push_then_pull_in_a_fresh_clone_rebuilds_the_log_byte_for_byte(reef, sh
 
 def test_two_clones_racing_conflict_then_merge_unions_bullets(reef, shared):
     tmp, bare, a = shared
-    ok(reef("-C", str(a), "remote", "add", "origin", f"file://{bare}"))
-    ok(reef("-C", str(a), "push"))
-    b = tmp / "b"
-    git("clone", "-q", f"file://{bare}", str(b), cwd=tmp)
-    ok(reef("-C", str(b), "pull"))
+    b = push_and_clone(reef, tmp, bare, a, url=f"file://{bare}")
 
     # both publish from the same head
     add_bullet(a, "b2b2b2", "Prefer small commits with clear messages.")
@@ -137,11 +144,7 @@ def test_two_clones_racing_conflict_then_merge_unions_bullets(reef, shared):
 
 def test_merge_holds_a_contradiction_for_a_human(reef, shared):
     tmp, bare, a = shared
-    ok(reef("-C", str(a), "remote", "add", "origin", str(bare)))
-    ok(reef("-C", str(a), "push"))
-    b = tmp / "b"
-    git("clone", "-q", f"file://{bare}", str(b), cwd=tmp)
-    ok(reef("-C", str(b), "pull"))
+    b = push_and_clone(reef, tmp, bare, a)
     add_bullet(a, "d4d4d4", "Always use tabs for indentation.")
     ok(reef("-C", str(a), "publish", "-m", "tabs"))
     ok(reef("-C", str(a), "push"))
@@ -156,11 +159,7 @@ def test_merge_holds_a_contradiction_for_a_human(reef, shared):
 
 def test_pull_keeps_a_users_unpublished_edit(reef, shared):
     tmp, bare, a = shared
-    ok(reef("-C", str(a), "remote", "add", "origin", str(bare)))
-    ok(reef("-C", str(a), "push"))
-    b = tmp / "b"
-    git("clone", "-q", f"file://{bare}", str(b), cwd=tmp)
-    ok(reef("-C", str(b), "pull"))
+    b = push_and_clone(reef, tmp, bare, a)
     add_bullet(a, "f6f6f6", "Keep functions short.")
     ok(reef("-C", str(a), "publish", "-m", "short"))
     ok(reef("-C", str(a), "push"))
@@ -189,11 +188,7 @@ def test_concurrent_pushes_never_lose_a_release(reef, shared):
     from conftest import reef_exe
 
     tmp, bare, a = shared
-    ok(reef("-C", str(a), "remote", "add", "origin", str(bare)))
-    ok(reef("-C", str(a), "push"))
-    b = tmp / "b"
-    git("clone", "-q", f"file://{bare}", str(b), cwd=tmp)
-    ok(reef("-C", str(b), "pull"))
+    b = push_and_clone(reef, tmp, bare, a)
     remote = pygit2.Repository(str(bare))
     for n in range(5):
         for side, proj in (("a", a), ("b", b)):
@@ -293,11 +288,7 @@ def test_pulled_releases_do_not_hold_the_other_machines_ledger_against_ours(reef
     ok(reef("-C", str(a), "run", "--", "true"))  # A's ledger has a record; its next release anchors it
     add_bullet(a, "abcdef", "Keep it short.")
     ok(reef("-C", str(a), "publish", "-m", "anchored"))
-    ok(reef("-C", str(a), "remote", "add", "origin", str(bare)))
-    ok(reef("-C", str(a), "push"))
-    b = tmp / "b"
-    git("clone", "-q", f"file://{bare}", str(b), cwd=tmp)
-    ok(reef("-C", str(b), "pull"))
+    b = push_and_clone(reef, tmp, bare, a)
     assert log_bytes(a) == log_bytes(b)
     ok(reef("-C", str(b), "ledger", "verify"))
     ok(reef("-C", str(b), "harness", "reflect"))

@@ -9,10 +9,9 @@ to the session's file (or copy history into a new one: turns keep the prompt's u
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-from .model import Session, ToolUse, Turn, text_of, tool_input_text
+from .model import Session, ToolUse, Turn, json_lines, take_blocks, text_of
 
 INTERRUPTED = "[Request interrupted by user"
 
@@ -27,69 +26,53 @@ def parse(path: Path) -> list[Session]:
     sessions: dict[str, Session] = {}
     current: dict[str, Turn] = {}
     pending: dict[str, ToolUse] = {}
-    with open(path, "rb") as fh:
-        for raw in fh:
-            try:
-                d = json.loads(raw)
-            except ValueError:
-                continue  # a line being written, or damage: skip it
-            if not isinstance(d, dict) or d.get("type") not in ("user", "assistant") or d.get("isSidechain"):
+    for d in json_lines(path):
+        if d.get("type") not in ("user", "assistant") or d.get("isSidechain"):
+            continue
+        sid = d.get("sessionId")
+        msg = d.get("message")
+        if not isinstance(sid, str) or not isinstance(msg, dict):
+            continue
+        s = sessions.get(sid)
+        if s is None:
+            s = sessions[sid] = Session("claude", sid, str(path), cwd=str(d.get("cwd") or ""))
+        s.updated = max(s.updated, str(d.get("timestamp") or ""))
+        content = msg.get("content")
+        if d["type"] == "user":
+            if isinstance(content, list) and any(isinstance(b, dict) and b.get("type") == "tool_result"
+                                                 for b in content):
+                for b in content:
+                    if isinstance(b, dict) and b.get("type") == "tool_result":
+                        use = pending.pop(str(b.get("tool_use_id")), None)
+                        if use is not None:
+                            use.ok = not b.get("is_error")
+                            use.output = _result_text(b.get("content"))
                 continue
-            sid = d.get("sessionId")
-            msg = d.get("message")
-            if not isinstance(sid, str) or not isinstance(msg, dict):
+            if d.get("isMeta"):
                 continue
-            s = sessions.get(sid)
-            if s is None:
-                s = sessions[sid] = Session("claude", sid, str(path), cwd=str(d.get("cwd") or ""))
-            s.updated = max(s.updated, str(d.get("timestamp") or ""))
-            content = msg.get("content")
-            if d["type"] == "user":
-                if isinstance(content, list) and any(isinstance(b, dict) and b.get("type") == "tool_result"
-                                                     for b in content):
-                    for b in content:
-                        if isinstance(b, dict) and b.get("type") == "tool_result":
-                            use = pending.pop(str(b.get("tool_use_id")), None)
-                            if use is not None:
-                                use.ok = not b.get("is_error")
-                                use.output = _result_text(b.get("content"))
-                    continue
-                if d.get("isMeta"):
-                    continue
-                text = text_of(content).strip()
-                if not text:
-                    continue
-                turn = current.get(sid)
-                if text.startswith(INTERRUPTED):
-                    if turn is not None:
-                        turn.interrupted = True
-                    continue
-                if text.startswith(("<command-", "<local-command-")):
-                    continue
-                turn = Turn(key=str(d.get("uuid") or f"{sid}-{len(s.turns)}"), user=text,
-                            at=str(d.get("timestamp") or ""))
-                s.turns.append(turn)
-                current[sid] = turn
+            text = text_of(content).strip()
+            if not text:
                 continue
             turn = current.get(sid)
-            if turn is None:
+            if text.startswith(INTERRUPTED):
+                if turn is not None:
+                    turn.interrupted = True
                 continue
-            if msg.get("model") and not s.model and msg.get("model") != "<synthetic>":
-                s.model = str(msg["model"])
-            blocks = content if isinstance(content, list) else [{"type": "text", "text": content or ""}]
-            tool_called = False
-            for b in blocks:
-                if not isinstance(b, dict):
-                    continue
-                if b.get("type") == "text" and str(b.get("text") or "").strip():
-                    turn.agent.append(str(b["text"]))
-                elif b.get("type") == "tool_use":
-                    use = ToolUse(str(b.get("name") or "?"), tool_input_text(b.get("input")),
-                                  call_id=str(b.get("id") or ""))
-                    turn.tools.append(use)
-                    pending[use.call_id] = use
-                    tool_called = True
-            turn.complete = not tool_called and msg.get("stop_reason") != "tool_use"
+            if text.startswith(("<command-", "<local-command-")):
+                continue
+            turn = Turn(key=str(d.get("uuid") or f"{sid}-{len(s.turns)}"), user=text,
+                        at=str(d.get("timestamp") or ""))
+            s.turns.append(turn)
+            current[sid] = turn
+            continue
+        turn = current.get(sid)
+        if turn is None:
+            continue
+        if msg.get("model") and not s.model and msg.get("model") != "<synthetic>":
+            s.model = str(msg["model"])
+        blocks = content if isinstance(content, list) else [{"type": "text", "text": content or ""}]
+        tool_called = take_blocks(turn, blocks, pending, "tool_use", "input")
+        turn.complete = not tool_called and msg.get("stop_reason") != "tool_use"
     return list(sessions.values())
 
 

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import json
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 USER_CHARS = 1000  # the user's words are the signal: keep more of them than of the agent's
@@ -57,6 +59,19 @@ class Session:
 
     def last(self) -> Turn | None:
         return self.turns[-1] if self.turns else None
+
+
+def json_lines(path) -> Iterator[dict]:
+    """The JSON objects of a JSONL transcript, one a line; a line still being written, a damaged one or one that
+    is not an object is skipped, since an agent may be appending to the file while we read it."""
+    with open(path, "rb") as fh:
+        for raw in fh:
+            try:
+                d = json.loads(raw)
+            except ValueError:
+                continue
+            if isinstance(d, dict):
+                yield d
 
 
 def digest(text: str) -> str:
@@ -120,3 +135,22 @@ def text_of(content) -> str:
             elif isinstance(block, str):
                 out.append(block)
     return "\n".join(out)
+
+
+def take_blocks(turn: Turn, blocks, pending: dict[str, ToolUse], tool_type: str, args_key: str) -> bool:
+    """Add an assistant message's content blocks to `turn`: its non-blank `text` blocks as what the agent said,
+    its tool-call blocks (`tool_type`, arguments under `args_key`) as tool uses, kept in `pending` by call id until
+    their result arrives. Claude Code and pi share this shape and differ in those two names. True when a tool was
+    called, so the turn is not complete yet."""
+    tool_called = False
+    for b in blocks:
+        if not isinstance(b, dict):
+            continue
+        if b.get("type") == "text" and str(b.get("text") or "").strip():
+            turn.agent.append(str(b["text"]))
+        elif b.get("type") == tool_type:
+            use = ToolUse(str(b.get("name") or "?"), tool_input_text(b.get(args_key)), call_id=str(b.get("id") or ""))
+            turn.tools.append(use)
+            pending[use.call_id] = use
+            tool_called = True
+    return tool_called

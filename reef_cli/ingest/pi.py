@@ -7,66 +7,47 @@ the file), `parentId` and `message` with `role` user / assistant / toolResult. A
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-from .model import Session, ToolUse, Turn, text_of, tool_input_text
+from .model import Session, ToolUse, Turn, json_lines, take_blocks, text_of
 
 
 def parse(path: Path) -> list[Session]:
     s: Session | None = None
     turn: Turn | None = None
     pending: dict[str, ToolUse] = {}
-    with open(path, "rb") as fh:
-        for raw in fh:
-            try:
-                d = json.loads(raw)
-            except ValueError:
-                continue
-            if not isinstance(d, dict):
-                continue
-            if d.get("type") == "session" and s is None:
-                s = Session("pi", str(d.get("id") or path.stem), str(path), cwd=str(d.get("cwd") or ""),
-                            updated=str(d.get("timestamp") or ""))
-                continue
-            if s is None:
-                s = Session("pi", path.stem, str(path))
-            if d.get("timestamp"):
-                s.updated = max(s.updated, str(d["timestamp"]))
-            if d.get("type") == "model_change" and d.get("modelId"):
-                s.model = str(d["modelId"])
-            if d.get("type") != "message" or not isinstance(d.get("message"), dict):
-                continue
-            msg = d["message"]
-            role = msg.get("role")
-            if role == "user":
-                text = text_of(msg.get("content")).strip()
-                if text:
-                    turn = Turn(key=str(d.get("id") or len(s.turns)), user=text, at=str(d.get("timestamp") or ""))
-                    s.turns.append(turn)
-            elif role == "assistant" and turn is not None:
-                tool_called = False
-                for b in msg.get("content") or ():
-                    if not isinstance(b, dict):
-                        continue
-                    if b.get("type") == "text" and str(b.get("text") or "").strip():
-                        turn.agent.append(str(b["text"]))
-                    elif b.get("type") == "toolCall":
-                        use = ToolUse(str(b.get("name") or "?"), tool_input_text(b.get("arguments")),
-                                      call_id=str(b.get("id") or ""))
-                        turn.tools.append(use)
-                        pending[use.call_id] = use
-                        tool_called = True
-                if msg.get("model") and not s.model:
-                    s.model = str(msg["model"])
-                turn.complete = not tool_called and msg.get("stopReason") != "toolUse"
-                if msg.get("stopReason") == "aborted":
-                    turn.interrupted = True
-            elif role == "toolResult":
-                use = pending.pop(str(msg.get("toolCallId")), None)
-                if use is not None:
-                    use.ok = not msg.get("isError")
-                    use.output = text_of(msg.get("content"))
+    for d in json_lines(path):
+        if d.get("type") == "session" and s is None:
+            s = Session("pi", str(d.get("id") or path.stem), str(path), cwd=str(d.get("cwd") or ""),
+                        updated=str(d.get("timestamp") or ""))
+            continue
+        if s is None:
+            s = Session("pi", path.stem, str(path))
+        if d.get("timestamp"):
+            s.updated = max(s.updated, str(d["timestamp"]))
+        if d.get("type") == "model_change" and d.get("modelId"):
+            s.model = str(d["modelId"])
+        if d.get("type") != "message" or not isinstance(d.get("message"), dict):
+            continue
+        msg = d["message"]
+        role = msg.get("role")
+        if role == "user":
+            text = text_of(msg.get("content")).strip()
+            if text:
+                turn = Turn(key=str(d.get("id") or len(s.turns)), user=text, at=str(d.get("timestamp") or ""))
+                s.turns.append(turn)
+        elif role == "assistant" and turn is not None:
+            tool_called = take_blocks(turn, msg.get("content") or (), pending, "toolCall", "arguments")
+            if msg.get("model") and not s.model:
+                s.model = str(msg["model"])
+            turn.complete = not tool_called and msg.get("stopReason") != "toolUse"
+            if msg.get("stopReason") == "aborted":
+                turn.interrupted = True
+        elif role == "toolResult":
+            use = pending.pop(str(msg.get("toolCallId")), None)
+            if use is not None:
+                use.ok = not msg.get("isError")
+                use.output = text_of(msg.get("content"))
     return [s] if s is not None else []
 
 
