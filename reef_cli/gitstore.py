@@ -229,6 +229,15 @@ class GitStore:
         self.repo.remotes.delete(name)
 
     def _remote(self, url: str):
+        # libgit2 names a missing local path or a plain file "unsupported URL protocol"; say what is wrong instead.
+        import os
+
+        local = _local_path(url)
+        if local is not None and not os.path.isdir(local):
+            what = ("is a file, not a git repository" if os.path.exists(local)
+                    else "is a symlink to nothing" if os.path.lexists(local) else "does not exist")
+            raise StoreError(f"remote {url} {what}; point the remote at a git repository "
+                             "('reef remote remove NAME', then 'reef remote add NAME PATH')")
         return self.repo.remotes.create_anonymous(url)
 
     def list_remote(self, url: str, prefix: str) -> dict[str, str]:

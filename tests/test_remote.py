@@ -176,7 +176,7 @@ def test_unknown_remote_and_unreachable_remote(reef, shared, tmp_path):
     assert r.code == 1 and "remote 'nowhere' is not known" in r.err
     ok(reef("-C", str(a), "remote", "add", "gone", str(tmp_path / "missing.git")))
     r = reef("-C", str(a), "push", "gone")
-    assert r.code == 1 and "push failed" in r.err or "cannot reach" in r.err, r.err
+    assert r.code == 1 and f"remote {tmp_path / 'missing.git'} does not exist" in r.err, r.err
 
 
 def test_concurrent_pushes_never_lose_a_release(reef, shared):
@@ -339,3 +339,21 @@ def test_https_credentials_come_from_the_users_git_credential_helpers(tmp_path, 
     assert helper_credential("https://git.example.com/team/repo.git") == ("bob", "from-named")
     gitconfig.write_text("[credential]\n\thelper = fake\n\thelper =\n")  # an empty value resets the list
     assert helper_credential("https://git.example.com/team/repo.git") is None
+
+
+def test_push_and_pull_to_a_local_remote_that_is_a_file_missing_or_a_dangling_symlink(reef, tmp_path):
+    """These used to fail with libgit2's 'push failed (unsupported URL protocol)', which names no cause."""
+    root = tmp_path / "proj"
+    root.mkdir()
+    assert reef("-C", str(root), "init").code == 0
+    (tmp_path / "afile").write_text("x\n")
+    (tmp_path / "dangling").symlink_to(tmp_path / "nowhere")
+    cases = {"afile": "is a file, not a git repository", "missing": "does not exist",
+             "dangling": "is a symlink to nothing"}
+    for name, what in cases.items():
+        assert reef("-C", str(root), "remote", "add", name, str(tmp_path / name)).code == 0
+        for verb in ("push", "pull"):
+            r = reef("-C", str(root), verb, name)
+            assert r.code == 1 and r.err.startswith(f"reef: error: remote {tmp_path / name} {what}; "), (verb, r.err)
+            assert len(r.err.strip().splitlines()) == 1
+    assert (tmp_path / "afile").read_text() == "x\n"
