@@ -380,7 +380,10 @@ def test_200_concurrent_streams_exact_records(tmp_path, upstream):
                 return await asyncio.gather(*(one(session, i) for i in range(n)))
 
         pairs = asyncio.run(main())
+        appends = json.loads(http(gw.url + "/reef/status")[2])["appends"]
         assert gw.stop() == 0
+    # concurrent records share writes and syncs (commit.py): far fewer batches than records
+    assert appends["inline"] + appends["batches"] < n
     assert all(h == b for h, b in pairs) and len({h for h, _ in pairs}) == n
     recs = exchanges(project)
     assert len(recs) == n and {r.record_id for r in recs} == {h for h, _ in pairs}
@@ -500,3 +503,63 @@ def test_inject_of_a_harness_that_does_not_compile_says_why(tmp_path):
         release = state.release()
         text, problem = asyncio.run(recorder.instructions(state, release.content_id, release))
     assert text is None and "cannot compile the harness for opencode" in problem and "broken" in problem
+
+
+# -- the committer (commit.py): batched group commit, and inline appends for a lone request -------------------------
+def _committer_ledger(tmp_path):
+    from reef_cli.serve.commit import Committer
+
+    return Committer(), Ledger(tmp_path / "ledger.jsonl", "default")
+
+
+def _submit(committer, ledger, i, bad=False):
+    from reef_cli.ledger import NewRecord
+
+    def item():
+        if bad:
+            raise ValueError("payload could not be built")
+        return NewRecord("inference", {"n": i}, None, None, None)
+
+    return committer.submit(ledger, item, lambda: ledger.append("inference", {"n": i}, release_id=None,
+                                                                 content_id=None))
+
+
+def test_committer_batches_concurrent_records_and_isolates_a_bad_one(tmp_path):
+    committer, ledger = _committer_ledger(tmp_path)
+
+    async def main():
+        futs = [_submit(committer, ledger, i, bad=(i == 7)) for i in range(50)]
+        return await asyncio.gather(*futs, return_exceptions=True)
+
+    results = asyncio.run(main())
+    committer.close()
+    assert isinstance(results[7], ValueError) and "could not be built" in str(results[7])
+    good = [r for i, r in enumerate(results) if i != 7]
+    assert [r.payload["n"] for r in good] == [i for i in range(50) if i != 7]
+    assert [r.payload["n"] for r in ledger.iter_records()] == [i for i in range(50) if i != 7]
+    assert ledger.verify().ok
+    # 49 records queued at once share a handful of writes and syncs, not one each
+    assert committer.batches <= 5 and committer.queued == 0 and committer.inline == 0
+
+
+def test_committer_inlines_only_when_alone_and_fast(tmp_path):
+    from reef_cli.serve.commit import INLINE_BELOW_NS
+
+    committer, ledger = _committer_ledger(tmp_path)
+    assert committer.may_inline()
+    rec = committer.run_inline(lambda: ledger.append("inference", {"n": 0}, release_id=None, content_id=None))
+    assert committer.inline == 1 and committer.average_ns > 0 and committer._thread is None
+
+    async def queued_blocks_inline():
+        fut = _submit(committer, ledger, 1)
+        busy = committer.may_inline()  # a record is queued: an inline append would jump the queue
+        await fut
+        return busy
+
+    assert asyncio.run(queued_blocks_inline()) is False and committer.queued == 0
+    committer.average_ns = INLINE_BELOW_NS - 1
+    assert committer.may_inline()
+    committer.average_ns = INLINE_BELOW_NS  # appends turned slow: everything goes to the thread
+    assert not committer.may_inline()
+    committer.close()
+    assert [r.record_id for r in ledger.iter_records()][0] == rec.record_id and ledger.verify().ok

@@ -243,7 +243,7 @@ class Gateway:
             raise
 
     async def _record(self, ex: Exchange):
-        return await self.recorder.finish(ex)
+        return await self.recorder.finish(ex, alone=len(self.in_flight) <= 1)
 
     def _receipt(self, ex: Exchange) -> dict:
         return {"agent_record_id": ex.record_id, "release_id": ex.release_id, "content_id": ex.content_id,
@@ -430,7 +430,8 @@ class Gateway:
             "store_content": self.config.store_content, "pass_client_key": self.config.pass_client_key,
             "auth": self.tokens is not None, "default_scenario": self.config.scenario, "scenarios": scenarios,
             "in_flight": max(0, len(self.in_flight) - 1), "recorded": self.recorder.recorded,
-            "failed": self.recorder.failed, "uptime_s": round(time.time() - self.started, 3)})
+            "failed": self.recorder.failed, "uptime_s": round(time.time() - self.started, 3),
+            "appends": {"inline": self.recorder.committer.inline, "batches": self.recorder.committer.batches}})
 
     async def _healthz(self, _request: web.Request) -> web.Response:
         return _json_response({"ok": True})
