@@ -253,8 +253,59 @@ def test_tokens_rotation_and_refusals(tmp_path, upstream):
         assert http(gw.url + "/healthz")[0] == 200
         assert len(exchanges(project)) == 3
         assert gw.stop() == 0
+    # one line per request, written once its response went out: method, path, status, time, the receipt
+    lines = [line for line in gw.log().splitlines() if line.startswith("reef: ") and "ms" in line]
+    ok = [line.split() for line in lines if " 200 " in line and "/v1/" in line]
+    assert sorted(parts[1:3] for parts in ok) == [["POST", "/v1/chat/completions"]] * 2 + [["POST", "/v1/messages"]]
+    assert sorted(parts[-1] for parts in ok) == sorted(r.record_id for r in exchanges(project))
+    assert sum(" 401 " in line for line in lines) == 3 and any(line.startswith("reef: GET /healthz 200") for line in lines)
     assert "old-token-1" not in gw.log() and "new-token-2" not in gw.log() and "sk-upstream-secret-9" not in gw.log()
     assert "sk-upstream-secret-9" not in (project / ".reef" / "scenarios" / "default" / "ledger.jsonl").read_text()
+
+
+def test_upstream_cookies_reach_their_client_only_and_json_logs(tmp_path):
+    """A Set-Cookie from the upstream is relayed to the client that got it, never kept by the gateway's shared
+    upstream session and sent on another client's call (a session cookie would leak between agents)."""
+    import http.server as httpd
+    import threading
+
+    seen = []
+
+    class Upstream(httpd.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_POST(self):
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            seen.append(self.headers.get("Cookie"))
+            body = json.dumps({"id": "c", "object": "chat.completion", "model": "m", "choices": []}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.send_header("Set-Cookie", f"upstream-session=for-call-{len(seen)}; Path=/")
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = httpd.ThreadingHTTPServer(("127.0.0.1", 0), Upstream)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    project = _init(tmp_path / "proj")
+    try:
+        # a host name, not an address: aiohttp's default cookie jar ignores cookies from IP addresses
+        with Gateway(project, f"http://localhost:{server.server_address[1]}", "--json") as gw:
+            first = http(gw.url + "/v1/chat/completions", {"model": "m", "messages": []})
+            second = http(gw.url + "/v1/chat/completions", {"model": "m", "messages": []})
+            assert gw.stop() == 0
+    finally:
+        server.shutdown()
+    assert first[1]["Set-Cookie"].startswith("upstream-session=for-call-1")
+    assert second[1]["Set-Cookie"].startswith("upstream-session=for-call-2")
+    assert seen == [None, None]
+    logged = [json.loads(line) for line in gw.log().splitlines() if '"method"' in line]
+    assert [(e["method"], e["path"], e["status"], e["record_id"]) for e in logged] == [
+        ("POST", "/v1/chat/completions", 200, h["x-reef-agent-record-id"]) for h in (first[1], second[1])]
+    assert all(e["ms"] >= 0 and e["release_id"] == first[1]["x-reef-release-id"] for e in logged)
 
 
 def test_non_loopback_bind_needs_a_token_file(tmp_path):

@@ -20,6 +20,8 @@ from pathlib import Path
 
 import aiohttp
 from aiohttp import web
+from aiohttp.abc import AbstractAccessLogger
+from yarl import URL
 
 from ..errors import ConflictError, InvalidInput, NotFound, PolicyError, ReefError
 from ..times import format_ms
@@ -91,6 +93,8 @@ class Gateway:
         self.out = out or sys.stdout
         self.session: aiohttp.ClientSession | None = None
         self.in_flight: set[asyncio.Task] = set()
+        self.timeout = aiohttp.ClientTimeout(total=None, connect=min(config.timeout, 30.0), sock_read=config.timeout)
+        self.urls: dict = {}
         self.started = time.time()
         self.url = ""
 
@@ -113,9 +117,12 @@ class Gateway:
         return app
 
     async def _open_session(self, _app) -> None:
+        # One pooled keep-alive session for every upstream call. No cookie jar: a Set-Cookie from the upstream is
+        # relayed to the client that got it, never stored and sent on other clients' calls.
         connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300, keepalive_timeout=30)
-        self.session = aiohttp.ClientSession(connector=connector, auto_decompress=False, skip_auto_headers=(
-            "User-Agent", "Accept-Encoding", "Content-Type"))
+        self.session = aiohttp.ClientSession(connector=connector, auto_decompress=False,
+                                             cookie_jar=aiohttp.DummyCookieJar(),
+                                             skip_auto_headers=("User-Agent", "Accept-Encoding", "Content-Type"))
 
     async def _close_session(self, _app) -> None:
         if self.session is not None:
@@ -124,16 +131,13 @@ class Gateway:
     @web.middleware
     async def _edge(self, request: web.Request, handler):
         """Auth, error translation and the per-request log line."""
-        t0 = time.perf_counter()
         api = ROUTE_API.get(_route_path(request), "reef")
         if self.tokens is not None and request.path != "/healthz":
             if not self.tokens.accepts(presented_token(request.headers, self.config.pass_client_key)):
                 missing = presented_token(request.headers, self.config.pass_client_key) is None
                 how = "x-reef-token" if self.config.pass_client_key else "Authorization: Bearer TOKEN or x-api-key"
                 msg = (f"no reef token: send {how}" if missing else "the reef token is not valid for this gateway")
-                resp = _json_response(error_body(api, 401, msg, "authentication_error"), 401)
-                self._log(request, resp, t0)
-                return resp
+                return _json_response(error_body(api, 401, msg, "authentication_error"), 401)
         try:
             task = asyncio.current_task()
             self.in_flight.add(task)
@@ -152,7 +156,6 @@ class Gateway:
                       else 400 if isinstance(exc, (InvalidInput, PolicyError)) else 500)
             resp = _json_response(error_body(api, status, str(exc), "invalid_request_error" if status == 400
                                              else "not_found_error" if status == 404 else "api_error"), status)
-        self._log(request, resp, t0)
         return resp
 
     def _too_large(self, api: str) -> web.Response:
@@ -160,8 +163,9 @@ class Gateway:
         return _json_response(error_body(api, 413, f"request body is over the gateway's cap of {cap} bytes "
                                          "(reef serve --max-body)", "request_too_large"), 413)
 
-    def _log(self, request: web.Request, resp, t0: float) -> None:
-        ms = (time.perf_counter() - t0) * 1000
+    def _log(self, request: web.Request, resp, seconds: float) -> None:
+        """The request's log line; aiohttp calls it (through _AccessLog) once the response has gone out."""
+        ms = seconds * 1000
         rid = resp.headers.get("x-reef-agent-record-id") if resp is not None else None
         status = resp.status if resp is not None else 0
         if self.config.json_logs:
@@ -225,7 +229,7 @@ class Gateway:
             body = json.dumps(parsed, ensure_ascii=False).encode("utf-8")
         if ex is not None:
             self.recorder.describe_request(ex, body)
-        url = self.upstream.url_for(path, request.query_string)
+        url = self._url(path, request.query_string)
         up_headers = self.upstream.request_headers(headers, api, self.config.pass_client_key)
         extra = [("x-reef-release-id", release.release_id)]
         if ex is None:
@@ -242,6 +246,15 @@ class Gateway:
             await self._record(ex)
             raise
 
+    def _url(self, path: str, query: str):
+        """The upstream URL, parsed once per route (a route without a query string is most calls)."""
+        url = self.urls.get(path) if not query else None
+        if url is None:
+            url = URL(self.upstream.url_for(path, query))
+            if not query:
+                self.urls[path] = url
+        return url
+
     async def _record(self, ex: Exchange):
         return await self.recorder.finish(ex, alone=len(self.in_flight) <= 1)
 
@@ -251,10 +264,9 @@ class Gateway:
 
     async def _relay(self, request, api, url, headers, body, ex: Exchange | None, extra) -> web.StreamResponse:
         t = self.config.timeout
-        timeout = aiohttp.ClientTimeout(total=None, connect=min(t, 30.0), sock_read=t)
         try:
             resp = await self.session.request(request.method, url, headers=headers, data=body or None,
-                                              timeout=timeout, allow_redirects=False)
+                                              timeout=self.timeout, allow_redirects=False)
         except asyncio.TimeoutError:
             return await self._failed(api, ex, extra, 504, "timeout",
                                       f"the upstream did not answer within {t:g} s")
@@ -446,7 +458,8 @@ class Gateway:
         if own_stop:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(sig, stop.set)
-        runner = web.AppRunner(self.app(), access_log=None, handle_signals=False, shutdown_timeout=1.0)
+        runner = web.AppRunner(self.app(), access_log_class=_AccessLog, access_log=self, handle_signals=False,
+                               shutdown_timeout=1.0)
         await runner.setup()
         site = web.TCPSite(runner, self.config.host, self.config.port, backlog=2048, reuse_address=True)
         try:
@@ -500,6 +513,14 @@ class Gateway:
             line = f"reef: {message}"
         self.log.write(line + "\n")
         self.log.flush()
+
+
+class _AccessLog(AbstractAccessLogger):
+    """aiohttp calls `log` after a response has gone out: the gateway's log line is written off the request's path.
+    `logger` is the Gateway."""
+
+    def log(self, request, response, time: float) -> None:
+        self.logger._log(request, response, time)
 
 
 class _ReportStore:
