@@ -26,7 +26,11 @@ class Gateway:
         elif "serving " in line:
             self.url = line.split("serving ", 1)[1].split()[0]
         else:
-            self.proc.wait(timeout=10)
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:  # up but printing something else: do not leave it running
+                self.proc.kill()
+                self.proc.wait()
             raise RuntimeError(f"reef serve did not start (exit {self.proc.returncode}): {line}{self.log()}")
         self.project = project
 

@@ -31,6 +31,9 @@ from .relay import RECORDED, ROUTE_API, Upstream, error_body, response_headers
 from .sse import EventSplitter, StreamWatch
 
 SESSION_PREFIX = "/session/{session}"
+# Loop turns until a started upstream call has written its request: aiohttp writes the body from a second task,
+# which Python 3.12+ starts eagerly (one turn) and 3.11 schedules (two). Fewer would only lose the overlap.
+_YIELDS_TO_SEND = 1 if sys.version_info >= (3, 12) else 2
 MAX_TAGS = 32
 TAG_MAX_CHARS = 256
 
@@ -198,18 +201,62 @@ class Gateway:
         capture = api in RECORDED and headers.get("x-reef-capture", "").strip().lower() not in ("false", "0", "no")
         state = self.recorder.scenario(headers.get("x-reef-scenario"))
         release = state.release()  # frozen here: a publish during the request does not re-attribute it
-        parsed = None
-        if body:
-            try:
-                parsed = json.loads(body)
-            except ValueError:
-                parsed = None
-            if not isinstance(parsed, dict):
-                parsed = None
+        url = self._url(path, request.query_string)
+        extra = [("x-reef-release-id", release.release_id)]
+        session = request.match_info.get("session")
+        edits = bool(body) and ((self.config.inject == "system" and api != "openai.models")
+                                or (capture and bool(self.recorder.request_hooks)))
         ex = None
-        if capture:
-            ex = self.recorder.begin(state, release, api, path, started)
-            _describe(ex, headers, parsed, request.match_info.get("session"))
+        call = None
+        try:
+            if edits:  # the body may change: describe and edit it, then send it
+                parsed = _parse(body)
+                if capture:
+                    ex = self._begin(state, release, api, path, started, headers, parsed, session)
+                body = await self._edit(state, release, api, ex, parsed, body)
+                if ex is not None:
+                    self.recorder.describe_request(ex, body)
+                call = self._send(request, url, headers, api, body)
+            else:
+                # The body goes upstream as it came, so it goes first; describing it (parse, record id, digests,
+                # ~0.15 ms on a small VM) then overlaps the upstream's work instead of adding to the latency.
+                call = self._send(request, url, headers, api, body)
+                if capture:
+                    try:
+                        for _ in range(_YIELDS_TO_SEND):
+                            await asyncio.sleep(0)
+                    finally:  # cancelled here (a shutdown), the call may have gone out: it gets its record
+                        ex = self._begin(state, release, api, path, started, headers,
+                                         _parse(body) if body else None, session)
+                        self.recorder.describe_request(ex, body)
+        except BaseException as exc:
+            if call is not None:
+                call.cancel()
+                if ex is not None and isinstance(exc, asyncio.CancelledError):
+                    ex.fail("interrupted", "the gateway stopped before the exchange finished")
+                    await self._record(ex)
+            raise
+        if ex is None:
+            return await self._relay(request, api, url, headers, body, None, extra, call)
+        extra.append(("x-reef-agent-record-id", ex.record_id))
+        try:
+            return await self._relay(request, api, url, headers, body, ex, extra, call)
+        except asyncio.CancelledError:
+            ex.fail("interrupted", "the gateway stopped before the exchange finished")
+            await self._record(ex)
+            raise
+        except Exception as exc:
+            ex.fail("gateway_error", f"{type(exc).__name__} in the gateway")
+            await self._record(ex)
+            raise
+
+    def _begin(self, state, release, api, path, started, headers, parsed, session) -> Exchange:
+        ex = self.recorder.begin(state, release, api, path, started)
+        _describe(ex, headers, parsed, session)
+        return ex
+
+    async def _edit(self, state, release, api, ex: Exchange | None, parsed: dict | None, body: bytes) -> bytes:
+        """The body to send: with --inject system, the release's instructions prepended; request hooks applied."""
         changed = False
         if parsed is not None and self.config.inject == "system" and api != "openai.models":
             text, problem = await self.recorder.instructions(state, release.content_id, release)
@@ -225,26 +272,14 @@ class Gateway:
                                        "digest": "sha256:" + hashlib.sha256(text.encode()).hexdigest()}
         if parsed is not None and ex is not None and self.recorder.request_hooks:
             changed = self.recorder.apply_request_hooks(ex, parsed) or changed
-        if changed:
-            body = json.dumps(parsed, ensure_ascii=False).encode("utf-8")
-        if ex is not None:
-            self.recorder.describe_request(ex, body)
-        url = self._url(path, request.query_string)
+        return json.dumps(parsed, ensure_ascii=False).encode("utf-8") if changed else body
+
+    def _send(self, request: web.Request, url, headers, api: str, body: bytes) -> asyncio.Task:
+        """The upstream call, started now (its answer is awaited in _relay)."""
         up_headers = self.upstream.request_headers(headers, api, self.config.pass_client_key)
-        extra = [("x-reef-release-id", release.release_id)]
-        if ex is None:
-            return await self._relay(request, api, url, up_headers, body, None, extra)
-        extra.append(("x-reef-agent-record-id", ex.record_id))
-        try:
-            return await self._relay(request, api, url, up_headers, body, ex, extra)
-        except asyncio.CancelledError:
-            ex.fail("interrupted", "the gateway stopped before the exchange finished")
-            await self._record(ex)
-            raise
-        except Exception as exc:
-            ex.fail("gateway_error", f"{type(exc).__name__} in the gateway")
-            await self._record(ex)
-            raise
+        return asyncio.ensure_future(self.session.request(request.method, url, headers=up_headers,
+                                                          data=body or None, timeout=self.timeout,
+                                                          allow_redirects=False))
 
     def _url(self, path: str, query: str):
         """The upstream URL, parsed once per route (a route without a query string is most calls)."""
@@ -262,11 +297,14 @@ class Gateway:
         return {"agent_record_id": ex.record_id, "release_id": ex.release_id, "content_id": ex.content_id,
                 "scenario": ex.scenario}
 
-    async def _relay(self, request, api, url, headers, body, ex: Exchange | None, extra) -> web.StreamResponse:
+    async def _relay(self, request, api, url, headers, body, ex: Exchange | None, extra,
+                     call: asyncio.Task) -> web.StreamResponse:
         t = self.config.timeout
         try:
-            resp = await self.session.request(request.method, url, headers=headers, data=body or None,
-                                              timeout=self.timeout, allow_redirects=False)
+            resp = await call
+        except asyncio.CancelledError:
+            call.cancel()
+            raise
         except asyncio.TimeoutError:
             return await self._failed(api, ex, extra, 504, "timeout",
                                       f"the upstream did not answer within {t:g} s")
@@ -299,7 +337,8 @@ class Gateway:
                 if ex.refused and ex.retryable and not ex.retries:
                     ex.reset_for_retry()
                     resp.release()
-                    return await self._relay(request, api, url, headers, body, ex, extra)
+                    return await self._relay(request, api, url, headers, body, ex, extra,
+                                             self._send(request, url, headers, api, body))
             transport = request.transport
             if transport is None or transport.is_closing():
                 ex.fail("client_disconnected", "the client hung up before the answer came")
@@ -540,6 +579,14 @@ def _route_path(request: web.Request) -> str:
     return path[len("/session/") + len(session):] if session and path.startswith("/session/") else path
 
 
+def _parse(body: bytes) -> dict | None:
+    try:
+        parsed = json.loads(body)
+    except ValueError:
+        return None
+    return parsed if isinstance(parsed, dict) else None
+
+
 def _describe(ex: Exchange, headers, parsed: dict | None, path_session: str | None = None) -> None:
     tags = {}
     for name, value in headers.items():
@@ -583,7 +630,13 @@ def _abort(request: web.Request) -> None:
 def serve(config: ServeConfig, environ: dict) -> int:
     """Run the gateway in the foreground until SIGTERM or Ctrl-C; the exit code says whether the ledgers verified."""
     gateway = Gateway(config, environ)
+    factory = None
+    if environ.get("REEF_SERVE_LOOP") == "uvloop":  # EXPERIMENT
+        import uvloop
+
+        factory = uvloop.new_event_loop
     try:
-        return asyncio.run(gateway.run())
+        with asyncio.Runner(loop_factory=factory) as runner:
+            return runner.run(gateway.run())
     except KeyboardInterrupt:
         return 130
