@@ -6,6 +6,7 @@ and `reef ledger verify` passes. Gateways run as real `reef serve` subprocesses 
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import json
 import socket
 import subprocess
@@ -195,6 +196,7 @@ def test_report_over_http_same_rules_as_reef_report(served):
         assert status == 400 and msg in json.loads(out)["error"]["message"], out
     assert json.loads(http(served.url + "/reef/releases")[2])["head"].startswith("rel_")
     status = json.loads(http(served.url + "/reef/status")[2])
+    assert status["loop"] == ("uvloop" if importlib.util.find_spec("uvloop") else "asyncio")
     assert status["recorded"] >= 1 and status["scenarios"]["default"]["step"] == 1
     assert http(served.url + "/healthz")[0] == 200
     verify(served.project)
@@ -293,16 +295,17 @@ def test_upstream_cookies_reach_their_client_only_and_json_logs(tmp_path):
     project = _init(tmp_path / "proj")
     try:
         # a host name, not an address: aiohttp's default cookie jar ignores cookies from IP addresses
-        with Gateway(project, f"http://localhost:{server.server_address[1]}", "--json") as gw:
+        with Gateway(project, f"http://localhost:{server.server_address[1]}", "--json", "--loop", "asyncio") as gw:
             first = http(gw.url + "/v1/chat/completions", {"model": "m", "messages": []})
             second = http(gw.url + "/v1/chat/completions", {"model": "m", "messages": []})
+            assert json.loads(http(gw.url + "/reef/status")[2])["loop"] == "asyncio"  # the fallback serves too
             assert gw.stop() == 0
     finally:
         server.shutdown()
     assert first[1]["Set-Cookie"].startswith("upstream-session=for-call-1")
     assert second[1]["Set-Cookie"].startswith("upstream-session=for-call-2")
     assert seen == [None, None]
-    logged = [json.loads(line) for line in gw.log().splitlines() if '"method"' in line]
+    logged = [json.loads(line) for line in gw.log().splitlines() if '"method": "POST"' in line]
     assert [(e["method"], e["path"], e["status"], e["record_id"]) for e in logged] == [
         ("POST", "/v1/chat/completions", 200, h["x-reef-agent-record-id"]) for h in (first[1], second[1])]
     assert all(e["ms"] >= 0 and e["release_id"] == first[1]["x-reef-release-id"] for e in logged)
@@ -322,6 +325,7 @@ def test_non_loopback_bind_needs_a_token_file(tmp_path):
     ("--max-body", "-5", "--max-body -5: expected a positive number of bytes"),
     ("--timeout", "-1", "--timeout -1.0: expected a positive number of seconds"),
     ("--drain-timeout", "-1", "--drain-timeout -1.0: expected zero or more seconds"),
+    ("--loop", "fast", "--loop fast: expected auto, uvloop or asyncio"),
 ])
 def test_out_of_range_flags_fail_in_one_line_before_binding(tmp_path, flag, value, message):
     """--port 99999 ended in 'unexpected error: OverflowError' (and an aiohttp 'Unclosed client session' warning);

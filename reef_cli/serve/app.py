@@ -54,6 +54,7 @@ class ServeConfig:
     timeout: float = 300.0
     max_body: int = 32 * 1024 * 1024
     drain_timeout: float = 10.0
+    loop: str = "auto"  # auto (uvloop where installed) | uvloop | asyncio
 
 
 class _ClientGone(Exception):
@@ -78,6 +79,8 @@ class Gateway:
             raise InvalidInput(f"--timeout {config.timeout}: expected a positive number of seconds")
         if not config.drain_timeout >= 0:
             raise InvalidInput(f"--drain-timeout {config.drain_timeout}: expected zero or more seconds")
+        if config.loop not in ("auto", "uvloop", "asyncio"):
+            raise InvalidInput(f"--loop {config.loop}: expected auto, uvloop or asyncio")
         self.config = config
         self.tokens = TokenSet.load(config.token_file) if config.token_file else None
         check_bind(config.host, self.tokens)
@@ -482,7 +485,8 @@ class Gateway:
             "auth": self.tokens is not None, "default_scenario": self.config.scenario, "scenarios": scenarios,
             "in_flight": max(0, len(self.in_flight) - 1), "recorded": self.recorder.recorded,
             "failed": self.recorder.failed, "uptime_s": round(time.time() - self.started, 3),
-            "appends": {"inline": self.recorder.committer.inline, "batches": self.recorder.committer.batches}})
+            "appends": {"inline": self.recorder.committer.inline, "batches": self.recorder.committer.batches},
+            "loop": _loop_name()})
 
     async def _healthz(self, _request: web.Request) -> web.Response:
         return _json_response({"ok": True})
@@ -579,6 +583,10 @@ def _route_path(request: web.Request) -> str:
     return path[len("/session/") + len(session):] if session and path.startswith("/session/") else path
 
 
+def _loop_name() -> str:
+    return "uvloop" if type(asyncio.get_running_loop()).__module__.startswith("uvloop") else "asyncio"
+
+
 def _parse(body: bytes) -> dict | None:
     try:
         parsed = json.loads(body)
@@ -630,13 +638,22 @@ def _abort(request: web.Request) -> None:
 def serve(config: ServeConfig, environ: dict) -> int:
     """Run the gateway in the foreground until SIGTERM or Ctrl-C; the exit code says whether the ledgers verified."""
     gateway = Gateway(config, environ)
-    factory = None
-    if environ.get("REEF_SERVE_LOOP") == "uvloop":  # EXPERIMENT
-        import uvloop
-
-        factory = uvloop.new_event_loop
     try:
-        with asyncio.Runner(loop_factory=factory) as runner:
+        with asyncio.Runner(loop_factory=loop_factory(config.loop)) as runner:
             return runner.run(gateway.run())
     except KeyboardInterrupt:
         return 130
+
+
+def loop_factory(kind: str):
+    """The event loop to serve on. uvloop (libuv, in C) where installed: bench/serve_bench.py measured 7-9% less
+    CPU per call and ~0.1 ms less added latency than asyncio's own loop; asyncio elsewhere or when asked."""
+    if kind == "asyncio":
+        return None
+    try:
+        import uvloop
+    except ImportError:
+        if kind == "uvloop":
+            raise InvalidInput("--loop uvloop: uvloop is not installed (pip install uvloop; Linux and macOS)") from None
+        return None
+    return uvloop.new_event_loop
