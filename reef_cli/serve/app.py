@@ -34,6 +34,8 @@ SESSION_PREFIX = "/session/{session}"
 # Loop turns until a started upstream call has written its request: aiohttp writes the body from a second task,
 # which Python 3.12+ starts eagerly (one turn) and 3.11 schedules (two). Fewer would only lose the overlap.
 _YIELDS_TO_SEND = 1 if sys.version_info >= (3, 12) else 2
+# When the middleware saw the request (for the log line); a typed key where aiohttp has them (3.12+)
+_T0 = web.RequestKey("reef_t0", float) if hasattr(web, "RequestKey") else "reef_t0"
 MAX_TAGS = 32
 TAG_MAX_CHARS = 256
 
@@ -136,7 +138,8 @@ class Gateway:
 
     @web.middleware
     async def _edge(self, request: web.Request, handler):
-        """Auth, error translation and the per-request log line."""
+        """Auth and error translation (the log line is _AccessLog's, once the response is out)."""
+        request[_T0] = time.perf_counter()
         api = ROUTE_API.get(_route_path(request), "reef")
         if self.tokens is not None and request.path != "/healthz":
             if not self.tokens.accepts(presented_token(request.headers, self.config.pass_client_key)):
@@ -170,8 +173,10 @@ class Gateway:
                                          "(reef serve --max-body)", "request_too_large"), 413)
 
     def _log(self, request: web.Request, resp, seconds: float) -> None:
-        """The request's log line; aiohttp calls it (through _AccessLog) once the response has gone out."""
-        ms = seconds * 1000
+        """The request's log line; aiohttp calls it (through _AccessLog) once the response has gone out. The time is
+        our own clock's from the middleware on (uvloop's loop clock, which aiohttp passes, counts whole ms)."""
+        t0 = request.get(_T0)
+        ms = (time.perf_counter() - t0) * 1000 if t0 is not None else seconds * 1000
         rid = resp.headers.get("x-reef-agent-record-id") if resp is not None else None
         status = resp.status if resp is not None else 0
         if self.config.json_logs:
