@@ -16,6 +16,7 @@ from ..curate import SIGN, Op, Surfaces, reearn_needed
 from ..errors import ConflictError, InvalidInput
 from ..gitstore import Entry
 from ..patterns import PatternMemory
+from ..durable import STATE_FILE_MODE, make_dirs
 from ..project import write_atomic
 from ..releases import canonical
 
@@ -86,7 +87,7 @@ class Outcome:
 
 def evolve_dir(store) -> Path:
     d = store.dir / "evolve"
-    d.mkdir(parents=True, exist_ok=True)
+    make_dirs(d)  # reef's state: owner-only whatever the umask
     return d
 
 
@@ -177,7 +178,7 @@ def lock(directory: Path):
     """The evolve lock (one evolve/promote/demote per scenario at a time); never waits."""
     from filelock import FileLock, Timeout
 
-    lk = FileLock(str(directory / "lock"))
+    lk = FileLock(str(directory / "lock"), mode=STATE_FILE_MODE)
     try:
         lk.acquire(timeout=0)
     except Timeout:
@@ -239,7 +240,7 @@ def record_rollback_negatives(store, ledger, config) -> list[dict]:
     unique = [(rid, p) for rid, p in items if not (rid in seen or seen.add(rid))]
     out = write_negatives(store, ledger, unique)
     if fresh:
-        write_atomic(state_path, canonical(sorted(done | set(fresh))) + b"\n")
+        write_atomic(state_path, canonical(sorted(done | set(fresh))) + b"\n", STATE_FILE_MODE)
     return out
 
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ..curate import Contradiction, Op
+from ..durable import STATE_FILE_MODE
 from ..project import write_atomic
 from ..releases import canonical
 
@@ -85,7 +86,7 @@ class JournalFile:
             return None  # a torn or foreign journal was never the commit point of anything: start over
 
     def save(self, journal: EvolveJournal) -> EvolveJournal:
-        write_atomic(self.path, canonical(journal.to_json()) + b"\n")
+        write_atomic(self.path, canonical(journal.to_json()) + b"\n", STATE_FILE_MODE)
         return journal
 
     def clear(self) -> None:
