@@ -43,6 +43,7 @@ class Options:
     now: datetime | None = None
     environ: dict = field(default_factory=lambda: dict(os.environ))
     progress: Callable[[dict], None] | None = None
+    warn: Callable[[str], None] | None = None  # one-line notices (a skipped malformed model answer)
     attribute: int = 3  # leave-one-out attribution for at most this many new bullets (0: off)
     workers: int | None = None
     branch: str | None = None  # write the candidate as a commit on this branch of the user's repo (proposal_branch)
@@ -257,7 +258,7 @@ def reflect_into(store, ledger, config, memory: PatternMemory, opts: Options, fi
         surfaces = Surfaces(files, config)
         bullets = sorted({w.text for ws in surfaces.by_id.values() for w in ws})
     return reflect(ledger, store.scenario, memory, threshold=config.reflector.similarity, backend=backend,
-                   progress=opts.progress, bullets=bullets)
+                   progress=opts.progress, bullets=bullets, warn=opts.warn)
 
 
 def reflect_records(store, ledger, result, memory: PatternMemory, config) -> None:
