@@ -178,18 +178,28 @@ def collect_files(root: Path, include: tuple[str, ...], exclude: tuple[str, ...]
     return dict(sorted(out.items()))
 
 
-def _check_no_symlink_components(dest: Path, rel: str) -> None:
+def non_directory_parent(dest: Path, rel: str) -> Path | None:
+    """The first directory on the way from `dest` to `rel` that exists and is not a directory (None: every one is
+    a directory or missing). A symlink on the way is InvalidInput: reef never writes through symlinks. Shared by
+    write_files and checkout's conflict check, so both refuse the same paths."""
     cur = dest
     for part in rel.split("/")[:-1]:
         cur = cur / part
         try:
             st = os.lstat(cur)
         except FileNotFoundError:
-            return
+            return None
         if stat.S_ISLNK(st.st_mode):
             raise InvalidInput(f"{cur} is a symlink; reef never writes through symlinks")
         if not stat.S_ISDIR(st.st_mode):
-            raise InvalidInput(f"{cur} is not a directory; cannot write {rel} under it")
+            return cur
+    return None
+
+
+def _writable_parents(dest: Path, rel: str) -> None:
+    blocked = non_directory_parent(dest, rel)
+    if blocked is not None:
+        raise InvalidInput(f"{blocked} is not a directory; cannot write {rel} under it")
 
 
 def write_files(dest: Path, files: dict[str, Entry], *, read_only: bool = False) -> None:
@@ -201,7 +211,7 @@ def write_files(dest: Path, files: dict[str, Entry], *, read_only: bool = False)
     for rel, entry in files.items():
         if rel.startswith("/") or ".." in rel.split("/"):
             raise StoreError(f"release holds an unsafe path '{rel}'")
-        _check_no_symlink_components(dest, rel)
+        _writable_parents(dest, rel)
         target = dest / rel
         mkdir(target.parent)
         if entry.mode == MODE_LINK:
@@ -570,7 +580,7 @@ class HarnessStore:
         """Make the working tree's harness files equal `new`, touching only paths that differ from `old`."""
         root = self.project.root
         for rel in sorted(set(old) - set(new)):
-            _check_no_symlink_components(root, rel)
+            _writable_parents(root, rel)
             try:
                 os.unlink(root / rel)
             except FileNotFoundError:
