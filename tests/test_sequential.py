@@ -291,3 +291,21 @@ def test_a_bullets_marginal_effect_goes_through_the_same_test():
                                                         "needed_mean": 0.4}
     assert bullet_test([1.0, 1.0, -1.0, 0.0], SEQ)["admitted"] is False
     assert bullet_test([], SEQ) == {"utility": None, "pairs": 0, "needed_mean": None, "admitted": False}
+
+
+def test_harness_yaml_carries_the_sequential_settings_and_refuses_bad_ones():
+    """gate.extra_passes / looks_per_pass / spend_shape come from harness.yaml into the gate's settings; a bad value is
+    one line naming the field (the schema's check), before any episode runs."""
+    from reef_cli.config import parse_config
+    from reef_cli.errors import ReefError
+
+    base = "version: 1\ninclude: ['**']\ngate:\n  tasks: [canary/*.yaml]\n"
+    cfg = parse_config(base + "  extra_passes: 0\n  looks_per_pass: 2\n  spend_shape: 1.5\n")
+    s = GateSettings.from_config(cfg.gate)
+    assert (s.extra_passes, s.looks_per_pass, s.spend_shape) == (0, 2, 1.5)
+    for line, message in (("extra_passes: -1", "field 'gate.extra_passes': -1 is less than the minimum of 0"),
+                          ("looks_per_pass: 0", "field 'gate.looks_per_pass': 0 is less than the minimum of 1"),
+                          ("spend_shape: 11", "field 'gate.spend_shape': 11 is greater than the maximum of 10")):
+        with pytest.raises(ReefError) as e:
+            parse_config(base + f"  {line}\n")
+        assert message in str(e.value) and "\n" not in str(e.value)
