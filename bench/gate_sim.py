@@ -21,7 +21,7 @@ Policies:
 * paired     - reef's default (reef_cli.gate, the shipped code): screen, one pass, repeats, early stop,
                bootstrap lower bound > 0, tolerance, sentinels. Budget: the full paired tally's 2*T*k.
 * sequential - reef_cli.gate policy 'sequential': group-sequential sign-flip test with alpha spending, futility
-               looks, an extra pass on the discordant tasks, one drop e-process over all tasks with probes (up to 4k
+               looks, two extra passes on the discordant tasks, one drop e-process over all tasks with probes (up to 6k
                pairs per task; no total budget, the table shows the most any candidate spent).
 * tally      - reef 0.1.3's rule (shipped as policy 'tally'): all 2*T*k episodes, wins - losses > 0.
 * tally-k1   - the same rule with one repeat (2*T episodes): a tally at about our spend.

@@ -15,7 +15,7 @@ The plan, for T canary tasks and k repeats (constants below; `gate.*` settings w
    only (|d| > 0): chosen from the magnitudes, never the signs, so the sign-flip test stays exact.
 4. The drop test (reef_cli.sequential.DropWealth): one e-process over all pairs of all tasks, betting on a task only
    where the current harness scores at least max(tolerance, BET_RELIABLE) and the task is behind; it vetoes once the
-   wealth reaches 1 / `gate.drop_alpha`. Probes (pairs past the mean test's, up to `gate.max_repeats`, default 4k
+   wealth reaches 1 / `gate.drop_alpha`. Probes (pairs past the mean test's, up to `gate.max_repeats`, default 6k
    pairs per task) go to tasks whose mean is below -tolerance * PROBE_AT (while undecided: below -tolerance), and,
    before publishing, to reliable tasks where a break could hide (`_at_risk`). Probes never enter the mean test.
 5. Before publishing, a task whose mean is still past the tolerance at its cap blocks the publish (the `paired`
@@ -39,7 +39,7 @@ FUTILITY = ((0.12, -0.5), (0.23, -0.25), (0.34, 0.0), (0.5, 0.25), (0.6, 0.75), 
 PROBE_AT = 0.4  # probe a task while its mean difference is below -tolerance * PROBE_AT
 CONFIRM = 4  # before publishing, pairs on each task where a break could hide behind ties (see _Sequential.run)
 RELIABLE_AT = 0.5  # ... the tasks the current harness passes at least this often
-CAP_FACTOR = 4  # gate.max_repeats 0: pairs per task, probes included, up to CAP_FACTOR x k
+CAP_FACTOR = 6  # gate.max_repeats 0: pairs per task, probes included, up to CAP_FACTOR x k
 GAP = 0.5  # probe a reliable task while the candidate's own mean on it trails the current's by GAP x tolerance
 BET_RELIABLE = 0.6  # the drop test bets on a task only where the current harness scores at least this (and tolerance)
 

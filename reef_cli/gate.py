@@ -23,7 +23,7 @@ Policies (harness.yaml `gate.policy`, `reef eval --policy`):
   the paired differences, its alpha (1 - `gate.confidence`) spent by information fraction (`gate.spend_shape`), so
   stopping at any look keeps the false-accept rate within alpha under "no difference"; futility looks reject early.
   An undecided candidate gets `gate.extra_passes` (default 1) more passes on its discordant tasks only. A drop test
-  (one e-process over all tasks, probes up to `gate.max_repeats`, default 4k pairs per task) vetoes a candidate
+  (one e-process over all tasks, probes up to `gate.max_repeats`, default 6k pairs per task) vetoes a candidate
   once its wealth reaches 1 / `gate.drop_alpha`: at most that chance of vetoing a candidate that drops no task.
   A task still past `gate.tolerance` at its cap blocks the publish. Sentinels as above. `reef eval --explain`
   prints its looks and per-task evidence (`Verdict.trace`).

@@ -140,7 +140,7 @@ def drop_bet(diffs: Sequence[float], lam_max: float = BET_MAX) -> float:
     return min(lam_max, -mu / var)
 
 
-SHARE = 0.5  # the share of its uncommitted wealth the drop test commits to a task when it first bets on it
+SHARE = 0.7  # the share of its uncommitted wealth the drop test commits to a task when it first bets on it
 
 
 class DropWealth:

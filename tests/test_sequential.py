@@ -15,7 +15,7 @@ import pytest
 from reef_cli.adaptive import explain
 from reef_cli.errors import InvalidInput
 from reef_cli.gate import CANDIDATE, CURRENT, PUBLISH, REJECT, GateSettings, TaskSpec, Verdict, estimate, evaluate
-from reef_cli.sequential import DropWealth, drop_bet, group_sequential, spent
+from reef_cli.sequential import SHARE, DropWealth, drop_bet, group_sequential, spent
 
 BENCH = Path(__file__).resolve().parent.parent / "bench"
 
@@ -132,13 +132,15 @@ def test_the_drop_wealth_bets_only_after_evidence_and_keeps_tasks_apart():
     w = DropWealth()
     w.add("a", ("a", 1), -1.0, True)  # the first pair only informs the stake
     assert w.wealth == 1 and w.leader() is None
-    w.add("a", ("a", 2), -1.0, True)  # half the wealth committed to 'a', then x1.8
-    assert w.wealth == pytest.approx(0.5 + 0.5 * 1.8) and w.leader() == "a" and w.growth("a") == pytest.approx(1.8)
+    sh = SHARE
+    w.add("a", ("a", 2), -1.0, True)  # SHARE of the wealth committed to 'a', then x1.8
+    assert w.wealth == pytest.approx(1 - sh + sh * 1.8) and w.leader() == "a" and w.growth("a") == pytest.approx(1.8)
     w.add("b", ("b", 1), -1.0, True)
-    w.add("b", ("b", 2), 1.0, True)  # 'b' loses its own account only (a quarter), never 'a's
-    assert w.wealth == pytest.approx(0.25 + 0.9 + 0.25 * 0.2)
+    w.add("b", ("b", 2), 1.0, True)  # 'b' loses its own account only (SHARE of what was left), never 'a's
+    rest = (1 - sh) * (1 - sh) + sh * 1.8 + sh * (1 - sh) * 0.2
+    assert w.wealth == pytest.approx(rest)
     w.add("b", ("b", 2), -1.0, True)  # a pair is counted once
-    assert w.wealth == pytest.approx(0.25 + 0.9 + 0.25 * 0.2)
+    assert w.wealth == pytest.approx(rest)
     w.add("c", ("c", 1), -1.0, False)
     w.add("c", ("c", 2), -1.0, False)  # no bet where the caller rules a drop out
     assert "c" not in w.accounts
@@ -203,8 +205,8 @@ def test_budget_and_settings():
     out = evaluate(GateSettings(policy="sequential", max_episodes=6), tasks(12), sampler([1.0] * 12, [0.0] * 12))
     assert out.decision == REJECT and out.stage == "budget" and out.episodes_spent <= 6
     est = estimate(SEQ, tasks(12))
-    # default cap 4k = 12 pairs per task, probes included (it was 3k before the extra pass)
-    assert est["policy"] == "sequential" and est["max"] == 2 * 12 * 12 and est["full_tally"] == 72 and est["min"] == 8
+    # default cap 6k = 18 pairs per task, probes included (it was 3k before the drop test became one e-process)
+    assert est["policy"] == "sequential" and est["max"] == 2 * 12 * 18 and est["full_tally"] == 72 and est["min"] == 8
     assert estimate(GateSettings(policy="sequential", max_repeats=5), tasks(12))["max"] == 2 * 12 * 5
     # the cap never cuts into the mean test's own passes (k + extra_passes)
     assert estimate(GateSettings(policy="sequential", max_repeats=2, extra_passes=2), tasks(12))["max"] == 2 * 12 * 5
