@@ -408,7 +408,7 @@ def test_weight_gate_rolls_back_a_losing_candidate(reef, project, engine, tmp_pa
     score_file.write_text("0.5")
     monkeypatch.setenv("FAKE_TRAINER_BIAS", "999")
     third = train(reef, project, *swap_args(engine), *gate, "--json")
-    assert third.code == 1, third.err
+    assert third.code == 4 and "reef: error: weight gate: the new weights" in third.err and "0.5 < 0.9; rolled back" in third.err
     out = json.loads(third.out)
     assert out["rolled_back"] and out["gate"] == {**out["gate"], "passed": False, "score": 0.5, "baseline": 0.9}
     assert engine.model_path == kept["checkpoint"] and engine.weight_version == out["runtime_load_id"]
