@@ -164,3 +164,31 @@ def test_canary_tasks_without_an_agent_fail_before_training(reef, gated, engine)
     r = train(reef, gated, *swap_args(engine), recipe=None)
     assert r.code == 4 and "harness.yaml of scenario 'default' (release 3) has canary tasks but no 'agent'" in r.err
     assert engine.loads == [] and not list((gated / ".reef" / "scenarios" / SCEN).glob("train/*/trainer.log"))
+
+
+def test_the_gate_uses_a_serve_that_fronts_the_scenario_else_starts_its_own(reef, gated, engine, monkeypatch):
+    from gateway import Gateway
+
+    led = ledger_of(gated)
+    monkeypatch.setenv("REEF_SERVE_URL", "http://127.0.0.1:9")  # nothing there: the gate says so and starts its own
+    _prime(led, engine)
+    monkeypatch.setenv("FAKE_TRAINER_BIAS", "450")
+    r = train(reef, gated, *swap_args(engine), "--json", recipe=None)
+    assert r.code == 0, r.err
+    out = json.loads(r.out)
+    assert out["warnings"] and out["warnings"][0].startswith("REEF_SERVE_URL http://127.0.0.1:9 is not used for the "
+                                                             "weight gate (its /reef/status did not answer")
+    assert [m["gateway"] for m in _kinds(led, "weight_canary")] == ["own", "own"]
+    with Gateway(gated, engine.url + "/v1", "--upstream-api", "sglang", env={"REEF_SCENARIO": SCEN}) as gw:
+        monkeypatch.setenv("REEF_SERVE_URL", gw.url)
+        _prime(led, engine)
+        monkeypatch.setenv("FAKE_TRAINER_BIAS", "460")
+        r = train(reef, gated, *swap_args(engine), "--json", recipe=None)
+        assert r.code == 0, r.err
+        assert json.loads(r.out)["warnings"] == []
+    last = _kinds(led, "weight_canary")[-1]
+    assert last["gateway"] == "external" and last["held_out"] == []  # held out by its session instead
+    via = [r.payload for r in led.iter_records(kind="inference") if r.payload.get("session") == last["session"]]
+    assert len(via) == 2 and all(p["weight_version"] == last["runtime_load_id"] for p in via)
+    plan = json.loads(train(reef, gated, "--dry-run", "--json", recipe=None).out)
+    assert plan["selection"]["skipped"] == {"weight-gate canary traffic (held out)": 2}

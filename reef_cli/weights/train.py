@@ -71,7 +71,7 @@ class TrainResult:
     def to_json(self) -> dict:
         out = {"recipe": self.recipe, "dry_run": self.dry_run, "selection": self.selection.to_json(),
                "run_id": self.run_id, "run_dir": str(self.run_dir) if self.run_dir else None,
-               "gate_plan": self.gate_plan}
+               "gate_plan": self.gate_plan, "warnings": self.warnings}
         if not self.dry_run:
             out.update({"release_id": self.release.release_id if self.release else None,
                         "runtime_load_id": self.runtime_load_id, "checkpoint": self.checkpoint,
