@@ -33,10 +33,13 @@ tasks:
 
 
 @pytest.fixture
-def engine():
+def engine(tmp_path):
     from fakes.sglang_server import FakeSGLang
 
-    fake = FakeSGLang().start()
+    base = tmp_path / "base-model"  # a real directory, so reloading the base weights (a rollback to step 1) works
+    base.mkdir()
+    (base / "config.json").write_text("{}")
+    fake = FakeSGLang(str(base)).start()
     yield fake
     fake.stop()
 
@@ -192,3 +195,21 @@ def test_the_gate_uses_a_serve_that_fronts_the_scenario_else_starts_its_own(reef
     assert len(via) == 2 and all(p["weight_version"] == last["runtime_load_id"] for p in via)
     plan = json.loads(train(reef, gated, "--dry-run", "--json", recipe=None).out)
     assert plan["selection"]["skipped"] == {"weight-gate canary traffic (held out)": 2}
+
+
+def test_a_first_step_that_loses_reloads_the_base_weights(reef, gated, engine, monkeypatch):
+    (gated / "canary" / "tasks.yaml").write_text(TASKS.format(check=f"{sys.executable} {AGENT} check 0 300"))
+    assert reef("-C", str(gated), "publish", "-m", "the base weights pass these").code == 0
+    base = _head(reef, gated)
+    led = ledger_of(gated)
+    _prime(led, engine)
+    monkeypatch.setenv("FAKE_TRAINER_BIAS", "900")
+    r = train(reef, gated, *swap_args(engine), "--json", recipe=None)
+    assert r.code == 4, r.err
+    out = json.loads(r.out)
+    assert out["gate"]["baseline"] == 1.0 and out["gate"]["score"] == 0.0
+    head = _head(reef, gated)
+    assert head["operation"] == "rollback" and head["content_id"] == base["content_id"]
+    assert head["meta"]["rollback_target_release_id"] == base["release_id"]
+    assert engine.model_path == base["meta"]["checkpoint"] and engine.weight_version == head["runtime_load_id"]
+    assert engine.bias == 0
