@@ -532,3 +532,20 @@ def test_openclawrl_last_turn_waits_for_its_next_state_across_runs(reef, project
     inference(led, engine, prompt="write the parser", session="s")  # the user asked again: the first answer failed
     dry = json.loads(train(reef, project, "--dry-run", "--json", recipe=None).out)["selection"]
     assert [(s["record_id"], s["reward"]) for s in dry["samples"]] == [(first.record_id, 0.0)]
+
+
+def test_trainer_and_eval_paths_are_relative_to_where_the_user_is(reef, project, engine):
+    """`reef -C sub train --trainer 'python my_train.py'` (or typing it in sub/) finds sub/my_train.py, as a shell would;
+    before, the trainer ran at the project root and its relative path was not found."""
+    import shutil
+
+    sub = project / "tools"
+    sub.mkdir()
+    shutil.copy(FAKES / "slime_train.py", sub / "my_train.py")
+    (sub / "score.py").write_text("print(1)\n")
+    _prime(ledger_of(project), engine)
+    r = reef("-C", str(sub), "-s", SCEN, "train", "--recipe", "sao", "--engine", engine.url,
+             "--trainer", f"{sys.executable} my_train.py", "--eval", f"{sys.executable} score.py", "--json")
+    assert r.code == 0, r.err
+    out = json.loads(r.out)
+    assert out["gate"]["score"] == 1.0 and engine.weight_version == out["runtime_load_id"]

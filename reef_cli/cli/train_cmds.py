@@ -100,7 +100,7 @@ def train(
             raise typer.Exit(1)
         return
     opts = TrainOptions(engine_url=engine, trainer=trainer, dry_run=dry_run, timeout_s=timeout, eval_cmd=eval_cmd,
-                        canary_scenario=canary_scenario, gate=not no_gate)
+                        canary_scenario=canary_scenario, gate=not no_gate, cwd=env.cwd)
     with _Progress(enabled=not as_json and sys.stderr.isatty()) as progress:
         result = run_train(store, bound, opts, environ=env.environ, progress=progress)
     if as_json:

@@ -263,7 +263,7 @@ def judge_score(score: float, old: dict | None, command: str) -> dict:
             "baseline_release_id": old.get("release_id") if old else None}
 
 
-def run_eval(cmd: str, url: str, version: str, environ: dict, timeout_s: float = 3600) -> float:
+def run_eval(cmd: str, url: str, version: str, environ: dict, timeout_s: float = 3600, cwd: Path | None = None) -> float:
     """Run the evaluation command against the engine; its last stdout line is a number or {"score": number}."""
     try:
         argv = shlex.split(cmd)
@@ -271,7 +271,7 @@ def run_eval(cmd: str, url: str, version: str, environ: dict, timeout_s: float =
         raise InvalidInput(f"--eval {cmd!r}: cannot split it like a shell ({exc})") from None
     env = {**environ, "REEF_ENGINE_URL": url, "REEF_WEIGHT_VERSION": version}
     try:
-        done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout_s)
+        done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout_s, cwd=cwd)
     except FileNotFoundError:
         raise InvalidInput(f"--eval: command not found: {argv[0]}") from None
     except subprocess.TimeoutExpired:

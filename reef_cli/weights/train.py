@@ -45,6 +45,7 @@ class TrainOptions:
     eval_cmd: str | None = None
     canary_scenario: str | None = None
     gate: bool = True  # False: --no-gate, publish every successful step
+    cwd: Path | None = None  # where the trainer and --eval run (the user's directory: relative paths as typed)
     slime_dir: str | None = None
     ray_address: str | None = None
     flush_retries: int = 60
@@ -334,7 +335,7 @@ def _train(store, recipe, opts: TrainOptions, environ: dict | None,
                                                   "engine": url, "from_seq": selection.from_seq,
                                                   "through_seq": selection.through_seq}, indent=2) + "\n")
     try:
-        trained = launch(argv, cwd=store.project.root, env=child_env, log_path=run_dir / "trainer.log",
+        trained = launch(argv, cwd=opts.cwd or store.project.root, env=child_env, log_path=run_dir / "trainer.log",
                          hf_dir=run_dir / "hf", timeout_s=timeout,
                          on_tick=lambda s, line: emit({"event": "trainer", "elapsed_s": s, "line": line}))
     except TrainerFailed as exc:
@@ -374,7 +375,7 @@ def _train(store, recipe, opts: TrainOptions, environ: dict | None,
                             "through_seq": selection.through_seq}, release_id=release.release_id,
                   content_id=release.content_id)
     if gate_plan is not None:
-        _gate(store, engine, result, prev, baseline, gate_plan, url, environ, failed, emit)
+        _gate(store, engine, result, prev, baseline, gate_plan, url, environ, failed, emit, opts)
     return result
 
 
@@ -404,7 +405,7 @@ def _baseline(store, prev, gate_plan, url: str, run_dir: Path, run_id: str, envi
 
 
 def _gate(store, engine, result: TrainResult, prev, baseline, gate_plan, url: str, environ: dict, failed,
-          emit) -> None:
+          emit, opts: TrainOptions) -> None:
     """Judge the new weights (now the head and served) and keep them, or reload the previous checkpoint and
     publish that as a `rollback` release when they lose or cannot be judged."""
     from . import gate as wgate
@@ -413,7 +414,7 @@ def _gate(store, engine, result: TrainResult, prev, baseline, gate_plan, url: st
     try:
         if gate_plan.kind == "eval":
             emit({"event": "gate", "command": gate_plan.command})
-            score = wgate.run_eval(gate_plan.command, url, result.runtime_load_id, environ)
+            score = wgate.run_eval(gate_plan.command, url, result.runtime_load_id, environ, cwd=opts.cwd)
             verdict = wgate.judge_score(score, baseline, gate_plan.command)
             keep = {"kind": "eval", "score": score, "command": gate_plan.command, "release_id": release.release_id}
         else:
