@@ -122,6 +122,13 @@ def test_a_worse_step_is_rolled_back_and_a_better_one_publishes(reef, gated, eng
     assert again["gate"]["baseline_release_id"] == kept["release_id"] and again["gate"]["decision"] == "keep"
     assert "not worse: mean paired difference +0.000" in again["gate"]["reason"]
     assert len(_kinds(led, "weight_canary")) == 4
+    # a manual rollback to the kept step carries its verdict too: the next step is not re-measured either
+    r = reef("-C", str(gated), "-s", SCEN, "train", "--engine", engine.url, "--rollback", kept["release_id"])
+    assert r.code == 0, r.err
+    _prime(led, engine)
+    r = train(reef, gated, *swap_args(engine), "--json", recipe=None)
+    assert r.code == 0 and json.loads(r.out)["gate"]["baseline_release_id"] == kept["release_id"], r.err
+    assert len(_kinds(led, "weight_canary")) == 5
 
 
 def test_engine_failure_during_rollback_locks(reef, gated, engine, monkeypatch):

@@ -525,9 +525,15 @@ def rollback_weights(store, ref: str, engine_url: str | None, *, environ: dict |
     run_id = new_id("trn")
     failed = _recorder(store, run_id, store.info().recipe, url)
     engine = Engine(url)
+    from .gate import store_verdict, stored_verdict
+
     with _training_lock(store):
-        return _restore(store, engine, target, run_id=run_id, failed=failed, evidence=(target.release_id,),
-                        reason=f"rollback to step {target.step} ({target.release_id})", meta={})
+        rel = _restore(store, engine, target, run_id=run_id, failed=failed, evidence=(target.release_id,),
+                       reason=f"rollback to step {target.step} ({target.release_id})", meta={})
+        verdict = stored_verdict(store, target)
+        if verdict is not None:  # the same weights: the next weight gate compares with their verdict, not re-measures
+            store_verdict(store, rel, verdict)
+        return rel
 
 
 def _publish(store, manifest: dict, head, version: str, meta: dict, operation: str, reason: str, evidence,
