@@ -549,3 +549,13 @@ def test_trainer_and_eval_paths_are_relative_to_where_the_user_is(reef, project,
     assert r.code == 0, r.err
     out = json.loads(r.out)
     assert out["gate"]["score"] == 1.0 and engine.weight_version == out["runtime_load_id"]
+
+
+def test_a_long_trainer_line_keeps_its_end(tmp_path):
+    from reef_cli.weights.trainer import _last_line
+
+    log = tmp_path / "trainer.log"
+    log.write_text("starting\n" + "python: can't open file '" + "/very/long/path" * 20 + "': [Errno 2] No such file or directory\n")
+    line = _last_line(log)
+    assert len(line) <= 160 and line.startswith("python: can't open file '/very") and " … " in line
+    assert line.endswith("[Errno 2] No such file or directory")
