@@ -83,6 +83,9 @@ def test_a_worse_step_is_rolled_back_and_a_better_one_publishes(reef, gated, eng
     assert [m["runtime_load_id"] for m in measured] == [base["runtime_load_id"], kept["runtime_load_id"]]
     assert [m["per_task"] for m in measured] == [{"capital": 0.0, "sum": 0.0}, {"capital": 1.0, "sum": 1.0}]
     assert all(len(m["held_out"]) == 2 and m["gateway"] == "own" for m in measured)
+    run_dir = Path(kept["run_dir"])
+    assert sorted(p.name for p in (run_dir / "gate").iterdir()) == ["step-1", "step-2"]
+    assert not list(run_dir.glob("gate/*/harness*"))  # the read-only harness copies are gone
     # every canary answer was recorded by the gate's serve, checked against the head's load id, and held out
     answers = {r.record_id: r.payload for r in led.iter_records(kind="inference") if r.payload.get("session", "")
                and r.payload["session"].startswith("reef-weight-gate-")}

@@ -169,30 +169,21 @@ def measure(store, suite: CanarySuite, *, engine_url: str, release, run_dir: Pat
             emit: Callable[[dict], None], warnings: list[str]) -> dict:
     """Run every canary task `repeats` times against the weights the engine serves now (those of `release`, the
     head), through a gateway; returns the verdict to store, and records it (with the held-out record ids)."""
-    from ..episodes import EpisodeRequest, EpisodeRunner, Journal, materialise_readonly
-    from ..executors import ExecutorSpec
-    from .gateway import Gateway
+    from ..episodes import materialise_readonly, rmtree
 
     version = release.runtime_load_id
     tag = f"{run_id[-8:].lower()}-{release.step}"
     session = f"{GATE_SESSION_PREFIX}{tag}"
     out = run_dir / "gate" / f"step-{release.step}"
     out.mkdir(parents=True, exist_ok=True)
-    harness = materialise_readonly(run_dir / "gate" / "harness", suite.files)
+    harness = materialise_readonly(out / "harness", suite.files)
     k = suite.settings.repeats
     emit({"event": "gate", "weight_version": version, "episodes": k * len(suite.tasks)})
-    with Gateway(store.project, store.scenario, engine_url, out / "serve.log", environ, warnings) as gw:
-        base = f"{gw.url}/session/{session}/v1"
-        agent_env = {**environ, "REEF_SERVE_URL": gw.url, "REEF_SERVE_BASE_URL": base, "OPENAI_BASE_URL": base,
-                     "REEF_SERVE_SESSION": session, "REEF_WEIGHT_VERSION": str(version)}
-        runner = EpisodeRunner(suite.config.agent, suite_dir=harness, seed=suite.settings.seed, environ=agent_env,
-                               store_content=suite.config.store_content,
-                               executor=ExecutorSpec.of(environ=environ, config=suite.config.gate))
-        side = f"weights:{version}"
-        reqs = [EpisodeRequest(t, side, r, harness, suite.release.content_id) for r in range(k) for t in suite.tasks]
-        got = runner.run_many(reqs, journal=Journal(out / "journal.jsonl"),
-                              on_result=lambda res, _resumed: emit({"event": "episode", "task_id": res.task_id,
-                                                                     "score": res.score}))
+    try:
+        got, reqs, gw = _episodes(store, suite, engine_url, harness, out, session, version, environ, emit, warnings)
+    finally:  # read-only copies left in .reef/ would make a plain `rm -rf` of a run directory fail
+        rmtree(harness)
+        harness.with_name(harness.name + ".complete").unlink(missing_ok=True)
     episodes = {f"{q.task.id}#{q.repeat}": got[q.key].score for q in reqs}
     errors = [f"{got[q.key].task_id} #{q.repeat + 1}: {got[q.key].error}" for q in reqs if got[q.key].error][:20]
     per_task = {t.id: _mean([episodes[f"{t.id}#{r}"] for r in range(k)]) for t in suite.tasks}
@@ -205,6 +196,29 @@ def measure(store, suite: CanarySuite, *, engine_url: str, release, run_dir: Pat
                                           "gateway": "external" if gw.external else "own", **verdict},
                           release_id=release.release_id, content_id=release.content_id)
     return verdict
+
+
+def _episodes(store, suite: CanarySuite, engine_url: str, harness: Path, out: Path, session: str, version, environ: dict,
+              emit, warnings: list[str]):
+    """Every canary task x repeat on the weights served now, the agent's model calls through a gateway."""
+    from ..episodes import EpisodeRequest, EpisodeRunner, Journal
+    from ..executors import ExecutorSpec
+    from .gateway import Gateway
+
+    k = suite.settings.repeats
+    with Gateway(store.project, store.scenario, engine_url, out / "serve.log", environ, warnings) as gw:
+        base = f"{gw.url}/session/{session}/v1"
+        agent_env = {**environ, "REEF_SERVE_URL": gw.url, "REEF_SERVE_BASE_URL": base, "OPENAI_BASE_URL": base,
+                     "REEF_SERVE_SESSION": session, "REEF_WEIGHT_VERSION": str(version)}
+        runner = EpisodeRunner(suite.config.agent, suite_dir=harness, seed=suite.settings.seed, environ=agent_env,
+                               store_content=suite.config.store_content,
+                               executor=ExecutorSpec.of(environ=environ, config=suite.config.gate))
+        side = f"weights:{version}"
+        reqs = [EpisodeRequest(t, side, r, harness, suite.release.content_id) for r in range(k) for t in suite.tasks]
+        got = runner.run_many(reqs, journal=Journal(out / "journal.jsonl"),
+                              on_result=lambda res, _resumed: emit({"event": "episode", "task_id": res.task_id,
+                                                                     "score": res.score}))
+    return got, reqs, gw
 
 
 def _mean(xs: list[float]) -> float:
