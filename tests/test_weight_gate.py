@@ -112,6 +112,8 @@ def test_a_worse_step_is_rolled_back_and_a_better_one_publishes(reef, gated, eng
     assert len(_kinds(led, "weight_canary")) == 3  # the stored verdict was the baseline: nothing re-measured
     gates = _kinds(led, "weight_gate")
     assert [g["decision"] for g in gates] == ["keep", "rollback"]
+    text = train(reef, gated, "--dry-run", recipe=None)  # (nothing new to train on: only the text form is read)
+    assert "weight gate: 2 canary task(s) x 1 of scenario 'default' (release 2)" in text.out
     # the log shows every weight release with its load id
     log = reef("-C", str(gated), "-s", SCEN, "log")
     for rel in (base["runtime_load_id"], kept["runtime_load_id"], lost["runtime_load_id"], head["runtime_load_id"]):
@@ -214,11 +216,17 @@ def test_a_first_step_that_loses_reloads_the_base_weights(reef, gated, engine, m
     led = ledger_of(gated)
     _prime(led, engine)
     monkeypatch.setenv("FAKE_TRAINER_BIAS", "900")
-    r = train(reef, gated, *swap_args(engine), "--json", recipe=None)
+    r = train(reef, gated, *swap_args(engine), recipe=None)  # the text a user reads
     assert r.code == 4, r.err
-    out = json.loads(r.out)
-    assert out["gate"]["baseline"] == 1.0 and out["gate"]["score"] == 0.0
     head = _head(reef, gated)
+    rejected = json.loads(reef("-C", str(gated), "-s", SCEN, "show", "HEAD~1", "--json").out)
+    assert f"Published weight release {rejected['release_id']} (step 2), runtime load id " \
+           f"{rejected['runtime_load_id']}\n" in r.out
+    assert "  canary capital: 1 -> 0 (regressed)\n  canary sum: 1 -> 0 (sentinel-failed)\n" in r.out
+    assert r.err == (f"reef: error: weight gate: the new weights (release {rejected['release_id']}) lost to release "
+                     f"{base['release_id']}: task 'capital' regressed by 1.00 (tolerance 0.4); sentinel task 'sum' "
+                     f"failed (mean 0.00, was 1.00); rolled back — release {head['release_id']} reloads "
+                     f"{base['release_id']} as runtime load id {head['runtime_load_id']}\n")
     assert head["operation"] == "rollback" and head["content_id"] == base["content_id"]
     assert head["meta"]["rollback_target_release_id"] == base["release_id"]
     assert engine.model_path == base["meta"]["checkpoint"] and engine.weight_version == head["runtime_load_id"]

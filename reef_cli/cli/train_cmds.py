@@ -131,7 +131,7 @@ def _print(result) -> None:
                   + (f"  group {s.group}" if s.group else ""))
         return
     rel = result.release
-    print(f"Published weight release {rel.release_id} (step {rel.step}), runtime load id {result.runtime_load_id}")
+    print(f"Published weight release {rel.release_id} (step {rel.step}), runtime load id {rel.runtime_load_id}")
     print(f"  checkpoint {result.checkpoint}")
     print(f"  trained on {len(sel.samples)} record(s) through seq {sel.through_seq}; log {result.trainer['log']}")
     for w in result.warnings:
