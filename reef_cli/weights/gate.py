@@ -208,8 +208,9 @@ def _episodes(store, suite: CanarySuite, engine_url: str, harness: Path, out: Pa
     k = suite.settings.repeats
     with Gateway(store.project, store.scenario, engine_url, out / "serve.log", environ, warnings) as gw:
         base = f"{gw.url}/session/{session}/v1"
+        # REEF_VIA_SERVE routes a reef-<agent> wrapper's model calls through the same gateway
         agent_env = {**environ, "REEF_SERVE_URL": gw.url, "REEF_SERVE_BASE_URL": base, "OPENAI_BASE_URL": base,
-                     "REEF_SERVE_SESSION": session, "REEF_WEIGHT_VERSION": str(version)}
+                     "REEF_SERVE_SESSION": session, "REEF_VIA_SERVE": gw.url, "REEF_WEIGHT_VERSION": str(version)}
         runner = EpisodeRunner(suite.config.agent, suite_dir=harness, seed=suite.settings.seed, environ=agent_env,
                                store_content=suite.config.store_content,
                                executor=ExecutorSpec.of(environ=environ, config=suite.config.gate))

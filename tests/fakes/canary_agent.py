@@ -12,6 +12,8 @@ import urllib.request
 
 
 def ask(prompt: str) -> int:
+    # what the weight gate hands every agent: a reef-<agent> wrapper would route through the same gateway
+    assert os.environ["REEF_VIA_SERVE"] == os.environ["REEF_SERVE_URL"], "REEF_VIA_SERVE not set by the weight gate"
     body = {"model": "fake", "messages": [{"role": "user", "content": prompt}], "max_tokens": 3}
     req = urllib.request.Request(os.environ["OPENAI_BASE_URL"] + "/chat/completions", data=json.dumps(body).encode(),
                                  headers={"Content-Type": "application/json"})
