@@ -231,3 +231,17 @@ def test_a_first_step_that_loses_reloads_the_base_weights(reef, gated, engine, m
     assert head["meta"]["rollback_target_release_id"] == base["release_id"]
     assert engine.model_path == base["meta"]["checkpoint"] and engine.weight_version == head["runtime_load_id"]
     assert engine.bias == 0
+
+
+def test_status_shows_the_weight_gate_and_the_lock(reef, gated, engine, monkeypatch):
+    st = reef("-C", str(gated), "-s", SCEN, "status")
+    assert st.code == 0 and "weight gate: 2 canary task(s) x 1 of scenario 'default' (release 2)" in st.out
+    assert "LOCKED" not in st.out
+    _prime(ledger_of(gated), engine)
+    engine.refuse_update = True
+    assert train(reef, gated, *swap_args(engine), "--no-gate", recipe=None).code == 1
+    st = reef("-C", str(gated), "-s", SCEN, "status", "--json")
+    out = json.loads(st.out)
+    assert out["lock"]["stage"] == "swap:update" and out["weight_gate"].startswith("2 canary task(s)")
+    text = reef("-C", str(gated), "-s", SCEN, "status").out
+    assert "weight updates LOCKED since " in text and "then run 'reef train --unlock'" in text

@@ -209,6 +209,22 @@ def unlock(store) -> dict | None:
     return info
 
 
+def weights_status(store, environ: dict) -> tuple[dict | None, str]:
+    """What `reef status` adds for a weights scenario: the lock a failed transfer left, and how the next step's
+    weights will be judged (a gate that cannot run says why, as `reef train` would before training)."""
+    from . import gate as wgate
+
+    try:
+        plan = wgate.plan(store.project, store.scenario, eval_cmd=None, canary_scenario=None, enabled=True,
+                          environ=environ)
+    except ReefError as exc:
+        described = f"cannot run: {exc}"
+    else:
+        described = (plan.suite.describe() if plan and plan.suite else f"--eval {plan.command}" if plan
+                     else "none (every successful step publishes)")
+    return read_lock(store), described
+
+
 def weight_head(store):
     """The newest weight release (train or rollback) and the high-water mark it carries."""
     for rel in reversed(store.releases()):
