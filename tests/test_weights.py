@@ -559,3 +559,22 @@ def test_a_long_trainer_line_keeps_its_end(tmp_path):
     line = _last_line(log)
     assert len(line) <= 160 and line.startswith("python: can't open file '/very") and " … " in line
     assert line.endswith("[Errno 2] No such file or directory")
+
+
+def test_a_weight_gate_that_cannot_run_rolls_back_or_says_the_weights_stay(reef, project, engine):
+    led = ledger_of(project)
+    broken = ("--eval", f"{sys.executable} -c 'import sys; sys.exit(3)'")
+    _prime(led, engine)
+    first = train(reef, project, *swap_args(engine), *broken)  # no earlier weights (no --init): nothing to reload
+    head = _head(reef, project)
+    assert first.code == 1 and first.err == (
+        f"reef: error: weight gate: could not run: --eval \"{sys.executable} -c 'import sys; sys.exit(3)'\" exited 3 "
+        f"without a score; there are no earlier weights to reload, so the new ones (release {head['release_id']}) "
+        "stay published\n")
+    assert [f["stage"] for f in _failures(led)] == ["gate"]
+    _prime(led, engine)
+    second = train(reef, project, *swap_args(engine), *broken, recipe=None)
+    now = _head(reef, project)
+    assert second.code == 4 and now["operation"] == "rollback" and now["meta"]["rollback_target_release_id"] == head["release_id"]
+    assert "could not be judged (could not run: --eval" in second.err and "rolled back — release" in second.err
+    assert engine.weight_version == now["runtime_load_id"] and engine.model_path == head["meta"]["checkpoint"]

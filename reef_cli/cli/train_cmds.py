@@ -108,14 +108,20 @@ def train(
         emit_json(out)
     else:
         _print(result)
-    if result.rollback is not None:
+    g, rb, new = result.gate, result.rollback, result.release
+    if g is not None and not g["passed"] and rb is None:
+        from ..errors import ReefError
+
+        raise ReefError(f"weight gate: {g['reason']}; there are no earlier weights to reload, so the new ones "
+                        f"(release {new.release_id}) stay published")
+    if rb is not None:
         from ..errors import PolicyError
 
-        g, rb = result.gate, result.rollback
-        raise PolicyError(f"weight gate: the new weights (release {result.release.release_id}) lost to release "
-                          f"{g.get('baseline_release_id') or rb.meta.get('rollback_target_release_id')}: {g['reason']}; "
-                          f"rolled back — release {rb.release_id} reloads {rb.meta['rollback_target_release_id']} as "
-                          f"runtime load id {rb.runtime_load_id}")
+        target = rb.meta["rollback_target_release_id"]
+        why = (f"could not be judged ({g['reason']})" if g["score"] is None
+               else f"lost to release {g.get('baseline_release_id') or target}: {g['reason']}")
+        raise PolicyError(f"weight gate: the new weights (release {new.release_id}) {why}; rolled back — release "
+                          f"{rb.release_id} reloads {target} as runtime load id {rb.runtime_load_id}")
 
 
 def _print(result) -> None:
@@ -142,8 +148,6 @@ def _print(result) -> None:
             print(f"  canary {t['task_id']}: {t['current']:g} -> {t['candidate']:g} ({t['status']})")
         if g["passed"]:
             print(f"  weight gate: kept — {g['reason']}")
-        elif result.rollback is None:
-            note(f"weight gate: {g['reason']}")
 
 
 class _Progress:

@@ -441,7 +441,7 @@ def _gate(store, engine, result: TrainResult, prev, baseline, gate_plan, url: st
     except ReefError as exc:
         failed("gate", exc)
         verdict = {"kind": gate_plan.kind, "decision": wgate.ROLLBACK, "passed": False, "score": None,
-                   "baseline": (baseline or {}).get("score"), "reason": f"the weight gate could not run: {exc}"}
+                   "baseline": (baseline or {}).get("score"), "reason": f"could not run: {exc}"}
         keep = None
     result.gate = verdict
     store.ledger().append("weight_gate", {"run_id": result.run_id, **verdict}, release_id=release.release_id,
@@ -450,9 +450,7 @@ def _gate(store, engine, result: TrainResult, prev, baseline, gate_plan, url: st
         wgate.store_verdict(store, release, keep)
         return
     if prev is None or not prev.meta.get("checkpoint"):
-        result.warnings.append(f"the new weights {verdict['reason']}, but there are no earlier weights to reload; "
-                               "they stay published")
-        return
+        return  # nothing earlier to serve: the new weights stay, and the CLI says so
     result.rollback = _restore(store, engine, prev, run_id=result.run_id, failed=failed,
                                evidence=(release.release_id,),
                                reason=f"weight gate: {verdict['reason']}; reload step {prev.step} ({prev.release_id})",
