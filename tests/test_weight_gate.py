@@ -245,3 +245,21 @@ def test_status_shows_the_weight_gate_and_the_lock(reef, gated, engine, monkeypa
     assert out["lock"]["stage"] == "swap:update" and out["weight_gate"].startswith("2 canary task(s)")
     text = reef("-C", str(gated), "-s", SCEN, "status").out
     assert "weight updates LOCKED since " in text and "then run 'reef train --unlock'" in text
+
+
+def test_an_agent_that_cannot_run_stops_the_step_before_the_swap(reef, gated, engine):
+    cfg = gated / "harness.yaml"
+    cfg.write_text(cfg.read_text().replace(f'agent: ["{{python}}", "{AGENT}", "{{prompt}}"]',
+                                           'agent: ["no-such-agent-xyz", "{prompt}"]'))
+    assert reef("-C", str(gated), "publish", "-m", "a broken agent").code == 0
+    led = ledger_of(gated)
+    _prime(led, engine)
+    before = _head(reef, gated)
+    r = train(reef, gated, *swap_args(engine), recipe=None)
+    assert r.code == 1 and r.err.count("\n") == 1, r.err
+    assert r.err.startswith(f"reef: error: weight gate: measuring the previous weights (release {before['release_id']}) "
+                            "failed: every canary episode failed (2), e.g. capital #1: agent cannot start "
+                            "'no-such-agent-xyz'")
+    assert "check the 'agent' in harness.yaml of scenario 'default'" in r.err and "nothing was swapped" in r.err
+    assert engine.loads == [] and _head(reef, gated) == before
+    assert [f["stage"] for f in _kinds(led, "train_failed")] == ["gate"]

@@ -48,6 +48,10 @@ CANARY_RECORD = "weight_canary"
 KEEP, ROLLBACK = "keep", "rollback"
 
 
+class GateCannotRun(ReefError):
+    pass
+
+
 @dataclass(frozen=True)
 class CanarySuite:
     """The canary tasks that judge weights, read from a harness scenario's published head."""
@@ -185,7 +189,12 @@ def measure(store, suite: CanarySuite, *, engine_url: str, release, run_dir: Pat
         rmtree(harness)
         harness.with_name(harness.name + ".complete").unlink(missing_ok=True)
     episodes = {f"{q.task.id}#{q.repeat}": got[q.key].score for q in reqs}
-    errors = [f"{got[q.key].task_id} #{q.repeat + 1}: {got[q.key].error}" for q in reqs if got[q.key].error][:20]
+    errors = [f"{got[q.key].task_id} #{q.repeat + 1}: {got[q.key].error}" for q in reqs if got[q.key].error]
+    if reqs and len(errors) == len(reqs):  # nothing was measured: the agent, not the weights, is what failed
+        raise GateCannotRun(f"every canary episode failed ({len(errors)}), e.g. {errors[0]}; check the 'agent' in "
+                            f"harness.yaml of scenario '{suite.scenario}' (it must call the model at $OPENAI_BASE_URL), "
+                            "or pass --canary-scenario NAME or --no-gate")
+    errors = errors[:20]
     per_task = {t.id: _mean([episodes[f"{t.id}#{r}"] for r in range(k)]) for t in suite.tasks}
     verdict = {"kind": "canary", **suite.key(), "canary_scenario": suite.scenario,
                "canary_release_id": suite.release.release_id, "release_id": release.release_id,
