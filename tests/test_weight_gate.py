@@ -263,3 +263,15 @@ def test_an_agent_that_cannot_run_stops_the_step_before_the_swap(reef, gated, en
     assert "check the 'agent' in harness.yaml of scenario 'default'" in r.err and "nothing was swapped" in r.err
     assert engine.loads == [] and _head(reef, gated) == before
     assert [f["stage"] for f in _kinds(led, "train_failed")] == ["gate"]
+
+
+def test_an_agent_that_never_calls_the_model_cannot_judge_weights(reef, gated, engine):
+    cfg = gated / "harness.yaml"
+    cfg.write_text(cfg.read_text().replace(f'agent: ["{{python}}", "{AGENT}", "{{prompt}}"]',
+                                           'agent: ["{python}", "-c", "print(\'t500\')"]'))
+    assert reef("-C", str(gated), "publish", "-m", "an agent without a model").code == 0
+    _prime(ledger_of(gated), engine)
+    r = train(reef, gated, *swap_args(engine), recipe=None)
+    assert r.code == 1 and "failed: the agent made no model call that the gate's reef serve answered in 2 canary " \
+                           "episode(s)" in r.err and "nothing was swapped" in r.err, r.err
+    assert engine.loads == []

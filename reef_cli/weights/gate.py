@@ -190,10 +190,13 @@ def measure(store, suite: CanarySuite, *, engine_url: str, release, run_dir: Pat
         harness.with_name(harness.name + ".complete").unlink(missing_ok=True)
     episodes = {f"{q.task.id}#{q.repeat}": got[q.key].score for q in reqs}
     errors = [f"{got[q.key].task_id} #{q.repeat + 1}: {got[q.key].error}" for q in reqs if got[q.key].error]
+    fix = (f"check the 'agent' in harness.yaml of scenario '{suite.scenario}' (it must call the model at "
+           "$OPENAI_BASE_URL), or pass --canary-scenario NAME or --no-gate")
     if reqs and len(errors) == len(reqs):  # nothing was measured: the agent, not the weights, is what failed
-        raise GateCannotRun(f"every canary episode failed ({len(errors)}), e.g. {errors[0]}; check the 'agent' in "
-                            f"harness.yaml of scenario '{suite.scenario}' (it must call the model at $OPENAI_BASE_URL), "
-                            "or pass --canary-scenario NAME or --no-gate")
+        raise GateCannotRun(f"every canary episode failed ({len(errors)}), e.g. {errors[0]}; {fix}")
+    if not gw.external and gw.answered == 0:  # scores that no model answer produced say nothing about weights
+        raise GateCannotRun(f"the agent made no model call that the gate's reef serve answered in {len(reqs)} canary "
+                            f"episode(s) (log: {gw.log_path}); {fix}")
     errors = errors[:20]
     per_task = {t.id: _mean([episodes[f"{t.id}#{r}"] for r in range(k)]) for t in suite.tasks}
     verdict = {"kind": "canary", **suite.key(), "canary_scenario": suite.scenario,

@@ -38,6 +38,7 @@ class Gateway:
         self.url = ""
         self.external = False
         self.record_ids: set[str] = set()
+        self.answered = 0  # model calls answered 2xx (known for a gateway of our own only)
         self._proc: subprocess.Popen | None = None
 
     def __enter__(self) -> "Gateway":
@@ -114,23 +115,29 @@ class Gateway:
                 proc.wait()
         if proc.stdout is not None:
             proc.stdout.close()
-        self.record_ids |= _logged_records(self.log_path)
+        ids, self.answered = _logged_calls(self.log_path)
+        self.record_ids |= ids
 
 
-def _logged_records(path: Path) -> set[str]:
-    out = set()
+def _logged_calls(path: Path) -> tuple[set[str], int]:
+    """The record ids of the calls the gateway logged, and how many model calls it answered 2xx."""
+    ids, answered = set(), 0
     try:
         lines = path.read_text(errors="replace").splitlines()
     except OSError:
-        return out
+        return ids, answered
     for line in lines:
         try:
             event = json.loads(line)
         except ValueError:
             continue
-        if isinstance(event, dict) and isinstance(event.get("record_id"), str):
-            out.add(event["record_id"])
-    return out
+        if not isinstance(event, dict):
+            continue
+        if isinstance(event.get("record_id"), str):
+            ids.add(event["record_id"])
+        if "/v1/" in str(event.get("path")) and isinstance(event.get("status"), int) and 200 <= event["status"] < 300:
+            answered += 1
+    return ids, answered
 
 
 def _last_line(path: Path) -> str:
