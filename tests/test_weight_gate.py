@@ -263,6 +263,7 @@ def test_an_agent_that_cannot_run_stops_the_step_before_the_swap(reef, gated, en
     assert "check the 'agent' in harness.yaml of scenario 'default'" in r.err and "nothing was swapped" in r.err
     assert engine.loads == [] and _head(reef, gated) == before
     assert [f["stage"] for f in _kinds(led, "train_failed")] == ["gate"]
+    assert not list((gated / ".reef" / "scenarios" / SCEN).glob("train/*/trainer.log"))  # no trainer ran
 
 
 def test_an_agent_that_never_calls_the_model_cannot_judge_weights(reef, gated, engine):

@@ -21,7 +21,8 @@ so it is kept unless it loses): the candidate loses if a sentinel task the previ
 
 The baseline is the previous weight release's stored verdict (train/verdicts.json, by release id; a rollback release
 inherits its target's). When there is none to compare with (the first gated step, or the suite, agent, seed or
-repeats changed since), the previous weights are measured first, before the swap, while the engine still serves them.
+repeats changed since), the previous weights are measured first, before the trainer runs (so a gate that cannot
+judge stops the step before any GPU time is spent), while the engine still serves them.
 Only a scenario's very first weight release (no earlier weights: `reef train` without `--init`) publishes on its own
 verdict, which becomes the next step's baseline.
 

@@ -4,7 +4,8 @@ Order, and what each failure leaves:
 1. refuse while a failed transfer has locked the scenario (the engine's weights are unknown);
 2. select qualifying records after the last weight release's high-water mark (`--dry-run` stops here);
 3. check the engine is up (down: nothing ran, nothing is locked);
-4. export slime rollout data into `.reef/scenarios/<s>/train/<run>/`, launch the trainer (a crash, timeout or a
+4. with canary tasks and no comparable stored verdict for the previous weights, measure them (weights/gate.py);
+   export slime rollout data into `.reef/scenarios/<s>/train/<run>/`, launch the trainer (a crash, timeout or a
    missing checkpoint: the engine was never touched, the head is unchanged);
 5. hot-swap the checkpoint into SGLang under a new weight version and read it back (any failure here locks);
 6. publish a weight release (operation `train`, runtime_load_id = the weight version, content = the checkpoint
@@ -333,6 +334,9 @@ def _train(store, recipe, opts: TrainOptions, environ: dict | None,
     run_dir = store.dir / "train" / run_id
     run_dir.mkdir(parents=True, exist_ok=True)
     result.run_dir = run_dir
+    # measured before the trainer runs: a gate that cannot judge (say, an agent that never calls the model) stops
+    # the step before any GPU time is spent, and the engine serves exactly the previous weights now
+    baseline = _baseline(store, prev, gate_plan, url, run_dir, run_id, environ, emit, result, failed)
     from .records import export
     from .trainer import TrainerFailed, build_argv, launch, slime_flags
 
@@ -361,7 +365,6 @@ def _train(store, recipe, opts: TrainOptions, environ: dict | None,
     result.checkpoint = str(trained.checkpoint)
     manifest = checkpoint_manifest(trained.checkpoint)
 
-    baseline = _baseline(store, prev, gate_plan, url, run_dir, run_id, environ, emit, result, failed)
     head = store.head()
     step = (head.step + 1) if head else 1
     version = f"{step}:{run_id[-8:].lower()}"
@@ -398,8 +401,8 @@ def _train(store, recipe, opts: TrainOptions, environ: dict | None,
 def _baseline(store, prev, gate_plan, url: str, run_dir: Path, run_id: str, environ: dict, emit, result,
               failed) -> dict | None:
     """The previous weights' verdict the candidate must not lose to. With canary tasks and none stored that can be
-    compared, the previous weights are measured now, before the swap, while the engine still serves them (a failure
-    here leaves the engine and the head as they were)."""
+    compared, the previous weights are measured now, before training and the swap, while the engine serves them (a
+    failure here leaves the engine and the head as they were, and no trainer has run)."""
     from . import gate as wgate
 
     if gate_plan is None or prev is None:
