@@ -163,6 +163,9 @@ def test_no_gate_and_explicit_canary_scenario(reef, gated, engine, monkeypatch):
     monkeypatch.setenv("FAKE_TRAINER_BIAS", "900")
     r = train(reef, gated, *swap_args(engine), "--no-gate", "--json", recipe=None)
     assert r.code == 0 and json.loads(r.out)["gate"] is None and _kinds(led, "weight_canary") == []
+    monkeypatch.setenv("REEF_WEIGHT_GATE", "off")
+    assert json.loads(train(reef, gated, "--dry-run", "--json", recipe=None).out)["gate_plan"] is None
+    monkeypatch.delenv("REEF_WEIGHT_GATE")
     bad = train(reef, gated, *swap_args(engine), "--canary-scenario", "nope", recipe=None)
     assert bad.code == 1
     assert "--canary-scenario nope: no such scenario (known: default, model)" in bad.err

@@ -38,7 +38,7 @@ def train(
     trainer: Optional[str] = typer.Option(None, "--trainer", help="Trainer command, split like a shell; slime's flags are appended (default: slime's train.py in REEF_SLIME_DIR)."),
     eval_cmd: Optional[str] = typer.Option(None, "--eval", help="Weight gate by a command instead of canary tasks: it scores the new weights (last stdout line a number or {\"score\": N}); they roll back if they score below the previous release's verdict (env REEF_WEIGHT_EVAL)."),
     canary_scenario: Optional[str] = typer.Option(None, "--canary-scenario", help="Harness scenario whose published canary tasks and agent judge the new weights through reef serve (default: the project's default scenario, when it has canary tasks; env REEF_CANARY_SCENARIO)."),
-    no_gate: bool = typer.Option(False, "--no-gate", help="Publish the new weights without the weight gate, even when there are canary tasks."),
+    no_gate: bool = typer.Option(False, "--no-gate", help="Publish the new weights without the weight gate, even when there are canary tasks (env REEF_WEIGHT_GATE=off)."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print what would be trained on and stop."),
     init: bool = typer.Option(False, "--init", help="Start a weights scenario: bind it to --recipe and publish the engine's current (base) weights as step 1, so 'reef serve --upstream-api sglang' can record for it."),
     timeout: Optional[float] = typer.Option(None, "--timeout", help="Stop the trainer after S seconds (default: the recipe's)."),

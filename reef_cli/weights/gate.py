@@ -44,6 +44,7 @@ from ..releases import canonical
 
 ENV_CANARY = "REEF_CANARY_SCENARIO"
 ENV_EVAL = "REEF_WEIGHT_EVAL"
+ENV_GATE = "REEF_WEIGHT_GATE"  # off: as --no-gate, for a project whose canary agent cannot judge weights
 GATE_SESSION_PREFIX = "reef-weight-gate-"
 CANARY_RECORD = "weight_canary"
 KEEP, ROLLBACK = "keep", "rollback"
@@ -86,7 +87,7 @@ def plan(project, scenario: str, *, eval_cmd: str | None, canary_scenario: str |
          environ: dict) -> GatePlan | None:
     """How this step's weights will be judged, or None (publish every step). Checked before the trainer runs, so a
     gate that cannot run fails before any GPU time is spent."""
-    if not enabled:
+    if not enabled or environ.get(ENV_GATE, "").strip().lower() in ("off", "0", "no", "false"):
         return None
     cmd = eval_cmd or environ.get(ENV_EVAL)
     if cmd:
@@ -192,7 +193,7 @@ def measure(store, suite: CanarySuite, *, engine_url: str, release, run_dir: Pat
     episodes = {f"{q.task.id}#{q.repeat}": got[q.key].score for q in reqs}
     errors = [f"{got[q.key].task_id} #{q.repeat + 1}: {got[q.key].error}" for q in reqs if got[q.key].error]
     fix = (f"check the 'agent' in harness.yaml of scenario '{suite.scenario}' (it must call the model at "
-           "$OPENAI_BASE_URL), or pass --canary-scenario NAME or --no-gate")
+           "$OPENAI_BASE_URL), or pass --canary-scenario NAME or --no-gate (env REEF_WEIGHT_GATE=off)")
     if reqs and len(errors) == len(reqs):  # nothing was measured: the agent, not the weights, is what failed
         raise GateCannotRun(f"every canary episode failed ({len(errors)}), e.g. {errors[0]}; {fix}")
     if not gw.external and gw.answered == 0:  # scores that no model answer produced say nothing about weights
