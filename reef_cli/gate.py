@@ -666,6 +666,7 @@ def gate_candidate(
     `Verdict.bullet_utility`. Publishing is the caller's move (`publish_gated`).
     """
     from .config import CONFIG_NAME, parse_config
+    from .durable import make_dirs
     from .episodes import EpisodeRequest, EpisodeRunner, Journal, materialise_readonly, rmtree
     from .executors import ExecutorSpec
     from .tasks import check_held_out, load_suite
@@ -697,10 +698,10 @@ def gate_candidate(
                     "agent": list(config.agent), "seed": settings.seed,
                     "baseline_release": base_release.release_id if base_release is not None else None})
     run_dir = Path(journal_dir) if journal_dir is not None else store.dir / "gate" / run
-    run_dir.mkdir(parents=True, exist_ok=True)
+    make_dirs(run_dir)  # reef's state: owner-only whatever the umask
     journal = Journal(run_dir / "journal.jsonl")
     trees = run_dir / "trees"
-    trees.mkdir(exist_ok=True)
+    make_dirs(trees)
     dirs = {CURRENT: materialise_readonly(trees / base_cid, base_files),
             CANDIDATE: materialise_readonly(trees / cand_cid, cand_files)}
     cids = {CURRENT: base_cid, CANDIDATE: cand_cid}
