@@ -32,6 +32,7 @@ import json
 import os
 import re
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -69,29 +70,55 @@ def system_prompt(harness: Path | None) -> str:
             if path.is_file():
                 parts.append(path.read_text(encoding="utf-8", errors="replace"))
         text = "\n\n".join(parts)
-    text = _COMMENT.sub("", text)
+    text = "\n".join(line.rstrip() for line in _COMMENT.sub("", text).splitlines())
     return re.sub(r"\n{3,}", "\n\n", text).strip()
 
 
-def _compiled(harness: Path) -> str | None:
-    from .adapters import load
-    from .compile import compile_harness
-    from .gitstore import Entry
-
+def _harness_files(harness: Path) -> dict[str, bytes]:
     files = {}
-    for dirpath, _dirs, names in os.walk(harness):
-        for name in names:
+    for dirpath, dirs, names in os.walk(harness):
+        dirs.sort()
+        for name in sorted(names):
             full = Path(dirpath) / name
             rel = full.relative_to(harness).as_posix()
             if rel.split("/", 1)[0] in ("canary", "evaluators"):
                 continue  # held-out tasks never reach the model
-            files[rel] = Entry(full.read_bytes())
+            files[rel] = full.read_bytes()
+    return files
+
+
+def _compiled(harness: Path) -> str | None:
+    """reef's compiler on the directory, cached by content under the temp dir: the gate runs many episodes on one
+    harness, and compiling validates harness.yaml (jsonschema: ~0.3 s of CPU an episode would otherwise pay)."""
+    files = _harness_files(harness)
+    h = hashlib.sha256()
+    for rel, data in files.items():
+        h.update(f"{rel}\0{len(data)}\0".encode())
+        h.update(data)
+    cache = Path(tempfile.gettempdir()) / f"reef-chat-prompts-{os.getuid()}" / f"{h.hexdigest()[:32]}.txt"
+    try:
+        return cache.read_text(encoding="utf-8")
+    except OSError:
+        pass
+    from .adapters import load
+    from .compile import compile_harness
+    from .gitstore import Entry
+
     try:
         adapter = load("opencode")
-        entry = compile_harness(files, adapter, layout="project").files.get(adapter.layout.instructions)
+        entry = compile_harness({k: Entry(v) for k, v in files.items()}, adapter,
+                                layout="project").files.get(adapter.layout.instructions)
     except Exception:  # a harness the compiler refuses: fall back to reading its files directly
         return None
-    return entry.data.decode("utf-8", "replace") if entry is not None else ""
+    text = entry.data.decode("utf-8", "replace") if entry is not None else ""
+    try:
+        cache.parent.mkdir(mode=0o700, exist_ok=True)
+        tmp = cache.with_name(f".{cache.name}.{os.getpid()}")
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, cache)
+    except OSError:
+        pass  # no cache: the next episode compiles again
+    return text
 
 
 # ---------------------------------------------------------------------------------------------- sessions
