@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import signal
+import time
 from pathlib import Path
 from typing import Optional
 
 import typer
 
-from .context import Env, emit_json, note
+from .context import Env, note
 
 app = typer.Typer(help="A local model for experiments without a GPU or a provider key (reef[local]).",
                   no_args_is_help=True)
@@ -40,23 +41,25 @@ def serve_local(
     require_server()
     server = start(path, port=port, threads=threads, log=log, environ=env.environ)
     if as_json:
-        emit_json({"url": server.url, "model": MODEL_ALIAS, "path": str(path), "pid": server.proc.pid})
+        import json
+
+        print(json.dumps({"url": server.url, "model": MODEL_ALIAS, "path": str(path), "pid": server.proc.pid}),
+              flush=True)  # one line, now: a caller reads it to learn the URL while the server keeps running
     else:
         note(f"serving {path.name} as '{MODEL_ALIAS}' on {server.url} (OpenAI-compatible; Ctrl-C stops it)")
     stopping: list[int] = []
-
-    def _stop(signum, _frame):
-        stopping.append(signum)
-        server.stop()
-
-    signal.signal(signal.SIGTERM, _stop)
+    # The handler only notes the signal: stopping the server from inside it would re-enter Popen.wait()
+    signal.signal(signal.SIGTERM, lambda signum, _frame: stopping.append(signum))
     try:
-        code = server.proc.wait()
+        while server.proc.poll() is None and not stopping:
+            time.sleep(0.2)
     except KeyboardInterrupt:
         server.stop()
         raise typer.Exit(130)
     if stopping:
+        server.stop()
         raise typer.Exit(0)
+    code = server.proc.returncode
     from ..errors import ReefError
 
     raise ReefError(f"the local model server exited with {code}" + (f" (log: {log})" if log else ""))
