@@ -251,6 +251,33 @@ def ok_rule_published(store) -> list[str]:
     return hits
 
 
+def attribution(store, config) -> list[dict]:
+    """Each gated bullet's leave-one-out utility per evolve, from the gate journals, with the interval the gate's own
+    bootstrap gives it (admission itself only asks utility > 0; see RESULTS.md for why that matters here)."""
+    from reef_cli.evolve.common import evolve_dir
+    from reef_cli.gate import bootstrap_interval
+
+    out = []
+    for journal in sorted(evolve_dir(store).glob("*/gate/journal.jsonl"), key=lambda p: p.stat().st_mtime):
+        sides: dict[str, dict[str, float]] = {}
+        for line in journal.read_text().splitlines():
+            d = json.loads(line)
+            sides.setdefault(d["side"], {})[d["task_id"]] = d["score"]
+        cand = sides.get("candidate", {})
+        for side, scores in sides.items():
+            if not side.startswith("ablate:"):
+                continue
+            tasks = sorted(set(cand) & set(scores))
+            diffs = [cand[t] - scores[t] for t in tasks]
+            if not diffs:
+                continue
+            lo, hi = bootstrap_interval(diffs, config.confidence, config.resamples, config.seed)
+            out.append({"evolve": journal.parent.parent.name, "bullet": side.split(":", 1)[1],
+                        "utility": round(sum(diffs) / len(diffs), 4), "lo": round(lo, 4), "hi": round(hi, 4),
+                        "tasks_up": sum(1 for x in diffs if x > 0), "tasks_down": sum(1 for x in diffs if x < 0)})
+    return out
+
+
 def pct(x: float) -> str:
     return f"{100 * x:.0f}%"
 
@@ -349,13 +376,14 @@ def run(*, rounds: int, url: str | None, max_tokens: int, keep: bool, control: b
                              "canary_by_kind": None if s is None else by_kind(s),
                              "gate": g.get("decision"), "interval": [iv.get("lo"), iv.get("hi")] if iv else None})
         okhits = ok_rule_published(store)
+        attr = attribution(store, config)
         summary = {
             "model": "SmolLM2-135M-Instruct Q4_1" if server else url, "max_tokens": max_tokens,
             "canary_tasks": n, "train_prompts": sum(len(v) for v in TRAIN.values()),
             "release_1": sum(base.values()) / n, "final": sum(fin.values()) / n, "final_step": final.step,
             "final_vs_release_1": {"mean": round(mean, 4), "lo": round(lo, 4), "hi": round(hi, 4),
                                    "level": config.confidence},
-            "target_met": lo > 0, "ok_rule_published": okhits, "rounds": rounds_out, "control": control_out,
+            "target_met": lo > 0, "ok_rule_published": okhits, "attribution": attr, "rounds": rounds_out, "control": control_out,
             "releases": releases, "session_calls": calls.n,
             "gate_episodes": sum(x["gate_episodes"] for x in rounds_out),
             "canary_episodes_for_reporting": n * (len(scores) + len(control_out)),
@@ -373,6 +401,9 @@ def run(*, rounds: int, url: str | None, max_tokens: int, keep: bool, control: b
         if summary["release_1"] > 0:
             echo(f"ratio final/release 1: {summary['final'] / summary['release_1']:.2f}x")
         echo(f"'OK:' rule published: {'NO (never)' if not okhits else 'YES: ' + '; '.join(okhits)}")
+        for a in attr:
+            echo(f"  leave-one-out {a['bullet']} ({a['evolve'][:12]}): utility {a['utility']:+.3f}, interval "
+                 f"[{a['lo']:+.3f}, {a['hi']:+.3f}], tasks up {a['tasks_up']} down {a['tasks_down']}")
         if control_out:
             same = all(c["same_as_release_1"] for c in control_out)
             echo(f"control: {len(control_out)} rounds, canary "
