@@ -221,6 +221,15 @@ def canary(store, release, env: dict) -> dict[str, float]:
     return per_task
 
 
+def prompt_key(store, release) -> str:
+    """What the model sees from a release: the digest of the system prompt the chat agent would send."""
+    import hashlib
+
+    from reef_cli.chat_agent import system_prompt
+
+    return hashlib.sha256(system_prompt(store.materialise(release)).encode()).hexdigest()
+
+
 def by_kind(per_task: dict[str, float]) -> dict[str, str]:
     out: dict[str, list[float]] = {}
     for tid, s in per_task.items():
@@ -320,6 +329,7 @@ def run(*, rounds: int, url: str | None, max_tokens: int, keep: bool, control: b
         echo(f"release 1: canary {pct(sum(base.values()) / n)} ({by_kind(base)}) over {n} held-out prompts "
              f"[{canary_s:.0f} s]")
         scores = {first.release_id: base}
+        prompts = {first.release_id: prompt_key(store, first)}
         rounds_out, control_out = [], []
         sessions_dir = work / "sessions"
         quiet = 0
@@ -333,7 +343,12 @@ def run(*, rounds: int, url: str | None, max_tokens: int, keep: bool, control: b
             rel = out.release
             head = store.require_head()
             if head.release_id not in scores:
-                scores[head.release_id] = canary(store, head, env)
+                key = prompt_key(store, head)
+                same = next((rid for rid, k in prompts.items() if k == key), None)
+                # greedy decoding: a release whose system prompt is byte-identical (a pattern-memory-only release)
+                # answers every prompt exactly as before, so its canary is the earlier measurement
+                scores[head.release_id] = scores[same] if same else canary(store, head, env)
+                prompts[head.release_id] = key
             cur = scores[head.release_id]
             iv = v.get("interval") or {}
             row = {"round": r, "sessions": len(rows), "missed": len(missed),
@@ -359,9 +374,10 @@ def run(*, rounds: int, url: str | None, max_tokens: int, keep: bool, control: b
                                     "same_as_release_1": ctl == base})
                 echo(f"  control (loop off, release 1): canary {pct(control_out[-1]['canary'])} "
                      f"({control_out[-1]['canary_by_kind']})")
-            quiet = quiet + 1 if out.status != "published" else 0
+            changed = out.status == "published" and any(line[:1] in "+-~" for line in out.diff or [])
+            quiet = 0 if changed else quiet + 1  # a pattern-memory-only release changes nothing the model sees
             if stop_after_quiet and quiet >= stop_after_quiet and r >= 3:
-                echo(f"stopping: {quiet} rounds in a row published nothing")
+                echo(f"stopping: {quiet} rounds in a row changed no bullet")
                 break
         final = store.require_head()
         fin = scores[final.release_id]

@@ -108,6 +108,7 @@ def test_serves_on_loopback_until_sigterm(tmp_path):
     proc = subprocess.Popen([reef_exe(), "model", "serve-local", "--port", "0", "--json", "--model", str(model)],
                             cwd=tmp_path, env=reef_env(tmp_path, pkgs), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
+    ready = {}
     try:
         ready = json.loads(proc.stdout.readline())
         assert ready["url"].startswith("http://127.0.0.1:") and ready["url"].endswith("/v1")
@@ -125,6 +126,11 @@ def test_serves_on_loopback_until_sigterm(tmp_path):
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+        if ready.get("pid"):  # its own process group: a killed reef would leave it running
+            try:
+                os.killpg(ready["pid"], signal.SIGKILL)
+            except ProcessLookupError:
+                pass
         proc.stdout.close()
         proc.stderr.close()
 
