@@ -402,7 +402,7 @@ def run(*, rounds: int, url: str | None, max_tokens: int, keep: bool, control: b
             "target_met": lo > 0, "ok_rule_published": okhits, "attribution": attr, "rounds": rounds_out, "control": control_out,
             "releases": releases, "session_calls": calls.n,
             "gate_episodes": sum(x["gate_episodes"] for x in rounds_out),
-            "canary_episodes_for_reporting": n * (len(scores) + len(control_out)),
+            "canary_episodes_for_reporting": n * (len(set(prompts.values())) + len(control_out)),
             "seconds": round(time.monotonic() - started, 1),
         }
         echo("")
