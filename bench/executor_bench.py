@@ -18,29 +18,25 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 
 def make_project(root: Path):
-    from reef_cli.bootstrap import init_project
-    from reef_cli.example_agent import suite_files
+    """The example-suite project the gate tests use (tests/conftest.py: example_suite_project, set_block), made
+    through the same CLI calls, published, with two new bullets as the working tree's candidate."""
+    import contextlib
+    import io
+    from types import SimpleNamespace
+
+    from conftest import example_suite_project, set_block
+    from reef_cli.cli.main import run
     from reef_cli.project import Project
     from reef_cli.store import HarnessStore
 
-    root.mkdir()
-    init_project(root)
-    (root / "canary").mkdir()
-    (root / "canary" / "example.yaml").write_text(suite_files()["example.yaml"])
-    cfg = root / "harness.yaml"
-    lines = [ln for ln in cfg.read_text().splitlines() if not ln.startswith("agent:")]
-    text = "\n".join(lines).replace("  evaluators: [evaluators/**]", "  evaluators: [evaluators/**]\n  repeats: 2")
-    cfg.write_text(text + '\nagent: ["{python}", -m, reef_cli.example_agent, -p, "{prompt}"]\n')
-    store = HarnessStore(Project(root), "default")
-    store.publish(reason="canary suite", operation="publish", files=store.worktree_files(),
-                  expected_head=store.require_head().release_id)
-    claude = root / "CLAUDE.md"
-    body = claude.read_text()
-    start = body.index("<!-- reef:begin learned -->") + len("<!-- reef:begin learned -->")
-    end = body.index("<!-- reef:end learned -->")
-    claude.write_text(body[:start] + "\n- Always end files with a trailing newline.\n"
-                      "- Use tabs for indentation in Makefiles.\n" + body[end:])
-    return store
+    def reef(*args: str):
+        with contextlib.redirect_stdout(io.StringIO()):
+            return SimpleNamespace(code=run(list(args)))
+
+    example_suite_project(reef, root)
+    assert reef("-C", str(root), "publish", "-m", "canary suite").code == 0
+    set_block(root, "- Always end files with a trailing newline.", "- Use tabs for indentation in Makefiles.")
+    return HarnessStore(Project(root), "default")
 
 
 def gate_once(store, spec, workers: int, journal: Path):

@@ -1,5 +1,6 @@
 """Whole-process time of the commands that run after every agent session (`reef report`, `reef run -- true`)
-against a minimal click app with one option, in the same run. Target: <= 2x.
+against a minimal click app with one option, in the same run. Target: <= 2x. Also the first `reef run` after
+`reef init` in a fresh project (min(runs, 5) projects), which must not pay for materialising the release.
 
     .venv/bin/python bench/startup_bench.py [--runs 20]
 """
@@ -37,6 +38,16 @@ def timed(argv: list[str], cwd: Path, env: dict, runs: int) -> list[float]:
     return out
 
 
+def first_runs(reef: str, base: Path, env: dict, n: int) -> list[float]:
+    out = []
+    for i in range(n):
+        proj = base / f"fresh{i}"
+        proj.mkdir()
+        subprocess.run([reef, "init"], cwd=proj, env=env, check=True, capture_output=True)
+        out.extend(timed([reef, "run", "--", "true"], proj, env, 1))
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=20)
@@ -64,6 +75,7 @@ def main() -> None:
             "reef run -- true": timed([reef, "run", "--", "true"], proj, env, args.runs),
             "reef report": timed([reef, "report", "--score", "1", "--receipt", receipt], proj, env, args.runs),
             "reef --help": timed([reef, "--help"], proj, env, args.runs),
+            "first run after init": first_runs(reef, Path(d), env, min(args.runs, 5)),
         }
     base_ms = statistics.median(rows["minimal click app"]) * 1e3
     print(f"{'command':24}{'median ms':>10}{'ratio':>8}")

@@ -227,4 +227,8 @@ def init_project(
         return InitResult(project, scenario, recipe, PublishResult(head, False, ()), created_project, source,
                           tuple(warnings))
     result = store.publish(reason=f"init from {source}", operation="init", expected_head=None)
+    # The first `reef run` would otherwise materialise the release itself and pay pygit2's import (~100 ms) on the
+    # path agents wait on; init has the store open already. The copy is the same content-addressed, read-only
+    # cache any run builds (written to a temporary name, then renamed), so writing it here changes nothing else.
+    store.materialised_config(result.release)
     return InitResult(project, scenario, recipe, result, created_project, source, tuple(warnings))

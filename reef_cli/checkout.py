@@ -36,6 +36,7 @@ def conflicts(dest: Path, files: Mapping, *, published: Mapping | None = None) -
     """What writing `files` into `dest` would destroy, in path order; raises InvalidInput for what --force cannot
     allow (a symlink on the way, an unsafe path). `published` maps paths to the bytes safe to replace."""
     from .gitstore import MODE_LINK
+    from .store import non_directory_parent
 
     published = published or {}
     out: list[Conflict] = []
@@ -43,21 +44,9 @@ def conflicts(dest: Path, files: Mapping, *, published: Mapping | None = None) -
         entry = files[rel]
         if rel.startswith("/") or any(p in ("", ".", "..") for p in rel.split("/")):
             raise StoreError(f"release holds an unsafe path '{rel}'")
-        cur = dest
-        blocked = False
-        for part in rel.split("/")[:-1]:
-            cur = cur / part
-            try:
-                st = os.lstat(cur)
-            except FileNotFoundError:
-                break
-            if stat.S_ISLNK(st.st_mode):
-                raise InvalidInput(f"{cur} is a symlink; reef never writes through symlinks")
-            if not stat.S_ISDIR(st.st_mode):
-                out.append(Conflict(rel, f"{cur} is a file where the release needs a directory"))
-                blocked = True
-                break
-        if blocked:
+        blocked = non_directory_parent(dest, rel)
+        if blocked is not None:
+            out.append(Conflict(rel, f"{blocked} is a file where the release needs a directory"))
             continue
         target = dest / rel
         try:

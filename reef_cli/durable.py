@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 
@@ -29,6 +30,19 @@ def make_dirs(path: Path, mode: int = STATE_DIR_MODE) -> None:
         os.mkdir(path, mode)
     except FileExistsError:
         pass
+
+
+@contextlib.contextmanager
+def private_umask():
+    """Narrow the umask to the owner's bits for code that creates files whose modes reef cannot pass (libgit2 gives
+    objects, refs and config the umask's modes). The umask is the process's: another thread creating a file
+    meanwhile gets owner-only modes too, which errs the safe way."""
+    old = os.umask(0o077)
+    os.umask(old | 0o077)
+    try:
+        yield
+    finally:
+        os.umask(old)
 
 
 def write_atomic(path: Path, data: bytes, mode: int = 0o644) -> None:

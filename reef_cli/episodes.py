@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Mapping, Sequence
 
-from .durable import append_durable
+from .durable import STATE_FILE_MODE, append_durable, make_dirs, write_atomic
 from .errors import InvalidInput
 from .redact import content_fields
 from .releases import canonical
@@ -447,7 +447,7 @@ class Journal:
         self.path = Path(path)
         self._lock = threading.Lock()
         self._done: dict[str, EpisodeResult] = {}
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        make_dirs(self.path.parent)
         self._load()
 
     def _load(self) -> None:
@@ -493,8 +493,8 @@ def materialise_readonly(dest: Path, files: Mapping) -> Path:
     rmtree(tmp)
     write_files(tmp, dict(files), read_only=True)
     for dirpath, _dirnames, _ in os.walk(tmp, topdown=False):
-        os.chmod(dirpath, 0o555)
+        os.chmod(dirpath, 0o500)  # reef's state: the owner's alone, like write_files' read-only files
     rmtree(dest)
     os.rename(tmp, dest)
-    marker.write_text("ok\n")
+    write_atomic(marker, b"ok\n", STATE_FILE_MODE)
     return dest

@@ -46,6 +46,21 @@ def _damage_is_a_store_error(method):
     return wrapper
 
 
+def _private(method):
+    """libgit2 gives the objects, refs and config it writes the umask's modes; reef's store is the owner's alone
+    (STATE_FILE_MODE), so its writes run under an owner-only umask. Never a push: that writes another repository."""
+    import functools
+
+    @functools.wraps(method)
+    def wrapper(self, *args, **kwargs):
+        from .durable import private_umask
+
+        with private_umask():
+            return method(self, *args, **kwargs)
+
+    return wrapper
+
+
 class GitStore:
     def __init__(self, path: Path):
         import pygit2
@@ -57,14 +72,16 @@ class GitStore:
             if (path / "HEAD").exists():
                 self.repo = pygit2.Repository(str(path))
             else:
-                from .durable import make_dirs
+                from .durable import make_dirs, private_umask
 
                 make_dirs(path)  # 0700, like the rest of .reef (pygit2 gives what it creates the umask's modes)
-                self.repo = pygit2.init_repository(str(path), bare=True)
+                with private_umask():
+                    self.repo = pygit2.init_repository(str(path), bare=True)
         except pygit2.GitError as exc:
             raise StoreError(f"{path}: cannot open reef's object store: {exc}") from None
 
     @_damage_is_a_store_error
+    @_private
     def write_tree(self, files: dict[str, Entry]) -> str:
         """Hash a flat {posix path: Entry} map into a tree; returns the tree id (the release's content_id)."""
         pygit2 = self._pygit2
@@ -74,6 +91,7 @@ class GitStore:
         return str(index.write_tree(self.repo))
 
     @_damage_is_a_store_error
+    @_private
     def update_tree(self, base_tree_id: str, changes: dict[str, Entry | None]) -> str:
         """A new tree from `base_tree_id` with `changes` applied (None deletes); untouched subtrees are reused."""
         pygit2 = self._pygit2
@@ -147,6 +165,7 @@ class GitStore:
         return str(self._pygit2.hash(data))
 
     @_damage_is_a_store_error
+    @_private
     def commit(self, tree_id: str, parent: str | None, message: str, when: int) -> str:
         pygit2 = self._pygit2
         sig = pygit2.Signature("reef", "reef@localhost", when, 0)
@@ -155,6 +174,7 @@ class GitStore:
         return str(oid)
 
     @_damage_is_a_store_error
+    @_private
     def set_ref(self, name: str, commit_id: str) -> None:
         self.repo.references.create(name, self._pygit2.Oid(hex=commit_id), force=True)
 
@@ -200,6 +220,7 @@ class GitStore:
         base = self.repo.merge_base(oid(hex=a), oid(hex=b))
         return str(base) if base is not None else None
 
+    @_private
     def commit_merge(self, tree_id: str, parents: list[str], message: str, when: int) -> str:
         """A commit with several parents (a merge release joins two chains)."""
         pygit2 = self._pygit2
@@ -207,6 +228,7 @@ class GitStore:
         oid = self.repo.create_commit(None, sig, sig, message, pygit2.Oid(hex=tree_id), [pygit2.Oid(hex=p) for p in parents])
         return str(oid)
 
+    @_private
     def delete_ref(self, name: str) -> None:
         ref = self.repo.references.get(name)
         if ref is not None:
@@ -219,12 +241,14 @@ class GitStore:
     def remotes(self) -> dict[str, str]:
         return {r.name: r.url for r in self.repo.remotes}
 
+    @_private
     def add_remote(self, name: str, url: str) -> None:
         try:
             self.repo.remotes.create(name, url, "+refs/reef/scenarios/*:refs/reef/remotes/" + name + "/scenarios/*")
         except (ValueError, self._pygit2.GitError) as exc:
             raise StoreError(f"remote '{name}': cannot add it to reef's object store ({exc})") from None
 
+    @_private
     def remove_remote(self, name: str) -> None:
         self.repo.remotes.delete(name)
 
@@ -249,6 +273,7 @@ class GitStore:
             raise StoreError(f"{url}: cannot reach the remote ({_one_line(exc)})") from None
         return {h.name: str(h.oid) for h in heads if h.name and h.name.startswith(prefix)}
 
+    @_private
     def fetch(self, url: str, refspecs: list[str]) -> None:
         pygit2 = self._pygit2
         try:

@@ -118,8 +118,10 @@ def ingest_now(data: bytes, environ: dict) -> int:
         return ingest(store, sources=[source], environ=environ).turns
     except Exception as exc:  # noqa: BLE001 - logged for the user, never surfaced to the agent
         try:
-            with open(store.dir / "ingest-hook.log", "a", encoding="utf-8") as fh:
-                fh.write(f"{event.get('hook_event_name')} {sid}: {type(exc).__name__}: {exc}\n")
+            from .durable import append_durable
+
+            append_durable(store.dir / "ingest-hook.log",  # state: owner-only (0600)
+                           f"{event.get('hook_event_name')} {sid}: {type(exc).__name__}: {exc}\n".encode())
         except OSError:
             pass
         return 0

@@ -71,6 +71,11 @@ class LLMError(ReefError):
     """The model endpoint failed or answered something reef cannot use; nothing was reflected."""
 
 
+class MalformedAnswer(LLMError):
+    """The endpoint answered, but not with anything reef can read as lessons (not JSON, no message, cut off at
+    max_tokens, no 'lessons' list): that batch is skipped and recorded; the run goes on with the next one."""
+
+
 class BudgetExhausted(Exception):
     """The next call would exceed the reflect run's budget: stop cleanly before sending it."""
 
@@ -87,8 +92,8 @@ class ReflectorBackend(Protocol):
     usage: "Usage"
 
     def lessons(self, records: list, *, bullets: list[str]) -> tuple[list[Lesson], list[tuple[Lesson, str]]]:
-        """(lessons to verify, malformed lessons with why); LLMError when the answer is unusable,
-        BudgetExhausted before a call the budget does not allow."""
+        """(lessons to verify, malformed lessons with why); MalformedAnswer when the answer is unreadable,
+        LLMError when the endpoint cannot be reached, BudgetExhausted before a call the budget does not allow."""
 
 
 # --------------------------------------------------------------------------------------------- budget and usage
@@ -305,7 +310,10 @@ class ChatBackend:
         for _ in range(self.retries + 1):
             try:
                 raw = self._post(body)
-                items, tin, tout_used = self.parse(raw)
+                try:
+                    items, tin, tout_used = self.parse(raw)
+                except LLMError as exc:
+                    raise MalformedAnswer(str(exc)) from None
                 self._account(tin, tout_used)
                 break
             except LLMError as exc:
@@ -313,6 +321,8 @@ class ChatBackend:
                 last = exc
         else:
             assert last is not None
+            if isinstance(last, MalformedAnswer):
+                raise last  # the caller skips this batch and goes on
             raise LLMError(f"reflector model failed: {last}; nothing was reflected (the high-water mark did not move)")
         out, bad = [], []
         for item in items:

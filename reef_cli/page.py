@@ -259,8 +259,7 @@ def default_dir(store) -> Path:
 
 def write_page(store, out: Path | None = None, now: str | None = None) -> Path:
     """Render the scenario's page into OUT/index.html (default .reef/page/<scenario>/) and return its path."""
-    from .durable import write_atomic
-
+    from .durable import STATE_FILE_MODE, make_dirs, write_atomic
     from .errors import InvalidInput, StoreError
 
     directory = Path(os.path.abspath(out)) if out is not None else default_dir(store)
@@ -271,9 +270,15 @@ def write_page(store, out: Path | None = None, now: str | None = None) -> Path:
     path = directory / PAGE_NAME
     if path.is_dir():
         raise InvalidInput(f"{path} is a directory; the page is written to that name, move it or choose another --out")
+    # Under .reef the page is reef's state, the owner's alone like the ledger it shows; a --out elsewhere is the
+    # user's place (0644 as before, narrowed by their umask).
+    private = directory.is_relative_to(os.path.abspath(store.project.state))
     try:
-        directory.mkdir(parents=True, exist_ok=True)
-        write_atomic(path, render(collect(store, now)).encode("utf-8"))
+        if private:
+            make_dirs(directory)
+        else:
+            directory.mkdir(parents=True, exist_ok=True)
+        write_atomic(path, render(collect(store, now)).encode("utf-8"), STATE_FILE_MODE if private else 0o644)
     except (FileExistsError, NotADirectoryError) as e:
         raise InvalidInput(f"cannot write the page into {directory}: a parent of it is a file ({e.strerror})") from e
     except OSError as e:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -66,8 +67,9 @@ class Project:
 
     def secure_state(self) -> None:
         """Make the state owner-only whatever the umask it was made under: `.reef/` and the directories reef
-        keeps in it 0700 (which alone shuts everything under it to others), its own state files 0600. `reef init`
-        calls this every time, so a project made by an older reef is tightened too."""
+        keeps in it 0700 (which alone shuts everything under it to others), its own state files 0600, and nothing
+        below them open to group or others. `reef init` calls this every time, so a project made by an older reef
+        is tightened too."""
         dirs = [self.state]
         files = [self.state / PROJECT_FILE, self.state / ".gitignore"]
         dirs.extend(p for p in self.state.iterdir() if p.is_dir() and not p.is_symlink())  # git, scenarios, trees…
@@ -85,6 +87,17 @@ class Project:
                     os.chmod(path, mode, follow_symlinks=False)
             except FileNotFoundError:
                 pass
+        # Deeper down (git objects and refs, materialised trees, pages, gate runs an older reef left to the umask)
+        # only the group and other bits go: read-only copies stay read-only, executables executable.
+        for dirpath, dirnames, filenames in os.walk(self.state):
+            for name in (*dirnames, *filenames):
+                path = os.path.join(dirpath, name)
+                try:
+                    st = os.lstat(path)
+                    if st.st_mode & 0o077 and not stat.S_ISLNK(st.st_mode):
+                        os.chmod(path, stat.S_IMODE(st.st_mode) & ~0o077, follow_symlinks=False)
+                except FileNotFoundError:
+                    pass
 
     def scenarios(self) -> list[str]:
         base = self.state / "scenarios"

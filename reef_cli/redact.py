@@ -128,9 +128,12 @@ _FLAG = re.compile(
     r"(?P<head>(?<![\w-])--?(?P<key>[A-Za-z][A-Za-z0-9_-]*)[ \t]+)(?P<secret>\"[^\"\n]*\"|'[^'\n]*'|[^\s\"'-][^\s\"']*)"
 )
 # `mysql -uroot -pX`, `docker login -u bob -p X`, `sshpass -p X`: `-p` is a password only beside a user or in these.
+# A MySQL/MariaDB client's `-p` takes its value attached or not at all (`-p app` prompts; `app` is the database), so
+# an attached value is the password whatever it looks like; the scan from the command name stops at a shell
+# separator (`mysql ...; cp -pr a b`).
 _SHORT_P = re.compile(
-    r"(?P<head>(?:\b(?:mysql|mysqldump|mysqladmin|mariadb|mariadb-dump|mysqlsh)\b[^\n]*?[ \t]-p"
-    r"|\bsshpass(?:[ \t]+-[a-oq-z]\S*)*[ \t]+-p[ \t]*"
+    r"(?P<head>(?:(?P<mysql>\b(?:mysql[a-z]*|mariadb(?:-[a-z]+)*)\b(?!-)[^\n;&|]*?[ \t]-p)"
+    r"|(?P<sshpass>\bsshpass(?:[ \t]+-[a-oq-z]\S*)*[ \t]+-p[ \t]*)"
     r"|[ \t]-u[ \t]*\S+[ \t]+-p[ \t]*))"
     r"(?P<secret>\"[^\"\n]*\"|'[^'\n]*'|[^\s\"'-][^\s\"']*)"
 )
@@ -345,7 +348,7 @@ def _scan(text: str, found: list[tuple[str, str]]) -> tuple[str, int]:
     if "-" in text:
         text = sub(_FLAG, _flag, text)
         if "-p" in text:
-            text = sub(_SHORT_P, _loose_value, text)
+            text = sub(_SHORT_P, _short_p, text)
         if "-u" in text:
             text = sub(_CURL_USER, _loose_value, text)
     if "password" in text:
@@ -413,6 +416,20 @@ def _loose_value(match: re.Match[str]) -> Hit:
     return match.group("head") + quote, value, "password", quote
 
 
+def _short_p(match: re.Match[str]) -> Hit:
+    """`-p` beside a user or in a password-taking client. Quoted, it is data; attached (`-pX`) to a MySQL client's
+    `-p`, or after sshpass's, it can be nothing but the password, so even one plain word or digits (`-psecret`,
+    `-p123456`) go; otherwise as `_loose_value` (`-u root -p app` prompts, `-u 1000 -p 8080` is a port)."""
+    value, quote = _unquote(match.group("secret"))
+    certain = match.group("mysql") is not None or match.group("sshpass") is not None
+    attached = match.group("head")[-1:] == "p"
+    if not _is_literal_secret(value, literal=bool(quote) or certain or attached):
+        return None
+    if not (quote or certain) and _NUMBERS.fullmatch(value):
+        return None  # `ps -u root -p1234`, `docker run -u 1000:1000 -p 8080:80`: ids and ports
+    return match.group("head") + quote, value, "password", quote
+
+
 def _cookie(match: re.Match[str]) -> Hit:
     secret = match.group("secret")
     if secret.startswith("[REDACTED:") or not _looks_random(secret):
@@ -452,12 +469,14 @@ def _assignment(match: re.Match[str]) -> Hit:
     env_line = bool(match.group("export")) or (
         match.group("sep") == "=" and re.fullmatch(r"[A-Z][A-Z0-9_]*", key) is not None
     )
+    # A long flag's value (`--password=secret`) is data like an env-file line's, even when it is one plain word.
+    flag_value = match.group("flag") == "--" and match.group("sep") == "="
     if not env_line:
         # Outside an env file a bare value ends at punctuation, and inside a query string at the next parameter.
         in_query = match.string[match.start() - 1 : match.start()] in ("?", "&")
         value = re.match(r"[^,;}\]&]*" if in_query else r"[^,;}\]]*", value).group(0)
         rest = match.group("bare")[len(value) :]
-    if not _is_literal_secret(value, literal=env_line):
+    if not _is_literal_secret(value, literal=env_line or flag_value):
         return None
     return match.group("head"), value, _secret_kind(key), rest
 

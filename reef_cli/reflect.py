@@ -96,6 +96,7 @@ class ReflectResult:
     usage: dict | None = None  # a model backend's calls, tokens and cost (estimated under --dry-run)
     budget_stopped: bool = False
     prompts: list = field(default_factory=list)  # --show-prompt: the request bodies a model backend would be sent
+    skipped: list[dict] = field(default_factory=list)  # batches whose model answer was malformed: records, reason
 
     @property
     def changed(self) -> bool:
@@ -110,7 +111,7 @@ class ReflectResult:
             "patterns_created": sorted(self.created), "suppressed": sorted(self.suppressed),
             "lifted": sorted(self.lifted), "utilities": self.utilities, "changed": self.changed,
             "ledger_restarted": self.restarted, "patterns": len(self.memory.patterns),
-            "usage": self.usage, "budget_stopped": self.budget_stopped,
+            "usage": self.usage, "budget_stopped": self.budget_stopped, "skipped_batches": self.skipped,
         }
 
 
@@ -412,8 +413,11 @@ class Reflector:
     """One reflect pass. `backend` is "builtin" or a `ReflectorBackend` (llm_reflector.py)."""
 
     def __init__(self, ledger, scenario: str, memory: PatternMemory, *, threshold: float, backend=None,
-                 progress: Callable[[dict], None] | None = None, bullets: list[str] | None = None):
+                 progress: Callable[[dict], None] | None = None, bullets: list[str] | None = None,
+                 warn: Callable[[str], None] | None = None):
         self.ledger = ledger
+        self.warn = warn
+        self._answered = 0  # batches the model answered readably
         self.scenario = scenario
         self.memory = memory
         self.threshold = threshold
@@ -560,15 +564,28 @@ class Reflector:
     def _flush(self) -> None:
         if not self._batch:
             return
-        from .llm_reflector import BudgetExhausted, LLMError
+        from .llm_reflector import BudgetExhausted, LLMError, MalformedAnswer
 
         try:
             lessons, malformed = self.llm.lessons(self._batch, bullets=self._bullets())
         except BudgetExhausted:
             raise _BudgetStop(self._batch_mark) from None
+        except MalformedAnswer as exc:
+            # One unreadable answer costs its batch, not the run: the batch's records are read past (sending them
+            # again would pay again for the same answer), the failure is a `rejection` record naming them, and the
+            # user's own structured lessons in them still count.
+            rid = self._record_failure(exc)
+            self.result.skipped.append({"records": [r.record_id for r in self._batch], "reason": str(exc),
+                                        "rejection": rid})
+            if self.warn is not None:
+                self.warn(f"warning: skipped a malformed answer of the reflector model for {len(self._batch)} "
+                          f"record(s): {exc}" + (f" (recorded as {rid})" if rid else ""))
+            lessons, malformed = [], []
         except LLMError as exc:
             self._record_failure(exc)
             raise
+        else:
+            self._answered += 1
         batch, self._batch = self._batch, []
         held, self._held = self._held, []
         for rec, own in held:  # the user's structured lessons of the answered records
@@ -589,11 +606,11 @@ class Reflector:
             self._observe(lesson, meta, seen)
         self._seqs.clear()
 
-    def _record_failure(self, exc: Exception) -> None:
+    def _record_failure(self, exc: Exception) -> str | None:
         """An unusable answer is refused, never folded, and recorded: one `rejection` record naming the batch (its
-        id derives from the batch and the reason, so a retry that fails the same way adds nothing)."""
+        id derives from the batch and the reason, so a retry that fails the same way adds nothing). Returns its id."""
         if getattr(self.llm, "mode", "send") != "send":
-            return
+            return None
         import hashlib
 
         ids = [r.record_id for r in self._batch]
@@ -605,6 +622,7 @@ class Reflector:
             self.ledger.append("rejection", body, release_id=None, content_id=None, record_id=rid)
         except ReefError:
             pass  # the failure itself is reported to the caller either way
+        return rid
 
     def _bullets(self) -> list[str]:
         """What the model sees as already learned: the harness's current bullets, then the most-seen patterns."""
@@ -628,6 +646,13 @@ class Reflector:
             last = stop.mark if stop.mark is not None and stop.mark[0] > start else None
             self.result.budget_stopped = True
         res = self.result
+        if res.skipped and not self._answered:
+            from .llm_reflector import LLMError
+
+            n = sum(len(s["records"]) for s in res.skipped)
+            raise LLMError(f"every answer of the reflector model was malformed ({len(res.skipped)} batch(es), {n} "
+                           f"record(s); the last: {res.skipped[-1]['reason']}); each is recorded as a rejection; "
+                           "nothing was reflected (the high-water mark did not move)")
         if self.llm is not None:
             res.usage = self.llm.usage.to_json()
             res.prompts = list(self.llm.usage.prompts)
@@ -662,11 +687,13 @@ class Reflector:
 
 
 def reflect(ledger, scenario: str, memory: PatternMemory, *, threshold: float, backend=None,
-            progress: Callable[[dict], None] | None = None, bullets: list[str] | None = None) -> ReflectResult:
+            progress: Callable[[dict], None] | None = None, bullets: list[str] | None = None,
+            warn: Callable[[str], None] | None = None) -> ReflectResult:
     """Fold the ledger's records after `memory.through_seq` into `memory` (mutated) and return what happened.
-    `bullets` (the harness's current learned bullets) are shown to the llm backend so it does not repeat them."""
+    `bullets` (the harness's current learned bullets) are shown to the llm backend so it does not repeat them;
+    `warn` hears one line per batch skipped for a malformed model answer."""
     return Reflector(ledger, scenario, memory, threshold=threshold, backend=backend, progress=progress,
-                     bullets=bullets).run()
+                     bullets=bullets, warn=warn).run()
 
 
 # --------------------------------------------------------------------------------------------- model backends
@@ -675,7 +702,7 @@ def reflect(ledger, scenario: str, memory: PatternMemory, *, threshold: float, b
 def __getattr__(name: str):
     """The model backends live in llm_reflector.py (it imports this module: loaded on first use)."""
     if name in ("LLMBackend", "LLMError", "parse_answer", "lesson_from_json", "SYSTEM_PROMPT", "ReflectorBackend",
-                "OpenAIChat", "AnthropicMessages", "BudgetExhausted"):
+                "OpenAIChat", "AnthropicMessages", "BudgetExhausted", "MalformedAnswer"):
         from . import llm_reflector
 
         return getattr(llm_reflector, name)

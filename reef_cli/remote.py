@@ -13,6 +13,7 @@ import json
 import os
 from dataclasses import dataclass, field
 
+from .durable import make_dirs
 from .errors import ConflictError, InvalidInput, NotFound, StoreError
 from .releases import Release
 
@@ -194,7 +195,7 @@ def pull(project, name: str, url: str, *, current: str | None = None, only: str 
 
 def _pull_one(store, remote_head: str):
     git = store.git
-    store.dir.mkdir(parents=True, exist_ok=True)
+    make_dirs(store.dir)  # a scenario pulled for the first time: 0700 like the rest of the state
     with store.lock():
         store.log.repair()
         chain = store.log.read()
@@ -233,6 +234,7 @@ def _pull_one(store, remote_head: str):
 def _write_scenario_file(store, head: Release) -> None:
     """A scenario first seen through a pull: bound to its head harness's recipe, created as of its first release."""
     from .config import CONFIG_NAME, parse_config
+    from .durable import STATE_FILE_MODE
     from .project import write_atomic
     from .releases import canonical
 
@@ -242,7 +244,7 @@ def _write_scenario_file(store, head: Release) -> None:
         recipe = parse_config(files[CONFIG_NAME].data, source=CONFIG_NAME, validate=False).recipe
     first = store.log.find("1")
     info = {"name": store.scenario, "recipe": recipe, "created_at": first.created_at}
-    write_atomic(store.dir / "scenario.json", canonical(info) + b"\n")
+    write_atomic(store.dir / "scenario.json", canonical(info) + b"\n", STATE_FILE_MODE)
 
 
 def _follow(store, old_files) -> str:

@@ -20,6 +20,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from .durable import make_dirs
 from .errors import InvalidInput
 from .releases import Release
 
@@ -180,7 +181,7 @@ def run_recorded(
     ledger = store.ledger()
     record_id = ledger.reserve_id()  # the receipt the child sees; reserved, so appending it needs no id lookup
     runs_dir = store.dir / "runs"
-    runs_dir.mkdir(parents=True, exist_ok=True)
+    make_dirs(runs_dir)  # reef's state: 0700 whatever the umask
     routing_file = runs_dir / f"{record_id}.routing.jsonl"
     child_env = {
         **base_env,

@@ -12,6 +12,8 @@ import json
 import os
 from pathlib import Path
 
+from .durable import make_dirs, write_all
+
 
 def shell_key(environ: dict | None = None) -> str:
     env = os.environ if environ is None else environ
@@ -29,8 +31,9 @@ def shell_key(environ: dict | None = None) -> str:
 @contextlib.contextmanager
 def flocked(path: str | Path):
     """An exclusive flock(2) on `path` (the primitive filelock.FileLock uses on the same file), taken directly:
-    the filelock package's import alone costs 15-50 ms on every `reef run` and every agent start."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    the filelock package's import alone costs 15-50 ms on every `reef run` and every agent start. The lock file is
+    reef's state, so owner-only (0600)."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield
@@ -44,13 +47,17 @@ class PendingReceipts:
         self.path = self.dir / f"{key}.json"
 
     def _lock(self):
-        self.dir.mkdir(parents=True, exist_ok=True)
+        make_dirs(self.dir)  # reef's state: 0700 whatever the umask
         return flocked(f"{self.path}.lock")
 
     def _write(self, receipts: list[str]) -> None:
         """Rename into place without fsync: this is convenience state, rebuilt by naming receipts explicitly."""
         tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps({"receipts": receipts}))
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+        try:
+            write_all(fd, json.dumps({"receipts": receipts}).encode())
+        finally:
+            os.close(fd)
         os.replace(tmp, self.path)
 
     def _read(self) -> list[str]:

@@ -178,29 +178,42 @@ def collect_files(root: Path, include: tuple[str, ...], exclude: tuple[str, ...]
     return dict(sorted(out.items()))
 
 
-def _check_no_symlink_components(dest: Path, rel: str) -> None:
+def non_directory_parent(dest: Path, rel: str) -> Path | None:
+    """The first directory on the way from `dest` to `rel` that exists and is not a directory (None: every one is
+    a directory or missing). A symlink on the way is InvalidInput: reef never writes through symlinks. Shared by
+    write_files and checkout's conflict check, so both refuse the same paths."""
     cur = dest
     for part in rel.split("/")[:-1]:
         cur = cur / part
         try:
             st = os.lstat(cur)
         except FileNotFoundError:
-            return
+            return None
         if stat.S_ISLNK(st.st_mode):
             raise InvalidInput(f"{cur} is a symlink; reef never writes through symlinks")
         if not stat.S_ISDIR(st.st_mode):
-            raise InvalidInput(f"{cur} is not a directory; cannot write {rel} under it")
+            return cur
+    return None
+
+
+def _writable_parents(dest: Path, rel: str) -> None:
+    blocked = non_directory_parent(dest, rel)
+    if blocked is not None:
+        raise InvalidInput(f"{blocked} is not a directory; cannot write {rel} under it")
 
 
 def write_files(dest: Path, files: dict[str, Entry], *, read_only: bool = False) -> None:
-    """Byte-exact materialisation that refuses to write through symlinks (O_NOFOLLOW on every file)."""
-    dest.mkdir(parents=True, exist_ok=True)
+    """Byte-exact materialisation that refuses to write through symlinks (O_NOFOLLOW on every file). `read_only`:
+    reef's own copy of a release in its state (.reef/trees, a gate run's trees), so owner-only as well (0400, 0500
+    for executables, directories 0700) whatever the umask; otherwise the user's files, with the umask's modes."""
+    mkdir = make_dirs if read_only else (lambda d: d.mkdir(parents=True, exist_ok=True))
+    mkdir(dest)
     for rel, entry in files.items():
         if rel.startswith("/") or ".." in rel.split("/"):
             raise StoreError(f"release holds an unsafe path '{rel}'")
-        _check_no_symlink_components(dest, rel)
+        _writable_parents(dest, rel)
         target = dest / rel
-        target.parent.mkdir(parents=True, exist_ok=True)
+        mkdir(target.parent)
         if entry.mode == MODE_LINK:
             try:
                 st = os.lstat(target)
@@ -213,8 +226,8 @@ def write_files(dest: Path, files: dict[str, Entry], *, read_only: bool = False)
             continue
         try:
             if os.path.exists(target) and read_only:
-                os.chmod(target, 0o644, follow_symlinks=False)
-            fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+                os.chmod(target, 0o600, follow_symlinks=False)
+            fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600 if read_only else 0o644)
         except OSError as exc:
             if exc.errno == errno.ELOOP:
                 raise InvalidInput(f"{target} is a symlink; reef never writes through symlinks") from None
@@ -225,7 +238,7 @@ def write_files(dest: Path, files: dict[str, Entry], *, read_only: bool = False)
             os.close(fd)
         mode = 0o755 if entry.mode == MODE_EXEC else 0o644
         if read_only:
-            mode &= 0o555
+            mode &= 0o500
         os.chmod(target, mode)
 
 
@@ -404,7 +417,7 @@ class HarnessStore:
             pass
         raw = (tree / CONFIG_NAME).read_bytes()
         data = config_data(raw, f"{CONFIG_NAME} (release step {release.step})", validate=False)
-        write_atomic(cache, json.dumps(data, sort_keys=True).encode())
+        write_atomic(cache, json.dumps(data, sort_keys=True).encode(), STATE_FILE_MODE)
         return tree, from_data(data)
 
     def worktree_config(self) -> HarnessConfig:
@@ -567,7 +580,7 @@ class HarnessStore:
         """Make the working tree's harness files equal `new`, touching only paths that differ from `old`."""
         root = self.project.root
         for rel in sorted(set(old) - set(new)):
-            _check_no_symlink_components(root, rel)
+            _writable_parents(root, rel)
             try:
                 os.unlink(root / rel)
             except FileNotFoundError:
@@ -610,7 +623,7 @@ class HarnessStore:
             rmtree(tmp)
         make_dirs(cache.parent)  # .reef/trees: 0700 like the rest of the state
         write_files(tmp, self.files_of(release), read_only=True)
-        (tmp / ".reef-complete").write_text(release.content_id + "\n")
+        write_atomic(tmp / ".reef-complete", (release.content_id + "\n").encode(), STATE_FILE_MODE)
         try:
             os.rename(tmp, cache)
         except OSError:

@@ -123,6 +123,9 @@ DOCKER_AUTH = b64(b"deploy:" + chars(ALNUM, 20).encode())
 K8S_VALUE = b64(V["pw5"].encode())
 BASIC = b64(("admin:" + V["pw6"]).encode())
 ESC = "\x1b"
+# Passwords that look like nothing: one lowercase word, or digits only (the flag's place alone says what they are).
+PW_WORD = [chars(string.ascii_lowercase, 10) for _ in range(5)]
+PW_DIGITS = chars(string.digits, 10)
 
 FORMATS: list[tuple[str, str, tuple[str, ...]]] = [
     # cloud providers
@@ -231,6 +234,14 @@ FORMATS: list[tuple[str, str, tuple[str, ...]]] = [
     ("--api-key X", f"tool --api-key {V['opaque'][::-1]} run", (V["opaque"][::-1],)),
     ("--client-secret=X", f"az login --service-principal --client-secret={V['pw1']} --tenant t", (V["pw1"],)),
     ("sshpass -p", f"sshpass -p '{V['pw2']}' ssh deploy@host", (V["pw2"],)),
+    ("-pX (mysql, no user)", f"mysql -h db -p{V['pw1']} app", (V["pw1"],)),
+    ("-p'X' (mysqldump)", f"mysqldump -p'{V['pw2']}' --all-databases > all.sql", (V["pw2"],)),
+    ("-pWORD (mysql)", f"mysql -uroot -p{PW_WORD[0]} db", (PW_WORD[0],)),
+    ("-p'WORD' (mysqldump)", f"mysqldump -p'{PW_WORD[1]}' app", (PW_WORD[1],)),
+    ("-pDIGITS (mariadb)", f"mariadb-dump -u backup -p{PW_DIGITS} shop", (PW_DIGITS,)),
+    ("-pWORD (mysqlimport)", f"mysqlimport --local -uroot -p{PW_WORD[2]} db data.csv", (PW_WORD[2],)),
+    ("--password=WORD", f"mysql --user=root --password={PW_WORD[3]} app", (PW_WORD[3],)),
+    ("-u U -pWORD (any tool)", f"tool -u deploy -p{PW_WORD[4]} sync", (PW_WORD[4],)),
     # encodings and wrappers
     ("ansi before provider key", f"{ESC}[32m{V['ghp']}{ESC}[0m", (V["ghp"],)),
     ("ansi before aws key", f"{ESC}[1;31mAKIA{V['aws_id'][4:]}{ESC}[0m leaked", (V["aws_id"],)),
@@ -278,6 +289,13 @@ NEGATIVES: list[tuple[str, str]] = [
     ("version strings", "python 3.11.9, node v20.11.1, reef 0.4.0rc1, pkg==1.2.3.post4"),
     ("port flags", "ssh -p 2222 host && docker run -p8080:80 nginx && nc -p 4444 h 80"),
     ("mysql prompt flag", "mysql -u root -p app"),
+    ("mysql prompt then database", "mysql -h db -u app -p app_db < dump.sql && mysql -uroot -p -e 'select 1'"),
+    ("mysql password from env", "mysql -uroot -p$MYSQL_PWD db; mysqldump -p\"${DB_PASS}\" app; mysql --password=$PW"),
+    ("mysql placeholder password", "mysql -u root -p<password> db  # or -p*** in the docs"),
+    ("mkdir -p", "mkdir -p build/dir && install -d -m 755 out"),
+    ("cp -pr after mysql", "mysql -h db -e 'select 1'; cp -pr backup/ /srv/ && git log -p"),
+    ("port and pid after -u", "ps -u root -p1234 && ssh -p 22 host && kubectl port-forward svc/db -p 8080"),
+    ("mysql port flags", "mysql -P 3306 --port=3306 -h 127.0.0.1 -u app -p app"),
     ("ordinary cookies", "Set-Cookie: theme=dark; Path=/; SameSite=Lax\nCookie: lang=en; session_count=3"),
     ("flags in prose", "Pass --password to be prompted, or --token-file to read it from disk; see --help."),
     ("author flag", "git commit --author 'Jo Doe <jo@example.com>' -m 'fix auth retries'"),

@@ -413,6 +413,51 @@ def test_index_catches_up_with_records_appended_without_lookups(ledger: Ledger, 
     assert [e.split()[0] for e in entries] == [r.record_id for r in first + later]
 
 
+
+def _index_bytes_read(action) -> int:
+    """Bytes the process read (every read syscall, /proc/self/io's rchar) while `action` ran."""
+    def rchar() -> int:
+        return int(dict(line.split(": ") for line in Path("/proc/self/io").read_text().splitlines())["rchar"])
+
+    before = rchar()
+    action()
+    return rchar() - before
+
+
+@pytest.mark.skipif(not Path("/proc/self/io").exists(), reason="needs /proc/self/io")
+def test_a_batch_of_new_client_ids_costs_the_batch_not_the_ledger(path: Path) -> None:
+    """`reef ingest` appends batches of deterministic ids, none of them stored yet: the duplicate check used to read
+    the whole id index for every batch (ingest slowed as the ledger grew); now the first such lookup loads the index
+    and later ones read only what was appended since."""
+    with Ledger(path, "demo") as ledger:
+        for _ in range(6):
+            ledger.append_many([NewRecord("run", {"argv": ["pytest"], "exit": 0}, None, None) for _ in range(5000)])
+        index = path.with_name(path.name + ".idx")
+
+        def batch(tag: str):
+            return lambda: ledger.append_many([NewRecord("session", {"n": i}, None, None, f"ses-{tag}-{i}")
+                                               for i in range(200)])
+
+        _index_bytes_read(batch("a"))
+        size = index.stat().st_size
+        assert size > 1_000_000
+        assert _index_bytes_read(batch("b")) < size / 10
+        batch("b")()  # a resend: found in memory, read back and compared, not written again
+    assert len(lines_of(path)) == 30_400
+
+
+def test_the_in_memory_index_sees_ids_another_writer_appended(path: Path) -> None:
+    with Ledger(path, "demo") as mine, Ledger(path, "demo") as theirs:
+        fill(mine, 3)
+        mine.append_many([NewRecord("session", {"n": i}, None, None, f"ses-a-{i}") for i in range(20)])  # loads it
+        stored = theirs.append("report", {"s": 1}, release_id="r", content_id="c", record_id="rep-1")
+        assert mine.append("report", {"s": 1}, release_id="r", content_id="c", record_id="rep-1") == stored
+        with pytest.raises(ConflictError, match="rep-1"):
+            mine.append_many([NewRecord("report", {"s": 2}, "r", "c", "rep-1")] +
+                             [NewRecord("session", {"n": i}, None, None, f"ses-b-{i}") for i in range(20)])
+    assert len(lines_of(path)) == 24
+
+
 # --- reading ----------------------------------------------------------------------------------------------------
 
 

@@ -250,6 +250,19 @@ def test_init_tightens_state_made_by_an_older_reef(tmp_path):
     assert stat.S_IMODE((tmp_path / LOG).stat().st_mode) == 0o600
 
 
+def test_init_tightens_everything_an_older_reef_left_to_the_umask(tmp_path):
+    assert run_reef("init", cwd=tmp_path).returncode == 0
+    assert run_reef("page", cwd=tmp_path).returncode == 0
+    state = tmp_path / ".reef"
+    loose = [p for p in state.rglob("*") if not p.is_symlink()]
+    for p in loose:  # what the umask 022 gave an older reef's git store, trees and page
+        os.chmod(p, stat.S_IMODE(p.lstat().st_mode) | (0o055 if p.is_dir() else 0o044))
+    trees = [p for p in (state / "trees").rglob("*") if p.is_file() and p.suffix != ".json"]
+    assert trees and run_reef("init", cwd=tmp_path).returncode == 0
+    assert [str(p) for p in loose if p.lstat().st_mode & 0o077] == []
+    assert all(not p.stat().st_mode & 0o200 for p in trees if p.name != ".reef-complete")  # read-only stays so
+
+
 def test_commits_from_before_anchors_rebuild_and_a_commit_without_a_release_is_named():
     from reef_cli.errors import StoreError
     from reef_cli.releases import releases_from_commits

@@ -145,3 +145,52 @@ def test_a_truncated_anthropic_answer_is_refused(reef, tmp_path, fake_llm):
     fake_llm.reply(cut, cut)
     out = reflect(reef, root, *args(fake_llm, "anthropic"), code=1)
     assert "cut off at max_tokens" in out["err"] and "high-water mark did not move" in out["err"]
+
+
+def _cited(rid: str) -> dict:
+    return {"text": "Run the tests before finishing.", "evidence": [rid], "quotes": [{"record_id": rid,
+                                                                                    "text": "run the tests"}]}
+
+
+def test_a_malformed_answer_skips_its_batch_and_the_run_goes_on(reef, tmp_path, fake_llm, monkeypatch):
+    root, ledger = init_project(reef, tmp_path)
+    ids = feedback(ledger, "Always run the tests before finishing.", 6)
+    monkeypatch.setenv("REEF_REFLECTOR_BATCH_SIZE", "2")
+    bad = text("Sure! Here are some lessons: 1. Use tabs.")
+    fake_llm.reply(text(answer(_cited(ids[0]), _cited(ids[1]))), bad, bad,  # the second batch: a try and its retry
+                   text(answer(_cited(ids[4]), _cited(ids[5]))))
+    r = reef("-C", str(root), "harness", "reflect", "--json", *args(fake_llm))
+    assert r.code == 0, r.err
+    out = json.loads(r.out)
+    (skipped,) = out["skipped_batches"]
+    assert skipped["records"] == ids[2:4] and "the model's message is not a JSON object" in skipped["reason"]
+    warning = "reef: warning: skipped a malformed answer of the reflector model for 2 record(s): "
+    (line,) = [ln for ln in r.err.splitlines() if ln.strip()]  # one line
+    assert line.startswith(warning) and line.endswith(f"(recorded as {skipped['rejection']})")
+    assert out["observations"] == 4 and out["through_seq"] >= ledger.get(ids[5]).seq
+    (pat,) = memory(root).values()
+    assert pat["count"] == 4 and sorted(pat["evidence"]) == sorted(ids[:2] + ids[4:])
+    (rej,) = [x for x in ledger.iter_records(kind="rejection") if x.record_id == skipped["rejection"]]
+    assert rej.payload["lesson"]["cites"] == ids[2:4] and "not a JSON object" in rej.payload["reason"]
+    assert len(fake_llm.calls) == 4
+    again = reflect(reef, root, *args(fake_llm))  # read past: the skipped batch is not paid for again
+    assert len(fake_llm.calls) == 4 and again["observations"] == 0
+
+
+def test_a_run_whose_every_answer_is_malformed_is_an_error(reef, tmp_path, fake_llm, monkeypatch):
+    root, ledger = init_project(reef, tmp_path)
+    ids = feedback(ledger, "Always run the tests before finishing.", 4)
+    monkeypatch.setenv("REEF_REFLECTOR_BATCH_SIZE", "2")
+    before = (root / "reef/memory/patterns.json").read_bytes()
+    bad = text(json.dumps({"answer": []}))
+    fake_llm.reply(bad, bad, bad, bad)
+    r = reef("-C", str(root), "harness", "reflect", *args(fake_llm))
+    assert r.code == 1
+    assert r.err.splitlines()[-1] == (
+        "reef: error: every answer of the reflector model was malformed (2 batch(es), 4 record(s); the last: "
+        f"{fake_llm.base_url}/chat/completions: the model's JSON has no 'lessons' list); each is recorded as a "
+        "rejection; nothing was reflected (the high-water mark did not move)")
+    assert (root / "reef/memory/patterns.json").read_bytes() == before
+    assert sorted(c for x in ledger.iter_records(kind="rejection") for c in x.payload["lesson"]["cites"]) == sorted(ids)
+    fake_llm.reply(text(answer(*map(_cited, ids[:2]))), text(answer(*map(_cited, ids[2:]))))
+    assert reflect(reef, root, *args(fake_llm))["observations"] == 4  # the next run takes them up

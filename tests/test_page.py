@@ -5,7 +5,9 @@ screenshot kept in the test's tmp dir. Skips the browser part cleanly when chrom
 from __future__ import annotations
 
 import json
+import os
 import re
+import stat
 import shutil
 import subprocess
 from pathlib import Path
@@ -139,3 +141,26 @@ def test_cli_out_pointing_at_a_file_fails_with_one_line_and_keeps_the_file(reef,
     (project / "site" / "index.html").mkdir(parents=True)
     r = reef("-C", str(project), "page", "--out", "site")
     assert r.code == 4 and "is a directory" in r.err
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o000], ids=["022", "000"])
+def test_page_in_state_is_owner_only_and_out_of_it_keeps_the_umask(reef, tmp_path, umask):
+    """The default page (.reef/page/<scenario>/) and a --out under .reef are reef's state: owner-only whatever the
+    umask (reef doctor warned about a world-readable page). A --out elsewhere is the user's: 0644, narrowed by the
+    umask, as before."""
+    root = tmp_path / "proj"
+    root.mkdir()
+    assert reef("-C", str(root), "init").code == 0
+    old = os.umask(umask)
+    try:
+        assert reef("-C", str(root), "page").code == 0
+        assert reef("-C", str(root), "page", "--out", "site/reef").code == 0
+        assert reef("-C", str(root), "page", "--out", ".reef/custom/page").code == 0
+    finally:
+        os.umask(old)
+    for path, mode in ((".reef/page", 0o700), (".reef/page/default", 0o700), (".reef/page/default/index.html", 0o600)):
+        assert stat.S_IMODE((root / path).stat().st_mode) == mode, path
+    assert stat.S_IMODE((root / "site/reef/index.html").stat().st_mode) == 0o644 & ~umask
+    assert stat.S_IMODE((root / "site/reef").stat().st_mode) == 0o777 & ~umask
+    assert stat.S_IMODE((root / ".reef/custom/page/index.html").stat().st_mode) == 0o600
+    assert stat.S_IMODE((root / ".reef/custom").stat().st_mode) == 0o700

@@ -112,3 +112,57 @@ def test_sync_publishes_a_merged_proposal_and_pushes_it(reef, tmp_path):
     assert res["push"]["scenarios"][0]["state"] == "pushed"
     r = reef("-C", str(root), "sync", "--json")  # again: the proposal is linked, nothing new
     assert json.loads(r.out)["published"] is None
+
+
+def _killed_evolve(root: Path, *args: str, point: str = "planned") -> subprocess.CompletedProcess:
+    import os
+    import signal
+
+    from conftest import reef_exe
+
+    r = subprocess.run([reef_exe(), "-C", str(root), "harness", "evolve", "--json", *args], capture_output=True,
+                       text=True, env={**os.environ, "REEF_FAULT": f"evolve:{point}"}, timeout=60)
+    assert r.returncode == -signal.SIGKILL, r.stderr
+    return r
+
+
+def test_a_killed_branch_evolve_resumed_without_branch_still_goes_to_its_branch(reef, tmp_path):
+    root, ledger = repo_project(reef, tmp_path)
+    feedback(ledger, LINT, 3)
+    _killed_evolve(root, "--branch", "mine")
+    r = reef("-C", str(root), "harness", "evolve", "--json")  # resumed without --branch
+    assert r.code == 0, r.err
+    out = json.loads(r.out)
+    assert out["resumed"] is True and out["status"] == "branch" and out["branch"]["branch"] == "mine"
+    assert len(json.loads(reef("-C", str(root), "log", "--json").out)) == 1  # nothing reached the release chain
+    assert not (root / "CLAUDE.local.md").exists()
+    assert "CLAUDE.local.md" in [e.name for e in pygit2.Repository(str(root)).revparse_single("mine").tree]
+    assert not (root / ".reef/scenarios/default/evolve/journal.json").exists()
+
+
+def test_a_resume_that_asks_for_another_mode_is_refused(reef, tmp_path):
+    root, ledger = repo_project(reef, tmp_path)
+    feedback(ledger, LINT, 3)
+    killed = _killed_evolve(root, "--branch")
+    journal = json.loads((root / ".reef/scenarios/default/evolve/journal.json").read_text())
+    name, eid = journal["branch"], journal["evolve_id"]
+    assert name == f"reef/evolve-{eid[-8:]}" and killed.stdout == ""
+    r = reef("-C", str(root), "harness", "evolve", "--branch", "other")
+    assert r.code == 3 and r.err.strip() == (
+        f"reef: error: an interrupted evolve ({eid}, phase 'planned') was proposing on branch '{name}', not "
+        f"'other'; resume it with 'reef harness evolve --branch {name}' (or without --branch), then run --branch "
+        "other again")
+    r = reef("-C", str(root), "harness", "evolve", "--branch", "--json")  # the default name: the same branch
+    assert r.code == 0 and json.loads(r.out)["branch"]["branch"] == name
+
+    feedback(ledger, {"lesson": "Use tabs for indentation."}, 3)
+    _killed_evolve(root)  # a publishing evolve, killed
+    eid = json.loads((root / ".reef/scenarios/default/evolve/journal.json").read_text())["evolve_id"]
+    r = reef("-C", str(root), "harness", "evolve", "--branch", "later")
+    assert r.code == 3 and r.err.strip() == (
+        f"reef: error: an interrupted evolve ({eid}, phase 'planned') was publishing to the release chain, not to "
+        "a branch; finish it with 'reef harness evolve' (without --branch), then run --branch again")
+    assert len(json.loads(reef("-C", str(root), "log", "--json").out)) == 1
+    r = reef("-C", str(root), "harness", "evolve", "--json")
+    assert r.code == 0 and json.loads(r.out)["resumed"] is True
+    assert len(json.loads(reef("-C", str(root), "log", "--json").out)) == 2

@@ -265,3 +265,17 @@ def test_content_fields_takes_bytes_and_odd_text() -> None:
     }
     with pytest.raises(InvalidInput, match="content must be text or bytes"):
         content_fields(None, store_content=False)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("text", "want"), [
+    ("mysql -uroot -phunter2xyz db", "mysql -uroot -p[REDACTED:password] db"),
+    ("mysqldump -p'S3cr3t!'", "mysqldump -p'[REDACTED:password]'"),
+    ("mysql -uroot -psecret db", "mysql -uroot -p[REDACTED:password] db"),  # one plain word: attached, so a password
+    ("mysql --password=secret app", "mysql --password=[REDACTED:password] app"),
+    ("mysql --password hunter2xyz app", "mysql --password [REDACTED:password] app"),
+    # look-alikes: a prompt followed by the database, ports, pids, options of other tools
+    ("mysql -u root -p app", None), ("mysql --password app", None), ("-p 8080", None), ("mkdir -p dir", None),
+    ("ssh -p 22 host", None), ("cp -pr a b", None), ("mysql -h db; cp -pr a b", None), ("ps -u root -p1234", None),
+])
+def test_mysql_style_password_flags(text: str, want: str | None) -> None:
+    assert redact(text)[0] == (text if want is None else want)

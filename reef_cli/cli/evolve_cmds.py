@@ -59,9 +59,11 @@ def _options(ctx, *, dry_run=False, review=False, backend=None, model_url=None, 
              attribute=3):
     from ..evolve import Options
 
+    from .context import note
+
     env: Env = ctx.obj
     return Options(dry_run=dry_run, review=review, backend=backend, model_url=model_url, model=model, now=_now(env),
-                   environ=dict(env.environ), progress=progress, attribute=attribute)
+                   environ=dict(env.environ), progress=progress, attribute=attribute, warn=note)
 
 
 def _render(out, title: str) -> None:

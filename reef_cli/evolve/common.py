@@ -16,6 +16,7 @@ from ..curate import SIGN, Op, Surfaces, reearn_needed
 from ..errors import ConflictError, InvalidInput
 from ..gitstore import Entry
 from ..patterns import PatternMemory
+from ..durable import STATE_FILE_MODE, make_dirs
 from ..project import write_atomic
 from ..releases import canonical
 
@@ -42,6 +43,7 @@ class Options:
     now: datetime | None = None
     environ: dict = field(default_factory=lambda: dict(os.environ))
     progress: Callable[[dict], None] | None = None
+    warn: Callable[[str], None] | None = None  # one-line notices (a skipped malformed model answer)
     attribute: int = 3  # leave-one-out attribution for at most this many new bullets (0: off)
     workers: int | None = None
     branch: str | None = None  # write the candidate as a commit on this branch of the user's repo (proposal_branch)
@@ -86,7 +88,7 @@ class Outcome:
 
 def evolve_dir(store) -> Path:
     d = store.dir / "evolve"
-    d.mkdir(parents=True, exist_ok=True)
+    make_dirs(d)  # reef's state: owner-only whatever the umask
     return d
 
 
@@ -177,7 +179,7 @@ def lock(directory: Path):
     """The evolve lock (one evolve/promote/demote per scenario at a time); never waits."""
     from filelock import FileLock, Timeout
 
-    lk = FileLock(str(directory / "lock"))
+    lk = FileLock(str(directory / "lock"), mode=STATE_FILE_MODE)
     try:
         lk.acquire(timeout=0)
     except Timeout:
@@ -239,7 +241,7 @@ def record_rollback_negatives(store, ledger, config) -> list[dict]:
     unique = [(rid, p) for rid, p in items if not (rid in seen or seen.add(rid))]
     out = write_negatives(store, ledger, unique)
     if fresh:
-        write_atomic(state_path, canonical(sorted(done | set(fresh))) + b"\n")
+        write_atomic(state_path, canonical(sorted(done | set(fresh))) + b"\n", STATE_FILE_MODE)
     return out
 
 
@@ -256,7 +258,7 @@ def reflect_into(store, ledger, config, memory: PatternMemory, opts: Options, fi
         surfaces = Surfaces(files, config)
         bullets = sorted({w.text for ws in surfaces.by_id.values() for w in ws})
     return reflect(ledger, store.scenario, memory, threshold=config.reflector.similarity, backend=backend,
-                   progress=opts.progress, bullets=bullets)
+                   progress=opts.progress, bullets=bullets, warn=opts.warn)
 
 
 def reflect_records(store, ledger, result, memory: PatternMemory, config) -> None:

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ..curate import Contradiction, Op
+from ..durable import STATE_FILE_MODE
 from ..project import write_atomic
 from ..releases import canonical
 
@@ -42,6 +43,7 @@ class EvolveJournal:
     expired: tuple[str, ...] = ()
     blocked: tuple[dict, ...] = ()
     diff: tuple[str, ...] = ()
+    branch: str | None = None  # `--branch`: the candidate goes to this branch of the user's repo, never the chain
 
     def advance(self, phase: str, **changes) -> "EvolveJournal":
         if PHASES.index(phase) < PHASES.index(self.phase):
@@ -55,7 +57,8 @@ class EvolveJournal:
                 "phase": self.phase, "verdict": self.verdict, "admission": self.admission,
                 "expected": dict(sorted(self.expected.items())), "release_id": self.release_id,
                 "warnings": list(self.warnings), "pending": self.pending, "reflect": self.reflect,
-                "expired": list(self.expired), "blocked": list(self.blocked), "diff": list(self.diff)}
+                "expired": list(self.expired), "blocked": list(self.blocked), "diff": list(self.diff),
+                "branch": self.branch}
 
     @classmethod
     def from_json(cls, d: dict) -> "EvolveJournal":
@@ -69,7 +72,7 @@ class EvolveJournal:
                    expected=dict(d.get("expected") or {}), release_id=d.get("release_id"),
                    warnings=tuple(d.get("warnings") or ()), pending=d.get("pending"), reflect=d.get("reflect"),
                    expired=tuple(d.get("expired") or ()), blocked=tuple(d.get("blocked") or ()),
-                   diff=tuple(d.get("diff") or ()))
+                   diff=tuple(d.get("diff") or ()), branch=d.get("branch"))
 
 
 class JournalFile:
@@ -85,7 +88,7 @@ class JournalFile:
             return None  # a torn or foreign journal was never the commit point of anything: start over
 
     def save(self, journal: EvolveJournal) -> EvolveJournal:
-        write_atomic(self.path, canonical(journal.to_json()) + b"\n")
+        write_atomic(self.path, canonical(journal.to_json()) + b"\n", STATE_FILE_MODE)
         return journal
 
     def clear(self) -> None:

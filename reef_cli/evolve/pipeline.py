@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from ..curate import Blocked, Op, apply_ops, diff_lines, plan as curate_plan, reearn_needed, tier_of
-from ..errors import InvalidInput, PolicyError
+from ..errors import ConflictError, InvalidInput, PolicyError
 from ..patterns import PatternMemory
 from ..project import write_atomic
 from ..releases import canonical
@@ -196,7 +196,7 @@ def _plan(store, ledger, opts: Options) -> Outcome:
         ops=tuple(applied), contradictions=tuple(kept), gated=bool(has_gate and applied),
         expected=expected_bytes(root, targets | {memory_path(config)}), warnings=tuple(out.warnings),
         pending=out.pending, reflect=out.reflect, expired=tuple(out.expired), blocked=tuple(out.blocked),
-        diff=tuple(out.diff))
+        diff=tuple(out.diff), branch=None if opts.branch is None else opts.branch or f"reef/evolve-{evolve_id[-8:]}")
     jf = JournalFile(evolve_dir(store))
     jf.save(journal)
     fault("planned")
@@ -397,8 +397,8 @@ def record(store, ledger, jf: JournalFile, journal: EvolveJournal) -> list[dict]
 def _continue(store, ledger, jf: JournalFile, journal: EvolveJournal, opts: Options, out: Outcome) -> Outcome:
     _proposal_record(store, ledger, journal)  # idempotent: a resume resends the same record id
     journal = decide(store, ledger, jf, journal, opts)
-    if opts.branch is not None and journal.phase in ("planned", "gated"):
-        return _to_branch(store, ledger, jf, journal, opts, out)  # the final step writes a branch, not the tree
+    if journal.branch is not None and journal.phase in ("planned", "gated"):
+        return _to_branch(store, ledger, jf, journal, out)  # the final step writes a branch, not the tree
     if journal.phase in ("planned", "gated", "writing"):
         journal, release = publish(store, jf, journal)
     else:
@@ -407,7 +407,7 @@ def _continue(store, ledger, jf: JournalFile, journal: EvolveJournal, opts: Opti
     return _outcome(journal, release, out)
 
 
-def _to_branch(store, ledger, jf: JournalFile, journal: EvolveJournal, opts: Options, out: Outcome) -> Outcome:
+def _to_branch(store, ledger, jf: JournalFile, journal: EvolveJournal, out: Outcome) -> Outcome:
     """`--branch`: the allowed candidate as a commit on a branch of the user's repository (proposal_branch.py);
     the working tree and the release chain stay as they are until the merged branch is published from Git."""
     from ..proposal_branch import describe, write_branch
@@ -422,8 +422,7 @@ def _to_branch(store, ledger, jf: JournalFile, journal: EvolveJournal, opts: Opt
     title, body = describe([o.to_json() for o in ops], cand.memory, journal.verdict, ledger,
                            evolve_id=journal.evolve_id, scenario=store.scenario,
                            base_release=journal.base_release_id, gated=journal.gated)
-    name = opts.branch or f"reef/evolve-{journal.evolve_id[-8:]}"
-    res = write_branch(store, cand.base, files, branch=name, title=title, body=body, evolve_id=journal.evolve_id,
+    res = write_branch(store, cand.base, files, branch=journal.branch, title=title, body=body, evolve_id=journal.evolve_id,
                        base_release=journal.base_release_id)
     out.status, out.branch = "branch", {**res.to_json(), "title": title, "body": body}
     return out
@@ -479,7 +478,22 @@ def _resume(store, ledger, jf: JournalFile, journal: EvolveJournal, opts: Option
     if head is None or head.release_id != journal.base_release_id:
         jf.clear()  # the head moved: the plan is stale, start over
         return None
+    _check_mode(journal, opts)
     return _continue(store, ledger, jf, journal, opts, out)
+
+
+def _check_mode(journal: EvolveJournal, opts: Options) -> None:
+    """A resume finishes the interrupted evolve the way it was started: one begun with `--branch` goes to its
+    branch even when resumed without the flag (never to the release chain), and a resume that asks for what the
+    interrupted run was not doing is refused, so no flag silently turns a branch proposal into a release or back."""
+    where = f"an interrupted evolve ({journal.evolve_id}, phase '{journal.phase}')"
+    if journal.branch is None and opts.branch is not None:
+        raise ConflictError(f"{where} was publishing to the release chain, not to a branch; finish it with "
+                            "'reef harness evolve' (without --branch), then run --branch again")
+    if journal.branch is not None and opts.branch and opts.branch != journal.branch:
+        raise ConflictError(f"{where} was proposing on branch '{journal.branch}', not '{opts.branch}'; resume it "
+                            f"with 'reef harness evolve --branch {journal.branch}' (or without --branch), then "
+                            f"run --branch {opts.branch} again")
 
 
 __all__ = ["ReflectOutcome", "run_reflect", "evolve", "in_flight", "decide", "publish", "record", "Candidate"]

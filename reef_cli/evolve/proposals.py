@@ -15,6 +15,7 @@ from ..curate import (RANK, Blocked, Contradiction, Op, Surfaces, apply_ops, dif
                       tier_of)
 from ..errors import ConflictError, InvalidInput, NotFound
 from ..patterns import PatternMemory
+from ..durable import STATE_FILE_MODE, make_dirs
 from ..project import write_atomic
 from ..releases import canonical
 from ..times import format_time, utc_now
@@ -35,7 +36,7 @@ def _expected(store, config, base: dict, files: dict) -> dict:
 
 def proposals_dir(store) -> Path:
     d = evolve_dir(store) / "proposals"
-    d.mkdir(parents=True, exist_ok=True)
+    make_dirs(d)
     return d
 
 
@@ -69,7 +70,7 @@ def write_proposal(store, head, memory: PatternMemory, ops: list[Op], contradict
 
 
 def _save_proposal(store, prop: dict) -> None:
-    write_atomic(proposals_dir(store) / f"{prop['proposal_id']}.json", canonical(prop) + b"\n")
+    write_atomic(proposals_dir(store) / f"{prop['proposal_id']}.json", canonical(prop) + b"\n", STATE_FILE_MODE)
 
 
 def _proposal_summary(prop: dict) -> dict:

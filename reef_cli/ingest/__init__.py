@@ -293,10 +293,11 @@ class _State:
         self.sessions: dict[str, list] = dict(data.get("sessions") or {})
 
     def save(self) -> None:
+        from ..durable import STATE_FILE_MODE
         from ..project import write_atomic
 
         write_atomic(self.path, json.dumps({"version": 1, "files": self.files, "sessions": self.sessions},
-                                           sort_keys=True).encode() + b"\n")
+                                           sort_keys=True).encode() + b"\n", STATE_FILE_MODE)
 
 
 def _stamp(path: Path) -> str:

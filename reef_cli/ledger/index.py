@@ -1,6 +1,11 @@
 """The id index: `<ledger>.idx` holds "record_id offset" lines under a header naming the ledger's inode. It is a
 cache, never synced, and written only when a lookup needs it (`get()`, or an append with a client-supplied id): it
-is caught up from its last entry, or rebuilt when torn, stale or wrong."""
+is caught up from its last entry, or rebuilt when torn, stale or wrong.
+
+A lookup of a few ids reads the index backwards (a receipt being reported on is near the end). A lookup that must
+look everywhere — an id the ledger does not hold, or many ids at once, as every batch of `reef ingest` asks —
+loads the index once into memory (~100 bytes per record) and from then on reads only the entries appended since,
+so a long-running writer's duplicate check costs the batch, not the ledger's size."""
 
 from __future__ import annotations
 
@@ -40,8 +45,15 @@ def _search_index(fd: int, ids: set[str]) -> dict[str, int]:
     return found
 
 
+_FEW_IDS = 8  # up to this many ids are first searched for backwards; more, or one not found, load the map
+
+
 class IdIndex:
     """The index half of `Ledger` (a mixin over the writer's descriptors; every method runs under the writer lock)."""
+
+    _idmap: dict[bytes, bytes] | None = None  # the index in memory (id -> offset digits), once a lookup needed it
+    _idmap_end = 0  # the index file's size it covers
+    _idmap_ino = 0  # the ledger inode its offsets point into
 
     def _index_header(self) -> bytes:
         return b"reef-ledger-idx 1 %d\n" % self._ino
@@ -77,6 +89,7 @@ class IdIndex:
         return None
 
     def _rebuild_index(self) -> None:
+        self._idmap = None
         os.ftruncate(self._idx_fd, 0)
         os.write(self._idx_fd, self._index_header())
         self._index_from(0)
@@ -107,7 +120,7 @@ class IdIndex:
         self._catch_up_index()
         found: dict[str, Record] = {}
         try:
-            offsets = _search_index(self._idx_fd, ids)
+            offsets = self._offsets(ids)
         except _BadIndex:
             offsets = None
         for rid, offset in (offsets or {}).items():
@@ -125,8 +138,48 @@ class IdIndex:
                 )
             found[rid] = record
         if offsets is None:
+            self._idmap = None
             if rebuilt:
                 raise StoreError(f"{self.index_path} disagrees with {self.path} even after a rebuild")
             self._rebuild_index()
             return self._lookup(ids, rebuilt=True)
         return found
+
+    def _offsets(self, ids: set[str]) -> dict[str, int]:
+        """Offsets of those of `ids` the (caught-up) index holds."""
+        if self._idmap is None or self._idmap_ino != self._ino:
+            if len(ids) <= _FEW_IDS:
+                found = _search_index(self._idx_fd, ids)
+                if len(found) == len(ids):
+                    return found  # all recent: the backward search read a block or two
+            self._idmap, self._idmap_end, self._idmap_ino = {}, len(self._index_header()), self._ino
+        self._extend_idmap()
+        out = {}
+        for rid in ids:
+            digits = self._idmap.get(rid.encode("ascii"))
+            if digits is not None:
+                if not digits.isdigit():
+                    raise _BadIndex(f"index entry for {rid} has no offset")
+                out[rid] = int(digits)
+        return out
+
+    def _extend_idmap(self) -> None:
+        """Add the index entries written since the map last read it (by this writer or another process)."""
+        size = os.fstat(self._idx_fd).st_size
+        if size < self._idmap_end:
+            raise _BadIndex("the index shrank under the map")  # rebuilt by another process: start again
+        chunks = []
+        position = self._idmap_end
+        while position < size:
+            chunk = os.pread(self._idx_fd, min(size - position, 1 << 24), position)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            position += len(chunk)
+        data = b"".join(chunks)
+        data = data[: data.rfind(b"\n") + 1]  # whole entries only
+        try:
+            self._idmap.update(line.split(b" ", 1) for line in data.splitlines())
+        except ValueError:
+            raise _BadIndex("an index entry has no offset") from None
+        self._idmap_end += len(data)
