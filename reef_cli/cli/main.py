@@ -85,6 +85,9 @@ def _register(app: typer.Typer) -> None:
     from . import serve_cmds
 
     serve_cmds.register(app)
+    from . import model_cmds
+
+    model_cmds.register(app)
 
 
 _apps: dict[str | None, typer.Typer] = {}

