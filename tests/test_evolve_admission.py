@@ -53,3 +53,28 @@ def test_attribution_off_keeps_the_joint_judgement(reef, tmp_path):
     out = evolve(reef, root, "--attribute", "0")
     assert out["status"] == "published" and out["admission"] is None
     assert len(block_ids(root / "CLAUDE.md")) == 2
+
+
+def test_a_bullet_whose_gain_is_noise_is_not_admitted():
+    """A positive leave-one-out utility that the gate's sign-flip test cannot tell from noise (greedy decoding
+    flipping a few answers either way, as bench/efficacy_real.py saw for an unfollowable rule) does not ride along
+    with a bullet that really helps; before, any utility above zero was admitted."""
+    from reef_cli.curate import Op
+    from reef_cli.evolve.admission import admit
+
+    def add(bid, key):
+        return Op(op="add", surface="block", path="CLAUDE.md", bullet_id=bid, key=key, text=key, reason="",
+                  group=key)
+
+    strong, noise = add("b-spanish", "spanish"), add("b-ok", "ok")
+    verdict = {"bullet_utility": {"b-spanish": 0.44, "b-ok": 0.0625},
+               "trace": {"bullets": {"b-spanish": {"utility": 0.44, "pairs": 32, "admitted": True},
+                                     "b-ok": {"utility": 0.0625, "pairs": 32, "admitted": False, "needed_mean": 0.094}}}}
+    a = admit([strong, noise], verdict, limit=8)
+    assert a.admitted == ("b-spanish",)
+    (dropped,) = a.dropped
+    assert dropped["bullet_id"] == "b-ok" and "not distinguishable from noise over 32 pairs" in dropped["reason"]
+    assert "+0.094" in dropped["reason"]
+    # a verdict recorded before the test existed keeps the old rule: utility above zero
+    old = admit([strong, noise], {"bullet_utility": verdict["bullet_utility"]}, limit=8)
+    assert old.admitted == ("b-spanish", "b-ok")

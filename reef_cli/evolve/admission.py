@@ -2,7 +2,11 @@
 
 The gate judges the whole candidate and, for each new bullet, the candidate without that bullet's group
 (leave-one-out: `gate_candidate(attribute=…)`). A new bullet is admitted when its utility (candidate mean score
-minus the ablated one's, over the canary set) is above zero. When some are admitted and some not, the admitted
+minus the ablated one's, over the canary set) is above zero AND the gate's `bullet_test` (the exact sign-flip test
+at the gate's false-accept budget) says so: a bullet that only nudges a few answers either way — what greedy decoding
+does to a real model when any line of its prompt changes — is noise, not a lesson (bench/efficacy_real.py saw an
+unfollowable "start with OK:" rule earn +0.06 that way). Verdicts without the test (older records) fall back to the
+sign of the utility. When some are admitted and some not, the admitted
 subset is a different candidate, so it is gated again on its own bytes, and that verdict decides the release (the
 published bytes are always bytes a gate judged). Decisions where the issue is silent:
 
@@ -65,6 +69,7 @@ class Admission:
 def admit(adds: list[Op], verdict: dict, *, limit: int) -> Admission:
     """Which new bullets pay their way, from the joint verdict's `bullet_utility`."""
     utility = dict((verdict or {}).get("bullet_utility") or {})
+    tests = dict(((verdict or {}).get("trace") or {}).get("bullets") or {})
     measured = adds[:limit]
     deferred = tuple(o.bullet_id for o in adds[limit:])
     admitted, dropped = [], []
@@ -73,8 +78,15 @@ def admit(adds: list[Op], verdict: dict, *, limit: int) -> Admission:
         if u is None:
             dropped.append({"bullet_id": o.bullet_id, "key": o.key, "text": o.text, "utility": None,
                             "reason": "its utility could not be measured (the candidate needs it to apply)"})
-        elif u > 0:
+        elif u > 0 and (tests.get(o.bullet_id) or {}).get("admitted", True):
             admitted.append(o.bullet_id)
+        elif u > 0:
+            t = tests[o.bullet_id]
+            need = t.get("needed_mean")
+            dropped.append({"bullet_id": o.bullet_id, "key": o.key, "text": o.text, "utility": u,
+                            "reason": f"its leave-one-out utility {u:+.3f} on the canary set is not distinguishable "
+                                      f"from noise over {t.get('pairs')} pairs"
+                                      + (f" (the gate's sign-flip test needed {need:+.3f})" if need is not None else "")})
         else:
             dropped.append({"bullet_id": o.bullet_id, "key": o.key, "text": o.text, "utility": u,
                             "reason": f"it did not pay its way: leave-one-out utility {u:+.3f} on the canary set "
