@@ -118,24 +118,27 @@ _ASSIGNMENT = re.compile(
     (?:
       (?P<open>\(\s*)(?P<paren>QUOTED(?:\s*\+?\s*QUOTED)*)
     | (?P<quoted>QUOTED(?:[ \t]*\+[ \t]*QUOTED|QUOTED)*)
-    | (?P<bare>[^\s"']+)
+    | (?P<bare>[^\s"'\\][^\s"']*)
     )
     """.replace("QUOTED", _QUOTED),
     re.VERBOSE,
 )
 # `--password X`, `--api-key 'X'`: a flag that names a secret, its value after a space (`=` is an assignment above).
 _FLAG = re.compile(
-    r"(?P<head>(?<![\w-])--?(?P<key>[A-Za-z][A-Za-z0-9_-]*)[ \t]+)(?P<secret>\"[^\"\n]*\"|'[^'\n]*'|[^\s\"'-][^\s\"']*)"
+    r"(?P<head>(?<![\w-])--?(?P<key>[A-Za-z][A-Za-z0-9_-]*)[ \t]+)(?P<secret>\"[^\"\n]*\"|'[^'\n]*'|[^\s\"'\\<>|&;()`-][^\s\"']*)"
 )
 # `mysql -uroot -pX`, `docker login -u bob -p X`, `sshpass -p X`: `-p` is a password only beside a user or in these.
 # A MySQL/MariaDB client's `-p` takes its value attached or not at all (`-p app` prompts; `app` is the database), so
 # an attached value is the password whatever it looks like; the scan from the command name stops at a shell
-# separator (`mysql ...; cp -pr a b`).
+# separator (`mysql ...; cp -pr a b`), and the name is a command's, not a path's last part (`-I/usr/include/mysql
+# -pthread`). A value never starts with a shell operator (`mysql -uroot -p < dump.sql` prompts) or a backslash (the
+# `\"` of a JSON-escaped quote: the decoded reading finds what is inside).
 _SHORT_P = re.compile(
-    r"(?P<head>(?:(?P<mysql>\b(?:mysql[a-z]*|mariadb(?:-[a-z]+)*)\b(?!-)[^\n;&|]*?[ \t]-p)"
+    r"(?P<head>(?:(?P<mysql>(?<![^\s;&|(`'\"])(?:(?:[\w.~][\w.~-]*)?/)*(?:mysql[a-z]*|mariadb(?:-[a-z]+)*)\b(?!-)"
+    r"[^\n;&|]*?[ \t]-p)"
     r"|(?P<sshpass>\bsshpass(?:[ \t]+-[a-oq-z]\S*)*[ \t]+-p[ \t]*)"
     r"|[ \t]-u[ \t]*\S+[ \t]+-p[ \t]*))"
-    r"(?P<secret>\"[^\"\n]*\"|'[^'\n]*'|[^\s\"'-][^\s\"']*)"
+    r"(?P<secret>\"[^\"\n]*\"|'[^'\n]*'|[^\s\"'\\<>|&;()`-][^\s\"']*)"
 )
 _CURL_USER = re.compile(r"(?P<head>(?<![\w-])(?:-u|--user)[ \t]+['\"]?[^\s:'\"]+:)(?P<secret>[^\s'\"]+)")
 # netrc: `machine H login U password P`, on one line or several.
@@ -232,6 +235,8 @@ def _is_literal_secret(value: str, *, literal: bool) -> bool:
         return False
     if text.lower() in _NOT_SECRET_VALUES or _PLACEHOLDER.fullmatch(text) or _PATH.fullmatch(text):
         return False
+    if text.startswith(("$(", "`")):
+        return False  # `-p$(cat /run/secrets/db)`: a command's output, not a literal
     if literal:
         return True
     if re.search(r"[()\[\]{}]", text) or _CODE_REF.fullmatch(text):
@@ -266,12 +271,15 @@ def _redact_views(text: str) -> tuple[str, int]:
     out, count = _scan(text, found)
     if "\\" in text:
         view = _lines_with(_JSON_ESCAPE, text)
-        for _ in range(3):  # JSON in a JSON string in a JSON string
+        in_context: list[tuple[str, str, str, int]] = []
+        for depth in range(1, 4):  # JSON in a JSON string in a JSON string
             if not view:
                 break
             view = _JSON_ESCAPE.sub(_json_unescape, view)
-            _scan(view, found)
+            _scan(view, found, in_context, depth)
             view = _lines_with(_JSON_ESCAPE, view)
+        if in_context:
+            out, count = _echo_in_context(out, in_context, count)
     if "%" in text:
         view = _lines_with(_URL_ESCAPE, text)
         if view:
@@ -298,6 +306,24 @@ def _json_unescape(match: re.Match[str]) -> str:
     return _JSON_CHARS.get(esc, esc)
 
 
+def _echo_in_context(text: str, in_context: list[tuple[str, str, str, int]], count: int) -> tuple[str, int]:
+    """A secret found in a JSON-decoded reading, put back in the text with what its rule read before it (`-p"`,
+    `"password": "`, `mysql -h db\\n... -p`), escaped as many times as it was decoded: a one-word password
+    (`mysql -p\\"hunter\\"` in a tool call's JSON arguments) is too common a word to remove everywhere, but beside
+    its flag or key it is the secret."""
+    import json
+
+    for head, value, kind, depth in sorted(set(in_context), key=lambda f: -len(f[0]) - len(f[1])):
+        head_form, value_form = head, value
+        for _ in range(depth):
+            head_form, value_form = json.dumps(head_form)[1:-1], json.dumps(value_form)[1:-1]
+        hits = text.count(head_form + value_form)
+        if hits:
+            text = text.replace(head_form + value_form, head_form + _mark(kind))
+            count += hits
+    return text, count
+
+
 def _echo(text: str, found: list[tuple[str, str]], count: int) -> tuple[str, int]:
     """Remove each found secret wherever else it appears — raw, JSON-escaped or percent-encoded: a password printed
     once after `--password` and again on its own is the same secret."""
@@ -318,8 +344,10 @@ def _echo(text: str, found: list[tuple[str, str]], count: int) -> tuple[str, int
     return text, count
 
 
-def _scan(text: str, found: list[tuple[str, str]]) -> tuple[str, int]:
-    """One pass of every rule over `text`; appends (secret, kind) for each replacement to `found`."""
+def _scan(text: str, found: list[tuple[str, str]], in_context: list[tuple[str, str, str, int]] | None = None,
+          depth: int = 0) -> tuple[str, int]:
+    """One pass of every rule over `text`; appends (secret, kind) for each replacement to `found`, and to
+    `in_context` (a JSON-decoded reading, `depth` times) the secret with what its rule read before it."""
     count = 0
 
     def sub(pattern: re.Pattern[str], rule: Callable[[re.Match[str]], tuple[str, str, str, str] | None],
@@ -332,6 +360,8 @@ def _scan(text: str, found: list[tuple[str, str]]) -> tuple[str, int]:
             head, secret, kind, tail = hit
             count += 1
             found.append((secret, kind))
+            if in_context is not None and head.strip():
+                in_context.append((head, secret, kind, depth))
             return head + _mark(kind) + tail
 
         return pattern.sub(one, source)
