@@ -21,8 +21,8 @@ Policies:
 * paired     - reef's default (reef_cli.gate, the shipped code): screen, one pass, repeats, early stop,
                bootstrap lower bound > 0, tolerance, sentinels. Budget: the full paired tally's 2*T*k.
 * sequential - reef_cli.gate policy 'sequential': group-sequential sign-flip test with alpha spending, futility
-               looks, per-task drop e-processes with probes (up to 3k pairs on a probed task; no total budget, the
-               table shows the most any candidate spent).
+               looks, two extra passes on the discordant tasks, one drop e-process over all tasks with probes (up to 6k
+               pairs per task; no total budget, the table shows the most any candidate spent).
 * tally      - reef 0.1.3's rule (shipped as policy 'tally'): all 2*T*k episodes, wins - losses > 0.
 * tally-k1   - the same rule with one repeat (2*T episodes): a tally at about our spend.
 * gepa       - GEPA-style strict minibatch rule: 3 random tasks once per side, accept only a strictly higher sum,
@@ -227,6 +227,12 @@ def main(argv: list[str] | None = None) -> dict:
             cells.append(f"{(n - acc) / n:8.1%} ({n:3d})" if n else f"{'-':>14}")
         print(f"{p:10} " + " ".join(f"{c:>14}" for c in cells))
         result[p]["false_reject_by_effect"] = {b: (1 - a / n) if n else None for b, (a, n) in bins[p].items()}
+    print()
+    print("episodes per candidate by class:")
+    print(f"{'policy':10} " + " ".join(f"{c:>8}" for c in CLASSES))
+    for p in policies:
+        print(f"{p:10} " + " ".join(f"{stats[p][c][2] / max(1, stats[p][c][1]):8.1f}" for c in CLASSES))
+        result[p]["episodes_by_class"] = {c: stats[p][c][2] / max(1, stats[p][c][1]) for c in CLASSES}
     print()
     for p in policies:
         if p in ("paired", "sequential"):

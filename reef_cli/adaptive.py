@@ -3,38 +3,45 @@
 Pure like the rest of the gate's engine: it asks the gate's episode book for scores in batches. The statistics it
 runs are in reef_cli.sequential; why they control the false-accept rate is told there and in bench/RESULTS.md.
 
-The plan, for T canary tasks and k repeats:
+The plan, for T canary tasks and k repeats (constants below; `gate.*` settings where a user would tune them):
 
 1. Passes over every task, one (candidate, current) pair per task per pass, the screen's tasks (sentinels first)
-   at the head, each pass cut in LOOKS_PER_PASS chunks; after each chunk a look of the group-sequential sign-flip
-   test on all pass pairs so far. The schedule depends on the seed only, which is what keeps the test exact.
+   at the head, each pass cut in `gate.looks_per_pass` chunks; after each chunk a look of the group-sequential
+   sign-flip test on all mean-test pairs so far, alpha spent as alpha * f ** `gate.spend_shape` by the share f of the
+   planned T x (k + `gate.extra_passes`) pairs (the last look spends what is left).
 2. At a look that crosses the bound, the candidate is better on average; at one below the futility bar it is
    rejected (non-binding: rejecting never adds false accepts); otherwise the next chunk runs.
-3. Probes: extra pairs, beyond the k pass pairs and up to `max_repeats` (default 3k) per task, only on tasks whose
-   mean difference is below -tolerance * PROBE_AT (before the mean test has decided: below -tolerance). They feed
-   the task's drop e-process, which vetoes the candidate once it reaches T / drop_alpha while the task's mean drop
-   is past the tolerance. Probes never enter the mean test.
-4. Before publishing: the tasks where a drop could hide behind ties get CONFIRM pairs, the probes run again, and a
-   task whose mean is still past the tolerance at its cap blocks the publish.
+3. After k passes an undecided candidate gets `gate.extra_passes` more, on the tasks with a discordant mean-test pair
+   only (|d| > 0): chosen from the magnitudes, never the signs, so the sign-flip test stays exact.
+4. The drop test (reef_cli.sequential.DropWealth): one e-process over all pairs of all tasks, betting on a task only
+   where the current harness scores at least max(tolerance, BET_RELIABLE) and the task is behind; it vetoes once the
+   wealth reaches 1 / `gate.drop_alpha`. Probes (pairs past the mean test's, up to `gate.max_repeats`, default 6k
+   pairs per task) go to tasks whose mean is below -tolerance * PROBE_AT (while undecided: below -tolerance), and,
+   before publishing, to reliable tasks where a break could hide (`_at_risk`). Probes never enter the mean test.
+5. Before publishing, a task whose mean is still past the tolerance at its cap blocks the publish (the `paired`
+   policy's per-task rule, on more pairs).
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any, Sequence
 
 # reef_cli.gate's names, repeated so this module does not import the gate that imports it (tests pin them equal)
 CANDIDATE, CURRENT, PUBLISH, REJECT = "candidate", "current", "publish", "reject"
 SENTINEL_PASS = 0.5
 
-SPEND_SHAPE = 2.0  # alpha spent by information fraction f: alpha * f^2, so most of it is kept for the late looks
-LOOKS_PER_PASS = 3  # looks per pass over the tasks (a fixed schedule: 9 looks at k = 3)
 # (up to information fraction, z): at a look before the last, reject when the self-normalised sum z is <= z. A
 # non-binding futility rule: it only ever rejects, so it cannot raise the false-accept rate; it costs false rejects,
-# which bench/gate_sim.py measures (tuned there: 12 tasks, k = 3).
-FUTILITY = ((0.12, -0.75), (0.23, -0.5), (0.34, -0.25), (0.5, 0.25), (0.67, 0.5), (1.0, 0.75))
+# which bench/gate_sim.py measures (tuned there on seeds 1-3: 12 tasks, k = 3, two extra passes, so the end of pass
+# k is f = 0.6 and of the extra passes 0.8 and 1.0).
+FUTILITY = ((0.12, -0.5), (0.23, -0.25), (0.34, 0.0), (0.5, 0.25), (0.6, 0.75), (0.8, 1.0), (1.0, 1.0))
 PROBE_AT = 0.4  # probe a task while its mean difference is below -tolerance * PROBE_AT
 CONFIRM = 4  # before publishing, pairs on each task where a break could hide behind ties (see _Sequential.run)
 RELIABLE_AT = 0.5  # ... the tasks the current harness passes at least this often
+CAP_FACTOR = 6  # gate.max_repeats 0: pairs per task, probes included, up to CAP_FACTOR x k
+GAP = 0.5  # probe a reliable task while the candidate's own mean on it trails the current's by GAP x tolerance
+BET_RELIABLE = 0.6  # the drop test bets on a task only where the current harness scores at least this (and tolerance)
 
 
 def _pair_reqs(tasks: Sequence[Any], repeat: int) -> list[tuple]:
@@ -54,10 +61,12 @@ def _futility(fraction: float) -> float:
 
 class Sequential:
     """The `sequential` policy: passes over every task (one pair each), a group-sequential sign-flip test after
-    each pass (reef_cli.sequential), and extra pairs ("probes") only on tasks whose evidence of a drop is rising.
+    each chunk (reef_cli.sequential), an extra pass on the discordant tasks for an undecided candidate, and extra
+    pairs ("probes") only on tasks where a drop is suspected or could hide.
 
-    The mean test sees only the pass pairs, whose schedule does not depend on the scores, so its alpha holds; the
-    probes feed the per-task drop e-processes, which stay valid whatever decides where the next pair goes."""
+    The mean test sees only the pass pairs, whose schedule depends on the seed and the magnitudes |d| only, so its
+    alpha holds; the probes feed the drop test's e-process, which stays valid whatever decides where the next pair
+    goes."""
 
     def __init__(self, settings: Any, tasks: Sequence[Any], book: Any, screen: Sequence[Any]) -> None:
         """`settings`: a gate.GateSettings; `tasks`: its TaskSpecs; `book`: the gate's episode book; `screen`: the
@@ -67,8 +76,12 @@ class Sequential:
         self.tasks = list(tasks)
         self.book = book
         self.k = settings.repeats
-        self.cap = max(self.k, settings.max_repeats or 3 * self.k)
-        self.veto_at = len(self.tasks) / settings.drop_alpha
+        self.extra = settings.extra_passes
+        self.cap = max(self.k + self.extra, settings.max_repeats or CAP_FACTOR * self.k)
+        self.veto_at = 1 / settings.drop_alpha
+        from .sequential import DropWealth
+
+        self.wealth = DropWealth()
         self.looks: list = []
         self.why: dict[str, str] = {}  # task id -> why its sampling stopped, where a rule stopped it
         self.probed: set[str] = set()
@@ -76,21 +89,41 @@ class Sequential:
 
     # ---- per task
 
-    def _drop(self, tid: str) -> tuple[float, float, int]:
-        from .sequential import drop_evidence
+    def _run(self, reqs: list[tuple]) -> None:
+        """Run episodes, then feed every newly completed pair to the drop test, in repeat order per task; its stake
+        on a pair comes from the pairs it saw before, so the test stays a supermartingale."""
+        self.book.run(reqs)
+        book = self.book
+        for t in self.tasks:
+            for r in range(book.top):
+                c, u = book.scores.get((t.id, CANDIDATE, r)), book.scores.get((t.id, CURRENT, r))
+                if c is None or u is None or (t.id, r) in self.wealth.keys:
+                    continue
+                self.wealth.add(t.id, (t.id, r), c - u, self._may_drop(t.id))
+            
+    def _may_drop(self, tid: str) -> bool:
+        """A drop past the tolerance is possible only where the current harness scores at least the tolerance: bet
+        only there (judged from the pairs the drop test has seen, never the one it bets on)."""
+        cur = [self.book.scores[(tid, CURRENT, r)] for _t, r in self.wealth.keys if _t == tid]
+        return not cur or sum(cur) / len(cur) >= max(self.s.tolerance, BET_RELIABLE) - 1e-9
 
+    def _drop(self, tid: str) -> tuple[float, float, int]:
+        """The task's drop-test account growth, its mean paired difference and its number of pairs."""
         d = self.book.pairs(tid)
-        return drop_evidence(d), (sum(d) / len(d) if d else 0.0), len(d)
+        return self.wealth.growth(tid), (sum(d) / len(d) if d else 0.0), len(d)
 
     def _vetoed(self) -> tuple[str, str] | None:
-        for t in self.tasks:
-            e, mean, n = self._drop(t.id)
-            if e >= self.veto_at and mean < -self.s.tolerance - 1e-9:
-                self.why[t.id] = f"vetoed: drop evidence {e:.3g} >= {self.veto_at:.3g} and mean {mean:+.2f}"
-                return REJECT, (f"task '{t.id}' regressed: mean paired difference {mean:+.2f} over {n} pairs, past "
-                                f"the tolerance {self.s.tolerance:g}, with drop evidence {e:.3g} >= "
-                                f"{self.veto_at:.3g} (error budget {self.s.drop_alpha:g})")
-        return None
+        w = self.wealth.wealth
+        tid = self.wealth.leader()
+        if w < self.veto_at or tid is None:
+            return None
+        _e, mean, n = self._drop(tid)
+        if mean >= 0:
+            return None
+        self.why[tid] = f"vetoed: drop evidence {w:.3g} >= {self.veto_at:.3g} and mean {mean:+.2f}"
+        return REJECT, (f"task '{tid}' regressed: mean paired difference {mean:+.2f} over {n} pairs, past "
+                        f"the tolerance {self.s.tolerance:g}, with drop evidence {w:.3g} >= "
+                        f"{self.veto_at:.3g} (error budget {self.s.drop_alpha:g})")
 
     def _suspects(self, strong: bool = False) -> list[Any]:
         """Tasks that may still take pairs whose mean difference is below -tolerance * PROBE_AT (`strong`: past the
@@ -121,7 +154,7 @@ class Sequential:
                 if not todo:
                     return None
             self.probed.update(t.id for t in todo)
-            book.run([q for t in todo for q in _pair_reqs([t], self._next(t.id, max(self.k, len(book.pairs(t.id)))))])
+            self._run([q for t in todo for q in _pair_reqs([t], self._next(t.id, max(self.k + self.extra, len(book.pairs(t.id)))))])
 
     def _reliable(self, tid: str) -> bool:
         """The current harness passes this task at least RELIABLE_AT of the time (or has run it once only): a drop
@@ -153,65 +186,101 @@ class Sequential:
             r += 1
         return r
 
+    def _at_risk(self, t: Any) -> bool:
+        """A task where a break could still hide: the current harness scores it at least RELIABLE_AT, it has room
+        under the cap, and either it has fewer than CONFIRM pairs with no win by the tolerance, or the candidate's own
+        mean on it trails the current's by more than GAP x tolerance."""
+        book = self.book
+        d = book.pairs(t.id)
+        if len(d) >= self.cap or not self._reliable(t.id):
+            return False
+        if len(d) < CONFIRM and not any(x >= self.s.tolerance for x in d):
+            return True
+        c, u = book.side(t.id, CANDIDATE), book.side(t.id, CURRENT)
+        return bool(c) and bool(u) and sum(c) / len(c) < sum(u) / len(u) - GAP * self.s.tolerance - 1e-9
+
     def _confirm(self) -> tuple[str, str] | None:
-        """Before publishing, tasks the current harness passes at least RELIABLE_AT of the time and on which the
-        candidate has not won a pair by the tolerance or more get CONFIRM pairs: a break there hides behind ties
-        (both sides passing) far more often in three pairs than in four."""
+        """Before publishing, the tasks where a break could hide (`_at_risk`) get more pairs, one each per round, until
+        none is left or the drop test vetoes: a break on a reliable task hides behind ties (both sides passing) in a
+        few pairs, and the drop test needs several losses to reach its bar."""
         book = self.book
         while True:
-            short = [t for t in self.tasks if self._reliable(t.id) and len(book.pairs(t.id)) < CONFIRM
-                     and not any(d >= self.s.tolerance for d in book.pairs(t.id))]
+            veto = self._vetoed()
+            if veto is not None:
+                return veto
+            short = [t for t in self.tasks if self._at_risk(t)]
             if not short:
                 return None
             self.confirmed.update(t.id for t in short)
-            book.run([q for t in short for q in _pair_reqs([t], self._next(t.id, len(book.pairs(t.id))))])
+            self._run([q for t in short for q in _pair_reqs([t], self._next(t.id, len(book.pairs(t.id))))])
             if book.exhausted:
                 return REJECT, (f"the budget of {book.budget} episodes ran out while confirming the tasks a drop could "
                                 "hide on; not published"), "budget"
 
     # ---- the run
 
-    def _schedule(self) -> list[tuple[int, list[Any]]]:
-        """The fixed order of the mean test's pairs, one (repeat, tasks) chunk per look: each pass over every task,
-        cut in LOOKS_PER_PASS chunks, the screen's tasks (sentinels first) at the head of every pass. It depends on
-        the seed only, never on a score: that is what keeps the sign-flip test exact."""
+    def _order(self) -> list[Any]:
+        """The order of a pass: the screen's tasks (sentinels first) at the head, then the rest; fixed by the seed."""
         screen = sorted(self.screen, key=lambda t: not t.sentinel)  # stable: sentinels first
         ids = {t.id for t in screen}
-        order = screen + [t for t in self.tasks if t.id not in ids]
+        return screen + [t for t in self.tasks if t.id not in ids]
+
+    def _chunks(self, order: list[Any]) -> list[list[Any]]:
         n = len(order)
-        cuts = sorted({round(n * (i + 1) / LOOKS_PER_PASS) for i in range(LOOKS_PER_PASS)} - {0})
+        cuts = sorted({round(n * (i + 1) / self.s.looks_per_pass) for i in range(self.s.looks_per_pass)} - {0})
         chunks, start = [], 0
         for c in cuts:
             chunks.append(order[start:c])
             start = c
-        return [(r, chunk) for r in range(self.k) for chunk in chunks]
+        return [c for c in chunks if c]
 
-    def _look(self, done: list[tuple[int, list[Any]]]):
+    def _extra(self, order: list[Any], done: list[tuple[int, list[Any]]]) -> list[Any]:
+        """An extra pass's tasks: those with a discordant mean-test pair so far (|d| > 0). Chosen from the
+        magnitudes |d| only, never their signs: under "no difference" the signs stay fair coins given every
+        magnitude, so the sign-flip test stays exact (concordant tasks carry no evidence either way)."""
+        hit = {t.id for r, chunk in done for t in chunk if self._mean_pair(t.id, r)}
+        return [t for t in order if t.id in hit]
+
+    def _mean_pair(self, tid: str, r: int) -> float:
+        return self.book.scores[(tid, CANDIDATE, r)] - self.book.scores[(tid, CURRENT, r)]
+
+    def _look(self, done: list[tuple[int, list[Any]]], last: bool):
         from .sequential import group_sequential
 
-        total = len(self.tasks) * self.k
+        total = len(self.tasks) * (self.k + self.extra)
         batches, fractions, seen = [], [], 0
         for r, chunk in done:
-            batches.append([self.book.pairs(t.id, r + 1)[r] for t in chunk])
+            batches.append([self._mean_pair(t.id, r) for t in chunk])
             seen += len(chunk)
             fractions.append(seen / total)
-        self.looks = group_sequential(batches, fractions, 1 - self.s.confidence, SPEND_SHAPE)
+        if last:
+            fractions[-1] = 1.0  # the last look spends what is left
+        self.looks = group_sequential(batches, fractions, 1 - self.s.confidence, self.s.spend_shape)
         return self.looks[-1]
 
     def run(self) -> tuple[str, str, str]:
         book, k = self.book, self.k
         level = f"{1 - self.s.confidence:.0%}"
-        schedule = self._schedule()
-        for i, (r, chunk) in enumerate(schedule):
-            last = i == len(schedule) - 1
+        order = self._order()
+        done_chunks: list[tuple[int, list[Any]]] = []
+        plan = [(r, c) for r in range(k) for c in self._chunks(order)]
+        i = 0
+        while i < len(plan):
+            r, chunk = plan[i]
             stage = f"pass {r + 1}"
-            book.run(_pair_reqs(chunk, r))
+            self._run(_pair_reqs(chunk, r))
             if book.exhausted:
                 return REJECT, f"the budget of {book.budget} episodes ran out before the decision was certain", "budget"
+            done_chunks.append((r, chunk))
             done = self._sentinel(final=False)
             if done:
                 return done[0], done[1], stage
-            look = self._look(schedule[: i + 1])
+            if i == len(plan) - 1 and r + 1 < k + self.extra:  # a pass ended: plan the next, extra, pass
+                plan += [(r + 1, c) for c in self._chunks(self._extra(order, done_chunks))]
+            last = i == len(plan) - 1
+            i += 1
+            schedule = plan
+            look = self._look(done_chunks, last)
             if not look.crossed:
                 if last:
                     need = "no sum" if look.needed is None else f"{look.needed / look.pairs:+.3f}"
@@ -222,7 +291,7 @@ class Sequential:
                     return REJECT, (f"not better: after {look.pairs} of {len(self.tasks) * k} pairs the mean paired "
                                     f"improvement is {look.mean:+.3f} (z {look.z:+.2f} <= {bar:+g}); stopped early"), \
                         stage
-                left = sum(len(c) for _r, c in schedule[i + 1:])
+                left = sum(len(c) for _r, c in plan[i:])
                 done = self._probe(2 * left, strong=True)
                 if done:
                     return done[0], done[1], stage
@@ -267,9 +336,10 @@ class Sequential:
                 else:
                     why = f"{passes} pass pair(s); the run stopped at look {last}"
             tasks[t.id] = {"diffs": [_r(x) for x in self.book.pairs(t.id)], "pass_pairs": passes,
-                           "mean": _r(mean) if n else None, "drop_evidence": _r(e), "why": why}
+                           "mean": _r(mean) if n else None,
+                           "drop_evidence": _r(self.wealth.growth(t.id)), "why": why}
         return {"looks": [lk.to_json() for lk in self.looks], "tasks": tasks, "alpha": _r(1 - self.s.confidence),
-                "drop_alpha": self.s.drop_alpha, "veto_at": _r(self.veto_at), "cap": self.cap,
+                "drop_alpha": self.s.drop_alpha, "veto_at": _r(self.veto_at), "drop_wealth": _r(self.wealth.wealth), "cap": self.cap,
                 "tolerance": self.s.tolerance}
 
 
@@ -288,8 +358,10 @@ def explain(trace: dict) -> list[str]:
             lines.append(f"  {lk['look']:>4} {lk['pairs']:>5} {lk['mean']:>+7.3f} {bound:>7} {lk['z']:>+6.2f} "
                          f"{lk['alpha']:>7.4f}{mark}")
     if "veto_at" in trace:
-        lines.append(f"drop veto: drop evidence >= {trace['veto_at']:g} (error budget {trace['drop_alpha']:g}) with "
-                     f"the mean past -{trace['tolerance']:g}; probes up to {trace['cap']} pairs per task")
+        wealth = f"{trace['drop_wealth']:.3g} " if "drop_wealth" in trace else ""
+        lines.append(f"drop veto: wealth {wealth}of {trace['veto_at']:g} needed (error budget {trace['drop_alpha']:g}, "
+                     f"one e-process over all tasks; a task's 'drop evidence' is its own account's growth); a task "
+                     f"still past -{trace['tolerance']:g} at {trace['cap']} pairs blocks the publish")
     for tid, t in (trace.get("tasks") or {}).items():
         diffs = " ".join(f"{d:+g}" if d else "0" for d in t["diffs"]) or "-"
         mean = "-" if t.get("mean") is None else f"{t['mean']:+.2f}"

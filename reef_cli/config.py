@@ -42,8 +42,11 @@ class GateConfig:
     resamples: int = 2000
     executor: str = "local"  # where episodes run: local | ray (reef_cli/executors.py)
     ray_address: str | None = None  # with executor: ray, the cluster to join (None: a local Ray instance)
-    max_repeats: int = 0  # policy sequential: pairs per task with probes (0: twice `repeats`)
-    drop_alpha: float = 0.1  # policy sequential: error budget of the per-task drop veto
+    max_repeats: int = 0  # policy sequential: pairs per task, probes included (0: six times `repeats`)
+    drop_alpha: float = 0.1  # policy sequential: error budget of the drop veto (chance of vetoing a candidate that drops no task)
+    extra_passes: int = 2  # policy sequential: passes past `repeats` for an undecided candidate, on its discordant tasks only
+    looks_per_pass: int = 3  # policy sequential: looks of the mean test per pass over the tasks
+    spend_shape: float = 2.0  # policy sequential: alpha spent by information fraction f is alpha * f ** spend_shape
 
 
 @dataclass(frozen=True)

@@ -19,12 +19,14 @@ Policies (harness.yaml `gate.policy`, `reef eval --policy`):
   criterion is monotone in each score (the bootstrap's resample indices are fixed by the seed), so filling the
   missing episodes with the worst and with the best case bounds the decision exactly.
 * ``sequential``: adaptive and sequential (reef_cli.adaptive, statistics in reef_cli.sequential). Passes over
-  every task on a fixed schedule with three looks per pass; at each look an exact group-sequential sign-flip test on
-  the paired differences, its alpha (1 - `gate.confidence`) spent by information fraction, so stopping at any look
-  keeps the false-accept rate within alpha; futility looks reject early. Extra pairs ("probes", up to
-  `gate.max_repeats`, default 3k per task) only on tasks whose mean difference drops; a per-task drop e-process
-  vetoes a candidate once it reaches n_tasks / `gate.drop_alpha` with the mean drop past `gate.tolerance`.
-  Sentinels as above. `reef eval --explain` prints its looks and per-task evidence (`Verdict.trace`).
+  every task with `gate.looks_per_pass` looks per pass; at each look an exact group-sequential sign-flip test on
+  the paired differences, its alpha (1 - `gate.confidence`) spent by information fraction (`gate.spend_shape`), so
+  stopping at any look keeps the false-accept rate within alpha under "no difference"; futility looks reject early.
+  An undecided candidate gets `gate.extra_passes` (default 1) more passes on its discordant tasks only. A drop test
+  (one e-process over all tasks, probes up to `gate.max_repeats`, default 6k pairs per task) vetoes a candidate
+  once its wealth reaches 1 / `gate.drop_alpha`: at most that chance of vetoing a candidate that drops no task.
+  A task still past `gate.tolerance` at its cap blocks the publish. Sentinels as above. `reef eval --explain`
+  prints its looks and per-task evidence (`Verdict.trace`).
 * ``tally`` (reef 0.1.3's rule): every task x repeat pairing is a win, loss or tie; publish iff
   wins - losses > `gate.margin` (default 0). No statistics; runs everything.
 * ``floor``: the candidate alone; publish iff every task's mean score is at least `gate.floor` (default 1.0).
@@ -83,6 +85,9 @@ class GateSettings:
     resamples: int = _DEFAULTS.resamples
     max_repeats: int = _DEFAULTS.max_repeats
     drop_alpha: float = _DEFAULTS.drop_alpha
+    extra_passes: int = _DEFAULTS.extra_passes
+    looks_per_pass: int = _DEFAULTS.looks_per_pass
+    spend_shape: float = _DEFAULTS.spend_shape
     max_episodes: int | None = None
 
     def __post_init__(self) -> None:
@@ -94,6 +99,14 @@ class GateSettings:
             raise InvalidInput(f"gate confidence must be in (0.5, 1), got {self.confidence}")
         if not 0 < self.drop_alpha < 1:
             raise InvalidInput(f"gate drop_alpha must be in (0, 1), got {self.drop_alpha}")
+        if self.max_repeats < 0:
+            raise InvalidInput(f"gate max_repeats must be 0 (the default cap) or more, got {self.max_repeats}")
+        if self.extra_passes < 0:
+            raise InvalidInput(f"gate extra_passes must be 0 or more, got {self.extra_passes}")
+        if self.looks_per_pass < 1:
+            raise InvalidInput(f"gate looks_per_pass must be at least 1, got {self.looks_per_pass}")
+        if not 0 < self.spend_shape <= 10:
+            raise InvalidInput(f"gate spend_shape must be in (0, 10], got {self.spend_shape}")
         if self.max_episodes is not None and self.max_episodes < 0:
             raise InvalidInput(f"--max-episodes must be 0 or more, got {self.max_episodes}")
 
@@ -140,10 +153,10 @@ def estimate(settings: GateSettings, tasks: Sequence[TaskSpec]) -> dict:
     elif settings.policy == "tally":
         most = least = full
     elif settings.policy == "sequential":
-        from .adaptive import LOOKS_PER_PASS
+        from .adaptive import CAP_FACTOR
 
-        cap = max(k, settings.max_repeats or 3 * k)
-        most, least = 2 * n * cap, 2 * max(1, round(n / LOOKS_PER_PASS)) if n else 0  # up to the first look
+        cap = max(k + settings.extra_passes, settings.max_repeats or CAP_FACTOR * k)
+        most, least = 2 * n * cap, 2 * max(1, round(n / settings.looks_per_pass)) if n else 0  # up to the first look
     else:
         most, least = full, 2 * len(screen_tasks(tasks, settings)) if n else 0
     if settings.max_episodes is not None:

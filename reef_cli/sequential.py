@@ -12,22 +12,21 @@ Two tests, each with its own error budget:
   to alpha, the events of the looks are disjoint, so the chance of a false accept over all looks together is at
   most alpha however many looks are taken and wherever the run stops: stopping early to reject never adds to it.
 
-* **Does any task drop?** Per task, the e-process prod(1 - lam * d) (`drop_evidence`). When the task's true mean
-  difference is >= 0 each factor has expectation <= 1, so the product is a non-negative supermartingale and by
-  Ville's inequality it ever reaches 1/a with probability at most a, whatever the number of pairs and whenever
-  we stop looking. Splitting the budget over the tasks (threshold n_tasks / alpha) bounds the chance that a
-  candidate which drops no task is vetoed for a drop by alpha, even though the gate spends extra pairs on exactly
-  the tasks that look worst.
+* **Does any task drop?** `DropWealth`: one e-process over every pair of every task, wealth *= 1 - lam * d, the
+  stake lam chosen from earlier pairs only and kept in a separate account per task. When no task drops (every
+  task's mean difference >= 0) each factor has expectation <= 1 given the past, so the wealth is a non-negative
+  supermartingale and by Ville's inequality it ever reaches 1/alpha with probability at most alpha, whatever the
+  number of pairs, whichever tasks the gate chose to probe and whenever it stops. One process for all tasks (not a
+  Bonferroni bar of n_tasks/alpha per task) is what lets a real break reach the bar in a handful of pairs.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any, Sequence
 
 GRID = 20  # differences are rounded to multiples of 1/GRID for the exact sign-flip distribution
-DROP_BET = 0.9  # lam in prod(1 - lam * d): how hard each pair bets on a drop
 
 
 def spent(alpha: float, fraction: float, shape: float) -> float:
@@ -125,9 +124,63 @@ def group_sequential(batches: Sequence[Sequence[float]], fractions: Sequence[flo
     return out
 
 
-def drop_evidence(diffs: Sequence[float], lam: float = DROP_BET) -> float:
-    """E-value against "this task does not drop" (its mean difference >= 0): prod(1 - lam * d)."""
-    e = 1.0
-    for d in diffs:
-        e *= 1.0 - lam * d
-    return e
+BET_MAX = 0.95  # the most of its wealth the drop test stakes on one pair
+BET_PRIOR_VAR = 0.25  # the plug-in bet's prior variance (one pseudo-pair): small samples bet cautiously
+
+
+def drop_bet(diffs: Sequence[float], lam_max: float = BET_MAX) -> float:
+    """The stake on a task's next pair, from its earlier pairs only (predictable): the plug-in Kelly fraction
+    -mean/variance of the differences so far, both shrunk by one pseudo-pair of mean 0 and variance BET_PRIOR_VAR,
+    0 while the task is not behind, at most `lam_max`."""
+    n = len(diffs)
+    mu = sum(diffs) / (n + 1)
+    if n == 0 or mu >= 0:
+        return 0.0
+    var = (sum(d * d for d in diffs) + BET_PRIOR_VAR) / (n + 1)
+    return min(lam_max, -mu / var)
+
+
+SHARE = 0.7  # the share of its uncommitted wealth the drop test commits to a task when it first bets on it
+
+
+class DropWealth:
+    """One e-process against "no task drops" (every task's mean paired difference >= 0), over all pairs of all tasks
+    in the order they arrive. The wealth starts at 1, uncommitted. When the stake on a task's next pair first turns
+    positive (`drop_bet`, from its earlier pairs only; 0 where the caller says a drop past the tolerance is not
+    possible), SHARE of the uncommitted wealth is committed to that task; from then on the task's account is
+    multiplied by 1 - lam * d on each of its pairs. Under the null each factor has expectation <= 1 given the past and
+    moving wealth between accounts keeps the total, so the total wealth is a non-negative supermartingale and, by
+    Ville's inequality, ever reaches 1/alpha with probability at most alpha: whichever tasks the gate probes and
+    whenever it stops. Separate accounts keep a task that looked bad by chance and then recovered from eating the
+    evidence of another that really drops."""
+
+    def __init__(self) -> None:
+        self.cash = 1.0
+        self.accounts: dict[str, float] = {}
+        self.committed: dict[str, float] = {}
+        self.seen: dict[str, list[float]] = {}
+        self.keys: set = set()
+
+    def add(self, tid: str, key: Any, d: float, bet: bool) -> None:
+        if key in self.keys:
+            return
+        self.keys.add(key)
+        past = self.seen.setdefault(tid, [])
+        lam = drop_bet(past, BET_MAX) if bet else 0.0
+        if lam > 0 and tid not in self.accounts:
+            self.committed[tid] = self.accounts[tid] = SHARE * self.cash
+            self.cash -= self.accounts[tid]
+        if tid in self.accounts:
+            self.accounts[tid] *= 1.0 - lam * d
+        past.append(d)
+
+    @property
+    def wealth(self) -> float:
+        return self.cash + sum(self.accounts.values())
+
+    def growth(self, tid: str) -> float:
+        """How much the task's account has grown since it was opened (1: never bet on)."""
+        return self.accounts[tid] / self.committed[tid] if tid in self.accounts and self.committed[tid] else 1.0
+
+    def leader(self) -> str | None:
+        return max(self.accounts, key=self.accounts.get) if self.accounts else None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -20,10 +21,17 @@ class Gateway:
                                      stdout=subprocess.PIPE, stderr=self._log, text=True,
                                      env={**os.environ, **(env or {})})
         line = self.proc.stdout.readline()
-        if "serving " not in line:
-            self.proc.wait(timeout=10)
+        if line.startswith("{") and '"listening"' in line:  # --json
+            self.url = json.loads(line)["url"]
+        elif "serving " in line:
+            self.url = line.split("serving ", 1)[1].split()[0]
+        else:
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:  # up but printing something else: do not leave it running
+                self.proc.kill()
+                self.proc.wait()
             raise RuntimeError(f"reef serve did not start (exit {self.proc.returncode}): {line}{self.log()}")
-        self.url = line.split("serving ", 1)[1].split()[0]
         self.project = project
 
     def log(self) -> str:

@@ -582,7 +582,7 @@ def test_eval_explain_prints_the_sequential_policys_trace(reef, project):
     r = reef("-C", str(project), "eval", "--policy", "sequential", "--explain")
     assert r.code == 0, r.out + r.err
     assert "decision: publish (sequential" in r.out and "mean test: sign-flip, alpha 0.1" in r.out
-    assert "task notes-newline: [+1 +1" in r.out and "drop veto: drop evidence >= 50" in r.out
+    assert "task notes-newline: [+1 +1" in r.out and "drop veto: wealth 1 of 10 needed (error budget 0.1" in r.out
     v = json.loads(reef("-C", str(project), "eval", "--policy", "sequential", "--json").out)
     assert v["policy"] == "sequential" and v["trace"]["looks"][-1]["crossed"]
     assert v["trace"]["tasks"]["makefile-build"]["diffs"][0] == 1.0

@@ -15,7 +15,7 @@ import pytest
 from reef_cli.adaptive import explain
 from reef_cli.errors import InvalidInput
 from reef_cli.gate import CANDIDATE, CURRENT, PUBLISH, REJECT, GateSettings, TaskSpec, Verdict, estimate, evaluate
-from reef_cli.sequential import drop_evidence, group_sequential, spent
+from reef_cli.sequential import SHARE, DropWealth, drop_bet, group_sequential, spent
 
 BENCH = Path(__file__).resolve().parent.parent / "bench"
 
@@ -95,20 +95,55 @@ def test_false_accepts_stay_within_alpha_under_the_null_with_optional_stopping(k
     assert crossed / runs <= alpha + 2.5 * math.sqrt(alpha * (1 - alpha) / runs)
 
 
-def test_the_drop_evidence_is_a_supermartingale_when_nothing_drops():
-    """prod(1 - lam d) with E[d] >= 0 reaches 1/a with probability at most a, however long we watch."""
-    rng = random.Random(3)
-    hits, runs = 0, 2000
+@pytest.mark.parametrize("kind", ["binary", "heavy"])
+def test_the_drop_wealth_stays_within_its_budget_when_nothing_drops(kind):
+    """The drop test's wealth over 12 tasks, probed where they look worst (the allocation a gate would use), reaches
+    1/a with probability at most a when no task drops (every task's mean difference is 0: binary sides with shared
+    luck, or clipped Cauchy partial credit); checked by simulation with a fixed seed."""
+    rng = random.Random(7)
+    a, runs, hits = 0.2, 500, 0
     for _ in range(runs):
-        e = 1.0
-        for _pair in range(30):
-            d = float(rng.random() < 0.3) - float(rng.random() < 0.3)
-            e *= 1 - 0.9 * d
-            if e >= 10:
+        w = DropWealth()
+        seen = {t: 0 for t in range(12)}
+
+        def pair():
+            if kind == "binary":
+                u = rng.random()
+                return float(u < 0.6) - float((u if rng.random() < 0.5 else rng.random()) < 0.6)
+            lvl = 0.7
+            cauchy = lambda: min(1.0, max(0.0, lvl + 0.15 * math.tan(math.pi * (rng.random() - 0.5))))  # noqa: E731
+            return cauchy() - cauchy()
+
+        for t in range(12):
+            w.add(str(t), (t, 0), pair(), True)
+        for step in range(60):  # probes: always the task whose account looks most like a drop
+            t = min(range(12), key=lambda t: (sum(w.seen[str(t)]) / len(w.seen[str(t)]), seen[t]))
+            seen[t] += 1
+            w.add(str(t), (t, step + 1), pair(), True)
+            if w.wealth >= 1 / a:
                 hits += 1
                 break
-    assert hits / runs <= 0.1
-    assert drop_evidence([-1.0, -1.0]) == pytest.approx(1.9 ** 2) and drop_evidence([1.0]) == pytest.approx(0.1)
+    assert hits / runs <= a + 2.5 * math.sqrt(a * (1 - a) / runs)
+
+
+def test_the_drop_wealth_bets_only_after_evidence_and_keeps_tasks_apart():
+    assert drop_bet([]) == 0 and drop_bet([1.0, 0.0]) == 0 and drop_bet([-1.0]) == pytest.approx(0.8)
+    assert drop_bet([-1.0] * 10) == 0.95  # capped: one win must not wipe the account out
+    w = DropWealth()
+    w.add("a", ("a", 1), -1.0, True)  # the first pair only informs the stake
+    assert w.wealth == 1 and w.leader() is None
+    sh = SHARE
+    w.add("a", ("a", 2), -1.0, True)  # SHARE of the wealth committed to 'a', then x1.8
+    assert w.wealth == pytest.approx(1 - sh + sh * 1.8) and w.leader() == "a" and w.growth("a") == pytest.approx(1.8)
+    w.add("b", ("b", 1), -1.0, True)
+    w.add("b", ("b", 2), 1.0, True)  # 'b' loses its own account only (SHARE of what was left), never 'a's
+    rest = (1 - sh) * (1 - sh) + sh * 1.8 + sh * (1 - sh) * 0.2
+    assert w.wealth == pytest.approx(rest)
+    w.add("b", ("b", 2), -1.0, True)  # a pair is counted once
+    assert w.wealth == pytest.approx(rest)
+    w.add("c", ("c", 1), -1.0, False)
+    w.add("c", ("c", 2), -1.0, False)  # no bet where the caller rules a drop out
+    assert "c" not in w.accounts
 
 
 # ------------------------------------------------------------------------------------------------ the policy
@@ -153,7 +188,8 @@ def test_a_break_is_probed_past_k_and_vetoed():
     assert out.decision == REJECT and "task 't11' regressed" in out.reason and "drop evidence" in out.reason
     assert max(r for tid, _s, r in log if tid == "t11") >= 3  # probes beyond the k = 3 pass pairs
     assert out.trace["tasks"]["t11"]["why"].startswith("vetoed")
-    assert out.trace["tasks"]["t11"]["drop_evidence"] >= out.trace["veto_at"] == 120
+    # one e-process over all tasks (not a per-task Bonferroni bar of n_tasks / drop_alpha = 120): the bar is 1/0.1
+    assert out.trace["drop_wealth"] >= out.trace["veto_at"] == 10
 
 
 def test_sentinels_run_first_and_block():
@@ -169,10 +205,34 @@ def test_budget_and_settings():
     out = evaluate(GateSettings(policy="sequential", max_episodes=6), tasks(12), sampler([1.0] * 12, [0.0] * 12))
     assert out.decision == REJECT and out.stage == "budget" and out.episodes_spent <= 6
     est = estimate(SEQ, tasks(12))
-    assert est["policy"] == "sequential" and est["max"] == 2 * 12 * 9 and est["full_tally"] == 72 and est["min"] == 8
-    assert estimate(GateSettings(policy="sequential", max_repeats=4), tasks(12))["max"] == 2 * 12 * 4
-    with pytest.raises(InvalidInput, match="drop_alpha must be in"):
-        GateSettings(drop_alpha=1.5)
+    # default cap 6k = 18 pairs per task, probes included (it was 3k before the drop test became one e-process)
+    assert est["policy"] == "sequential" and est["max"] == 2 * 12 * 18 and est["full_tally"] == 72 and est["min"] == 8
+    assert estimate(GateSettings(policy="sequential", max_repeats=5), tasks(12))["max"] == 2 * 12 * 5
+    # the cap never cuts into the mean test's own passes (k + extra_passes)
+    assert estimate(GateSettings(policy="sequential", max_repeats=2, extra_passes=2), tasks(12))["max"] == 2 * 12 * 5
+    assert estimate(GateSettings(policy="sequential", looks_per_pass=1), tasks(12))["min"] == 24
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("drop_alpha", 1.5, "gate drop_alpha must be in (0, 1), got 1.5"),
+    ("max_repeats", -1, "gate max_repeats must be 0 (the default cap) or more, got -1"),
+    ("extra_passes", -1, "gate extra_passes must be 0 or more, got -1"),
+    ("looks_per_pass", 0, "gate looks_per_pass must be at least 1, got 0"),
+    ("spend_shape", 0, "gate spend_shape must be in (0, 10], got 0"),
+])
+def test_the_sequential_settings_are_checked_with_one_line(field, value, message):
+    with pytest.raises(InvalidInput) as e:
+        GateSettings(**{field: value})
+    assert str(e.value) == message
+
+
+def test_no_extra_pass_and_one_look_per_pass_still_decide():
+    """extra_passes 0 is the plan of k passes only; looks_per_pass 1 looks once per pass: both still publish a clear
+    improvement and reject an equal candidate."""
+    for kw in ({"extra_passes": 0}, {"looks_per_pass": 1}, {"spend_shape": 1.0}):
+        s = GateSettings(policy="sequential", **kw)
+        assert evaluate(s, tasks(12), sampler([1.0] * 8 + [0.5] * 4, [0.0] * 8 + [0.5] * 4)).decision == PUBLISH
+        assert evaluate(s, tasks(12), sampler([0.5] * 12, [0.5] * 12)).decision == REJECT
 
 
 def test_the_verdict_carries_the_trace_and_explain_reads_it():
@@ -233,3 +293,21 @@ def test_a_bullets_marginal_effect_goes_through_the_same_test():
                                                         "needed_mean": 0.4}
     assert bullet_test([1.0, 1.0, -1.0, 0.0], SEQ)["admitted"] is False
     assert bullet_test([], SEQ) == {"utility": None, "pairs": 0, "needed_mean": None, "admitted": False}
+
+
+def test_harness_yaml_carries_the_sequential_settings_and_refuses_bad_ones():
+    """gate.extra_passes / looks_per_pass / spend_shape come from harness.yaml into the gate's settings; a bad value is
+    one line naming the field (the schema's check), before any episode runs."""
+    from reef_cli.config import parse_config
+    from reef_cli.errors import ReefError
+
+    base = "version: 1\ninclude: ['**']\ngate:\n  tasks: [canary/*.yaml]\n"
+    cfg = parse_config(base + "  extra_passes: 0\n  looks_per_pass: 2\n  spend_shape: 1.5\n")
+    s = GateSettings.from_config(cfg.gate)
+    assert (s.extra_passes, s.looks_per_pass, s.spend_shape) == (0, 2, 1.5)
+    for line, message in (("extra_passes: -1", "field 'gate.extra_passes': -1 is less than the minimum of 0"),
+                          ("looks_per_pass: 0", "field 'gate.looks_per_pass': 0 is less than the minimum of 1"),
+                          ("spend_shape: 11", "field 'gate.spend_shape': 11 is greater than the maximum of 10")):
+        with pytest.raises(ReefError) as e:
+            parse_config(base + f"  {line}\n")
+        assert message in str(e.value) and "\n" not in str(e.value)

@@ -6,6 +6,7 @@ and `reef ledger verify` passes. Gateways run as real `reef serve` subprocesses 
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import json
 import socket
 import subprocess
@@ -195,6 +196,7 @@ def test_report_over_http_same_rules_as_reef_report(served):
         assert status == 400 and msg in json.loads(out)["error"]["message"], out
     assert json.loads(http(served.url + "/reef/releases")[2])["head"].startswith("rel_")
     status = json.loads(http(served.url + "/reef/status")[2])
+    assert status["loop"] == ("uvloop" if importlib.util.find_spec("uvloop") else "asyncio")
     assert status["recorded"] >= 1 and status["scenarios"]["default"]["step"] == 1
     assert http(served.url + "/healthz")[0] == 200
     verify(served.project)
@@ -253,8 +255,62 @@ def test_tokens_rotation_and_refusals(tmp_path, upstream):
         assert http(gw.url + "/healthz")[0] == 200
         assert len(exchanges(project)) == 3
         assert gw.stop() == 0
+    # one line per request, written once its response went out: method, path, status, time, the receipt
+    lines = [line for line in gw.log().splitlines() if line.startswith("reef: ") and "ms" in line]
+    ok = [line.split() for line in lines if " 200 " in line and "/v1/" in line]
+    assert sorted(parts[1:3] for parts in ok) == [["POST", "/v1/chat/completions"]] * 2 + [["POST", "/v1/messages"]]
+    assert sorted(parts[-1] for parts in ok) == sorted(r.record_id for r in exchanges(project))
+    assert sum(" 401 " in line for line in lines) == 3 and any(line.startswith("reef: GET /healthz 200") for line in lines)
+    # timed by a fine clock (uvloop's loop clock, which aiohttp hands the access logger, counts whole ms)
+    assert any(not line.split()[4].endswith(".0ms") for line in lines), lines
     assert "old-token-1" not in gw.log() and "new-token-2" not in gw.log() and "sk-upstream-secret-9" not in gw.log()
     assert "sk-upstream-secret-9" not in (project / ".reef" / "scenarios" / "default" / "ledger.jsonl").read_text()
+
+
+def test_upstream_cookies_reach_their_client_only_and_json_logs(tmp_path):
+    """A Set-Cookie from the upstream is relayed to the client that got it, never kept by the gateway's shared
+    upstream session and sent on another client's call (a session cookie would leak between agents)."""
+    import http.server as httpd
+    import threading
+
+    seen = []
+
+    class Upstream(httpd.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_POST(self):
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            seen.append(self.headers.get("Cookie"))
+            body = json.dumps({"id": "c", "object": "chat.completion", "model": "m", "choices": []}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.send_header("Set-Cookie", f"upstream-session=for-call-{len(seen)}; Path=/")
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = httpd.ThreadingHTTPServer(("127.0.0.1", 0), Upstream)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    project = _init(tmp_path / "proj")
+    try:
+        # a host name, not an address: aiohttp's default cookie jar ignores cookies from IP addresses
+        with Gateway(project, f"http://localhost:{server.server_address[1]}", "--json", "--loop", "asyncio") as gw:
+            first = http(gw.url + "/v1/chat/completions", {"model": "m", "messages": []})
+            second = http(gw.url + "/v1/chat/completions", {"model": "m", "messages": []})
+            assert json.loads(http(gw.url + "/reef/status")[2])["loop"] == "asyncio"  # the fallback serves too
+            assert gw.stop() == 0
+    finally:
+        server.shutdown()
+    assert first[1]["Set-Cookie"].startswith("upstream-session=for-call-1")
+    assert second[1]["Set-Cookie"].startswith("upstream-session=for-call-2")
+    assert seen == [None, None]
+    logged = [json.loads(line) for line in gw.log().splitlines() if '"method": "POST"' in line]
+    assert [(e["method"], e["path"], e["status"], e["record_id"]) for e in logged] == [
+        ("POST", "/v1/chat/completions", 200, h["x-reef-agent-record-id"]) for h in (first[1], second[1])]
+    assert all(e["ms"] >= 0 and e["release_id"] == first[1]["x-reef-release-id"] for e in logged)
 
 
 def test_non_loopback_bind_needs_a_token_file(tmp_path):
@@ -271,6 +327,7 @@ def test_non_loopback_bind_needs_a_token_file(tmp_path):
     ("--max-body", "-5", "--max-body -5: expected a positive number of bytes"),
     ("--timeout", "-1", "--timeout -1.0: expected a positive number of seconds"),
     ("--drain-timeout", "-1", "--drain-timeout -1.0: expected zero or more seconds"),
+    ("--loop", "fast", "--loop fast: expected auto, uvloop or asyncio"),
 ])
 def test_out_of_range_flags_fail_in_one_line_before_binding(tmp_path, flag, value, message):
     """--port 99999 ended in 'unexpected error: OverflowError' (and an aiohttp 'Unclosed client session' warning);
@@ -380,7 +437,10 @@ def test_200_concurrent_streams_exact_records(tmp_path, upstream):
                 return await asyncio.gather(*(one(session, i) for i in range(n)))
 
         pairs = asyncio.run(main())
+        appends = json.loads(http(gw.url + "/reef/status")[2])["appends"]
         assert gw.stop() == 0
+    # concurrent records share writes and syncs (commit.py): far fewer batches than records
+    assert appends["inline"] + appends["batches"] < n
     assert all(h == b for h, b in pairs) and len({h for h, _ in pairs}) == n
     recs = exchanges(project)
     assert len(recs) == n and {r.record_id for r in recs} == {h for h, _ in pairs}
@@ -500,3 +560,63 @@ def test_inject_of_a_harness_that_does_not_compile_says_why(tmp_path):
         release = state.release()
         text, problem = asyncio.run(recorder.instructions(state, release.content_id, release))
     assert text is None and "cannot compile the harness for opencode" in problem and "broken" in problem
+
+
+# -- the committer (commit.py): batched group commit, and inline appends for a lone request -------------------------
+def _committer_ledger(tmp_path):
+    from reef_cli.serve.commit import Committer
+
+    return Committer(), Ledger(tmp_path / "ledger.jsonl", "default")
+
+
+def _submit(committer, ledger, i, bad=False):
+    from reef_cli.ledger import NewRecord
+
+    def item():
+        if bad:
+            raise ValueError("payload could not be built")
+        return NewRecord("inference", {"n": i}, None, None, None)
+
+    return committer.submit(ledger, item, lambda: ledger.append("inference", {"n": i}, release_id=None,
+                                                                 content_id=None))
+
+
+def test_committer_batches_concurrent_records_and_isolates_a_bad_one(tmp_path):
+    committer, ledger = _committer_ledger(tmp_path)
+
+    async def main():
+        futs = [_submit(committer, ledger, i, bad=(i == 7)) for i in range(50)]
+        return await asyncio.gather(*futs, return_exceptions=True)
+
+    results = asyncio.run(main())
+    committer.close()
+    assert isinstance(results[7], ValueError) and "could not be built" in str(results[7])
+    good = [r for i, r in enumerate(results) if i != 7]
+    assert [r.payload["n"] for r in good] == [i for i in range(50) if i != 7]
+    assert [r.payload["n"] for r in ledger.iter_records()] == [i for i in range(50) if i != 7]
+    assert ledger.verify().ok
+    # 49 records queued at once share a handful of writes and syncs, not one each
+    assert committer.batches <= 5 and committer.queued == 0 and committer.inline == 0
+
+
+def test_committer_inlines_only_when_alone_and_fast(tmp_path):
+    from reef_cli.serve.commit import INLINE_BELOW_NS
+
+    committer, ledger = _committer_ledger(tmp_path)
+    assert committer.may_inline()
+    rec = committer.run_inline(lambda: ledger.append("inference", {"n": 0}, release_id=None, content_id=None))
+    assert committer.inline == 1 and committer.average_ns > 0 and committer._thread is None
+
+    async def queued_blocks_inline():
+        fut = _submit(committer, ledger, 1)
+        busy = committer.may_inline()  # a record is queued: an inline append would jump the queue
+        await fut
+        return busy
+
+    assert asyncio.run(queued_blocks_inline()) is False and committer.queued == 0
+    committer.average_ns = INLINE_BELOW_NS - 1
+    assert committer.may_inline()
+    committer.average_ns = INLINE_BELOW_NS  # appends turned slow: everything goes to the thread
+    assert not committer.may_inline()
+    committer.close()
+    assert [r.record_id for r in ledger.iter_records()][0] == rec.record_id and ledger.verify().ok

@@ -22,6 +22,7 @@ def serve(
     max_body: int = typer.Option(32 * 1024 * 1024, "--max-body", help="Largest request body in bytes; larger ones get 413."),
     drain_timeout: float = typer.Option(10.0, "--drain-timeout", help="On SIGTERM, seconds to let in-flight requests finish."),
     as_json: bool = typer.Option(False, "--json", help="Log one JSON object per request instead of a text line."),
+    loop: str = typer.Option("auto", "--loop", help="Event loop: auto (uvloop where installed, else asyncio), uvloop or asyncio."),
 ) -> None:
     """Run an OpenAI/Anthropic-compatible gateway that records every model call with a receipt."""
     from ..serve.app import ServeConfig, serve as run_gateway
@@ -36,7 +37,7 @@ def serve(
     config = ServeConfig(project=store.project, scenario=store.scenario, upstream=upstream, upstream_api=upstream_api,
                          host=host, port=port, token_file=token_file, inject=inject, store_content=store_content,
                          pass_client_key=pass_client_key, json_logs=as_json, timeout=timeout, max_body=max_body,
-                         drain_timeout=drain_timeout)
+                         drain_timeout=drain_timeout, loop=loop)
     raise typer.Exit(run_gateway(config, env.environ))
 
 

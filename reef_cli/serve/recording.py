@@ -3,8 +3,9 @@
 An `Exchange` is created when a request arrives: it freezes the scenario's current release then (a publish during
 the request does not re-attribute it) and reserves the record id. Whatever happens next (an answer, an upstream
 error, a timeout, an unreachable upstream, a client that hangs up, a shutdown) ends in exactly one `finish()`,
-which appends the record through the scenario's shared `Ledger` in a worker thread: the ledger is thread-safe and
-its group commit lets concurrent requests share syncs, and the event loop never waits on a disk.
+which appends the record through the scenario's shared `Ledger` (commit.py: one committer thread that writes and
+syncs whatever is queued as one batch, so concurrent requests share syncs; a lone request's fast append runs on the
+loop, where it holds up no one).
 
 The provenance seam: before a record is written, every hook in `Recorder.response_hooks` is called with the
 exchange. A hook reads what the upstream said about itself (`exchange.upstream_meta`: the parsed non-streaming
@@ -28,6 +29,8 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from ..errors import NotFound
+from ..ledger import NewRecord
+from .commit import INLINE_MAX_CONTENT, Committer
 from .sse import tokens_of
 
 RECORD_KIND = "inference"  # as the reference names a model exchange; `reef run`'s records are "interaction"
@@ -78,6 +81,11 @@ class Exchange:
         self.response_len += len(data)
         if self.response_text is not None and len(self.response_text) < 16 * 1024 * 1024:
             self.response_text += data
+
+    def content_size(self) -> int:
+        """Bytes of stored content this exchange's record would redact (0 without --store-content)."""
+        return (len(self.response_text) if self.response_text is not None else 0) + \
+            (len(self.request_body) if self.request_body is not None else 0)
 
     def first_token(self) -> None:
         if self.ttft is None:
@@ -190,6 +198,7 @@ class Recorder:
         self.request_hooks: list[RequestHook] = []
         self.response_hooks: list[ResponseHook] = []
         self.missing_hint = None  # name -> how to create it (set by the SGLang hook: a weights scenario's command)
+        self.committer = Committer()
         self.recorded = 0
         self.failed = 0
 
@@ -250,8 +259,9 @@ class Recorder:
             if inspect.isawaitable(result):
                 await result
 
-    async def finish(self, ex: Exchange):
-        """Append the record once; returns it when durable. Shielded: a cancelled handler still gets its record."""
+    async def finish(self, ex: Exchange, alone: bool = False):
+        """Append the record once; returns it when durable. Shielded: a cancelled handler still gets its record.
+        `alone`: no other request is in flight, so a fast append may run on the loop (commit.py says when)."""
         if ex.record is not None:
             return ex.record
         if ex.pending is not None:
@@ -259,14 +269,21 @@ class Recorder:
         state = self._scenarios[ex.scenario]
         ex.ended = time.perf_counter()
         store_content = self.store_content
+        ledger = state.ledger
 
         def append():
-            return state.ledger.append(RECORD_KIND, ex.payload(store_content), release_id=ex.release_id,
-                                       content_id=ex.content_id, record_id=ex.record_id)
+            return ledger.append(RECORD_KIND, ex.payload(store_content), release_id=ex.release_id,
+                                 content_id=ex.content_id, record_id=ex.record_id)
 
-        loop = asyncio.get_running_loop()
-        fut = ex.pending = loop.run_in_executor(self.executor, append)
-        record = ex.record = await asyncio.shield(fut)
+        def item():
+            return NewRecord(RECORD_KIND, ex.payload(store_content), ex.release_id, ex.content_id, ex.record_id)
+
+        committer = self.committer
+        if alone and committer.may_inline() and (not store_content or ex.content_size() <= INLINE_MAX_CONTENT):
+            record = ex.record = committer.run_inline(append)
+        else:
+            fut = ex.pending = committer.submit(ledger, item, append)
+            record = ex.record = await asyncio.shield(fut)
         if ex.outcome == "ok":
             self.recorded += 1
         else:
@@ -274,5 +291,6 @@ class Recorder:
         return record
 
     def close(self) -> None:
+        self.committer.close()
         for state in self._scenarios.values():
             state.ledger.close()
