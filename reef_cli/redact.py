@@ -140,6 +140,17 @@ _SHORT_P = re.compile(
     r"|[ \t]-u[ \t]*\S+[ \t]+-p[ \t]*))"
     r"(?P<secret>\"[^\"\n]*\"|'[^'\n]*'|[^\s\"'\\<>|&;()`-][^\s\"']*)"
 )
+# SQL that sets a password: `IDENTIFIED BY 'x'`, `WITH [ENCRYPTED] PASSWORD 'x'`, `ALTER ROLE app PASSWORD 'x'`,
+# `PASSWORD('x')`, `SET PASSWORD [FOR u] = 'x'`. The value is a quoted literal, so it is data whatever it looks like.
+_SQL_PASSWORD = re.compile(
+    r"(?P<head>(?:\b(?i:user|role|grant)\b[^\n;]{0,200}?\b(?i:identified)[ \t]+(?:(?i:with)[ \t]+\w+[ \t]+)?(?i:by)"
+    r"|\b(?:(?i:with)[ \t]+(?:(?i:encrypted)[ \t]+)?(?i:password)|PASSWORD)"
+    r"|\b(?i:set)[ \t]+(?i:password)(?:[ \t]+(?i:for)[ \t]+\S+)?[ \t]*=)[ \t]*(?:(?i:password)[ \t]*)?\(?[ \t]*)"
+    r"(?P<secret>'[^'\n]*'|\"[^\"\n]*\")"
+)
+# libpq's key=value conninfo (`psql "host=db user=app password=x"`, `psycopg2.connect("dbname=app password=x")`):
+# beside another conninfo key separated by a space (not a comma: `connect(host=host, password=password)` is code).
+_CONNINFO = re.compile(r"(?<![\w.-])(?:host|hostaddr|dbname|user|port|sslmode)=[^\s,()'\"=]+(?=[ \t]+\w+=|[ \t]*['\"])")
 _CURL_USER = re.compile(r"(?P<head>(?<![\w-])(?:-u|--user)[ \t]+['\"]?[^\s:'\"]+:)(?P<secret>[^\s'\"]+)")
 # netrc: `machine H login U password P`, on one line or several.
 _NETRC = re.compile(
@@ -381,6 +392,8 @@ def _scan(text: str, found: list[tuple[str, str]], in_context: list[tuple[str, s
             text = sub(_SHORT_P, _short_p, text)
         if "-u" in text:
             text = sub(_CURL_USER, _loose_value, text)
+    if "assword" in text or "ASSWORD" in text or "dentified" in text or "DENTIFIED" in text:
+        text = sub(_SQL_PASSWORD, _sql_password, text)
     if "password" in text:
         text = sub(_NETRC, _loose_value, text)
     if "ookie" in text or "OOKIE" in text:
@@ -460,6 +473,13 @@ def _short_p(match: re.Match[str]) -> Hit:
     return match.group("head") + quote, value, "password", quote
 
 
+def _sql_password(match: re.Match[str]) -> Hit:
+    value, quote = _unquote(match.group("secret"))
+    if not _is_literal_secret(value, literal=True):
+        return None  # `IDENTIFIED BY '<password>'`, `PASSWORD '***'`
+    return match.group("head") + quote, value, "password", quote
+
+
 def _cookie(match: re.Match[str]) -> Hit:
     secret = match.group("secret")
     if secret.startswith("[REDACTED:") or not _looks_random(secret):
@@ -501,6 +521,11 @@ def _assignment(match: re.Match[str]) -> Hit:
     )
     # A long flag's value (`--password=secret`) is data like an env-file line's, even when it is one plain word.
     flag_value = match.group("flag") == "--" and match.group("sep") == "="
+    if not flag_value and match.group("sep") == "=" and key.lower() in ("password", "passwd", "pwd"):
+        # the conninfo string around it: the same line, at most 200 characters either side
+        start = max(match.string.rfind("\n", 0, match.start()) + 1, match.start() - 200)
+        end = match.string.find("\n", match.end(), match.end() + 200)
+        flag_value = bool(_CONNINFO.search(match.string, start, end if end >= 0 else match.end() + 200))
     if not env_line:
         # Outside an env file a bare value ends at punctuation, and inside a query string at the next parameter.
         in_query = match.string[match.start() - 1 : match.start()] in ("?", "&")

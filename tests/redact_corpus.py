@@ -128,6 +128,8 @@ PW_WORD = [chars(string.ascii_lowercase, 10) for _ in range(5)]
 PW_DIGITS = chars(string.digits, 10)
 # ... and the same inside a JSON string (an agent's tool-call arguments, a command's JSON output in a transcript).
 PW_JSON = [chars(string.ascii_lowercase, 10) for _ in range(5)]
+# ... and in a libpq conninfo string or the SQL that sets a password.
+PW_SQL = [chars(string.ascii_lowercase, 10) for _ in range(5)]
 
 FORMATS: list[tuple[str, str, tuple[str, ...]]] = [
     # cloud providers
@@ -256,6 +258,14 @@ FORMATS: list[tuple[str, str, tuple[str, ...]]] = [
     ("password WORD in json printed in json", json.dumps({"output": json.dumps({"user": "app",
                                                                               "password": PW_JSON[4]})}),
      (PW_JSON[4],)),
+    ("conninfo password=WORD (psql)", f'psql "host=db port=5432 dbname=app user=app password={PW_SQL[0]}"',
+     (PW_SQL[0],)),
+    ("conninfo password=WORD (psycopg2)", f'conn = psycopg2.connect("dbname=app user=app password={PW_SQL[1]}")',
+     (PW_SQL[1],)),
+    ("IDENTIFIED BY 'WORD' (mysql -e)", f"mysql -uroot -e \"CREATE USER 'app'@'%' IDENTIFIED BY '{PW_SQL[2]}';\"",
+     (PW_SQL[2],)),
+    ("WITH PASSWORD 'WORD' (postgres)", f"CREATE ROLE app LOGIN WITH ENCRYPTED PASSWORD '{PW_SQL[3]}';", (PW_SQL[3],)),
+    ("SET PASSWORD = PASSWORD('WORD')", f"SET PASSWORD FOR 'app'@'%' = PASSWORD('{PW_SQL[4]}');", (PW_SQL[4],)),
     # encodings and wrappers
     ("ansi before provider key", f"{ESC}[32m{V['ghp']}{ESC}[0m", (V["ghp"],)),
     ("ansi before aws key", f"{ESC}[1;31mAKIA{V['aws_id'][4:]}{ESC}[0m leaked", (V["aws_id"],)),
@@ -312,6 +322,8 @@ NEGATIVES: list[tuple[str, str]] = [
     ("mysql prompt reading a dump", "mysql -uroot -p < dump.sql && mysql -uroot -p$(cat /run/secrets/db) app"),
     ("include path then -pthread", "gcc -c _mysql.c -I/usr/include/mysql -pthread -o build/_mysql.o"),
     ("mysql env ref (json)", json.dumps({"command": 'mysql -uroot -p"$MYSQL_ROOT_PASSWORD" app'})),
+    ("db connect kwargs", "conn = psycopg2.connect(host=host, user=user, password=password, dbname=db)"),
+    ("sql password placeholders", "CREATE USER app IDENTIFIED BY '<password>'; ALTER ROLE app WITH PASSWORD NULL;"),
     ("mysql port flags", "mysql -P 3306 --port=3306 -h 127.0.0.1 -u app -p app"),
     ("ordinary cookies", "Set-Cookie: theme=dark; Path=/; SameSite=Lax\nCookie: lang=en; session_count=3"),
     ("flags in prose", "Pass --password to be prompted, or --token-file to read it from disk; see --help."),
