@@ -30,6 +30,7 @@ Policies:
 
 Run:  .venv/bin/python bench/gate_sim.py [--per-class 300] [--tasks 12] [--repeats 3] [--rho 0.5] [--seed 1]
                                         [--seeds 1,2,3] [--scores binary|heavy] [--policies paired,sequential,...]
+                                        [--why]   (why the helpful candidates were rejected, by true effect)
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from __future__ import annotations
 import argparse
 import math
 import random
+import re
 import sys
 import time
 from dataclasses import dataclass
@@ -125,7 +127,8 @@ class Episodes:
         return sample
 
 
-def run_policy(name: str, eps: Episodes, tasks: list[TaskSpec], repeats: int, seed: int) -> tuple[bool, int]:
+def run_policy(name: str, eps: Episodes, tasks: list[TaskSpec], repeats: int, seed: int) -> tuple[bool, int, str]:
+    """(published, episodes spent, the gate's one-line reason)."""
     ids = {t.id: i for i, t in enumerate(tasks)}
     budget = full_tally_cost(len(tasks), repeats)
     if name == "gepa":
@@ -133,14 +136,33 @@ def run_policy(name: str, eps: Episodes, tasks: list[TaskSpec], repeats: int, se
         mini = rng.sample(range(len(tasks)), min(3, len(tasks)))
         spent = 2 * len(mini)
         if sum(eps.score(i, CANDIDATE, 0) - eps.score(i, CURRENT, 0) for i in mini) <= 0:
-            return False, spent
+            return False, spent, "minibatch not strictly better"
         spent += 2 * len(tasks)
         diff = sum(eps.score(i, CANDIDATE, 1) - eps.score(i, CURRENT, 1) for i in range(len(tasks)))
-        return diff > 0, spent
+        return diff > 0, spent, "full set"
     policy, k = ("tally", 1) if name == "tally-k1" else (name, repeats)
     settings = GateSettings(policy=policy, repeats=k, seed=seed, max_episodes=None if name == "sequential" else budget)
     out = evaluate(settings, tasks, eps.sampler(ids))
-    return out.decision == PUBLISH, out.episodes_spent
+    return out.decision == PUBLISH, out.episodes_spent, out.reason
+
+
+WHY = ("futility, first look", "futility, later look", "not better at the last look", "drop veto",
+       "tolerance block", "sentinel", "budget", "other")
+
+
+def why_rejected(reason: str, first_look: int) -> str:
+    """The kind of a reject, from the gate's reason line (policy sequential's wording; `paired`'s land in 'other' or
+    'tolerance block'): where a helpful candidate's false reject came from (`--why`)."""
+    if reason.startswith("screen:"):  # paired: behind on the screen's tasks, the rest not run
+        return WHY[0]
+    if "stopped early" in reason:  # sequential: "after N of M pairs"; paired: "after pass N of k"
+        m = re.search(r"after (\d+) of \d+ pairs", reason)
+        return WHY[0] if m and int(m.group(1)) <= first_look else WHY[1]
+    for key, kind in (("not better", WHY[2]), ("drop evidence", WHY[3]), ("regressed by", WHY[4]),
+                      ("past the tolerance", WHY[4]), ("sentinel", WHY[5]), ("budget", WHY[6])):
+        if key in reason:
+            return kind
+    return WHY[7]
 
 
 def targets(r: dict) -> list[tuple[str, bool]]:
@@ -164,6 +186,8 @@ def main(argv: list[str] | None = None) -> dict:
                     help="comma-separated seeds, pooled into one table (per-class candidates per seed): e.g. 1,2,3")
     ap.add_argument("--scores", choices=("binary", "heavy"), default="binary")
     ap.add_argument("--policies", default="paired,sequential,tally,tally-k1,gepa")
+    ap.add_argument("--why", action="store_true",
+                    help="also print why each policy rejected the helpful candidates, by true effect")
     args = ap.parse_args(argv)
     policies = args.policies.split(",")
     tasks = [TaskSpec(f"t{i:02d}") for i in range(args.tasks)]
@@ -177,11 +201,13 @@ def main(argv: list[str] | None = None) -> dict:
     stats = {p: {c: [0, 0, 0] for c in CLASSES} for p in policies}  # accepted, count, episodes
     most = {p: 0 for p in policies}
     bins = {p: {b: [0, 0] for b in BINS} for p in policies}  # helpful candidates: accepted, count by true effect
+    whys = {p: {b: {w: 0 for w in WHY} for b in BINS} for p in policies}  # helpful candidates' rejects by kind
+    first_look = round(args.tasks / GateSettings().looks_per_pass)
     t0 = time.perf_counter()
     for n, cand in enumerate(cands):
         eps = Episodes(cand, args.rho, seed=luck[n], scores=args.scores)
         for p in policies:
-            acc, spent = run_policy(p, eps, tasks, args.repeats, seed=n % (len(CLASSES) * args.per_class))
+            acc, spent, reason = run_policy(p, eps, tasks, args.repeats, seed=n % (len(CLASSES) * args.per_class))
             s = stats[p][cand.cls]
             s[0] += acc
             s[1] += 1
@@ -191,6 +217,8 @@ def main(argv: list[str] | None = None) -> dict:
                 b = bins[p][effect_bin(cand.effect(args.scores))]
                 b[0] += acc
                 b[1] += 1
+                if not acc:
+                    whys[p][effect_bin(cand.effect(args.scores))][why_rejected(reason, first_look)] += 1
     elapsed = time.perf_counter() - t0
     print(f"gate_sim: {len(cands)} candidates ({args.per_class} per class per seed), {args.tasks} tasks, "
           f"k={args.repeats}, rho={args.rho}, seed{'s' if len(seeds) > 1 else ''}={','.join(map(str, seeds))}, scores={args.scores}; full paired tally {full} episodes; {elapsed:.1f}s")
@@ -234,6 +262,15 @@ def main(argv: list[str] | None = None) -> dict:
         print(f"{p:10} " + " ".join(f"{stats[p][c][2] / max(1, stats[p][c][1]):8.1f}" for c in CLASSES))
         result[p]["episodes_by_class"] = {c: stats[p][c][2] / max(1, stats[p][c][1]) for c in CLASSES}
     print()
+    if args.why:
+        print("false rejects of the helpful candidates by kind (share of the bin's candidates):")
+        for p in policies:
+            result[p]["why_rejected"] = whys[p]
+            for b in BINS:
+                n = bins[p][b][1]
+                kinds = ", ".join(f"{w} {c / n:.1%}" for w, c in whys[p][b].items() if c) if n else "-"
+                print(f"{p:10} {b:>9}: {kinds or 'none'}")
+        print()
     for p in policies:
         if p in ("paired", "sequential"):
             verdicts = targets(result[p])

@@ -13,18 +13,36 @@ import sys
 from pathlib import Path
 
 
-def main() -> int:
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+def read_rows(path: str) -> list[dict]:
+    """The rows reef exported, checked the way the step uses them (one clear line instead of a CUDA-side error)."""
+    rows = [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+    if not rows:
+        raise SystemExit(f"one_step: {path} holds no rows")
+    for i, row in enumerate(rows):
+        n, tokens, mask = int(row["response_length"]), row["tokens"], row["loss_mask"]
+        if not 0 < n < len(tokens) or len(mask) != n or not isinstance(row["reward"], (int, float)):
+            raise SystemExit(f"one_step: row {i} of {path}: response_length {n}, {len(tokens)} token(s), "
+                             f"{len(mask)} loss-mask value(s), reward {row['reward']!r} do not fit together")
+    return rows
 
+
+def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(allow_abbrev=False)
     p.add_argument("--hf-checkpoint", required=True)
     p.add_argument("--prompt-data", required=True)
     p.add_argument("--update-weight-disk-dir", required=True)
     p.add_argument("--lr", type=float, default=2e-4)
-    args, ignored = p.parse_known_args()
+    p.add_argument("--dry-run", action="store_true", help="parse the flags and check the rows; no torch, no checkpoint")
+    args, ignored = p.parse_known_args(argv)
     print(f"one_step: slime flags passed through: {' '.join(ignored)}", flush=True)
-    rows = [json.loads(line) for line in Path(args.prompt_data).read_text().splitlines() if line.strip()]
+    rows = read_rows(args.prompt_data)
+    if args.dry_run:
+        print(f"one_step: dry run: {len(rows)} row(s) from {args.prompt_data}, checkpoint {args.hf_checkpoint}, "
+              f"output {Path(args.update_weight_disk_dir) / 'weight_v000001'}", flush=True)
+        return 0
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
     model = AutoModelForCausalLM.from_pretrained(args.hf_checkpoint, torch_dtype=torch.float32).cuda()
     model.train()
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr)

@@ -269,6 +269,25 @@ def test_gate_sim_small_run_compares_the_policies(capsys):
     assert sim.heavy_mean(0.5) == pytest.approx(0.5) and 0 < sim.heavy_mean(0.9) < 1
 
 
+def test_gate_sim_why_counts_every_false_reject_once_by_its_kind():
+    """`--why` splits the helpful candidates' false rejects by the gate's reason: every reject lands in one kind."""
+    sim = _gate_sim()
+    r = sim.main(["--per-class", "8", "--policies", "paired,sequential", "--why"])
+    for p in ("paired", "sequential"):
+        rejects = sum(sum(kinds.values()) for kinds in r[p]["why_rejected"].values())
+        assert rejects == round(r[p]["false_reject"] * 8)
+    assert sim.why_rejected("not better: after 4 of 36 pairs the mean paired improvement is -0.250 (z -1.00 <= "
+                            "-0.5); stopped early", 4) == "futility, first look"
+    assert sim.why_rejected("not better: after 16 of 36 pairs ... stopped early", 4) == "futility, later look"
+    assert sim.why_rejected("screen: the candidate is behind on the 4 screen task(s) (-1 episodes); the rest of the "
+                            "canary set was not run", 4) == "futility, first look"
+    assert sim.why_rejected("not better: after pass 2 of 3 over all 12 tasks the candidate leads by +1 episodes "
+                            "(needs 3); stopped early", 4) == "futility, later look"
+    assert sim.why_rejected("task 't03' regressed: mean paired difference -0.60 over 5 pairs, past the tolerance "
+                            "0.4, with drop evidence 12 >= 10 (error budget 0.1)", 4) == "drop veto"
+    assert sim.why_rejected("task 't03' regressed by 0.67 (tolerance 0.4)", 4) == "tolerance block"
+
+
 def test_gate_sim_pools_seeds_as_the_single_seed_runs_would_draw_them():
     sim = _gate_sim()
     one = sim.main(["--per-class", "4", "--policies", "sequential", "--seed", "2"])["sequential"]

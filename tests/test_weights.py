@@ -408,7 +408,7 @@ def test_weight_gate_rolls_back_a_losing_candidate(reef, project, engine, tmp_pa
     score_file.write_text("0.5")
     monkeypatch.setenv("FAKE_TRAINER_BIAS", "999")
     third = train(reef, project, *swap_args(engine), *gate, "--json")
-    assert third.code == 1, third.err
+    assert third.code == 4 and "reef: error: weight gate: the new weights" in third.err and "0.5 < 0.9; rolled back" in third.err
     out = json.loads(third.out)
     assert out["rolled_back"] and out["gate"] == {**out["gate"], "passed": False, "score": 0.5, "baseline": 0.9}
     assert engine.model_path == kept["checkpoint"] and engine.weight_version == out["runtime_load_id"]
@@ -532,3 +532,49 @@ def test_openclawrl_last_turn_waits_for_its_next_state_across_runs(reef, project
     inference(led, engine, prompt="write the parser", session="s")  # the user asked again: the first answer failed
     dry = json.loads(train(reef, project, "--dry-run", "--json", recipe=None).out)["selection"]
     assert [(s["record_id"], s["reward"]) for s in dry["samples"]] == [(first.record_id, 0.0)]
+
+
+def test_trainer_and_eval_paths_are_relative_to_where_the_user_is(reef, project, engine):
+    """`reef -C sub train --trainer 'python my_train.py'` (or typing it in sub/) finds sub/my_train.py, as a shell would;
+    before, the trainer ran at the project root and its relative path was not found."""
+    import shutil
+
+    sub = project / "tools"
+    sub.mkdir()
+    shutil.copy(FAKES / "slime_train.py", sub / "my_train.py")
+    (sub / "score.py").write_text("print(1)\n")
+    _prime(ledger_of(project), engine)
+    r = reef("-C", str(sub), "-s", SCEN, "train", "--recipe", "sao", "--engine", engine.url,
+             "--trainer", f"{sys.executable} my_train.py", "--eval", f"{sys.executable} score.py", "--json")
+    assert r.code == 0, r.err
+    out = json.loads(r.out)
+    assert out["gate"]["score"] == 1.0 and engine.weight_version == out["runtime_load_id"]
+
+
+def test_a_long_trainer_line_keeps_its_end(tmp_path):
+    from reef_cli.weights.trainer import _last_line
+
+    log = tmp_path / "trainer.log"
+    log.write_text("starting\n" + "python: can't open file '" + "/very/long/path" * 20 + "': [Errno 2] No such file or directory\n")
+    line = _last_line(log)
+    assert len(line) <= 160 and line.startswith("python: can't open file '/very") and " … " in line
+    assert line.endswith("[Errno 2] No such file or directory")
+
+
+def test_a_weight_gate_that_cannot_run_rolls_back_or_says_the_weights_stay(reef, project, engine):
+    led = ledger_of(project)
+    broken = ("--eval", f"{sys.executable} -c 'import sys; sys.exit(3)'")
+    _prime(led, engine)
+    first = train(reef, project, *swap_args(engine), *broken)  # no earlier weights (no --init): nothing to reload
+    head = _head(reef, project)
+    assert first.code == 1 and first.err == (
+        f"reef: error: weight gate: could not run: --eval \"{sys.executable} -c 'import sys; sys.exit(3)'\" exited 3 "
+        f"without a score; there are no earlier weights to reload, so the new ones (release {head['release_id']}) "
+        "stay published\n")
+    assert [f["stage"] for f in _failures(led)] == ["gate"]
+    _prime(led, engine)
+    second = train(reef, project, *swap_args(engine), *broken, recipe=None)
+    now = _head(reef, project)
+    assert second.code == 4 and now["operation"] == "rollback" and now["meta"]["rollback_target_release_id"] == head["release_id"]
+    assert "could not be judged (could not run: --eval" in second.err and "rolled back — release" in second.err
+    assert engine.weight_version == now["runtime_load_id"] and engine.model_path == head["meta"]["checkpoint"]

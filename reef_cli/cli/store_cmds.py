@@ -50,12 +50,20 @@ def status(ctx: typer.Context, as_json: bool = JSON) -> None:
     info = store.info()
     weights = store.head()
     if weights is not None and weights.runtime_load_id:  # a weights scenario: its working tree is not its content
+        from ..weights.train import weights_status
+
+        lock, gate = weights_status(store, env.environ)
         if as_json:
             emit_json({"project": str(store.project.root), "scenario": store.scenario, "recipe": info.recipe,
-                       "head": weights.to_json(), "ledger_path": str(store.ledger_path), "weights": True})
+                       "head": weights.to_json(), "ledger_path": str(store.ledger_path), "weights": True,
+                       "lock": lock, "weight_gate": gate})
         else:
             print(f"scenario {store.scenario} (recipe {info.recipe}) holds weight releases: step {weights.step} "
                   f"{weights.release_id} [{weights.operation}], runtime load id {weights.runtime_load_id}")
+            if lock is not None:
+                print(f"weight updates LOCKED since {lock.get('at')} ({lock.get('reason')}); check the engine, "
+                      "then run 'reef train --unlock'")
+            print(f"weight gate: {gate}")
         return
     head, changes = store.status()
     if as_json:

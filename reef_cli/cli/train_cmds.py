@@ -36,7 +36,9 @@ def train(
     recipe: Optional[str] = typer.Option(None, "--recipe", help="Recipe to train with (a new scenario is bound to it; default: the scenario's)."),
     engine: Optional[str] = typer.Option(None, "--engine", help="URL of the serving SGLang engine to hot-swap (env REEF_ENGINE_URL)."),
     trainer: Optional[str] = typer.Option(None, "--trainer", help="Trainer command, split like a shell; slime's flags are appended (default: slime's train.py in REEF_SLIME_DIR)."),
-    eval_cmd: Optional[str] = typer.Option(None, "--eval", help="Weight gate: a command scoring the new weights (last stdout line a number or {\"score\": N}); they roll back if they lose to the previous release's verdict (env REEF_WEIGHT_EVAL)."),
+    eval_cmd: Optional[str] = typer.Option(None, "--eval", help="Weight gate by a command instead of canary tasks: it scores the new weights (last stdout line a number or {\"score\": N}); they roll back if they score below the previous release's verdict (env REEF_WEIGHT_EVAL)."),
+    canary_scenario: Optional[str] = typer.Option(None, "--canary-scenario", help="Harness scenario whose published canary tasks and agent judge the new weights through reef serve (default: the project's default scenario, when it has canary tasks; env REEF_CANARY_SCENARIO)."),
+    no_gate: bool = typer.Option(False, "--no-gate", help="Publish the new weights without the weight gate, even when there are canary tasks (env REEF_WEIGHT_GATE=off)."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print what would be trained on and stop."),
     init: bool = typer.Option(False, "--init", help="Start a weights scenario: bind it to --recipe and publish the engine's current (base) weights as step 1, so 'reef serve --upstream-api sglang' can record for it."),
     timeout: Optional[float] = typer.Option(None, "--timeout", help="Stop the trainer after S seconds (default: the recipe's)."),
@@ -97,7 +99,8 @@ def train(
         if not res.ok:
             raise typer.Exit(1)
         return
-    opts = TrainOptions(engine_url=engine, trainer=trainer, dry_run=dry_run, timeout_s=timeout, eval_cmd=eval_cmd)
+    opts = TrainOptions(engine_url=engine, trainer=trainer, dry_run=dry_run, timeout_s=timeout, eval_cmd=eval_cmd,
+                        canary_scenario=canary_scenario, gate=not no_gate, cwd=env.cwd)
     with _Progress(enabled=not as_json and sys.stderr.isatty()) as progress:
         result = run_train(store, bound, opts, environ=env.environ, progress=progress)
     if as_json:
@@ -105,8 +108,20 @@ def train(
         emit_json(out)
     else:
         _print(result)
-    if result.rollback is not None:
-        raise typer.Exit(1)
+    g, rb, new = result.gate, result.rollback, result.release
+    if g is not None and not g["passed"] and rb is None:
+        from ..errors import ReefError
+
+        raise ReefError(f"weight gate: {g['reason']}; there are no earlier weights to reload, so the new ones "
+                        f"(release {new.release_id}) stay published")
+    if rb is not None:
+        from ..errors import PolicyError
+
+        target = rb.meta["rollback_target_release_id"]
+        why = (f"could not be judged ({g['reason']})" if g["score"] is None
+               else f"lost to release {g.get('baseline_release_id') or target}: {g['reason']}")
+        raise PolicyError(f"weight gate: the new weights (release {new.release_id}) {why}; rolled back — release "
+                          f"{rb.release_id} reloads {target} as runtime load id {rb.runtime_load_id}")
 
 
 def _print(result) -> None:
@@ -114,6 +129,7 @@ def _print(result) -> None:
     if result.dry_run:
         print(f"would train recipe {result.recipe} on {len(sel.samples)} record(s) (seq {sel.from_seq + 1}.."
               f"{sel.through_seq}); {len(sel.pending)} waiting for a reward")
+        print(f"  weight gate: {result.gate_plan or 'none (every successful step publishes)'}")
         for reason, n in sorted(sel.skipped.items()):
             print(f"  skipped {n}: {reason}")
         for s in sel.samples:
@@ -121,19 +137,17 @@ def _print(result) -> None:
                   + (f"  group {s.group}" if s.group else ""))
         return
     rel = result.release
-    print(f"Published weight release {rel.release_id} (step {rel.step}), runtime load id {result.runtime_load_id}")
+    print(f"Published weight release {rel.release_id} (step {rel.step}), runtime load id {rel.runtime_load_id}")
     print(f"  checkpoint {result.checkpoint}")
     print(f"  trained on {len(sel.samples)} record(s) through seq {sel.through_seq}; log {result.trainer['log']}")
     for w in result.warnings:
         note(f"warning: {w}")
     if result.gate is not None:
         g = result.gate
+        for t in g.get("per_task") or ():
+            print(f"  canary {t['task_id']}: {t['current']:g} -> {t['candidate']:g} ({t['status']})")
         if g["passed"]:
-            print(f"  weight gate: {g['score']:g}" + (f" >= {g['baseline']:g}" if g["baseline"] is not None else " (first verdict)"))
-        else:
-            rb = result.rollback
-            note(f"weight gate: {g['score']:g} < {g['baseline']:g}; rolled back to the previous checkpoint as release "
-                 f"{rb.release_id} (runtime load id {rb.runtime_load_id})")
+            print(f"  weight gate: kept — {g['reason']}")
 
 
 class _Progress:
@@ -161,7 +175,9 @@ class _Progress:
         elif kind == "swap":
             self._status.update(f"reef train: hot-swapping weight version {event['weight_version']}")
         elif kind == "gate":
-            self._status.update("reef train: evaluating the new weights")
+            what = (f"running {event['episodes']} canary episode(s) on weight version {event['weight_version']}"
+                    if "episodes" in event else "evaluating the new weights")
+            self._status.update(f"reef train: {what}")
 
     def __exit__(self, *exc):
         if self._status is not None:

@@ -19,6 +19,9 @@ The record shape consumed (written by `reef serve` in front of an SGLang upstrea
 
 Rewards link to a record by id: a `report` record (`payload.score`, `payload.receipts` = [record ids]) or a `check`
 record (a verifier's verdict: `payload.receipts`, and `payload.score` or `payload.passed`).
+
+Canary traffic is never trained on: records of the weight gate's session (`reef-weight-gate-...`) and those a
+`weight_canary` record lists as `held_out` are skipped, so the tasks that judge the weights stay held out.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from pathlib import Path
 from typing import Iterable
 
 from ..errors import InvalidInput
+from .gate import CANARY_RECORD, GATE_SESSION_PREFIX
 
 EXPORT_FORMAT = "reef-slime-rollouts/1"
 PENDING_LIMIT = 10_000  # unrewarded records carried to the next run, newest kept
@@ -159,6 +163,7 @@ def select(ledger, recipe, *, from_seq: int = 0, carried: Iterable[str] = ()) ->
     order: list[str] = []
     rewards: dict[str, dict[str, tuple[float, str]]] = {}  # record id -> source -> (reward, from record id)
     sessions: dict[str, list[str]] = {}
+    held_out: set[str] = set()
     through = from_seq
     carried = set(carried)
 
@@ -170,6 +175,8 @@ def select(ledger, recipe, *, from_seq: int = 0, carried: Iterable[str] = ()) ->
         if rec.kind == kind:
             candidates[rec.record_id] = (rec.seq, payload)
             order.append(rec.record_id)
+        elif rec.kind == CANARY_RECORD:
+            held_out.update(x for x in payload.get("held_out") or () if isinstance(x, str))
         elif rec.kind in ("report", "check") and rec.kind in sources:
             score = _score_of(rec.kind, payload)
             receipts = payload.get("receipts") or ([payload["receipt"]] if isinstance(payload.get("receipt"), str) else [])
@@ -187,6 +194,12 @@ def select(ledger, recipe, *, from_seq: int = 0, carried: Iterable[str] = ()) ->
         if old.kind == kind:
             candidates[rid] = (old.seq, old.payload)
             order.insert(0, rid)
+
+    for rid in [r for r in candidates if r in held_out or str(candidates[r][1].get("session") or "")
+                .startswith(GATE_SESSION_PREFIX)]:
+        del candidates[rid]
+        skipped["weight-gate canary traffic (held out)"] = skipped.get("weight-gate canary traffic (held out)", 0) + 1
+    order = [r for r in order if r in candidates]
 
     if "next_state" in sources:  # sessions span runs: a carried turn is judged by the next one recorded since
         for rid in sorted(candidates, key=lambda r: candidates[r][0]):

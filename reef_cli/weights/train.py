@@ -4,13 +4,14 @@ Order, and what each failure leaves:
 1. refuse while a failed transfer has locked the scenario (the engine's weights are unknown);
 2. select qualifying records after the last weight release's high-water mark (`--dry-run` stops here);
 3. check the engine is up (down: nothing ran, nothing is locked);
-4. export slime rollout data into `.reef/scenarios/<s>/train/<run>/`, launch the trainer (a crash, timeout or a
+4. with canary tasks and no comparable stored verdict for the previous weights, measure them (weights/gate.py);
+   export slime rollout data into `.reef/scenarios/<s>/train/<run>/`, launch the trainer (a crash, timeout or a
    missing checkpoint: the engine was never touched, the head is unchanged);
 5. hot-swap the checkpoint into SGLang under a new weight version and read it back (any failure here locks);
 6. publish a weight release (operation `train`, runtime_load_id = the weight version, content = the checkpoint
    manifest), the commit point; the high-water mark moves with it;
-7. with an evaluation command, gate the new weights against the previous release's stored verdict and roll back
-   (reload the previous checkpoint, publish a `rollback` release) when they lose.
+7. with canary tasks (or `--eval CMD`), gate the new weights against the previous release's stored verdict and roll
+   back (reload the previous checkpoint, publish a `rollback` release) when they lose (weights/gate.py).
 Every failure is one ledger record (`train_failed`) and one error line; the head never moves on a failure.
 """
 
@@ -20,8 +21,6 @@ import contextlib
 import hashlib
 import json
 import os
-import shlex
-import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -45,6 +44,9 @@ class TrainOptions:
     dry_run: bool = False
     timeout_s: float | None = None
     eval_cmd: str | None = None
+    canary_scenario: str | None = None
+    gate: bool = True  # False: --no-gate, publish every successful step
+    cwd: Path | None = None  # where the trainer and --eval run (the user's directory: relative paths as typed)
     slime_dir: str | None = None
     ray_address: str | None = None
     flush_retries: int = 60
@@ -63,13 +65,15 @@ class TrainResult:
     swap: dict | None = None
     trainer: dict | None = None
     gate: dict | None = None
+    gate_plan: str | None = None
     rollback: object | None = None
     dry_run: bool = False
     warnings: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict:
         out = {"recipe": self.recipe, "dry_run": self.dry_run, "selection": self.selection.to_json(),
-               "run_id": self.run_id, "run_dir": str(self.run_dir) if self.run_dir else None}
+               "run_id": self.run_id, "run_dir": str(self.run_dir) if self.run_dir else None,
+               "gate_plan": self.gate_plan, "warnings": self.warnings}
         if not self.dry_run:
             out.update({"release_id": self.release.release_id if self.release else None,
                         "runtime_load_id": self.runtime_load_id, "checkpoint": self.checkpoint,
@@ -206,6 +210,22 @@ def unlock(store) -> dict | None:
     return info
 
 
+def weights_status(store, environ: dict) -> tuple[dict | None, str]:
+    """What `reef status` adds for a weights scenario: the lock a failed transfer left, and how the next step's
+    weights will be judged (a gate that cannot run says why, as `reef train` would before training)."""
+    from . import gate as wgate
+
+    try:
+        plan = wgate.plan(store.project, store.scenario, eval_cmd=None, canary_scenario=None, enabled=True,
+                          environ=environ)
+    except ReefError as exc:
+        described = f"cannot run: {exc}"
+    else:
+        described = (plan.suite.describe() if plan and plan.suite else f"--eval {plan.command}" if plan
+                     else "none (every successful step publishes)")
+    return read_lock(store), described
+
+
 def weight_head(store):
     """The newest weight release (train or rollback) and the high-water mark it carries."""
     for rel in reversed(store.releases()):
@@ -271,6 +291,12 @@ def _train(store, recipe, opts: TrainOptions, environ: dict | None,
     selection = select(store.ledger(), recipe, from_seq=int(marks.get("through_seq", 0)),
                        carried=marks.get("pending_ids", ()))
     result = TrainResult(recipe.name, selection, dry_run=opts.dry_run)
+    from . import gate as wgate
+
+    gate_plan = wgate.plan(store.project, store.scenario, eval_cmd=opts.eval_cmd, canary_scenario=opts.canary_scenario,
+                           enabled=opts.gate, environ=environ)
+    result.gate_plan = (None if gate_plan is None else gate_plan.suite.describe() if gate_plan.suite
+                        else f"--eval {gate_plan.command}")
     if opts.dry_run:
         return result
     if not selection.samples:
@@ -308,6 +334,9 @@ def _train(store, recipe, opts: TrainOptions, environ: dict | None,
     run_dir = store.dir / "train" / run_id
     run_dir.mkdir(parents=True, exist_ok=True)
     result.run_dir = run_dir
+    # measured before the trainer runs: a gate that cannot judge (say, an agent that never calls the model) stops
+    # the step before any GPU time is spent, and the engine serves exactly the previous weights now
+    baseline = _baseline(store, prev, gate_plan, url, run_dir, run_id, environ, emit, result, failed)
     from .records import export
     from .trainer import TrainerFailed, build_argv, launch, slime_flags
 
@@ -326,7 +355,7 @@ def _train(store, recipe, opts: TrainOptions, environ: dict | None,
                                                   "engine": url, "from_seq": selection.from_seq,
                                                   "through_seq": selection.through_seq}, indent=2) + "\n")
     try:
-        trained = launch(argv, cwd=store.project.root, env=child_env, log_path=run_dir / "trainer.log",
+        trained = launch(argv, cwd=opts.cwd or store.project.root, env=child_env, log_path=run_dir / "trainer.log",
                          hf_dir=run_dir / "hf", timeout_s=timeout,
                          on_tick=lambda s, line: emit({"event": "trainer", "elapsed_s": s, "line": line}))
     except TrainerFailed as exc:
@@ -364,10 +393,81 @@ def _train(store, recipe, opts: TrainOptions, environ: dict | None,
                             "checkpoint": str(trained.checkpoint), "records": len(selection.samples),
                             "through_seq": selection.through_seq}, release_id=release.release_id,
                   content_id=release.content_id)
-    eval_cmd = opts.eval_cmd or environ.get("REEF_WEIGHT_EVAL")
-    if eval_cmd:
-        _gate(store, engine, result, prev, eval_cmd, url, environ, failed, emit)
+    if gate_plan is not None:
+        _gate(store, engine, result, prev, baseline, gate_plan, url, environ, failed, emit, opts)
     return result
+
+
+def _baseline(store, prev, gate_plan, url: str, run_dir: Path, run_id: str, environ: dict, emit, result,
+              failed) -> dict | None:
+    """The previous weights' verdict the candidate must not lose to. With canary tasks and none stored that can be
+    compared, the previous weights are measured now, before training and the swap, while the engine serves them (a
+    failure here leaves the engine and the head as they were, and no trainer has run)."""
+    from . import gate as wgate
+
+    if gate_plan is None or prev is None:
+        return None
+    stored = wgate.stored_verdict(store, prev)
+    if gate_plan.kind == "eval":
+        return stored or prev.meta.get("gate")
+    if wgate.comparable(gate_plan.suite, stored):
+        return stored
+    try:
+        verdict = wgate.measure(store, gate_plan.suite, engine_url=url, release=prev, run_dir=run_dir, run_id=run_id,
+                                environ=environ, emit=emit, warnings=result.warnings)
+    except ReefError as exc:
+        failed("gate", exc)
+        raise type(exc)(f"weight gate: measuring the previous weights (release {prev.release_id}) failed: {exc}; "
+                        "nothing was swapped") from None
+    wgate.store_verdict(store, prev, verdict)
+    return verdict
+
+
+def _gate(store, engine, result: TrainResult, prev, baseline, gate_plan, url: str, environ: dict, failed,
+          emit, opts: TrainOptions) -> None:
+    """Judge the new weights (now the head and served) and keep them, or reload the previous checkpoint and
+    publish that as a `rollback` release when they lose or cannot be judged."""
+    from . import gate as wgate
+
+    release = result.release
+    try:
+        if gate_plan.kind == "eval":
+            emit({"event": "gate", "command": gate_plan.command})
+            score = wgate.run_eval(gate_plan.command, url, result.runtime_load_id, environ, cwd=opts.cwd)
+            verdict = wgate.judge_score(score, baseline, gate_plan.command)
+            keep = {"kind": "eval", "score": score, "command": gate_plan.command, "release_id": release.release_id}
+        else:
+            measured = wgate.measure(store, gate_plan.suite, engine_url=url, release=release, run_dir=result.run_dir,
+                                     run_id=result.run_id, environ=environ, emit=emit, warnings=result.warnings)
+            verdict = wgate.judge(gate_plan.suite, measured, baseline)
+            keep = measured
+    except ReefError as exc:
+        failed("gate", exc)
+        verdict = {"kind": gate_plan.kind, "decision": wgate.ROLLBACK, "passed": False, "score": None,
+                   "baseline": (baseline or {}).get("score"), "reason": f"could not run: {exc}"}
+        keep = None
+    result.gate = verdict
+    store.ledger().append("weight_gate", {"run_id": result.run_id, **verdict}, release_id=release.release_id,
+                          content_id=release.content_id)
+    if verdict["passed"]:
+        wgate.store_verdict(store, release, keep)
+        return
+    if prev is None or not prev.meta.get("checkpoint"):
+        return  # nothing earlier to serve: the new weights stay, and the CLI says so
+    result.rollback = _restore(store, engine, prev, run_id=result.run_id, failed=failed,
+                               evidence=(release.release_id,),
+                               reason=f"weight gate: {verdict['reason']}; reload step {prev.step} ({prev.release_id})",
+                               meta={"gate": _brief(baseline), "rejected_gate": _brief(verdict)})
+    if baseline is not None:
+        wgate.store_verdict(store, result.rollback, baseline)
+    result.runtime_load_id = result.rollback.runtime_load_id
+
+
+def _brief(verdict: dict | None) -> dict | None:
+    """A verdict as a release carries it: without the per-episode scores (those stay in verdicts.json)."""
+    if verdict is None:
+        return None
+    return {k: v for k, v in verdict.items() if k not in ("episodes", "errors")}
 
 
 def _recorder(store, run_id: str, recipe: str, url: str):
@@ -442,9 +542,15 @@ def rollback_weights(store, ref: str, engine_url: str | None, *, environ: dict |
     run_id = new_id("trn")
     failed = _recorder(store, run_id, store.info().recipe, url)
     engine = Engine(url)
+    from .gate import store_verdict, stored_verdict
+
     with _training_lock(store):
-        return _restore(store, engine, target, run_id=run_id, failed=failed, evidence=(target.release_id,),
-                        reason=f"rollback to step {target.step} ({target.release_id})", meta={})
+        rel = _restore(store, engine, target, run_id=run_id, failed=failed, evidence=(target.release_id,),
+                       reason=f"rollback to step {target.step} ({target.release_id})", meta={})
+        verdict = stored_verdict(store, target)
+        if verdict is not None:  # the same weights: the next weight gate compares with their verdict, not re-measures
+            store_verdict(store, rel, verdict)
+        return rel
 
 
 def _publish(store, manifest: dict, head, version: str, meta: dict, operation: str, reason: str, evidence,
@@ -461,78 +567,3 @@ def _publish(store, manifest: dict, head, version: str, meta: dict, operation: s
         raise type(exc)(f"{exc}; the engine already serves weight version {version}, which no release records — "
                         "weight updates are locked until 'reef train --unlock'") from None
     return res.release
-
-
-def _gate(store, engine, result: TrainResult, prev, eval_cmd: str, url: str, environ: dict, failed, emit) -> None:
-    """Score the new weights with the evaluation command and keep them only if they do not lose to the previous
-    release's stored verdict; otherwise reload the previous checkpoint and publish that as a rollback."""
-    emit({"event": "gate", "command": eval_cmd})
-    score = run_eval(eval_cmd, url, result.runtime_load_id, environ)
-    stored = (stored_verdict(store, prev) or prev.meta.get("gate") or {}) if prev else {}
-    baseline = stored.get("score")
-    verdict = {"score": score, "baseline": baseline, "baseline_release_id": prev.release_id if prev else None,
-               "command": eval_cmd}
-    verdict["passed"] = baseline is None or score >= baseline
-    result.gate = verdict
-    release = result.release
-    store.ledger().append("weight_gate", {"run_id": result.run_id, **verdict}, release_id=release.release_id,
-                          content_id=release.content_id)
-    if verdict["passed"]:
-        _amend_gate(store, release, verdict)
-        return
-    if prev is None or not prev.meta.get("checkpoint"):
-        result.warnings.append("the candidate lost the gate but there is no previous checkpoint to reload")
-        return
-    result.rollback = _restore(store, engine, prev, run_id=result.run_id, failed=failed, evidence=(release.release_id,),
-                               reason=f"weight gate: {score:g} < {baseline:g}; reload step {prev.step} ({prev.release_id})",
-                               meta={"gate": stored, "rejected_gate": verdict})
-    _amend_gate(store, result.rollback, stored)
-    result.runtime_load_id = result.rollback.runtime_load_id
-
-
-def _amend_gate(store, release, verdict: dict) -> None:
-    """The verdict of a kept release, stored beside the chain (releases are immutable): the next gate's baseline."""
-    from ..durable import write_atomic
-
-    path = store.dir / "train" / "verdicts.json"
-    try:
-        data = json.loads(path.read_text())
-    except (FileNotFoundError, ValueError):
-        data = {}
-    data[release.release_id] = verdict
-    write_atomic(path, canonical(data) + b"\n")
-
-
-def stored_verdict(store, release) -> dict | None:
-    try:
-        return json.loads((store.dir / "train" / "verdicts.json").read_text()).get(release.release_id)
-    except (FileNotFoundError, ValueError):
-        return None
-
-
-def run_eval(cmd: str, url: str, version: str, environ: dict, timeout_s: float = 3600) -> float:
-    """Run the evaluation command against the engine; its last stdout line is a number or {"score": number}."""
-    try:
-        argv = shlex.split(cmd)
-    except ValueError as exc:
-        raise InvalidInput(f"--eval {cmd!r}: cannot split it like a shell ({exc})") from None
-    env = {**environ, "REEF_ENGINE_URL": url, "REEF_WEIGHT_VERSION": version}
-    try:
-        done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout_s)
-    except FileNotFoundError:
-        raise InvalidInput(f"--eval: command not found: {argv[0]}") from None
-    except subprocess.TimeoutExpired:
-        raise ReefError(f"--eval {cmd!r} timed out after {timeout_s:g} s") from None
-    lines = [ln for ln in done.stdout.splitlines() if ln.strip()]
-    if done.returncode != 0 or not lines:
-        raise ReefError(f"--eval {cmd!r} exited {done.returncode} without a score")
-    last = lines[-1].strip()
-    try:
-        value = json.loads(last)
-    except ValueError:
-        raise ReefError(f"--eval {cmd!r}: last line {last[:80]!r} is not a number or {{\"score\": N}}") from None
-    if isinstance(value, dict):
-        value = value.get("score")
-    if not isinstance(value, (int, float)) or isinstance(value, bool):
-        raise ReefError(f"--eval {cmd!r}: last line {last[:80]!r} is not a number or {{\"score\": N}}")
-    return float(value)

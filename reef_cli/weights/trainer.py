@@ -182,4 +182,7 @@ def _last_line(path: Path, limit: int = 160) -> str:
     except FileNotFoundError:
         return ""
     line = " ".join(lines[-1].split()) if lines else ""
-    return line[:limit]
+    if len(line) <= limit:
+        return line
+    half = (limit - 3) // 2  # an error's end says what went wrong ("... No such file or directory"): keep both ends
+    return f"{line[:half]} … {line[-half:]}"

@@ -3,7 +3,8 @@
 What a loaded "checkpoint" is: a directory with config.json (as an HF checkpoint has) and, optionally, a
 `fake_weights.json` whose `bias` shifts the token ids it generates, so a test can see that new weights answer.
 Faults are switches on the instance: `busy_flushes` (that many 400s from /flush_cache first), `refuse_update`,
-`wrong_version` (commit a different version than asked), `down` (close the listener).
+`wrong_version` (commit a different version than asked), `refuse_after_loads` (refuse every update once that many
+loads succeeded), `down` (close the listener).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ class FakeSGLang:
         self.paused = False
         self.busy_flushes = busy_flushes
         self.refuse_update = False
+        self.refuse_after_loads: int | None = None
         self.wrong_version = False
         self.calls: list[str] = []
         self.answer_versions: list[str] = []  # chat answers claim these versions first (a swap behind reef's back)
@@ -51,8 +53,9 @@ class FakeSGLang:
 
     def load(self, body: dict) -> tuple[int, dict]:
         path = Path(str(body.get("model_path", "")))
-        if self.refuse_update or not (path / "config.json").is_file():
-            why = "refused by test" if self.refuse_update else f"no config.json in {path}"
+        refuse = self.refuse_update or (self.refuse_after_loads is not None and len(self.loads) >= self.refuse_after_loads)
+        if refuse or not (path / "config.json").is_file():
+            why = "refused by test" if refuse else f"no config.json in {path}"
             return 400, {"success": False, "message": f"Failed to update weights: {why}.", "num_paused_requests": 0}
         weights = path / "fake_weights.json"
         self.bias = json.loads(weights.read_text()).get("bias", 0) if weights.is_file() else 0
