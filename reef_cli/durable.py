@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 from pathlib import Path
 
 
@@ -32,17 +33,31 @@ def make_dirs(path: Path, mode: int = STATE_DIR_MODE) -> None:
         pass
 
 
+_umask_lock = threading.Lock()
+_umask_holders = 0  # threads inside private_umask; the first narrows the umask, the last puts the user's back
+_umask_saved = 0
+
+
 @contextlib.contextmanager
 def private_umask():
     """Narrow the umask to the owner's bits for code that creates files whose modes reef cannot pass (libgit2 gives
     objects, refs and config the umask's modes). The umask is the process's: another thread creating a file
-    meanwhile gets owner-only modes too, which errs the safe way."""
-    old = os.umask(0o077)
-    os.umask(old | 0o077)
+    meanwhile gets owner-only modes too, which errs the safe way. Overlapping users (reef serve's ledger threads, the
+    gate's parallel episodes) share one narrowing: the umask goes back to the user's only when the last one leaves,
+    so neither a thread still writing gets the wide umask back early nor is the narrowed one left behind."""
+    global _umask_holders, _umask_saved
+    with _umask_lock:
+        if _umask_holders == 0:
+            _umask_saved = os.umask(0o077)
+            os.umask(_umask_saved | 0o077)
+        _umask_holders += 1
     try:
         yield
     finally:
-        os.umask(old)
+        with _umask_lock:
+            _umask_holders -= 1
+            if _umask_holders == 0:
+                os.umask(_umask_saved)
 
 
 def write_atomic(path: Path, data: bytes, mode: int = 0o644) -> None:

@@ -143,7 +143,7 @@ def lessons_of(content: Any, source: str) -> list:
         raise LLMError(f"{source}: the model's message is not text")
     try:
         obj = json.loads(_strip_fence(content))
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested deeper than the decoder goes
         raise LLMError(f"{source}: the model's message is not a JSON object ({content[:80]!r})") from None
     lessons = obj.get("lessons", obj.get("patterns")) if isinstance(obj, Mapping) else obj
     if not isinstance(lessons, list):
@@ -151,10 +151,18 @@ def lessons_of(content: Any, source: str) -> list:
     return lessons
 
 
+def _tokens(n: Any) -> int:
+    """A usage count as the endpoint reported it; one that is not a whole non-negative number ("lots", 1e999, a
+    list) counts as unreported (0), like a missing one: the lessons of the answer are still good."""
+    if isinstance(n, bool) or not isinstance(n, (int, float)) or not math.isfinite(n) or n < 0:
+        return 0
+    return int(n)
+
+
 def _json_doc(body: bytes, source: str) -> dict:
     try:
         doc = json.loads(body)
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):  # RecursionError: nested deeper than the decoder goes
         raise LLMError(f"{source}: the answer is not valid JSON ({len(body)} bytes: {body[:80]!r})") from None
     if not isinstance(doc, dict):
         raise LLMError(f"{source}: the answer is not a JSON object")
@@ -386,7 +394,7 @@ class OpenAIChat(ChatBackend):
         doc = _json_doc(raw, self.url)
         items = lessons_of(_openai_content(doc, self.url), self.url)
         usage = doc.get("usage") if isinstance(doc.get("usage"), dict) else {}
-        return items, int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0)
+        return items, _tokens(usage.get("prompt_tokens")), _tokens(usage.get("completion_tokens"))
 
 
 class AnthropicMessages(ChatBackend):
@@ -415,10 +423,10 @@ class AnthropicMessages(ChatBackend):
             raise LLMError(f"{self.url}: the answer has no content blocks")
         if doc.get("stop_reason") == "max_tokens":
             raise LLMError(f"{self.url}: the answer was cut off at max_tokens (stop_reason 'max_tokens')")
-        text = "".join(b.get("text", "") for b in blocks if isinstance(b, dict) and b.get("type") == "text")
+        text = "".join(b["text"] for b in blocks
+                       if isinstance(b, dict) and b.get("type") == "text" and isinstance(b.get("text"), str))
         usage = doc.get("usage") if isinstance(doc.get("usage"), dict) else {}
-        return (lessons_of(text, self.url), int(usage.get("input_tokens") or 0),
-                int(usage.get("output_tokens") or 0))
+        return lessons_of(text, self.url), _tokens(usage.get("input_tokens")), _tokens(usage.get("output_tokens"))
 
 
 LLMBackend = OpenAIChat  # the name reef used before there were two protocols

@@ -124,6 +124,14 @@ def describe(ops: list[dict], memory, verdict: dict | None, ledger, *, evolve_id
     return title, "\n".join(lines) + "\n"
 
 
+def refuse_existing_branch(store, branch: str) -> None:
+    """`evolve --branch NAME` where NAME exists: refused before anything is reflected or gated (write_branch would
+    refuse it only after the gate's episodes were paid for)."""
+    repo, _ = user_repo(store.project.root)
+    if repo.get_ref(f"refs/heads/{check_branch_name(branch)}") is not None:
+        raise ConflictError(f"branch '{branch}' already exists in {repo.path}; pass another --branch NAME or delete it")
+
+
 def write_branch(store, base_files: dict, files: dict, *, branch: str, title: str, body: str, evolve_id: str,
                  base_release: str) -> BranchResult:
     """One commit on `refs/heads/<branch>` of the user's repository; refuses to move an existing branch."""
@@ -131,7 +139,10 @@ def write_branch(store, base_files: dict, files: dict, *, branch: str, title: st
 
     repo, prefix = user_repo(store.project.root)
     ref = f"refs/heads/{check_branch_name(branch)}"
-    if repo.get_ref(ref) is not None:
+    tip = repo.get_ref(ref)
+    if tip is not None:
+        if f"\nReef-Proposal: {evolve_id}\n" in repo.commit_info(tip)[0]:  # this evolve's, written before a kill
+            return BranchResult(branch, str(tip), f"# {title}\n\n{body}")
         raise ConflictError(f"branch '{branch}' already exists in {repo.path}; pass another --branch NAME or delete it")
     head = None if repo.repo.head_is_unborn else str(repo.repo.head.target)
     base_tree = repo.commit_info(head)[1] if head else repo.write_tree({})

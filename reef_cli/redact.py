@@ -118,25 +118,39 @@ _ASSIGNMENT = re.compile(
     (?:
       (?P<open>\(\s*)(?P<paren>QUOTED(?:\s*\+?\s*QUOTED)*)
     | (?P<quoted>QUOTED(?:[ \t]*\+[ \t]*QUOTED|QUOTED)*)
-    | (?P<bare>[^\s"']+)
+    | (?P<bare>[^\s"'\\][^\s"']*)
     )
     """.replace("QUOTED", _QUOTED),
     re.VERBOSE,
 )
 # `--password X`, `--api-key 'X'`: a flag that names a secret, its value after a space (`=` is an assignment above).
 _FLAG = re.compile(
-    r"(?P<head>(?<![\w-])--?(?P<key>[A-Za-z][A-Za-z0-9_-]*)[ \t]+)(?P<secret>\"[^\"\n]*\"|'[^'\n]*'|[^\s\"'-][^\s\"']*)"
+    r"(?P<head>(?<![\w-])--?(?P<key>[A-Za-z][A-Za-z0-9_-]*)[ \t]+)(?P<secret>\"[^\"\n]*\"|'[^'\n]*'|[^\s\"'\\<>|&;()`-][^\s\"']*)"
 )
 # `mysql -uroot -pX`, `docker login -u bob -p X`, `sshpass -p X`: `-p` is a password only beside a user or in these.
 # A MySQL/MariaDB client's `-p` takes its value attached or not at all (`-p app` prompts; `app` is the database), so
 # an attached value is the password whatever it looks like; the scan from the command name stops at a shell
-# separator (`mysql ...; cp -pr a b`).
+# separator (`mysql ...; cp -pr a b`), and the name is a command's, not a path's last part (`-I/usr/include/mysql
+# -pthread`). A value never starts with a shell operator (`mysql -uroot -p < dump.sql` prompts) or a backslash (the
+# `\"` of a JSON-escaped quote: the decoded reading finds what is inside).
 _SHORT_P = re.compile(
-    r"(?P<head>(?:(?P<mysql>\b(?:mysql[a-z]*|mariadb(?:-[a-z]+)*)\b(?!-)[^\n;&|]*?[ \t]-p)"
+    r"(?P<head>(?:(?P<mysql>(?<![^\s;&|(`'\"])(?:(?:[\w.~][\w.~-]*)?/)*(?:mysql[a-z]*|mariadb(?:-[a-z]+)*)\b(?!-)"
+    r"[^\n;&|]*?[ \t]-p)"
     r"|(?P<sshpass>\bsshpass(?:[ \t]+-[a-oq-z]\S*)*[ \t]+-p[ \t]*)"
     r"|[ \t]-u[ \t]*\S+[ \t]+-p[ \t]*))"
-    r"(?P<secret>\"[^\"\n]*\"|'[^'\n]*'|[^\s\"'-][^\s\"']*)"
+    r"(?P<secret>\"[^\"\n]*\"|'[^'\n]*'|[^\s\"'\\<>|&;()`-][^\s\"']*)"
 )
+# SQL that sets a password: `IDENTIFIED BY 'x'`, `WITH [ENCRYPTED] PASSWORD 'x'`, `ALTER ROLE app PASSWORD 'x'`,
+# `PASSWORD('x')`, `SET PASSWORD [FOR u] = 'x'`. The value is a quoted literal, so it is data whatever it looks like.
+_SQL_PASSWORD = re.compile(
+    r"(?P<head>(?:\b(?i:user|role|grant)\b[^\n;]{0,200}?\b(?i:identified)[ \t]+(?:(?i:with)[ \t]+\w+[ \t]+)?(?i:by)"
+    r"|\b(?:(?i:with)[ \t]+(?:(?i:encrypted)[ \t]+)?(?i:password)|PASSWORD)"
+    r"|\b(?i:set)[ \t]+(?i:password)(?:[ \t]+(?i:for)[ \t]+\S+)?[ \t]*=)[ \t]*(?:(?i:password)[ \t]*)?\(?[ \t]*)"
+    r"(?P<secret>'[^'\n]*'|\"[^\"\n]*\")"
+)
+# libpq's key=value conninfo (`psql "host=db user=app password=x"`, `psycopg2.connect("dbname=app password=x")`):
+# beside another conninfo key separated by a space (not a comma: `connect(host=host, password=password)` is code).
+_CONNINFO = re.compile(r"(?<![\w.-])(?:host|hostaddr|dbname|user|port|sslmode)=[^\s,()'\"=]+(?=[ \t]+\w+=|[ \t]*['\"])")
 _CURL_USER = re.compile(r"(?P<head>(?<![\w-])(?:-u|--user)[ \t]+['\"]?[^\s:'\"]+:)(?P<secret>[^\s'\"]+)")
 # netrc: `machine H login U password P`, on one line or several.
 _NETRC = re.compile(
@@ -232,6 +246,8 @@ def _is_literal_secret(value: str, *, literal: bool) -> bool:
         return False
     if text.lower() in _NOT_SECRET_VALUES or _PLACEHOLDER.fullmatch(text) or _PATH.fullmatch(text):
         return False
+    if text.startswith(("$(", "`")):
+        return False  # `-p$(cat /run/secrets/db)`: a command's output, not a literal
     if literal:
         return True
     if re.search(r"[()\[\]{}]", text) or _CODE_REF.fullmatch(text):
@@ -266,12 +282,15 @@ def _redact_views(text: str) -> tuple[str, int]:
     out, count = _scan(text, found)
     if "\\" in text:
         view = _lines_with(_JSON_ESCAPE, text)
-        for _ in range(3):  # JSON in a JSON string in a JSON string
+        in_context: list[tuple[str, str, str, int]] = []
+        for depth in range(1, 4):  # JSON in a JSON string in a JSON string
             if not view:
                 break
             view = _JSON_ESCAPE.sub(_json_unescape, view)
-            _scan(view, found)
+            _scan(view, found, in_context, depth)
             view = _lines_with(_JSON_ESCAPE, view)
+        if in_context:
+            out, count = _echo_in_context(out, in_context, count)
     if "%" in text:
         view = _lines_with(_URL_ESCAPE, text)
         if view:
@@ -298,6 +317,24 @@ def _json_unescape(match: re.Match[str]) -> str:
     return _JSON_CHARS.get(esc, esc)
 
 
+def _echo_in_context(text: str, in_context: list[tuple[str, str, str, int]], count: int) -> tuple[str, int]:
+    """A secret found in a JSON-decoded reading, put back in the text with what its rule read before it (`-p"`,
+    `"password": "`, `mysql -h db\\n... -p`), escaped as many times as it was decoded: a one-word password
+    (`mysql -p\\"hunter\\"` in a tool call's JSON arguments) is too common a word to remove everywhere, but beside
+    its flag or key it is the secret."""
+    import json
+
+    for head, value, kind, depth in sorted(set(in_context), key=lambda f: -len(f[0]) - len(f[1])):
+        head_form, value_form = head, value
+        for _ in range(depth):
+            head_form, value_form = json.dumps(head_form)[1:-1], json.dumps(value_form)[1:-1]
+        hits = text.count(head_form + value_form)
+        if hits:
+            text = text.replace(head_form + value_form, head_form + _mark(kind))
+            count += hits
+    return text, count
+
+
 def _echo(text: str, found: list[tuple[str, str]], count: int) -> tuple[str, int]:
     """Remove each found secret wherever else it appears — raw, JSON-escaped or percent-encoded: a password printed
     once after `--password` and again on its own is the same secret."""
@@ -318,8 +355,10 @@ def _echo(text: str, found: list[tuple[str, str]], count: int) -> tuple[str, int
     return text, count
 
 
-def _scan(text: str, found: list[tuple[str, str]]) -> tuple[str, int]:
-    """One pass of every rule over `text`; appends (secret, kind) for each replacement to `found`."""
+def _scan(text: str, found: list[tuple[str, str]], in_context: list[tuple[str, str, str, int]] | None = None,
+          depth: int = 0) -> tuple[str, int]:
+    """One pass of every rule over `text`; appends (secret, kind) for each replacement to `found`, and to
+    `in_context` (a JSON-decoded reading, `depth` times) the secret with what its rule read before it."""
     count = 0
 
     def sub(pattern: re.Pattern[str], rule: Callable[[re.Match[str]], tuple[str, str, str, str] | None],
@@ -332,6 +371,8 @@ def _scan(text: str, found: list[tuple[str, str]]) -> tuple[str, int]:
             head, secret, kind, tail = hit
             count += 1
             found.append((secret, kind))
+            if in_context is not None and head.strip():
+                in_context.append((head, secret, kind, depth))
             return head + _mark(kind) + tail
 
         return pattern.sub(one, source)
@@ -351,6 +392,8 @@ def _scan(text: str, found: list[tuple[str, str]]) -> tuple[str, int]:
             text = sub(_SHORT_P, _short_p, text)
         if "-u" in text:
             text = sub(_CURL_USER, _loose_value, text)
+    if "assword" in text or "ASSWORD" in text or "dentified" in text or "DENTIFIED" in text:
+        text = sub(_SQL_PASSWORD, _sql_password, text)
     if "password" in text:
         text = sub(_NETRC, _loose_value, text)
     if "ookie" in text or "OOKIE" in text:
@@ -430,6 +473,13 @@ def _short_p(match: re.Match[str]) -> Hit:
     return match.group("head") + quote, value, "password", quote
 
 
+def _sql_password(match: re.Match[str]) -> Hit:
+    value, quote = _unquote(match.group("secret"))
+    if not _is_literal_secret(value, literal=True):
+        return None  # `IDENTIFIED BY '<password>'`, `PASSWORD '***'`
+    return match.group("head") + quote, value, "password", quote
+
+
 def _cookie(match: re.Match[str]) -> Hit:
     secret = match.group("secret")
     if secret.startswith("[REDACTED:") or not _looks_random(secret):
@@ -471,6 +521,11 @@ def _assignment(match: re.Match[str]) -> Hit:
     )
     # A long flag's value (`--password=secret`) is data like an env-file line's, even when it is one plain word.
     flag_value = match.group("flag") == "--" and match.group("sep") == "="
+    if not flag_value and match.group("sep") == "=" and key.lower() in ("password", "passwd", "pwd"):
+        # the conninfo string around it: the same line, at most 200 characters either side
+        start = max(match.string.rfind("\n", 0, match.start()) + 1, match.start() - 200)
+        end = match.string.find("\n", match.end(), match.end() + 200)
+        flag_value = bool(_CONNINFO.search(match.string, start, end if end >= 0 else match.end() + 200))
     if not env_line:
         # Outside an env file a bare value ends at punctuation, and inside a query string at the next parameter.
         in_query = match.string[match.start() - 1 : match.start()] in ("?", "&")

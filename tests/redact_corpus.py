@@ -126,6 +126,10 @@ ESC = "\x1b"
 # Passwords that look like nothing: one lowercase word, or digits only (the flag's place alone says what they are).
 PW_WORD = [chars(string.ascii_lowercase, 10) for _ in range(5)]
 PW_DIGITS = chars(string.digits, 10)
+# ... and the same inside a JSON string (an agent's tool-call arguments, a command's JSON output in a transcript).
+PW_JSON = [chars(string.ascii_lowercase, 10) for _ in range(5)]
+# ... and in a libpq conninfo string or the SQL that sets a password.
+PW_SQL = [chars(string.ascii_lowercase, 10) for _ in range(5)]
 
 FORMATS: list[tuple[str, str, tuple[str, ...]]] = [
     # cloud providers
@@ -242,6 +246,26 @@ FORMATS: list[tuple[str, str, tuple[str, ...]]] = [
     ("-pWORD (mysqlimport)", f"mysqlimport --local -uroot -p{PW_WORD[2]} db data.csv", (PW_WORD[2],)),
     ("--password=WORD", f"mysql --user=root --password={PW_WORD[3]} app", (PW_WORD[3],)),
     ("-u U -pWORD (any tool)", f"tool -u deploy -p{PW_WORD[4]} sync", (PW_WORD[4],)),
+    ("-p\\\"WORD\\\" (tool call json)", json.dumps({"type": "tool_use", "name": "Bash",
+                                                "input": {"command": f'mysql -uroot -p"{PW_JSON[0]}" app'}}),
+     (PW_JSON[0],)),
+    ("--password=\\\"WORD\\\" (json)", json.dumps({"command": f'mysqldump --password="{PW_JSON[1]}" app'}),
+     (PW_JSON[1],)),
+    ("MYSQL_PWD=\\\"WORD\\\" (json)", json.dumps({"command": f'MYSQL_PWD="{PW_JSON[2]}" mysql -uroot app'}),
+     (PW_JSON[2],)),
+    ("-pWORD after an escaped newline (json)", json.dumps({"command": f"cd /srv\nmysql -h db -p{PW_JSON[3]} app"}),
+     (PW_JSON[3],)),
+    ("password WORD in json printed in json", json.dumps({"output": json.dumps({"user": "app",
+                                                                              "password": PW_JSON[4]})}),
+     (PW_JSON[4],)),
+    ("conninfo password=WORD (psql)", f'psql "host=db port=5432 dbname=app user=app password={PW_SQL[0]}"',
+     (PW_SQL[0],)),
+    ("conninfo password=WORD (psycopg2)", f'conn = psycopg2.connect("dbname=app user=app password={PW_SQL[1]}")',
+     (PW_SQL[1],)),
+    ("IDENTIFIED BY 'WORD' (mysql -e)", f"mysql -uroot -e \"CREATE USER 'app'@'%' IDENTIFIED BY '{PW_SQL[2]}';\"",
+     (PW_SQL[2],)),
+    ("WITH PASSWORD 'WORD' (postgres)", f"CREATE ROLE app LOGIN WITH ENCRYPTED PASSWORD '{PW_SQL[3]}';", (PW_SQL[3],)),
+    ("SET PASSWORD = PASSWORD('WORD')", f"SET PASSWORD FOR 'app'@'%' = PASSWORD('{PW_SQL[4]}');", (PW_SQL[4],)),
     # encodings and wrappers
     ("ansi before provider key", f"{ESC}[32m{V['ghp']}{ESC}[0m", (V["ghp"],)),
     ("ansi before aws key", f"{ESC}[1;31mAKIA{V['aws_id'][4:]}{ESC}[0m leaked", (V["aws_id"],)),
@@ -295,6 +319,11 @@ NEGATIVES: list[tuple[str, str]] = [
     ("mkdir -p", "mkdir -p build/dir && install -d -m 755 out"),
     ("cp -pr after mysql", "mysql -h db -e 'select 1'; cp -pr backup/ /srv/ && git log -p"),
     ("port and pid after -u", "ps -u root -p1234 && ssh -p 22 host && kubectl port-forward svc/db -p 8080"),
+    ("mysql prompt reading a dump", "mysql -uroot -p < dump.sql && mysql -uroot -p$(cat /run/secrets/db) app"),
+    ("include path then -pthread", "gcc -c _mysql.c -I/usr/include/mysql -pthread -o build/_mysql.o"),
+    ("mysql env ref (json)", json.dumps({"command": 'mysql -uroot -p"$MYSQL_ROOT_PASSWORD" app'})),
+    ("db connect kwargs", "conn = psycopg2.connect(host=host, user=user, password=password, dbname=db)"),
+    ("sql password placeholders", "CREATE USER app IDENTIFIED BY '<password>'; ALTER ROLE app WITH PASSWORD NULL;"),
     ("mysql port flags", "mysql -P 3306 --port=3306 -h 127.0.0.1 -u app -p app"),
     ("ordinary cookies", "Set-Cookie: theme=dark; Path=/; SameSite=Lax\nCookie: lang=en; session_count=3"),
     ("flags in prose", "Pass --password to be prompted, or --token-file to read it from disk; see --help."),

@@ -458,6 +458,22 @@ def test_the_in_memory_index_sees_ids_another_writer_appended(path: Path) -> Non
     assert len(lines_of(path)) == 24
 
 
+def test_the_in_memory_index_is_dropped_when_another_writer_rebuilt_the_index(path: Path) -> None:
+    """The ledger cut back in place (a restore, a hand repair), then another writer's catch-up rebuilds the index
+    and appends past the size this writer's map covered: the map must not read on from its old end (mid-entry in
+    the new index, missing the entries before it), or an id the other writer stored looks new and goes in twice."""
+    with Ledger(path, "demo") as mine, Ledger(path, "demo") as theirs:
+        mine.append_many([NewRecord("session", {"n": i}, None, None, f"ses-a-{i}") for i in range(40)])
+        mine.append_many([NewRecord("session", {"n": i}, None, None, f"ses-e-{i}") for i in range(10)])  # map: 40
+        path.write_bytes(b"".join(path.read_bytes().splitlines(keepends=True)[:5]))  # same inode, cut to 5
+        theirs.append_many([NewRecord("session", {"n": i}, None, None, f"ses-b-{i}") for i in range(60)])
+        theirs.append_many([NewRecord("session", {"n": i}, None, None, f"ses-d-{i}") for i in range(10)])  # indexed
+        again = [NewRecord("session", {"n": i}, None, None, f"ses-b-{i}") for i in range(10)]
+        mine.append_many(again + [NewRecord("session", {"n": i}, None, None, f"ses-c-{i}") for i in range(10)])
+    ids = [json.loads(line)["record_id"] for line in lines_of(path)]
+    assert len(ids) == len(set(ids)) == 85
+
+
 # --- reading ----------------------------------------------------------------------------------------------------
 
 

@@ -297,3 +297,52 @@ def test_a_publish_over_a_short_ledger_carries_the_failing_anchor_forward(reef, 
     after = publish_edit(reef, root, "rule four")
     assert after["ledger_anchor"]["seq"] == 11  # 2 kept + 8 new + the anchor_loss record
     assert reef("-C", str(root), "ledger", "verify").code == 0
+
+
+def test_overlapping_private_umasks_neither_widen_a_writer_nor_leave_the_umask_narrowed(tmp_path):
+    """reef serve's ledger threads and the gate's parallel episodes write the store at once: the umask is the
+    process's, so a thread leaving private_umask must not give the wide umask back to one still inside it (its git
+    objects would be 0444), and the last to leave must put the user's umask back (not the narrowed one it found)."""
+    import threading
+
+    from reef_cli.durable import private_umask
+
+    def current() -> int:
+        mask = os.umask(0)
+        os.umask(mask)
+        return mask
+
+    a_in, b_in, a_out, b_wrote = (threading.Event() for _ in range(4))
+    modes: dict[str, int] = {}
+
+    def a() -> None:
+        with private_umask():
+            a_in.set()
+            b_in.wait(5)
+        a_out.set()
+
+    def b() -> None:
+        a_in.wait(5)
+        with private_umask():
+            b_in.set()
+            a_out.wait(5)  # a has left; b is still writing
+            fd = os.open(tmp_path / "object", os.O_WRONLY | os.O_CREAT, 0o444)
+            os.close(fd)
+            modes["object"] = stat.S_IMODE((tmp_path / "object").stat().st_mode)
+            b_wrote.set()
+
+    old = os.umask(0o022)
+    try:
+        threads = [threading.Thread(target=a), threading.Thread(target=b)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(10)
+        assert b_wrote.is_set()
+        assert modes["object"] == 0o400
+        assert current() == 0o022
+        with pytest.raises(KeyboardInterrupt), private_umask():
+            raise KeyboardInterrupt
+        assert current() == 0o022
+    finally:
+        os.umask(old)

@@ -194,3 +194,34 @@ def test_a_run_whose_every_answer_is_malformed_is_an_error(reef, tmp_path, fake_
     assert sorted(c for x in ledger.iter_records(kind="rejection") for c in x.payload["lesson"]["cites"]) == sorted(ids)
     fake_llm.reply(text(answer(*map(_cited, ids[:2]))), text(answer(*map(_cited, ids[2:]))))
     assert reflect(reef, root, *args(fake_llm))["observations"] == 4  # the next run takes them up
+
+
+def test_hostile_answers_skip_their_batch_or_fold_never_an_unexpected_error(reef, tmp_path, fake_llm, monkeypatch):
+    """An answer nested deeper than the JSON decoder goes (OpenAI body or message text) is malformed like any other;
+    a usage count that is not a number ("lots", 1e999) is unreported, not a crash, and the lessons still fold; an
+    Anthropic text block whose text is not a string is no text."""
+    from fakes.llm_server import raw
+
+    root, ledger = init_project(reef, tmp_path)
+    ids = feedback(ledger, "Always run the tests before finishing.", 8)
+    monkeypatch.setenv("REEF_REFLECTOR_BATCH_SIZE", "2")
+    deep_body, deep_text = raw("[" * 100_000 + "]" * 100_000), text("[" * 100_000 + "]" * 100_000)
+    bad_usage = raw(json.dumps({"choices": [{"message": {"content": answer(_cited(ids[4]), _cited(ids[5]))}}],
+                                "usage": {"prompt_tokens": "lots", "completion_tokens": [1]}}))
+    inf_usage = ('{"choices": [{"message": {"content": %s}}], "usage": {"prompt_tokens": 1e999}}'
+                 % json.dumps(answer(_cited(ids[6]), _cited(ids[7]))))
+    fake_llm.reply(deep_body, deep_body, deep_text, deep_text, bad_usage, raw(inf_usage))
+    r = reef("-C", str(root), "harness", "reflect", "--json", *args(fake_llm))
+    assert r.code == 0, r.err
+    out = json.loads(r.out)
+    assert [s["records"] for s in out["skipped_batches"]] == [ids[0:2], ids[2:4]]
+    assert "the answer is not valid JSON" in out["skipped_batches"][0]["reason"]
+    assert "the model's message is not a JSON object" in out["skipped_batches"][1]["reason"]
+    assert out["observations"] == 4 and out["through_seq"] >= ledger.get(ids[7]).seq
+    assert reef("-C", str(root), "ledger", "verify").code == 0
+
+    ids = feedback(ledger, "Always run the tests before finishing.", 2)
+    blocks = [{"type": "text", "text": 5}, {"type": "text", "text": None}, {"type": "text", "text": answer(
+        _cited(ids[0]), _cited(ids[1]))}]
+    fake_llm.reply(raw(json.dumps({"content": blocks, "usage": {"input_tokens": "x", "output_tokens": -3}})))
+    assert reflect(reef, root, *args(fake_llm, "anthropic"))["observations"] == 2

@@ -166,3 +166,38 @@ def test_a_resume_that_asks_for_another_mode_is_refused(reef, tmp_path):
     r = reef("-C", str(root), "harness", "evolve", "--json")
     assert r.code == 0 and json.loads(r.out)["resumed"] is True
     assert len(json.loads(reef("-C", str(root), "log", "--json").out)) == 2
+
+
+def test_an_existing_branch_is_refused_before_anything_is_reflected(reef, tmp_path):
+    root, ledger = repo_project(reef, tmp_path)
+    feedback(ledger, LINT, 3)
+    git("branch", "mine", cwd=root)
+    before = [x.record_id for x in ledger.iter_records()]
+    r = reef("-C", str(root), "harness", "evolve", "--branch", "mine")
+    assert r.code == 3 and r.err.strip() == (
+        f"reef: error: branch 'mine' already exists in {root / '.git'}; pass another --branch NAME or delete it")
+    assert [x.record_id for x in ledger.iter_records()] == before  # no reflect, no proposal: nothing was paid for
+    assert not (root / ".reef/scenarios/default/evolve/journal.json").exists()
+
+
+def test_a_branch_that_cannot_be_written_keeps_the_journal_and_a_kill_after_it_resumes(reef, tmp_path):
+    """The branch is written before the journal is cleared: a branch of the same name made while the evolve was
+    interrupted stops the resume (exit 3) with the plan kept, and a kill right after the branch is written resumes
+    to that same commit instead of refusing its own branch."""
+    root, ledger = repo_project(reef, tmp_path)
+    feedback(ledger, LINT, 3)
+    _killed_evolve(root, "--branch", "mine")
+    journal = root / ".reef/scenarios/default/evolve/journal.json"
+    git("branch", "mine", cwd=root)  # the user's own branch, made meanwhile
+    r = reef("-C", str(root), "harness", "evolve")
+    assert r.code == 3 and "branch 'mine' already exists" in r.err
+    assert journal.exists()  # the plan is kept: deleting the branch lets the resume finish it
+    git("branch", "-D", "mine", cwd=root)
+    _killed_evolve(root, point="branched")
+    tip = pygit2.Repository(str(root)).revparse_single("mine")
+    assert journal.exists() and "Reef-Proposal: " in tip.message
+    r = reef("-C", str(root), "harness", "evolve", "--json")
+    assert r.code == 0, r.err
+    out = json.loads(r.out)
+    assert out["resumed"] is True and out["status"] == "branch" and out["branch"]["commit_id"] == str(tip.id)
+    assert not journal.exists() and len(json.loads(reef("-C", str(root), "log", "--json").out)) == 1

@@ -55,7 +55,7 @@ Decisions (where the issue is silent):
   plan, before any gate, as negative evidence (origin `guard`, kind `injection`/`escalation`).
 * **Idempotence.** Ledger records written by evolve have deterministic ids, so a resend is a no-op, and a bullet is
   addressed by its stable id, so nothing is ever duplicated. Test-only fault points:
-  `REEF_FAULT=evolve:planned|gated|writing|published` SIGKILLs the process there.
+  `REEF_FAULT=evolve:planned|gated|writing|published|branched` SIGKILLs the process there.
 * **Clock**: `now` is injected (the CLI reads `REEF_NOW`, ISO 8601, for tests and replays).
 
 Files under `.reef/scenarios/<s>/evolve/` (canonical JSON, written atomically):

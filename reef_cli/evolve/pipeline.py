@@ -104,6 +104,10 @@ def evolve(store, opts: Options) -> Outcome:
                     resumed = _resume(store, ledger, jf, journal, opts)
                     if resumed is not None:
                         return resumed
+            if opts.branch and not opts.dry_run:
+                from ..proposal_branch import refuse_existing_branch
+
+                refuse_existing_branch(store, opts.branch)  # before the reflect and the gate are paid for
             return _plan(store, ledger, opts)
     finally:
         if held is not None:
@@ -415,16 +419,22 @@ def _to_branch(store, ledger, jf: JournalFile, journal: EvolveJournal, out: Outc
     cand = Candidate.of(store, journal)
     ops = _published_ops(journal)
     files = cand.files(store, ops)
+    res = None
+    verdict = journal.verdict
+    rejected = verdict is not None and verdict.get("decision") != "publish" and "accepted_as" not in verdict
+    if files != cand.base and not rejected:
+        # The branch first, then the bookkeeping that clears the journal: a branch that cannot be written (or a
+        # kill before it is) leaves the journal, and the resume writes it (write_branch knows its own commit).
+        title, body = describe([o.to_json() for o in ops], cand.memory, journal.verdict, ledger,
+                               evolve_id=journal.evolve_id, scenario=store.scenario,
+                               base_release=journal.base_release_id, gated=journal.gated)
+        res = write_branch(store, cand.base, files, branch=journal.branch, title=title, body=body,
+                           evolve_id=journal.evolve_id, base_release=journal.base_release_id)
+        fault("branched")
     out.negatives += record(store, ledger, jf, journal)
     out = _outcome(journal, None, out)
-    if files == cand.base or out.status == "rejected":
-        return out
-    title, body = describe([o.to_json() for o in ops], cand.memory, journal.verdict, ledger,
-                           evolve_id=journal.evolve_id, scenario=store.scenario,
-                           base_release=journal.base_release_id, gated=journal.gated)
-    res = write_branch(store, cand.base, files, branch=journal.branch, title=title, body=body, evolve_id=journal.evolve_id,
-                       base_release=journal.base_release_id)
-    out.status, out.branch = "branch", {**res.to_json(), "title": title, "body": body}
+    if res is not None:
+        out.status, out.branch = "branch", {**res.to_json(), "title": title, "body": body}
     return out
 
 

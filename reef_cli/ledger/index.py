@@ -54,6 +54,7 @@ class IdIndex:
     _idmap: dict[bytes, bytes] | None = None  # the index in memory (id -> offset digits), once a lookup needed it
     _idmap_end = 0  # the index file's size it covers
     _idmap_ino = 0  # the ledger inode its offsets point into
+    _idmap_last = b""  # the last entry it read, which must still end at _idmap_end (else the index was rebuilt)
 
     def _index_header(self) -> bytes:
         return b"reef-ledger-idx 1 %d\n" % self._ino
@@ -153,6 +154,7 @@ class IdIndex:
                 if len(found) == len(ids):
                     return found  # all recent: the backward search read a block or two
             self._idmap, self._idmap_end, self._idmap_ino = {}, len(self._index_header()), self._ino
+            self._idmap_last = b""
         self._extend_idmap()
         out = {}
         for rid in ids:
@@ -168,6 +170,11 @@ class IdIndex:
         size = os.fstat(self._idx_fd).st_size
         if size < self._idmap_end:
             raise _BadIndex("the index shrank under the map")  # rebuilt by another process: start again
+        last = self._idmap_last
+        if last and os.pread(self._idx_fd, len(last), self._idmap_end - len(last)) != last:
+            # Rebuilt by another process (the ledger was cut back in place, say) and grown past the map's end since:
+            # reading on from there would start mid-entry and miss every entry before it.
+            raise _BadIndex("the index was rebuilt under the map")
         chunks = []
         position = self._idmap_end
         while position < size:
@@ -183,3 +190,5 @@ class IdIndex:
         except ValueError:
             raise _BadIndex("an index entry has no offset") from None
         self._idmap_end += len(data)
+        if data:
+            self._idmap_last = data[data.rfind(b"\n", 0, len(data) - 1) + 1 :]
