@@ -341,6 +341,8 @@ def run(*, rounds: int, url: str | None, max_tokens: int, keep: bool, control: b
             out = evolve(store, Options(environ=env, attribute=4))
             v = out.verdict or {}
             rel = out.release
+            meta = (rel or {}).get("meta") or {}
+            before = head.release_id if r > 1 else first.release_id
             head = store.require_head()
             if head.release_id not in scores:
                 key = prompt_key(store, head)
@@ -357,7 +359,9 @@ def run(*, rounds: int, url: str | None, max_tokens: int, keep: bool, control: b
                    "gate_reason": v.get("reason"), "interval": [iv.get("lo"), iv.get("hi")] if iv else None,
                    "gate_episodes": v.get("episodes_spent", 0) + v.get("attribution_episodes", 0),
                    "utility": v.get("bullet_utility") or {},
-                   "published": [b.get("text") for b in (rel or {}).get("bullets", [])] if rel else [],
+                   "published": [b.get("text") for b in meta.get("bullets") or ()],
+                   "not_admitted": [{"text": d.get("text"), "utility": d.get("utility"), "reason": d.get("reason")}
+                                    for d in (meta.get("admission") or {}).get("dropped") or ()],
                    "diff": out.diff, "release_step": head.step, "canary": sum(cur.values()) / n,
                    "canary_by_kind": by_kind(cur), "seconds": round(time.monotonic() - t, 1)}
             rounds_out.append(row)
@@ -366,15 +370,17 @@ def run(*, rounds: int, url: str | None, max_tokens: int, keep: bool, control: b
                  f"({', '.join(f'{k} {c}' for k, c in row['missed_by_kind'].items())}); "
                  f"{ing.corrections} corrections ingested; evolve {out.status}, {gate_txt}; head step {head.step}: "
                  f"canary {pct(row['canary'])} ({row['canary_by_kind']}) [{row['seconds']:.0f} s]")
-            for line in out.diff or []:
-                echo(f"    {line}")
+            for text in row["published"]:
+                echo(f"    published: {text}")
+            for d in row["not_admitted"]:
+                echo(f"    not admitted: {d['text']} ({d['reason']})")
             if control:
                 ctl = canary(store, first, env)
                 control_out.append({"round": r, "canary": sum(ctl.values()) / n, "canary_by_kind": by_kind(ctl),
                                     "same_as_release_1": ctl == base})
                 echo(f"  control (loop off, release 1): canary {pct(control_out[-1]['canary'])} "
                      f"({control_out[-1]['canary_by_kind']})")
-            changed = out.status == "published" and any(line[:1] in "+-~" for line in out.diff or [])
+            changed = prompts[head.release_id] != prompts[before]  # what the model sees changed
             quiet = 0 if changed else quiet + 1  # a pattern-memory-only release changes nothing the model sees
             if stop_after_quiet and quiet >= stop_after_quiet and r >= 3:
                 echo(f"stopping: {quiet} rounds in a row changed no bullet")
