@@ -426,13 +426,14 @@ def test_sigint_is_forwarded_to_the_trainer(reef, project, engine, tmp_path):
     proc = subprocess.Popen([reef_exe(), "-s", SCEN, "train", "--recipe", "sao", *swap_args(engine)], cwd=project,
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     run_root = project / ".reef" / "scenarios" / SCEN / "train"
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + 120  # generous: a loaded 2-core CI machine starts reef and the trainer slowly
     while time.monotonic() < deadline and not any("sample(s)" in p.read_text() for p in run_root.glob("*/trainer.log")):
         time.sleep(0.1)
+    assert any("sample(s)" in p.read_text() for p in run_root.glob("*/trainer.log")), "the trainer never started"
     second = train(reef, project, *swap_args(engine), recipe=None)  # one trainer per scenario at a time
     assert second.code == 3 and "another 'reef train' is running on scenario 'model'" in second.err
     proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=30)
+    out, err = proc.communicate(timeout=50)  # the fake trainer sleeps 60 s: only a forwarded SIGINT ends it sooner
     assert proc.returncode == 130 and "trainer interrupted (SIGINT forwarded)" in err
     assert [p["stage"] for p in _failures(led)] == ["interrupted"] and engine.loads == []
 

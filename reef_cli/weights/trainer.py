@@ -108,23 +108,34 @@ def launch(argv: list[str], *, cwd: Path, env: dict, log_path: Path, hf_dir: Pat
     terminal's Ctrl-C would not reach), a timeout ends it (SIGTERM, then SIGKILL after a grace period)."""
     started = time.monotonic()
     log_path.parent.mkdir(parents=True, exist_ok=True)
+    interrupted = threading.Event()
+    box: list[subprocess.Popen] = []
+
+    def forward(signum, _frame):
+        interrupted.set()
+        if box:
+            _signal_group(box[0], signal.SIGINT)
+
+    # The handler goes in before the trainer starts: a Ctrl-C between the two would otherwise kill reef with a
+    # KeyboardInterrupt and leave the trainer (in its own session) running unattended.
     with open(log_path, "ab", buffering=0) as log:
+        previous = signal.signal(signal.SIGINT, forward) if threading.current_thread() is threading.main_thread() \
+            else None
         try:
             proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=log,
                                     stderr=subprocess.STDOUT, start_new_session=True)
         except FileNotFoundError:
+            _restore(previous)
             raise TrainerFailed(f"trainer command not found: {argv[0]}", stage="launch") from None
         except PermissionError:
+            _restore(previous)
             raise TrainerFailed(f"trainer command is not executable: {argv[0]}", stage="launch") from None
-        interrupted = threading.Event()
-        previous = None
-
-        def forward(signum, _frame):
-            interrupted.set()
+        except BaseException:
+            _restore(previous)
+            raise
+        box.append(proc)
+        if interrupted.is_set():  # Ctrl-C came while it was starting
             _signal_group(proc, signal.SIGINT)
-
-        if threading.current_thread() is threading.main_thread():
-            previous = signal.signal(signal.SIGINT, forward)
         timed_out = False
         try:
             while proc.poll() is None:
@@ -138,8 +149,7 @@ def launch(argv: list[str], *, cwd: Path, env: dict, log_path: Path, hf_dir: Pat
                 time.sleep(poll_s)
             code = proc.wait()
         finally:
-            if previous is not None:
-                signal.signal(signal.SIGINT, previous)
+            _restore(previous)
     duration = time.monotonic() - started
     exit_code = 128 - code if code < 0 else code
     if interrupted.is_set():
@@ -157,6 +167,11 @@ def launch(argv: list[str], *, cwd: Path, env: dict, log_path: Path, hf_dir: Pat
         raise TrainerFailed(f"trainer exited 0 but left no checkpoint (a directory with config.json) under {hf_dir}; "
                             f"log: {log_path}", stage="checkpoint", status=0)
     return TrainerResult(tuple(argv), exit_code, duration, checkpoint, log_path)
+
+
+def _restore(previous) -> None:
+    if previous is not None:
+        signal.signal(signal.SIGINT, previous)
 
 
 def _signal_group(proc: subprocess.Popen, sig: int) -> None:
