@@ -783,9 +783,10 @@ def bullet_test(diffs: Sequence[float], settings: GateSettings) -> dict:
 
     diffs = list(diffs)
     if not diffs:
-        return {"utility": None, "pairs": 0, "needed_mean": None, "admitted": False}
+        return {"utility": None, "pairs": 0, "needed_mean": None, "admitted": False, "up": 0, "down": 0}
     look = group_sequential([diffs], [1.0], 1 - settings.confidence, 1.0)[0]
     return {"utility": _r(look.mean), "pairs": look.pairs, "admitted": look.crossed,
+            "up": sum(1 for d in diffs if d > 0), "down": sum(1 for d in diffs if d < 0),
             "needed_mean": None if look.needed is None else _r(look.needed / look.pairs)}
 
 

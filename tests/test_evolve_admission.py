@@ -67,14 +67,20 @@ def test_a_bullet_whose_gain_is_noise_is_not_admitted():
                   group=key)
 
     strong, noise = add("b-spanish", "spanish"), add("b-ok", "ok")
-    verdict = {"bullet_utility": {"b-spanish": 0.44, "b-ok": 0.0625},
-               "trace": {"bullets": {"b-spanish": {"utility": 0.44, "pairs": 32, "admitted": True},
-                                     "b-ok": {"utility": 0.0625, "pairs": 32, "admitted": False, "needed_mean": 0.094}}}}
-    a = admit([strong, noise], verdict, limit=8)
-    assert a.admitted == ("b-spanish",)
+    few = add("b-coral", "coral")
+    verdict = {"bullet_utility": {"b-spanish": 0.44, "b-ok": 0.0625, "b-coral": 0.0625},
+               "trace": {"bullets": {"b-spanish": {"utility": 0.44, "pairs": 32, "admitted": True, "up": 17, "down": 3},
+                                     "b-ok": {"utility": 0.0625, "pairs": 32, "admitted": False, "needed_mean": 0.094,
+                                              "up": 3, "down": 1},
+                                     # two tasks fixed, none hurt: too few pairs for the test, but not noise
+                                     "b-coral": {"utility": 0.0625, "pairs": 32, "admitted": False, "up": 2,
+                                                 "down": 0}}}}
+    a = admit([strong, noise, few], verdict, limit=8)
+    assert a.admitted == ("b-spanish", "b-coral")
     (dropped,) = a.dropped
-    assert dropped["bullet_id"] == "b-ok" and "not distinguishable from noise over 32 pairs" in dropped["reason"]
+    assert dropped["bullet_id"] == "b-ok" and "not distinguishable from noise over 32 pairs (3 up, 1 down)" in \
+        dropped["reason"]
     assert "+0.094" in dropped["reason"]
     # a verdict recorded before the test existed keeps the old rule: utility above zero
-    old = admit([strong, noise], {"bullet_utility": verdict["bullet_utility"]}, limit=8)
-    assert old.admitted == ("b-spanish", "b-ok")
+    old = admit([strong, noise, few], {"bullet_utility": verdict["bullet_utility"]}, limit=8)
+    assert old.admitted == ("b-spanish", "b-ok", "b-coral")

@@ -308,10 +308,11 @@ def test_gate_sim_targets_at_150_per_class():
 def test_a_bullets_marginal_effect_goes_through_the_same_test():
     from reef_cli.gate import bullet_test
 
-    assert bullet_test([1.0] * 4 + [0.0] * 6, SEQ) == {"utility": 0.4, "pairs": 10, "admitted": True,
+    assert bullet_test([1.0] * 4 + [0.0] * 6, SEQ) == {"utility": 0.4, "pairs": 10, "admitted": True, "up": 4, "down": 0,
                                                         "needed_mean": 0.4}
     assert bullet_test([1.0, 1.0, -1.0, 0.0], SEQ)["admitted"] is False
-    assert bullet_test([], SEQ) == {"utility": None, "pairs": 0, "needed_mean": None, "admitted": False}
+    assert bullet_test([], SEQ) == {"utility": None, "pairs": 0, "needed_mean": None, "admitted": False, "up": 0,
+                                    "down": 0}
 
 
 def test_harness_yaml_carries_the_sequential_settings_and_refuses_bad_ones():

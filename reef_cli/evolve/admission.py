@@ -2,11 +2,14 @@
 
 The gate judges the whole candidate and, for each new bullet, the candidate without that bullet's group
 (leave-one-out: `gate_candidate(attribute=…)`). A new bullet is admitted when its utility (candidate mean score
-minus the ablated one's, over the canary set) is above zero AND the gate's `bullet_test` (the exact sign-flip test
-at the gate's false-accept budget) says so: a bullet that only nudges a few answers either way — what greedy decoding
-does to a real model when any line of its prompt changes — is noise, not a lesson (bench/efficacy_real.py saw an
-unfollowable "start with OK:" rule earn +0.06 that way). Verdicts without the test (older records) fall back to the
-sign of the utility. When some are admitted and some not, the admitted
+minus the ablated one's, over the canary set) is above zero and its pairs are not mixed: either removing it made no
+pair better (it helps somewhere and hurts nowhere), or the gate's `bullet_test` (the exact sign-flip test at the
+gate's false-accept budget) says the net gain is real. A bullet that moves answers both ways for a small net gain —
+what greedy decoding does to a real model when any line of its prompt changes — is noise, not a lesson
+(bench/efficacy_real.py saw an unfollowable "start with OK:" rule earn +0.06 as 3 prompts up, 1 down). Requiring the
+test alone would also drop bullets that reliably fix one or two canary tasks (too few pairs to cross it; `reef demo`
+lost two of its three helpful bullets that way), and the admitted set is gated again as a whole anyway. Verdicts
+without the test (older records) fall back to the sign of the utility. When some are admitted and some not, the admitted
 subset is a different candidate, so it is gated again on its own bytes, and that verdict decides the release (the
 published bytes are always bytes a gate judged). Decisions where the issue is silent:
 
@@ -78,14 +81,14 @@ def admit(adds: list[Op], verdict: dict, *, limit: int) -> Admission:
         if u is None:
             dropped.append({"bullet_id": o.bullet_id, "key": o.key, "text": o.text, "utility": None,
                             "reason": "its utility could not be measured (the candidate needs it to apply)"})
-        elif u > 0 and (tests.get(o.bullet_id) or {}).get("admitted", True):
+        elif u > 0 and _pays(tests.get(o.bullet_id)):
             admitted.append(o.bullet_id)
         elif u > 0:
             t = tests[o.bullet_id]
             need = t.get("needed_mean")
             dropped.append({"bullet_id": o.bullet_id, "key": o.key, "text": o.text, "utility": u,
                             "reason": f"its leave-one-out utility {u:+.3f} on the canary set is not distinguishable "
-                                      f"from noise over {t.get('pairs')} pairs"
+                                      f"from noise over {t.get('pairs')} pairs ({t.get('up')} up, {t.get('down')} down)"
                                       + (f" (the gate's sign-flip test needed {need:+.3f})" if need is not None else "")})
         else:
             dropped.append({"bullet_id": o.bullet_id, "key": o.key, "text": o.text, "utility": u,
@@ -98,3 +101,10 @@ def admit(adds: list[Op], verdict: dict, *, limit: int) -> Admission:
             admitted.append(best[0]["bullet_id"])
             dropped = [d for d in dropped if d["bullet_id"] != best[0]["bullet_id"]]
     return Admission(tuple(admitted), tuple(dropped), deferred, utility)
+
+
+def _pays(test: dict | None) -> bool:
+    """Positive utility is enough when no pair went the other way; mixed pairs need the sign-flip test to cross."""
+    if not test:
+        return True
+    return bool(test.get("admitted")) or test.get("down", 1) == 0
