@@ -96,29 +96,40 @@ def _compiled(harness: Path) -> str | None:
         h.update(f"{rel}\0{len(data)}\0".encode())
         h.update(data)
     cache = Path(tempfile.gettempdir()) / f"reef-chat-prompts-{os.getuid()}" / f"{h.hexdigest()[:32]}.txt"
-    try:
-        return cache.read_text(encoding="utf-8")
-    except OSError:
-        pass
-    from .adapters import load
-    from .compile import compile_harness
+    owned = _private_dir(cache.parent)
+    if owned:
+        try:
+            return cache.read_text(encoding="utf-8")
+        except OSError:
+            pass
     from .gitstore import Entry
+    from .serve.inject import instructions_of
 
     try:
-        adapter = load("opencode")
-        entry = compile_harness({k: Entry(v) for k, v in files.items()}, adapter,
-                                layout="project").files.get(adapter.layout.instructions)
+        text = instructions_of({k: Entry(v) for k, v in files.items()}) or ""
     except Exception:  # a harness the compiler refuses: fall back to reading its files directly
         return None
-    text = entry.data.decode("utf-8", "replace") if entry is not None else ""
+    if not owned:
+        return text  # a cache directory someone else made (or a symlink) in the shared temp dir is never trusted
     try:
-        cache.parent.mkdir(mode=0o700, exist_ok=True)
         tmp = cache.with_name(f".{cache.name}.{os.getpid()}")
         tmp.write_text(text, encoding="utf-8")
         os.replace(tmp, cache)
     except OSError:
         pass  # no cache: the next episode compiles again
     return text
+
+
+def _private_dir(path: Path) -> bool:
+    """Create `path` 0700 if missing; True only when it is a real directory owned by us and closed to others."""
+    try:
+        path.mkdir(mode=0o700, exist_ok=True)
+        st = os.lstat(path)
+    except OSError:
+        return False
+    import stat
+
+    return stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid() and not st.st_mode & 0o077
 
 
 # ---------------------------------------------------------------------------------------------- sessions

@@ -13,11 +13,17 @@ INJECT_ADAPTER = "opencode"  # AGENTS.md first, CLAUDE.md as fallback, rules and
 
 def compiled_instructions(store, release) -> str | None:
     """The release's instruction text, or None when the harness has none. Blocking (reads the object store)."""
+    return instructions_of(store.files_of(release))
+
+
+def instructions_of(files) -> str | None:
+    """A harness's ({path: Entry}) one instruction text as an agent without a rules directory reads it; shared with
+    the example chat agent (reef_cli/chat_agent.py), which sends the same text as its system prompt."""
     from ..adapters import load
     from ..compile import compile_harness
 
     adapter = load(INJECT_ADAPTER)
-    compiled = compile_harness(store.files_of(release), adapter, layout="project")
+    compiled = compile_harness(files, adapter, layout="project")
     entry = compiled.files.get(adapter.layout.instructions)
     if entry is None:
         return None
