@@ -164,4 +164,5 @@ def start(model: Path, *, port: int = 0, host: str = "127.0.0.1", threads: int |
     if log and log.exists():
         tail = " ".join(log.read_text(errors="replace").strip().splitlines()[-1:])[-300:]
     why = f"exited with {code}" if exited is not None else f"did not answer within {ready_timeout:g}s"
-    raise ReefError(f"the local model server {why}" + (f": {tail}" if tail else "") + (f" (log: {log})" if log else ""))
+    hint = f" (log: {log})" if log else " (run it with --log FILE to keep the server's own output and see why)"
+    raise ReefError(f"the local model server {why}" + (f": {tail}" if tail else "") + hint)

@@ -147,6 +147,12 @@ def test_server_that_exits_is_reported_with_its_log(tmp_path):
     assert r.returncode == 1
     assert r.stderr.strip() == (f"reef: error: the local model server exited with 3: error loading model: bad magic "
                                 f"(log: {log})")
+    # without --log the output is discarded: the one line says how to see it (before: a bare 'exited with 3')
+    r = subprocess.run([reef_exe(), "model", "serve-local", "--port", "0", "--model", str(model)],
+                       cwd=tmp_path, env=reef_env(tmp_path, pkgs), capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1
+    assert r.stderr.strip() == ("reef: error: the local model server exited with 3 (run it with --log FILE to keep "
+                                "the server's own output and see why)")
 
 
 def test_chat_agent_never_trusts_a_prompt_cache_others_can_write(tmp_path, monkeypatch):
