@@ -279,3 +279,22 @@ def test_an_agent_that_never_calls_the_model_cannot_judge_weights(reef, gated, e
     assert r.code == 1 and "failed: the agent made no model call that the gate's reef serve answered in 2 canary " \
                            "episode(s)" in r.err and "nothing was swapped" in r.err, r.err
     assert engine.loads == []
+
+
+def test_a_damaged_verdicts_file_is_kept_aside_not_overwritten(tmp_path):
+    """verdicts.json cut short or replaced by a list: reading it is 'no stored verdict' (the gate measures again),
+    not an unexpected error, and the next store keeps the damaged bytes as verdicts.json.damaged."""
+    from types import SimpleNamespace
+
+    from reef_cli.weights.gate import store_verdict, stored_verdict, verdicts_path
+
+    store = SimpleNamespace(dir=tmp_path)
+    rel = SimpleNamespace(release_id="rel_a")
+    path = verdicts_path(store)
+    path.parent.mkdir(parents=True)
+    for damaged in (b'{"rel_old": {"kind": "canary", "mean"', b'["not", "an", "object"]'):
+        path.write_bytes(damaged)
+        assert stored_verdict(store, rel) is None
+        store_verdict(store, rel, {"kind": "canary", "mean": 0.5})
+        assert path.with_name("verdicts.json.damaged").read_bytes() == damaged
+        assert stored_verdict(store, rel) == {"kind": "canary", "mean": 0.5}

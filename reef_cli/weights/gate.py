@@ -33,6 +33,7 @@ record ids the gate's own gateway logged are listed in its `weight_canary` ledge
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import subprocess
 from dataclasses import dataclass
@@ -144,21 +145,32 @@ def verdicts_path(store) -> Path:
     return store.dir / "train" / "verdicts.json"
 
 
-def stored_verdict(store, release) -> dict | None:
+def _verdicts(path: Path) -> dict | None:
+    """The stored verdicts; {} when there are none, None when the file is damaged (not a JSON object)."""
     try:
-        return json.loads(verdicts_path(store).read_text()).get(release.release_id)
-    except (FileNotFoundError, ValueError):
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        return {}
+    except (ValueError, UnicodeDecodeError):
         return None
+    return data if isinstance(data, dict) else None
+
+
+def stored_verdict(store, release) -> dict | None:
+    """A damaged file counts as no stored verdict: the gate then measures the previous weights again."""
+    return (_verdicts(verdicts_path(store)) or {}).get(release.release_id)
 
 
 def store_verdict(store, release, verdict: dict) -> None:
-    """The verdict of a kept release, beside the chain (releases are immutable): the next gate's baseline."""
+    """The verdict of a kept release, beside the chain (releases are immutable): the next gate's baseline. A damaged
+    file is kept aside as verdicts.json.damaged (never overwritten in silence); the ledger's weight_gate records
+    hold the same verdicts."""
     from ..durable import write_atomic
 
     path = verdicts_path(store)
-    try:
-        data = json.loads(path.read_text())
-    except (FileNotFoundError, ValueError):
+    data = _verdicts(path)
+    if data is None:
+        os.replace(path, path.with_name(path.name + ".damaged"))
         data = {}
     data[release.release_id] = verdict
     path.parent.mkdir(parents=True, exist_ok=True)
