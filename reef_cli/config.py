@@ -46,7 +46,7 @@ class GateConfig:
     drop_alpha: float = 0.1  # policy sequential: error budget of the drop veto (chance of vetoing a candidate that drops no task)
     extra_passes: int = 2  # policy sequential: passes past `repeats` for an undecided candidate, on its discordant tasks only
     looks_per_pass: int = 3  # policy sequential: looks of the mean test per pass over the tasks
-    spend_shape: float = 2.0  # policy sequential: alpha spent by information fraction f is alpha * f ** spend_shape
+    spend_shape: float = 1.0  # policy sequential: alpha spent by information fraction f is alpha * f ** spend_shape
 
 
 @dataclass(frozen=True)
