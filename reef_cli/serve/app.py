@@ -18,10 +18,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-import aiohttp
 from aiohttp import web
 from aiohttp.abc import AbstractAccessLogger
-from yarl import URL
 
 from ..errors import ConflictError, InvalidInput, NotFound, PolicyError, ReefError
 from ..times import format_ms
@@ -29,11 +27,9 @@ from .auth import TokenSet, check_bind, presented_token
 from .recording import Exchange, Recorder
 from .relay import RECORDED, ROUTE_API, Upstream, error_body, response_headers
 from .sse import EventSplitter, StreamWatch
+from .upstream_http import UpstreamClient, UpstreamError
 
 SESSION_PREFIX = "/session/{session}"
-# Loop turns until a started upstream call has written its request: aiohttp writes the body from a second task,
-# which Python 3.12+ starts eagerly (one turn) and 3.11 schedules (two). Fewer would only lose the overlap.
-_YIELDS_TO_SEND = 1 if sys.version_info >= (3, 12) else 2
 # When the middleware saw the request (for the log line); a typed key where aiohttp has them (3.12+)
 _T0 = web.RequestKey("reef_t0", float) if hasattr(web, "RequestKey") else "reef_t0"
 MAX_TAGS = 32
@@ -99,10 +95,9 @@ class Gateway:
             SGLangProvenance(self.upstream.base, self.executor).install(self.recorder)
         self.log = log or sys.stderr
         self.out = out or sys.stdout
-        self.session: aiohttp.ClientSession | None = None
+        self.client: UpstreamClient | None = None
         self.in_flight: set[asyncio.Task] = set()
-        self.timeout = aiohttp.ClientTimeout(total=None, connect=min(config.timeout, 30.0), sock_read=config.timeout)
-        self.urls: dict = {}
+        self.targets: dict = {}
         self.started = time.time()
         self.url = ""
 
@@ -120,21 +115,19 @@ class Gateway:
         app.router.add_get("/reef/releases", self._releases)
         app.router.add_get("/reef/status", self._status)
         app.router.add_get("/healthz", self._healthz)
-        app.on_startup.append(self._open_session)
-        app.on_cleanup.append(self._close_session)
+        app.on_startup.append(self._open_client)
+        app.on_cleanup.append(self._close_client)
         return app
 
-    async def _open_session(self, _app) -> None:
-        # One pooled keep-alive session for every upstream call. No cookie jar: a Set-Cookie from the upstream is
-        # relayed to the client that got it, never stored and sent on other clients' calls.
-        connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300, keepalive_timeout=30)
-        self.session = aiohttp.ClientSession(connector=connector, auto_decompress=False,
-                                             cookie_jar=aiohttp.DummyCookieJar(),
-                                             skip_auto_headers=("User-Agent", "Accept-Encoding", "Content-Type"))
+    async def _open_client(self, _app) -> None:
+        # One pool of keep-alive upstream connections for every call (upstream_http.py says why not aiohttp's
+        # ClientSession). It keeps no cookies: a Set-Cookie from the upstream reaches the client that got it only.
+        self.client = UpstreamClient(self.upstream.base, connect_timeout=min(self.config.timeout, 30.0),
+                                     read_timeout=self.config.timeout)
 
-    async def _close_session(self, _app) -> None:
-        if self.session is not None:
-            await self.session.close()
+    async def _close_client(self, _app) -> None:
+        if self.client is not None:
+            self.client.close()
 
     @web.middleware
     async def _edge(self, request: web.Request, handler):
@@ -209,7 +202,7 @@ class Gateway:
         capture = api in RECORDED and headers.get("x-reef-capture", "").strip().lower() not in ("false", "0", "no")
         state = self.recorder.scenario(headers.get("x-reef-scenario"))
         release = state.release()  # frozen here: a publish during the request does not re-attribute it
-        url = self._url(path, request.query_string)
+        target = self._target(path, request.raw_path)
         extra = [("x-reef-release-id", release.release_id)]
         session = request.match_info.get("session")
         edits = bool(body) and ((self.config.inject == "system" and api != "openai.models")
@@ -224,19 +217,16 @@ class Gateway:
                 body = await self._edit(state, release, api, ex, parsed, body)
                 if ex is not None:
                     self.recorder.describe_request(ex, body)
-                call = self._send(request, url, headers, api, body)
+                call = self._send(request, target, headers, api, body)
             else:
-                # The body goes upstream as it came, so it goes first; describing it (parse, record id, digests,
-                # ~0.15 ms on a small VM) then overlaps the upstream's work instead of adding to the latency.
-                call = self._send(request, url, headers, api, body)
+                # The body goes upstream as it came, so it goes first (written on this loop turn when a pooled
+                # connection is free); describing it (parse, record id, digests, ~0.15 ms on a small VM) then
+                # overlaps the upstream's work instead of adding to the latency.
+                call = self._send(request, target, headers, api, body)
                 if capture:
-                    try:
-                        for _ in range(_YIELDS_TO_SEND):
-                            await asyncio.sleep(0)
-                    finally:  # cancelled here (a shutdown), the call may have gone out: it gets its record
-                        ex = self._begin(state, release, api, path, started, headers,
-                                         _parse(body) if body else None, session)
-                        self.recorder.describe_request(ex, body)
+                    ex = self._begin(state, release, api, path, started, headers, _parse(body) if body else None,
+                                     session)
+                    self.recorder.describe_request(ex, body)
         except BaseException as exc:
             if call is not None:
                 call.cancel()
@@ -245,10 +235,10 @@ class Gateway:
                     await self._record(ex)
             raise
         if ex is None:
-            return await self._relay(request, api, url, headers, body, None, extra, call)
+            return await self._relay(request, api, target, headers, body, None, extra, call)
         extra.append(("x-reef-agent-record-id", ex.record_id))
         try:
-            return await self._relay(request, api, url, headers, body, ex, extra, call)
+            return await self._relay(request, api, target, headers, body, ex, extra, call)
         except asyncio.CancelledError:
             ex.fail("interrupted", "the gateway stopped before the exchange finished")
             await self._record(ex)
@@ -282,21 +272,21 @@ class Gateway:
             changed = self.recorder.apply_request_hooks(ex, parsed) or changed
         return json.dumps(parsed, ensure_ascii=False).encode("utf-8") if changed else body
 
-    def _send(self, request: web.Request, url, headers, api: str, body: bytes) -> asyncio.Task:
+    def _send(self, request: web.Request, target: str, headers, api: str, body: bytes):
         """The upstream call, started now (its answer is awaited in _relay)."""
         up_headers = self.upstream.request_headers(headers, api, self.config.pass_client_key)
-        return asyncio.ensure_future(self.session.request(request.method, url, headers=up_headers,
-                                                          data=body or None, timeout=self.timeout,
-                                                          allow_redirects=False))
+        return self.client.start(request.method, target, up_headers, body)
 
-    def _url(self, path: str, query: str):
-        """The upstream URL, parsed once per route (a route without a query string is most calls)."""
-        url = self.urls.get(path) if not query else None
-        if url is None:
-            url = URL(self.upstream.url_for(path, query))
-            if not query:
-                self.urls[path] = url
-        return url
+    def _target(self, path: str, raw_path: str) -> str:
+        """The upstream request target (path and query as the client sent the query), built once per route for
+        calls without a query string (most calls)."""
+        query = raw_path.partition("?")[2]
+        if not query:
+            target = self.targets.get(path)
+            if target is None:
+                target = self.targets[path] = self.upstream.target_for(path, "")
+            return target
+        return self.upstream.target_for(path, query)
 
     async def _record(self, ex: Exchange):
         return await self.recorder.finish(ex, alone=len(self.in_flight) <= 1)
@@ -305,8 +295,8 @@ class Gateway:
         return {"agent_record_id": ex.record_id, "release_id": ex.release_id, "content_id": ex.content_id,
                 "scenario": ex.scenario}
 
-    async def _relay(self, request, api, url, headers, body, ex: Exchange | None, extra,
-                     call: asyncio.Task) -> web.StreamResponse:
+    async def _relay(self, request, api, target, headers, body, ex: Exchange | None, extra,
+                     call) -> web.StreamResponse:
         t = self.config.timeout
         try:
             resp = await call
@@ -314,11 +304,13 @@ class Gateway:
             call.cancel()
             raise
         except asyncio.TimeoutError:
+            call.cancel()
             return await self._failed(api, ex, extra, 504, "timeout",
                                       f"the upstream did not answer within {t:g} s")
-        except aiohttp.ClientError as exc:
+        except UpstreamError as exc:
+            call.cancel()
             return await self._failed(api, ex, extra, 502, "unreachable",
-                                      f"the upstream {self.upstream.shown()} is unreachable ({type(exc).__name__})")
+                                      f"the upstream {self.upstream.shown()} is unreachable ({exc})")
         try:
             if ex is not None:
                 ex.status = resp.status
@@ -329,9 +321,9 @@ class Gateway:
             except asyncio.TimeoutError:
                 return await self._failed(api, ex, extra, 504, "timeout",
                                           f"the upstream stopped sending its answer for {t:g} s")
-            except aiohttp.ClientError as exc:
+            except UpstreamError as exc:
                 return await self._failed(api, ex, extra, 502, "upstream_died",
-                                          f"the upstream's answer was cut off ({type(exc).__name__})")
+                                          f"the upstream's answer was cut off ({exc})")
             out_headers = response_headers(resp.headers) + extra
             if ex is None:
                 return web.Response(body=data, status=resp.status, headers=out_headers)
@@ -345,8 +337,8 @@ class Gateway:
                 if ex.refused and ex.retryable and not ex.retries:
                     ex.reset_for_retry()
                     resp.release()
-                    return await self._relay(request, api, url, headers, body, ex, extra,
-                                             self._send(request, url, headers, api, body))
+                    return await self._relay(request, api, target, headers, body, ex, extra,
+                                             self._send(request, target, headers, api, body))
             transport = request.transport
             if transport is None or transport.is_closing():
                 ex.fail("client_disconnected", "the client hung up before the answer came")
@@ -378,10 +370,10 @@ class Gateway:
 
         if ex is None:  # not recorded: a plain byte relay
             try:
-                async for chunk in resp.content.iter_any():
+                async for chunk in resp.iter_any():
                     await send(chunk)
                 await out.write_eof()
-            except (_ClientGone, aiohttp.ClientError, asyncio.TimeoutError):
+            except (_ClientGone, UpstreamError, asyncio.TimeoutError):
                 _abort(request)
             return out
         watch = StreamWatch(api)
@@ -390,7 +382,7 @@ class Gateway:
         after: list[bytes] = []
         t = self.config.timeout
         try:
-            async for chunk in resp.content.iter_any():
+            async for chunk in resp.iter_any():
                 ex.add_response(chunk)
                 ready = []
                 for event in splitter.feed(chunk):
@@ -408,8 +400,8 @@ class Gateway:
             ex.fail("client_disconnected", "the client hung up mid-stream")
         except asyncio.TimeoutError:
             ex.fail("timeout", f"the upstream sent nothing for {t:g} s mid-stream", 504)
-        except aiohttp.ClientError as exc:
-            ex.fail("upstream_died", f"the upstream's stream broke off ({type(exc).__name__})", 502)
+        except UpstreamError as exc:
+            ex.fail("upstream_died", f"the upstream's stream broke off ({exc})", 502)
         if terminal is None and ex.outcome == "ok":
             ex.fail("upstream_died", "the upstream closed the stream before its final event", 502)
         ex.model = watch.model or ex.model
