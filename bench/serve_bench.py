@@ -94,7 +94,9 @@ def wait_http(url: str, timeout: float = 90) -> None:
             time.sleep(0.2)
 
 
-FLOOR_KINDS = ("aiohttp-app", "aiohttp-low", "low+raw", "raw+client", "protocol")
+FLOOR_KINDS = ("aiohttp-app", "aiohttp-low", "low+reef", "raw+client", "uvicorn+reef", "protocol")
+# --floor-ledger: the same with one durable append per call (the best a recording gateway on each stack can do)
+FLOOR_LEDGER_KINDS = ("aiohttp-app+ledger", "low+reef+ledger", "uvicorn+reef+ledger", "protocol+ledger")
 BODY = {"model": "fake-model", "messages": [{"role": "user", "content": "say DONE"}]}
 
 
@@ -207,6 +209,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--compare-asyncio", action="store_true", help="also measure a gateway on asyncio's loop")
     ap.add_argument("--floor", action="store_true", help="also measure bare pass-through proxies that record "
                     "nothing, one per HTTP stack (bench/serve_floor.py)")
+    ap.add_argument("--floor-ledger", action="store_true", help="with --floor: also each bare proxy with one "
+                    "durable ledger append per call")
     ap.add_argument("--upstream-only", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.upstream_only:
@@ -242,10 +246,15 @@ def main(argv: list[str] | None = None) -> int:
             wait_http(f"http://127.0.0.1:{port2}/healthz")
         floors, floor_urls = {}, {}
         if args.floor:
-            for kind in FLOOR_KINDS:
+            import importlib.util
+
+            for kind in FLOOR_KINDS + (FLOOR_LEDGER_KINDS if args.floor_ledger else ()):
+                if kind.startswith("uvicorn") and importlib.util.find_spec("uvicorn") is None:
+                    print(f"floor {kind}: skipped (uvicorn is not installed here: pip install uvicorn)")
+                    continue
                 fport = free_port()
                 floors[kind] = subprocess.Popen([sys.executable, str(REPO / "bench" / "serve_floor.py"), kind,
-                                                 str(fport), upstream])
+                                                 str(fport), upstream, str(tmp / f"floor-{len(floors)}.jsonl")])
                 procs.append(floors[kind])
                 floor_urls[kind] = f"http://127.0.0.1:{fport}"
                 wait_http(floor_urls[kind] + "/v1/models")
@@ -283,13 +292,14 @@ def main(argv: list[str] | None = None) -> int:
             for name, xs in lat.items():
                 cpu = (f"  CPU per call {(cpu_s(watched[name].pid) - before[name]) / (args.requests + 20) * 1e6:5.0f} us"
                        if name in watched else "")
-                print(f"  {kind:6} {name:12} p50 {pct(xs, .5):7.3f}  p99 {pct(xs, .99):7.3f}{cpu}")
+                print(f"  {kind:6} {name:19} p50 {pct(xs, .5):7.3f}  p99 {pct(xs, .99):7.3f}{cpu}")
             if args.compare_asyncio:
                 print(f"  {kind:6} reef-asyncio adds p50 {pct(lat['reef-asyncio'], .5) - pct(lat['direct'], .5):+.3f} ms"
                       f"  p99 {pct(lat['reef-asyncio'], .99) - pct(lat['direct'], .99):+.3f} ms")
             for name in floors:
-                print(f"  {kind:6} floor {name:12} adds p50 {pct(lat[name], .5) - pct(lat['direct'], .5):+.3f} ms"
-                      f"  p99 {pct(lat[name], .99) - pct(lat['direct'], .99):+.3f} ms  (records nothing)")
+                print(f"  {kind:6} floor {name:19} adds p50 {pct(lat[name], .5) - pct(lat['direct'], .5):+.3f} ms"
+                      f"  p99 {pct(lat[name], .99) - pct(lat['direct'], .99):+.3f} ms"
+                      f"  ({'one durable append' if name.endswith('+ledger') else 'records nothing'})")
             for q, label in ((.5, "p50"), (.99, "p99")):
                 lat_rows[(kind, label)] = pct(lat["reef"], q) - pct(lat["direct"], q)
             print(f"  {kind:6} reef adds  p50 {lat_rows[(kind, 'p50')]:+.3f} ms  p99 {lat_rows[(kind, 'p99')]:+.3f} ms"

@@ -9,10 +9,17 @@ streamed), on uvloop like the gateway, and does nothing else: no auth, no record
     protocol      an asyncio.Protocol per client connection holding one keep-alive upstream connection, both sides
                   parsed by httptools (llhttp): the cheapest hop Python can make on this loop, a reference, not a
                   product (no TLS, no timeouts, no pipelining)
-    low+raw       the two halves crossed, to see which one costs: aiohttp's low-level server, upstream calls on
-    raw+client    httptools connections (a small pool) / the Protocol server, upstream calls through ClientSession
+    low+reef      the two halves crossed, to see which one costs: aiohttp's low-level server with upstream calls
+    raw+client    on reef's httptools client (reef_cli/serve/upstream_http.py) / the Protocol server with upstream
+                  calls through ClientSession
+    uvicorn+reef  uvicorn (httptools protocol, uvloop) with a bare ASGI app, upstream calls on reef's client:
+                  a maintained server stack on the cheap parser
 
-    python bench/serve_floor.py KIND PORT UPSTREAM_URL
+    KIND+ledger   any of the above with one durable ledger append (reef's Ledger, fdatasync) per call, written
+                  after the answer is in and before its end goes to the client, as reef does with its receipts:
+                  the best a recording gateway on that stack can do
+
+    python bench/serve_floor.py KIND PORT UPSTREAM_URL [LEDGER_PATH]
 """
 
 from __future__ import annotations
@@ -24,6 +31,12 @@ from urllib.parse import urlsplit
 HOP = frozenset({"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer",
                  "trailers", "transfer-encoding", "upgrade", "host", "content-length"})
 HOP_B = frozenset(h.encode() for h in HOP)
+RECORD = None  # set by main() for the +ledger kinds: one durable append per call
+
+
+def record() -> None:
+    if RECORD is not None:
+        RECORD()
 
 
 def aiohttp_handler(upstream: str):
@@ -48,81 +61,47 @@ def aiohttp_handler(upstream: str):
                 await out.prepare(request)
                 async for chunk in resp.content.iter_any():
                     await out.write(chunk)
+                record()
                 await out.write_eof()
                 return out
-            return web.Response(body=await resp.read(), status=resp.status, headers=out_headers)
+            data = await resp.read()
+            record()
+            return web.Response(body=data, status=resp.status, headers=out_headers)
 
     return handler
 
 
-class _RawConn(asyncio.Protocol):
-    """One pooled upstream connection for low+raw: the answer's head resolves a future, body parts go to a queue."""
+def _reef_client(upstream: str):
+    sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parent.parent))
+    from reef_cli.serve.upstream_http import UpstreamClient
 
-    def __init__(self):
-        import httptools
-
-        self.parser = httptools.HttpResponseParser(self)
-        self.transport = None
-
-    def connection_made(self, transport):
-        self.transport = transport
-
-    def data_received(self, data):
-        self.parser.feed_data(data)
-
-    def start(self, msg: bytes):
-        loop = asyncio.get_running_loop()
-        self.head, self.parts = loop.create_future(), asyncio.Queue()
-        self.transport.write(msg)
-
-    def on_message_begin(self):
-        self.headers = []
-
-    def on_header(self, name, value):
-        if name.lower() not in HOP_B:
-            self.headers.append((name.decode("latin-1"), value.decode("latin-1")))
-
-    def on_headers_complete(self):
-        self.head.set_result((self.parser.get_status_code(), self.headers))
-
-    def on_body(self, body):
-        self.parts.put_nowait(body)
-
-    def on_message_complete(self):
-        self.parts.put_nowait(None)
+    return UpstreamClient(upstream, connect_timeout=30, read_timeout=300)
 
 
-def low_raw_handler(upstream: str):
+def low_reef_handler(upstream: str):
     from aiohttp import web
 
-    parts = urlsplit(upstream)
-    pool: list[_RawConn] = []
-    host_header = f"Host: {parts.hostname}:{parts.port}\r\n".encode()
+    client = _reef_client(upstream)
 
     async def handler(request):
         body = await request.read()
-        head = [f"{request.method} {request.path_qs} HTTP/1.1\r\n".encode(), host_header]
-        head += [f"{k}: {v}\r\n".encode("latin-1") for k, v in request.headers.items() if k.lower() not in HOP]
-        head.append(b"Content-Length: %d\r\n\r\n" % len(body))
-        conn = pool.pop() if pool else None
-        if conn is None:
-            _t, conn = await asyncio.get_running_loop().create_connection(_RawConn, parts.hostname, parts.port)
-        conn.start(b"".join(head) + body)
-        status, headers = await conn.head
-        if any(k.lower() == "content-type" and "text/event-stream" in v for k, v in headers):
-            out = web.StreamResponse(status=status, headers=headers)
-            await out.prepare(request)
-            while (chunk := await conn.parts.get()) is not None:
-                await out.write(chunk)
-            await out.write_eof()
-            pool.append(conn)
-            return out
-        data = []
-        while (chunk := await conn.parts.get()) is not None:
-            data.append(chunk)
-        pool.append(conn)
-        return web.Response(body=b"".join(data), status=status,
-                            headers=[(k, v) for k, v in headers if k.lower() != "content-length"])
+        headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP}
+        resp = await client.start(request.method, request.raw_path, headers, body)
+        out_headers = [(k, v) for k, v in resp.headers.items() if k.lower() not in HOP]
+        try:
+            if "text/event-stream" in resp.headers.get("Content-Type", ""):
+                out = web.StreamResponse(status=resp.status, headers=out_headers)
+                await out.prepare(request)
+                async for chunk in resp.iter_any():
+                    await out.write(chunk)
+                record()
+                await out.write_eof()
+                return out
+            data = await resp.read()
+            record()
+            return web.Response(body=data, status=resp.status, headers=out_headers)
+        finally:
+            resp.release()
 
     return handler
 
@@ -176,16 +155,18 @@ class _ClientViaSession(asyncio.Protocol):
                 self.transport.write(b"".join(head) + b"Transfer-Encoding: chunked\r\n\r\n")
                 async for chunk in resp.content.iter_any():
                     self.transport.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                record()
                 self.transport.write(b"0\r\n\r\n")
             else:
                 data = await resp.read()
+                record()
                 self.transport.write(b"".join(head) + b"Content-Length: %d\r\n\r\n" % len(data) + data)
 
 
 async def serve_aiohttp(kind: str, port: int, upstream: str) -> None:
     from aiohttp import web
 
-    handler = low_raw_handler(upstream) if kind == "low+raw" else aiohttp_handler(upstream)
+    handler = low_reef_handler(upstream) if kind == "low+reef" else aiohttp_handler(upstream)
     if kind == "aiohttp-app":
         app = web.Application()
         app.router.add_route("*", "/{tail:.*}", handler)
@@ -222,6 +203,7 @@ class _Upstream(asyncio.Protocol):
         self.headers = []
         self.reason = b""
         self.chunked = False
+        self.held = []
 
     def on_status(self, status):
         self.reason += status
@@ -243,12 +225,17 @@ class _Upstream(asyncio.Protocol):
     def on_body(self, body):
         if self.chunked:
             self.client.transport.write(b"%x\r\n%s\r\n" % (len(body), body))
+        elif RECORD is not None:  # the end waits for the record: hold a sized body until it is all in
+            self.held.append(body)
         else:
             self.client.transport.write(body)
 
     def on_message_complete(self):
+        record()
         if self.chunked:
             self.client.transport.write(b"0\r\n\r\n")
+        elif self.held:
+            self.client.transport.write(b"".join(self.held))
 
 
 class _Client(asyncio.Protocol):
@@ -314,8 +301,54 @@ async def serve_raw_client(port: int, upstream: str) -> None:
     await asyncio.Event().wait()
 
 
+def serve_uvicorn(port: int, upstream: str) -> None:
+    import uvicorn
+
+    client = _reef_client(upstream)
+
+    async def app(scope, receive, send):
+        body, more = b"", True
+        while more:
+            msg = await receive()
+            body += msg.get("body", b"")
+            more = msg.get("more_body", False)
+        headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]
+                   if k.decode("latin-1") not in HOP}
+        target = scope["raw_path"].decode() + ("?" + scope["query_string"].decode() if scope["query_string"] else "")
+        resp = await client.start(scope["method"], target, headers, body)
+        out = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in resp.headers.items() if k.lower() not in HOP]
+        if "text/event-stream" in resp.headers.get("Content-Type", ""):
+            await send({"type": "http.response.start", "status": resp.status, "headers": out})
+            async for chunk in resp.iter_any():
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            record()
+            await send({"type": "http.response.body", "body": b""})
+        else:
+            data = await resp.read()
+            record()
+            out.append((b"content-length", str(len(data)).encode()))
+            await send({"type": "http.response.start", "status": resp.status, "headers": out})
+            await send({"type": "http.response.body", "body": data})
+        resp.release()
+
+    uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, loop="uvloop", http="httptools",
+                                  access_log=False, lifespan="off", log_level="warning", backlog=2048)).run()
+
+
 def main(argv: list[str]) -> int:
-    kind, port, upstream = argv[0], int(argv[1]), argv[2].rstrip("/")
+    global RECORD
+    kind, port, upstream = argv[0].removesuffix("+ledger"), int(argv[1]), argv[2].rstrip("/")
+    if argv[0].endswith("+ledger"):
+        sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parent.parent))
+        from reef_cli.ledger import Ledger
+
+        ledger = Ledger(__import__("pathlib").Path(argv[3]), "default")
+        payload = {"source": "serve-floor", "status": 200, "outcome": "ok",
+                   "response": {"digest": "sha256:" + "0" * 64, "length": 300}}
+        RECORD = lambda: ledger.append("inference", payload, release_id=None, content_id=None)  # noqa: E731
+    if kind == "uvicorn+reef":
+        serve_uvicorn(port, upstream)
+        return 0
     import uvloop
 
     coro = (serve_protocol(port, upstream) if kind == "protocol" else serve_raw_client(port, upstream)
