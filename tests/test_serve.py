@@ -488,6 +488,19 @@ def test_session_in_the_path_for_agents_without_headers(served):
     assert p["session"] == "run-77" and p["route"] == "/v1/chat/completions"
 
 
+def test_unknown_paths_and_methods_get_the_route_table_answers(served):
+    """The gateway's own route table (aiohttp's low-level server): what its router used to answer, as JSON."""
+    status, headers, body = http(served.url + "/v1/nothing", {})
+    assert status == 404 and json.loads(body)["error"]["message"] == "Not Found"
+    status, headers, body = http(served.url + "/v1/chat/completions", method="GET")
+    assert status == 405 and headers["Allow"] == "POST"
+    status, headers, _ = http(served.url + "/reef/status", method="HEAD")
+    assert status == 200 and headers["Content-Type"] == "application/json"
+    assert http(served.url + "/session/s1/reef/status")[0] == 404  # only model routes take a session prefix
+    assert http(served.url + "/session//v1/models")[0] == 404
+    assert http(served.url + "/session/s1/v1/models")[0] == 200
+
+
 def test_provenance_hooks_see_the_answer_before_the_receipt(tmp_path, upstream):
     """The seam for engine provenance (e.g. which weights answered): a request hook edits the body that goes
     upstream, a response hook reads the upstream's answer before the record and may refuse it."""
