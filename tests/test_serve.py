@@ -499,6 +499,8 @@ def test_unknown_paths_and_methods_get_the_route_table_answers(served):
     assert http(served.url + "/session/s1/reef/status")[0] == 404  # only model routes take a session prefix
     assert http(served.url + "/session//v1/models")[0] == 404
     assert http(served.url + "/session/s1/v1/models")[0] == 200
+    status, headers, body = http(served.url + "/v1/models", method="HEAD")
+    assert status == 200 and body == b""
 
 
 def test_provenance_hooks_see_the_answer_before_the_receipt(tmp_path, upstream):

@@ -208,6 +208,25 @@ def test_a_body_that_ends_with_the_connection_and_a_chunked_one():
     assert b"Content-Length" not in server.requests[0]  # a GET without a body sends none
 
 
+def test_the_answer_to_a_head_has_no_body_whatever_its_content_length():
+    async def answer(n, request, writer):
+        writer.write(OK.split(b"\r\n\r\n")[0] + b"\r\n\r\n" if request.startswith(b"HEAD") else OK)
+        await writer.drain()
+
+    async def main():
+        async with _Server(answer) as server:
+            client = UpstreamClient(server.url, connect_timeout=5, read_timeout=2)
+            resp = await client.start("HEAD", "/v1/models", {}, b"")
+            assert resp.status == 200 and resp.headers["Content-Length"] == "11" and await resp.read() == b""
+            resp.release()
+            resp = await client.start("GET", "/v1/models", {}, b"")
+            assert await resp.read() == b'{"ok":true}'
+            resp.release()
+            client.close()
+
+    _run(main())
+
+
 def test_read_timeout_restarts_with_each_arrival_and_fires_when_the_upstream_stops():
     async def answer(n, _request, writer):
         writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")

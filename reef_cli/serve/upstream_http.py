@@ -85,10 +85,11 @@ class UpstreamResponse:
     """One answer: `status` and `headers` once `Call` returns it, the body through `read()` or `iter_any()`;
     `release()` (or `close()`) when done with it."""
 
-    def __init__(self, client: "UpstreamClient", conn: _Conn, reused: bool):
+    def __init__(self, client: "UpstreamClient", conn: _Conn, reused: bool, head_only: bool = False):
         self.client = client
         self.conn = conn
         self.reused = reused
+        self.head_only = head_only  # the answer to a HEAD: no body follows whatever its Content-Length says
         self.parser = httptools.HttpResponseParser(self)
         self.status = 0
         self.headers: CIMultiDict = CIMultiDict()
@@ -123,6 +124,9 @@ class UpstreamResponse:
         self.headers = CIMultiDict(self._raw)
         self._keep_alive = self.parser.should_keep_alive()
         self._head = True
+        if self.head_only:  # the parser would wait for the body a GET would get: end here, and drop the connection
+            self.done = True
+            self._keep_alive = False
         self._wake()
 
     def on_body(self, body: bytes) -> None:
@@ -241,14 +245,15 @@ class Call:
     """One request in flight: written at once when a pooled connection is free, else as soon as a new connection is
     up. `await call` gives the answer once its head is in; `cancel()` drops its connection."""
 
-    def __init__(self, client: "UpstreamClient", message: bytes):
+    def __init__(self, client: "UpstreamClient", message: bytes, head_only: bool = False):
         self.client = client
         self.message = message
+        self.head_only = head_only
         self.resp: UpstreamResponse | None = None
         self._connecting: asyncio.Task | None = None
         conn = client._pooled()
         if conn is not None:
-            self.resp = UpstreamResponse(client, conn, reused=True)
+            self.resp = UpstreamResponse(client, conn, reused=True, head_only=head_only)
             conn.transport.write(message)
         else:
             self._connecting = asyncio.ensure_future(client._connect())
@@ -270,7 +275,7 @@ class Call:
             if self.resp is None:
                 connecting, self._connecting = self._connecting, None
                 conn = await (connecting if connecting is not None else self.client._connect())
-                self.resp = UpstreamResponse(self.client, conn, reused=False)
+                self.resp = UpstreamResponse(self.client, conn, reused=False, head_only=self.head_only)
                 conn.transport.write(self.message)
             try:
                 await self.resp.head()
@@ -312,7 +317,7 @@ class UpstreamClient:
         if body or method not in ("GET", "HEAD"):
             lines.append(f"Content-Length: {len(body)}\r\n")
         lines.append("\r\n")
-        return Call(self, "".join(lines).encode("utf-8", "surrogateescape") + body)
+        return Call(self, "".join(lines).encode("utf-8", "surrogateescape") + body, head_only=method == "HEAD")
 
     def _pooled(self) -> _Conn | None:
         now = time.monotonic()
