@@ -211,6 +211,8 @@ def main(argv: list[str] | None = None) -> int:
                     "nothing, one per HTTP stack (bench/serve_floor.py)")
     ap.add_argument("--floor-ledger", action="store_true", help="with --floor: also each bare proxy with one "
                     "durable ledger append per call")
+    ap.add_argument("--floor-kinds", help="with --floor: only these proxies, comma-separated (fewer processes "
+                    "taking turns keep each one's caches warmer, as a gateway alone has them)")
     ap.add_argument("--upstream-only", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.upstream_only:
@@ -248,7 +250,14 @@ def main(argv: list[str] | None = None) -> int:
         if args.floor:
             import importlib.util
 
-            for kind in FLOOR_KINDS + (FLOOR_LEDGER_KINDS if args.floor_ledger else ()):
+            kinds = FLOOR_KINDS + (FLOOR_LEDGER_KINDS if args.floor_ledger else ())
+            if args.floor_kinds:
+                kinds = tuple(k for k in args.floor_kinds.split(",") if k)
+                unknown = sorted(set(kinds) - set(FLOOR_KINDS + FLOOR_LEDGER_KINDS))
+                if unknown:
+                    ap.error(f"--floor-kinds: unknown {', '.join(unknown)} (known: "
+                             f"{', '.join(FLOOR_KINDS + FLOOR_LEDGER_KINDS)})")
+            for kind in kinds:
                 if kind.startswith("uvicorn") and importlib.util.find_spec("uvicorn") is None:
                     print(f"floor {kind}: skipped (uvicorn is not installed here: pip install uvicorn)")
                     continue
