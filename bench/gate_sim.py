@@ -21,8 +21,11 @@ Policies:
 * paired     - reef's default (reef_cli.gate, the shipped code): screen, one pass, repeats, early stop,
                bootstrap lower bound > 0, tolerance, sentinels. Budget: the full paired tally's 2*T*k.
 * sequential - reef_cli.gate policy 'sequential': group-sequential sign-flip test with alpha spending, futility
-               looks, two extra passes on the discordant tasks, one drop e-process over all tasks with probes (up to 6k
-               pairs per task; no total budget, the table shows the most any candidate spent).
+               looks, two extra passes on the discordant tasks, one drop e-process over all tasks with probes, and
+               before publishing a non-inferiority check on the tasks the current harness passes reliably (up to 6k
+               pairs per task; no total budget, the table shows the most any candidate spent). It is given the
+               current harness's history (`--history`, default 3 earlier scores per task: what its last gate run
+               left in the ledger), drawn with luck of its own, and orders its passes by it.
 * tally      - reef 0.1.3's rule (shipped as policy 'tally'): all 2*T*k episodes, wins - losses > 0.
 * tally-k1   - the same rule with one repeat (2*T episodes): a tally at about our spend.
 * gepa       - GEPA-style strict minibatch rule: 3 random tasks once per side, accept only a strictly higher sum,
@@ -30,7 +33,7 @@ Policies:
 
 Run:  .venv/bin/python bench/gate_sim.py [--per-class 300] [--tasks 12] [--repeats 3] [--rho 0.5] [--seed 1]
                                         [--seeds 1,2,3] [--scores binary|heavy] [--policies paired,sequential,...]
-                                        [--why]   (why the helpful candidates were rejected, by true effect)
+                                        [--history 3] [--why]   (why the helpful candidates were rejected, by true effect)
 """
 
 from __future__ import annotations
@@ -121,14 +124,26 @@ class Episodes:
             return min(1.0, max(0.0, p + HEAVY_SCALE * math.tan(math.pi * (u - 0.5))))
         return 1.0 if u < p else 0.0
 
+    def history(self, i: int, n: int) -> list[float]:
+        """The current harness's scores on task i in n earlier gate runs: its own luck, shared with nothing here."""
+        out = []
+        for r in range(n):
+            u = random.Random(f"{self.seed}:history:{i}:{r}").random()
+            p = self.cand.p_cur[i]
+            out.append(min(1.0, max(0.0, p + HEAVY_SCALE * math.tan(math.pi * (u - 0.5)))) if self.heavy
+                       else 1.0 if u < p else 0.0)
+        return out
+
     def sampler(self, ids: dict[str, int]):
         def sample(reqs):
             return {r: self.score(ids[r[0]], r[1], r[2]) for r in reqs}
         return sample
 
 
-def run_policy(name: str, eps: Episodes, tasks: list[TaskSpec], repeats: int, seed: int) -> tuple[bool, int, str]:
-    """(published, episodes spent, the gate's one-line reason)."""
+def run_policy(name: str, eps: Episodes, tasks: list[TaskSpec], repeats: int, seed: int,
+               history: int = 0) -> tuple[bool, int, str]:
+    """(published, episodes spent, the gate's one-line reason). `history`: earlier scores of the current harness per
+    task that the gate is given (policy sequential uses them)."""
     ids = {t.id: i for i, t in enumerate(tasks)}
     budget = full_tally_cost(len(tasks), repeats)
     if name == "gepa":
@@ -142,7 +157,8 @@ def run_policy(name: str, eps: Episodes, tasks: list[TaskSpec], repeats: int, se
         return diff > 0, spent, "full set"
     policy, k = ("tally", 1) if name == "tally-k1" else (name, repeats)
     settings = GateSettings(policy=policy, repeats=k, seed=seed, max_episodes=None if name == "sequential" else budget)
-    out = evaluate(settings, tasks, eps.sampler(ids))
+    hist = {t.id: eps.history(i, history) for i, t in enumerate(tasks)} if history else None
+    out = evaluate(settings, tasks, eps.sampler(ids), hist)
     return out.decision == PUBLISH, out.episodes_spent, out.reason
 
 
@@ -186,6 +202,9 @@ def main(argv: list[str] | None = None) -> dict:
                     help="comma-separated seeds, pooled into one table (per-class candidates per seed): e.g. 1,2,3")
     ap.add_argument("--scores", choices=("binary", "heavy"), default="binary")
     ap.add_argument("--policies", default="paired,sequential,tally,tally-k1,gepa")
+    ap.add_argument("--history", type=int, default=3,
+                    help="earlier scores of the current harness per task the gate knows (its last gate run's k "
+                         "episodes: 3); 0 for a first gate run with no history")
     ap.add_argument("--why", action="store_true",
                     help="also print why each policy rejected the helpful candidates, by true effect")
     args = ap.parse_args(argv)
@@ -207,7 +226,8 @@ def main(argv: list[str] | None = None) -> dict:
     for n, cand in enumerate(cands):
         eps = Episodes(cand, args.rho, seed=luck[n], scores=args.scores)
         for p in policies:
-            acc, spent, reason = run_policy(p, eps, tasks, args.repeats, seed=n % (len(CLASSES) * args.per_class))
+            acc, spent, reason = run_policy(p, eps, tasks, args.repeats, seed=n % (len(CLASSES) * args.per_class),
+                                            history=args.history)
             s = stats[p][cand.cls]
             s[0] += acc
             s[1] += 1
@@ -221,7 +241,7 @@ def main(argv: list[str] | None = None) -> dict:
                     whys[p][effect_bin(cand.effect(args.scores))][why_rejected(reason, first_look)] += 1
     elapsed = time.perf_counter() - t0
     print(f"gate_sim: {len(cands)} candidates ({args.per_class} per class per seed), {args.tasks} tasks, "
-          f"k={args.repeats}, rho={args.rho}, seed{'s' if len(seeds) > 1 else ''}={','.join(map(str, seeds))}, scores={args.scores}; full paired tally {full} episodes; {elapsed:.1f}s")
+          f"k={args.repeats}, rho={args.rho}, history={args.history}, seed{'s' if len(seeds) > 1 else ''}={','.join(map(str, seeds))}, scores={args.scores}; full paired tally {full} episodes; {elapsed:.1f}s")
     print()
     header = f"{'policy':10} {'false-accept':>12} {'FA null':>8} {'FA harm':>8} {'FA breaks':>9} {'false-reject':>12} " \
              f"{'episodes/cand':>13} {'vs tally':>8} {'most':>5}"

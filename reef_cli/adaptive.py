@@ -5,42 +5,51 @@ runs are in reef_cli.sequential; why they control the false-accept rate is told 
 
 The plan, for T canary tasks and k repeats (constants below; `gate.*` settings where a user would tune them):
 
-1. Passes over every task, one (candidate, current) pair per task per pass, the screen's tasks (sentinels first)
-   at the head, each pass cut in `gate.looks_per_pass` chunks; after each chunk a look of the group-sequential
-   sign-flip test on all mean-test pairs so far, alpha spent as alpha * f ** `gate.spend_shape` by the share f of the
-   planned T x (k + `gate.extra_passes`) pairs (the last look spends what is left).
+1. Passes over every task, one (candidate, current) pair per task per pass, sentinels first; then, where the current
+   harness has a history on this canary suite (its scores in earlier gate runs, `history`), the tasks it fails most
+   (a change can only raise a task where the current harness has room, so a helpful candidate shows its wins in the
+   first looks), else the screen's seeded sample and the rest. The order is fixed before any pair is run. Each pass
+   is cut in `gate.looks_per_pass` chunks; after each chunk a look of the group-sequential sign-flip test on all
+   mean-test pairs so far, alpha spent as alpha * f ** `gate.spend_shape` by the share f of the planned
+   T x (k + `gate.extra_passes`) pairs (the last look spends what is left).
 2. At a look that crosses the bound, the candidate is better on average; at one below the futility bar it is
    rejected (non-binding: rejecting never adds false accepts); otherwise the next chunk runs.
 3. After k passes an undecided candidate gets `gate.extra_passes` more, on the tasks with a discordant mean-test pair
    only (|d| > 0): chosen from the magnitudes, never the signs, so the sign-flip test stays exact.
 4. The drop test (reef_cli.sequential.DropWealth): one e-process over all pairs of all tasks, betting on a task only
-   where the current harness scores at least max(tolerance, BET_RELIABLE) and the task is behind; it vetoes once the
-   wealth reaches 1 / `gate.drop_alpha`. Probes (pairs past the mean test's, up to `gate.max_repeats`, default 6k
-   pairs per task) go to tasks whose mean is below -tolerance * PROBE_AT (while undecided: below -tolerance), and,
-   before publishing, to reliable tasks where a break could hide (`_at_risk`). Probes never enter the mean test.
-5. Before publishing, a task whose mean is still past the tolerance at its cap blocks the publish (the `paired`
-   policy's per-task rule, on more pairs).
+   where the current harness scores at least max(tolerance, BET_RELIABLE) (history included) and the task is behind;
+   it vetoes once the wealth reaches 1 / `gate.drop_alpha`. Probes (pairs past the mean test's, up to
+   `gate.max_repeats`, default 6k pairs per task) go to tasks whose mean is below -tolerance * PROBE_AT (while
+   undecided: below -tolerance).
+5. Before publishing, the burden of proof turns around on the tasks the current harness passes reliably (a break
+   there hides behind ties and lucky pairs): each gets pairs until its mean difference, less NI_Z standard errors,
+   is above -tolerance (`_noninferior`), the drop test vetoes, or the cap is reached; a task whose mean is still
+   past the tolerance at its cap blocks the publish. Confirmation pairs never enter the mean test.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 # reef_cli.gate's names, repeated so this module does not import the gate that imports it (tests pin them equal)
 CANDIDATE, CURRENT, PUBLISH, REJECT = "candidate", "current", "publish", "reject"
 SENTINEL_PASS = 0.5
 
-# (up to information fraction, z): at a look before the last, reject when the self-normalised sum z is <= z. A
-# non-binding futility rule: it only ever rejects, so it cannot raise the false-accept rate; it costs false rejects,
-# which bench/gate_sim.py measures (tuned there on seeds 1-3: 12 tasks, k = 3, two extra passes, so the end of pass
-# k is f = 0.6 and of the extra passes 0.8 and 1.0).
-FUTILITY = ((0.12, -0.5), (0.23, -0.25), (0.34, 0.0), (0.5, 0.25), (0.6, 0.75), (0.8, 1.0), (1.0, 1.0))
+# (up to information fraction, z): at a look before the last, reject when the sign statistic z (wins - losses over
+# sqrt(wins + losses), reef_cli.sequential.Look) is <= z. A non-binding futility rule: it only ever rejects, so it
+# cannot raise the false-accept rate; it costs false rejects, which bench/gate_sim.py measures (tuned there with a
+# history of 3 on seeds 1-5 and checked on 6-9: 12 tasks, k = 3, two extra passes, so the first look is at f = 0.067,
+# the end of pass k at f = 0.6 and of the extra passes 0.8 and 1.0). The first look, on the tasks the current
+# harness fails most, stops a candidate that won none of them: most of the budget the policy saves is there.
+FUTILITY = ((0.12, 0.0), (0.23, -0.5), (0.34, -0.25), (0.5, 0.0), (0.6, 0.5), (0.8, 0.75), (1.0, 1.0))
 PROBE_AT = 0.4  # probe a task while its mean difference is below -tolerance * PROBE_AT
-CONFIRM = 4  # before publishing, pairs on each task where a break could hide behind ties (see _Sequential.run)
-RELIABLE_AT = 0.5  # ... the tasks the current harness passes at least this often
+RELIABLE_AT = 0.5  # before publishing, the tasks the current harness passes at least this often must show ...
+NI_Z = 2.0  # ... a mean paired difference whose lower bound, mean - NI_Z standard errors, is above -tolerance
+NI_VAR = 0.5  # ... the standard error from the pairs' spread plus one pseudo-pair of this variance: ties alone are
+#                   not proof (a broken task ties when the candidate gets lucky), so four tied pairs are needed
 CAP_FACTOR = 6  # gate.max_repeats 0: pairs per task, probes included, up to CAP_FACTOR x k
-GAP = 0.5  # probe a reliable task while the candidate's own mean on it trails the current's by GAP x tolerance
+HISTORY_KEEP = 12  # the current harness's most recent earlier scores per task that the order and reliability use
 BET_RELIABLE = 0.6  # the drop test bets on a task only where the current harness scores at least this (and tolerance)
 
 
@@ -68,10 +77,15 @@ class Sequential:
     alpha holds; the probes feed the drop test's e-process, which stays valid whatever decides where the next pair
     goes."""
 
-    def __init__(self, settings: Any, tasks: Sequence[Any], book: Any, screen: Sequence[Any]) -> None:
+    def __init__(self, settings: Any, tasks: Sequence[Any], book: Any, screen: Sequence[Any],
+                 history: Mapping[str, Sequence[float]] | None = None) -> None:
         """`settings`: a gate.GateSettings; `tasks`: its TaskSpecs; `book`: the gate's episode book; `screen`: the
-        tasks gate.screen_tasks puts first (sentinels and a seeded sample)."""
+        tasks gate.screen_tasks puts first (sentinels and a seeded sample); `history`: the current harness's scores
+        per task in earlier gate runs of this suite (gate.current_history), oldest first. History only orders the
+        passes and says which tasks the current harness passes reliably; it never enters a test's sums, so a stale or
+        drifted history costs power, never the error budgets."""
         self.s = settings
+        self.history = {tid: [float(x) for x in xs][-HISTORY_KEEP:] for tid, xs in (history or {}).items() if xs}
         self.screen = list(screen)
         self.tasks = list(tasks)
         self.book = book
@@ -103,8 +117,9 @@ class Sequential:
             
     def _may_drop(self, tid: str) -> bool:
         """A drop past the tolerance is possible only where the current harness scores at least the tolerance: bet
-        only there (judged from the pairs the drop test has seen, never the one it bets on)."""
-        cur = [self.book.scores[(tid, CURRENT, r)] for _t, r in self.wealth.keys if _t == tid]
+        only there (judged from its history and the pairs the drop test has seen, never the one it bets on)."""
+        cur = self.history.get(tid, []) + [self.book.scores[(tid, CURRENT, r)] for _t, r in self.wealth.keys
+                                           if _t == tid]
         return not cur or sum(cur) / len(cur) >= max(self.s.tolerance, BET_RELIABLE) - 1e-9
 
     def _drop(self, tid: str) -> tuple[float, float, int]:
@@ -157,9 +172,9 @@ class Sequential:
             self._run([q for t in todo for q in _pair_reqs([t], self._next(t.id, max(self.k + self.extra, len(book.pairs(t.id)))))])
 
     def _reliable(self, tid: str) -> bool:
-        """The current harness passes this task at least RELIABLE_AT of the time (or has run it once only): a drop
-        past the tolerance is possible there, and can hide behind ties in a few pairs."""
-        cur = self.book.side(tid, CURRENT)
+        """The current harness passes this task at least RELIABLE_AT of the time, its history included (or has run
+        it once only): a drop past the tolerance is possible there, and can hide behind ties in a few pairs."""
+        cur = self.history.get(tid, []) + self.book.side(tid, CURRENT)
         return len(cur) < 2 or sum(cur) / len(cur) >= RELIABLE_AT  # one episode tells too little to rule it out
 
     def _unresolved(self) -> list[str]:
@@ -186,23 +201,30 @@ class Sequential:
             r += 1
         return r
 
-    def _at_risk(self, t: Any) -> bool:
-        """A task where a break could still hide: the current harness scores it at least RELIABLE_AT, it has room
-        under the cap, and either it has fewer than CONFIRM pairs with no win by the tolerance, or the candidate's own
-        mean on it trails the current's by more than GAP x tolerance."""
-        book = self.book
-        d = book.pairs(t.id)
-        if len(d) >= self.cap or not self._reliable(t.id):
+    def _noninferior(self, tid: str) -> bool:
+        """The task's mean paired difference less NI_Z standard errors is above -tolerance: evidence that the
+        candidate does not drop this task past the tolerance. The spread is the pairs' own plus one pseudo-pair of
+        variance NI_VAR, so tied pairs prove it only in numbers (four at the defaults): a broken task ties whenever
+        the candidate gets lucky."""
+        d = self.book.pairs(tid)
+        n = len(d)
+        if not n:
             return False
-        if len(d) < CONFIRM and not any(x >= self.s.tolerance for x in d):
-            return True
-        c, u = book.side(t.id, CANDIDATE), book.side(t.id, CURRENT)
-        return bool(c) and bool(u) and sum(c) / len(c) < sum(u) / len(u) - GAP * self.s.tolerance - 1e-9
+        mean = sum(d) / n
+        var = (sum((x - mean) ** 2 for x in d) + NI_VAR) / n
+        return mean - NI_Z * math.sqrt(var / n) > -self.s.tolerance + 1e-9
+
+    def _at_risk(self, t: Any) -> bool:
+        """A task where a break could still hide: the current harness passes it reliably, it has room under the cap,
+        and its pairs do not yet show the candidate holding it (`_noninferior`)."""
+        if len(self.book.pairs(t.id)) >= self.cap or not self._reliable(t.id):
+            return False
+        return not self._noninferior(t.id)
 
     def _confirm(self) -> tuple[str, str] | None:
         """Before publishing, the tasks where a break could hide (`_at_risk`) get more pairs, one each per round, until
-        none is left or the drop test vetoes: a break on a reliable task hides behind ties (both sides passing) in a
-        few pairs, and the drop test needs several losses to reach its bar."""
+        none is left or the drop test vetoes: a break on a reliable task hides behind ties (both sides passing) and
+        lucky pairs in a few pairs, and the drop test needs several losses to reach its bar."""
         book = self.book
         while True:
             veto = self._vetoed()
@@ -220,10 +242,16 @@ class Sequential:
     # ---- the run
 
     def _order(self) -> list[Any]:
-        """The order of a pass: the screen's tasks (sentinels first) at the head, then the rest; fixed by the seed."""
+        """The order of a pass, fixed before any pair runs: sentinels first; then, with a history, the tasks the
+        current harness fails most (a task without one counts as half passed); else the screen's seeded sample and
+        the rest. Neither depends on this run's scores, so the tests stay exact."""
         screen = sorted(self.screen, key=lambda t: not t.sentinel)  # stable: sentinels first
         ids = {t.id for t in screen}
-        return screen + [t for t in self.tasks if t.id not in ids]
+        order = screen + [t for t in self.tasks if t.id not in ids]
+        if not self.history:
+            return order
+        level = {t.id: (sum(h) / len(h) if (h := self.history.get(t.id)) else 0.5) for t in order}
+        return sorted(order, key=lambda t: (not t.sentinel, level[t.id]))
 
     def _chunks(self, order: list[Any]) -> list[list[Any]]:
         n = len(order)
@@ -332,11 +360,14 @@ class Sequential:
                 elif t.id in self.probed:
                     why = f"probed until its mean ({mean:+.2f}) was no longer below {-self.s.tolerance * PROBE_AT:+.2f}"
                 elif t.id in self.confirmed:
-                    why = f"confirmed with {n} pairs before publishing (a drop could hide behind ties there)"
+                    why = (f"confirmed with {n} pairs before publishing (a drop could hide behind ties there): "
+                           + ("held" if self._noninferior(t.id) else "not shown held at the cap"))
                 else:
                     why = f"{passes} pass pair(s); the run stopped at look {last}"
+            hist = self.history.get(t.id)
             tasks[t.id] = {"diffs": [_r(x) for x in self.book.pairs(t.id)], "pass_pairs": passes,
                            "mean": _r(mean) if n else None,
+                           "history": {"mean": _r(sum(hist) / len(hist)), "episodes": len(hist)} if hist else None,
                            "drop_evidence": _r(self.wealth.growth(t.id)), "why": why}
         return {"looks": [lk.to_json() for lk in self.looks], "tasks": tasks, "alpha": _r(1 - self.s.confidence),
                 "drop_alpha": self.s.drop_alpha, "veto_at": _r(self.veto_at), "drop_wealth": _r(self.wealth.wealth), "cap": self.cap,
@@ -366,5 +397,7 @@ def explain(trace: dict) -> list[str]:
         diffs = " ".join(f"{d:+g}" if d else "0" for d in t["diffs"]) or "-"
         mean = "-" if t.get("mean") is None else f"{t['mean']:+.2f}"
         ev = f"  drop evidence {t['drop_evidence']:g}" if "drop_evidence" in t else ""
-        lines.append(f"task {tid}: [{diffs}] mean {mean}{ev} - {t['why']}")
+        h = t.get("history")
+        hist = f"  current's history {h['mean']:.2f} over {h['episodes']}" if h else ""
+        lines.append(f"task {tid}: [{diffs}] mean {mean}{ev}{hist} - {t['why']}")
     return lines

@@ -369,8 +369,11 @@ class _Paired:
         raise AssertionError("the last pass always decides")  # pragma: no cover
 
 
-def evaluate(settings: GateSettings, tasks: Sequence[TaskSpec], sample: Sampler) -> Outcome:
-    """Run `settings.policy` over `tasks`, asking `sample(requests) -> {request: score}` for episodes."""
+def evaluate(settings: GateSettings, tasks: Sequence[TaskSpec], sample: Sampler,
+             history: Mapping[str, Sequence[float]] | None = None) -> Outcome:
+    """Run `settings.policy` over `tasks`, asking `sample(requests) -> {request: score}` for episodes. `history`: the
+    current harness's scores per task in earlier gate runs (`current_history`); policy `sequential` orders its passes
+    and judges which tasks are reliable by it, the others ignore it."""
     tasks = list(tasks)
     book = _Book(settings, sample)
     policy = settings.policy
@@ -415,7 +418,7 @@ def evaluate(settings: GateSettings, tasks: Sequence[TaskSpec], sample: Sampler)
     elif policy == "sequential":
         from .adaptive import Sequential
 
-        seq = Sequential(settings, tasks, book, screen_tasks(tasks, settings))
+        seq = Sequential(settings, tasks, book, screen_tasks(tasks, settings), history)
         decision, reason, stage = seq.run()
         trace = seq.trace()
     else:
@@ -747,7 +750,9 @@ def gate_candidate(
 
     est = estimate(settings, specs)
     emit({"event": "plan", **est, "run": run, "resumable": len(journal)})
-    outcome = evaluate(settings, specs, sample)
+    history = (current_history(ledger, base_cid, suite.digest, {t.id for t in specs}, exclude_run=run)
+               if settings.policy == "sequential" else None)
+    outcome = evaluate(settings, specs, sample, history)
     utilities: dict[str, float | None] = {}
     tests: dict[str, dict] = {}
     attribution_spent = 0
@@ -773,6 +778,31 @@ def gate_candidate(
     rmtree(trees)
     emit({"event": "done", "decision": verdict.decision, "episodes_spent": verdict.episodes_spent})
     return verdict
+
+
+def current_history(ledger, content_id: str, suite_digest: str, task_ids: set[str], *,
+                    exclude_run: str | None = None) -> dict[str, list[float]]:
+    """The scores the harness with `content_id` got on each task in earlier finished gate runs of the same canary
+    suite (as either side: a published candidate is the next run's current harness), oldest first.
+
+    Only runs whose gate verdict was recorded count (an interrupted run's episodes may be resent), and only on a
+    suite with the same digest (a task edited since then is another task). The sequential policy uses it to order its
+    passes and to know which tasks the current harness passes reliably, never in a test's sums."""
+    if ledger is None or not content_id:
+        return {}
+    runs = {r.payload.get("run") for r in ledger.iter_records(kind="gate")
+            if r.payload.get("suite_digest") == suite_digest and r.payload.get("run") != exclude_run}
+    runs.discard(None)
+    out: dict[str, list[float]] = {}
+    if not runs:
+        return out
+    for r in ledger.iter_records(kind="episode"):
+        p = r.payload
+        score = p.get("score")
+        if (p.get("run") in runs and p.get("content_id") == content_id and p.get("task_id") in task_ids
+                and isinstance(score, (int, float)) and not isinstance(score, bool) and 0.0 <= score <= 1.0):
+            out.setdefault(p["task_id"], []).append(float(score))
+    return out
 
 
 def bullet_test(diffs: Sequence[float], settings: GateSettings) -> dict:

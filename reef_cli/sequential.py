@@ -52,7 +52,8 @@ class Look:
     needed: float | None  # the sum this look needed to accept (None: no sum could, with this look's alpha)
     alpha: float  # the alpha this look could spend (its share plus what earlier looks left unspent)
     used: float  # the chance, under the null, of accepting at this look
-    z: float  # total / sqrt(sum of squares): the self-normalised sum, for the futility rule and the display
+    z: float  # (wins - losses) / sqrt(wins + losses) over the pairs: the futility rule's statistic (signs only, so one
+    #           heavy-tailed pair cannot decide a stop, and binary and partial-credit scores stop alike)
 
     @property
     def crossed(self) -> bool:
@@ -84,7 +85,7 @@ def group_sequential(batches: Sequence[Sequence[float]], fractions: Sequence[flo
     half = 0
     used_total = 0.0
     total_units = 0
-    sq = 0.0
+    wins = losses = 0
     n = 0
     out: list[Look] = []
     for j, (batch, frac) in enumerate(zip(units, fractions)):
@@ -92,7 +93,8 @@ def group_sequential(batches: Sequence[Sequence[float]], fractions: Sequence[flo
             a = abs(u) // g
             n += 1
             total_units += u // g
-            sq += (u / GRID) ** 2
+            wins += u > 0
+            losses += u < 0
             if a == 0:
                 continue
             new = [0.0] * (len(dist) + 2 * a)
@@ -119,7 +121,7 @@ def group_sequential(batches: Sequence[Sequence[float]], fractions: Sequence[flo
                 dist[i] = 0.0  # accepted here: those paths are not at the later looks
         used_total += tail
         total = total_units * g / GRID
-        z = total / math.sqrt(sq) if sq > 0 else 0.0
+        z = (wins - losses) / math.sqrt(wins + losses) if wins + losses else 0.0
         out.append(Look(j + 1, frac, n, total, needed, budget, tail, z))
     return out
 

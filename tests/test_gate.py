@@ -589,4 +589,39 @@ def test_eval_explain_prints_the_sequential_policys_trace(reef, project):
     assert reef("-C", str(project), "publish", "-m", "good rules").code == 0
     set_block(project, NEWLINE, TABS, SPACES)  # the later, bad rule breaks the Makefile task
     r = reef("-C", str(project), "eval", "--policy", "sequential", "--explain")
-    assert r.code == 1 and "decision: reject" in r.out and "task makefile-build: [-1" in r.out, r.out
+    assert r.code == 1 and "decision: reject" in r.out, r.out
+    # the published release is the harness the first eval ran as its candidate: its episodes there are the current
+    # harness's history now, so the pass starts on the task it fails (script-ok), and a candidate that wins nothing
+    # there is stopped at the first look
+    assert "task script-ok: [0] mean +0.00  drop evidence 1  current's history 0.00 over" in r.out, r.out
+    assert "current's history 1.00 over" in r.out and "stopped early" in r.out, r.out
+
+
+def test_the_current_harnesss_history_comes_from_finished_runs_of_the_same_suite(tmp_path):
+    """current_history: the episodes of that content (either side) in runs whose gate verdict was recorded on a suite
+    with the same digest; an unfinished run, another suite, another harness, the run being judged and unreadable
+    scores are left out."""
+    from reef_cli.gate import current_history
+    from reef_cli.ledger import Ledger
+
+    led = Ledger(tmp_path / "ledger.jsonl", "default")
+
+    def ep(run, tid, score, cid="cur", side=CURRENT):
+        led.append("episode", {"run": run, "task_id": tid, "side": side, "repeat": 0, "score": score,
+                               "content_id": cid}, release_id=None, content_id=cid)
+
+    for run, digest in (("gate_a", "S"), ("gate_b", "S"), ("gate_other", "T"), ("gate_now", "S")):
+        led.append("gate", {"run": run, "suite_digest": digest, "decision": "reject"}, release_id=None,
+                   content_id="x")
+    ep("gate_a", "t1", 1.0)
+    ep("gate_a", "t1", 0.0, side=CANDIDATE)  # published later: it is the current harness now (same content id)
+    ep("gate_b", "t2", 0.5)
+    ep("gate_b", "t2", 1.0, cid="cand")  # another harness
+    ep("gate_other", "t1", 0.0)  # another suite digest: the task may have changed
+    ep("gate_unfinished", "t1", 0.0)  # no verdict recorded
+    ep("gate_now", "t1", 0.0)  # the run being judged (a resume re-sends its episodes)
+    ep("gate_a", "t9", 1.0)  # not in the suite now
+    ep("gate_a", "t2", True)  # not a score
+    assert current_history(led, "cur", "S", {"t1", "t2"}, exclude_run="gate_now") == {"t1": [1.0, 0.0],
+                                                                                     "t2": [0.5]}
+    assert current_history(None, "cur", "S", {"t1"}) == {} and current_history(led, "nobody", "S", {"t1"}) == {}

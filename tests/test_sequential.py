@@ -192,13 +192,87 @@ def test_a_break_is_probed_past_k_and_vetoed():
     assert out.trace["drop_wealth"] >= out.trace["veto_at"] == 10
 
 
+def scripted(cand, cur, log=None):
+    """Episodes from fixed sequences: cand[tid] / cur[tid] list the scores by repeat (the last one repeats)."""
+    def sample(reqs):
+        if log is not None:
+            log.extend(reqs)
+        return {(tid, side, r): (cand if side == CANDIDATE else cur)[tid][min(r, len((cand if side == CANDIDATE else
+                                                                                     cur)[tid]) - 1)]
+                for tid, side, r in reqs}
+    return sample
+
+
+def test_history_puts_the_tasks_the_current_harness_fails_first():
+    """With a history the passes start where the current harness fails most (sentinels still first); without one
+    the screen's seeded order stands. The order is fixed before any pair, from the history alone."""
+    n = 12
+    hist = {f"t{i}": [1.0, 1.0, 1.0] if i < 6 else [0.0, 0.0, 1.0] if i < 9 else [0.0, 0.0, 0.0] for i in range(n)}
+    log = []
+    out = evaluate(SEQ, tasks(n, sentinels=("t0",)), sampler([0.5] * n, [0.5] * n, log=log), hist)
+    first = [tid for tid, side, r in log if side == CANDIDATE and r == 0]
+    assert first[:4] == ["t0", "t9", "t10", "t11"] and set(first[4:7]) <= {"t6", "t7", "t8"}
+    assert out.trace["tasks"]["t9"]["history"] == {"mean": 0.0, "episodes": 3}
+    assert "current's history 1.00 over 3" in "\n".join(explain(out.trace))
+    log2 = []
+    evaluate(SEQ, tasks(n, sentinels=("t0",)), sampler([0.5] * n, [0.5] * n, log=log2))
+    assert [q for q in log2 if q[2] == 0][:2] == [("t0", CANDIDATE, 0), ("t0", CURRENT, 0)]
+    assert [tid for tid, side, r in log2 if side == CANDIDATE and r == 0][1:4] != ["t9", "t10", "t11"]
+
+
+def test_the_current_harnesss_history_says_which_tasks_are_reliable():
+    """Two unlucky failures of the current harness today do not hide a task it always passed before."""
+    from reef_cli.adaptive import Sequential
+    from reef_cli.gate import _Book
+
+    book = _Book(SEQ, scripted({"t0": [1.0]}, {"t0": [0.0]}))
+    book.run([("t0", CANDIDATE, 0), ("t0", CURRENT, 0), ("t0", CANDIDATE, 1), ("t0", CURRENT, 1)])
+    assert not Sequential(SEQ, tasks(1), book, []).__getattribute__("_reliable")("t0")
+    assert Sequential(SEQ, tasks(1), book, [], {"t0": [1.0] * 6})._reliable("t0")
+
+
+@pytest.mark.parametrize("cand, cur, at_risk", [
+    ([1.0, 1.0, 1.0], [1.0, 1.0, 1.0], True),  # three ties: a broken task ties when the candidate gets lucky
+    ([1.0] * 4, [1.0] * 4, False),  # four ties are enough at the defaults (NI_Z 2, NI_VAR 0.5)
+    ([1.0, 0.0], [0.0, 1.0], True),  # a win and a loss: before, the win alone ended the confirmation
+    ([1.0, 0.0, 0.0], [1.0, 1.0, 1.0], True),
+    ([1.0] * 6 + [0.0], [1.0] * 7, True),  # one loss in seven pairs: not yet
+    ([1.0] * 10 + [0.0], [1.0] * 11, False),  # one in eleven: held
+    ([0.0, 0.0, 0.0], [0.0, 0.0, 0.0], False),  # the current harness fails it: nothing to break there
+])
+def test_before_publishing_a_reliable_task_must_show_the_candidate_holds_it(cand, cur, at_risk):
+    from reef_cli.adaptive import Sequential
+    from reef_cli.gate import _Book
+
+    book = _Book(SEQ, scripted({"t0": cand}, {"t0": cur}))
+    book.run([q for r in range(len(cand)) for q in (("t0", CANDIDATE, r), ("t0", CURRENT, r))])
+    assert Sequential(SEQ, tasks(1), book, [])._at_risk(tasks(1)[0]) is at_risk
+
+
+def test_a_break_hidden_behind_lucky_pairs_is_confirmed_and_vetoed():
+    """The candidate fixes eight tasks and passes t11 in its first three runs, then fails it, which the current
+    harness always passes: the pass pairs on t11 tie, so the mean test publishes early; before publishing, t11 must
+    show the candidate holds it, and the pairs that follow reveal the break."""
+    n = 12
+    cand = {f"t{i}": [1.0] for i in range(8)} | {f"t{i}": [1.0, 0.0] for i in range(8, 11)} | {"t11": [1.0] * 3 + [0.0]}
+    cur = {f"t{i}": [0.0] for i in range(8)} | {f"t{i}": [1.0, 0.0] for i in range(8, 11)} | {"t11": [1.0]}
+    log = []
+    out = evaluate(SEQ, tasks(n), scripted(cand, cur, log))
+    assert out.decision == REJECT and "t11" in out.reason, out.reason
+    assert max(r for tid, _s, r in log if tid == "t11") >= 4
+    held = evaluate(SEQ, tasks(n), scripted(cand | {"t11": [1.0]}, cur))
+    assert held.decision == PUBLISH and "held" in held.trace["tasks"]["t11"]["why"], held.trace["tasks"]["t11"]
+
+
 def test_sentinels_run_first_and_block():
     log = []
     out = evaluate(SEQ, tasks(6, sentinels=("t3",)), sampler([0.0] * 6, [1.0] * 6, log=log))
     assert out.decision == REJECT and log[:2] == [("t3", CANDIDATE, 0), ("t3", CURRENT, 0)]
     better_but_sentinel = sampler([1.0, 1.0, 1.0, 0.0, 1.0, 1.0], [0.0, 0.0, 0.0, 1.0, 0.0, 0.0])
-    out = evaluate(SEQ, tasks(6, sentinels=("t3",)), better_but_sentinel)
-    assert out.decision == REJECT and "sentinel task 't3' failed" in out.reason
+    # one look per pass: the first look sees five wins and the sentinel's loss, so no futility stop comes first
+    out = evaluate(GateSettings(policy="sequential", looks_per_pass=1), tasks(6, sentinels=("t3",)),
+                   better_but_sentinel)
+    assert out.decision == REJECT and "sentinel task 't3' failed" in out.reason, out.reason
 
 
 def test_budget_and_settings():
