@@ -222,6 +222,7 @@ class UpstreamResponse:
         if conn.resp is not self:
             return
         conn.resp = None
+        self.parser = None  # it refers back to this object: a cycle only the garbage collector would free
         if self.done and self._keep_alive and self._error is None and not conn.lost and not self._chunks:
             self.client._put_back(conn)
         elif conn.transport is not None:
@@ -232,6 +233,7 @@ class UpstreamResponse:
         conn = self.conn
         if conn.resp is self:
             conn.resp = None
+            self.parser = None
         if conn.transport is not None:
             conn.transport.close()
 
