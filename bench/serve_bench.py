@@ -3,7 +3,7 @@ measured straight (no gateway) in the same run, and against LiteLLM's proxy when
 
     .venv/bin/python bench/serve_bench.py [--requests 400] [--concurrency 64] [--per-client 20]
                                           [--litellm-venv /tmp/litellm-venv] [--tmp /dev/shm] [--realtime]
-                                          [--compare-asyncio]
+                                          [--compare-asyncio] [--floor]
 
 The upstream is a small aiohttp server in its own process answering OpenAI chat completions (JSON, or 5 SSE events
 with usage then [DONE]) at once, so what is measured is the gateway. Every request through reef is durably
@@ -15,7 +15,10 @@ when absent. Targets: added p50 <= 1 ms, p99 <= 5 ms, >= 2x LiteLLM's requests/s
 gateways, LiteLLM) under SCHED_FIFO, so that on a machine shared with other work a sequential call is not charged
 for the scheduler's queue (several ms per wake-up at a load of 8 on 2 cores); the baseline gets the same priority
 in the same run. The throughput phase always runs at normal priority. --compare-asyncio adds a second gateway on
-asyncio's own loop (`reef serve --loop asyncio`) to the latency phase, to show what uvloop is worth.
+asyncio's own loop (`reef serve --loop asyncio`) to the latency phase, to show what uvloop is worth. --floor adds
+bare pass-through proxies that record nothing (bench/serve_floor.py: aiohttp's application server, aiohttp's
+low-level server, an asyncio.Protocol proxy parsing with httptools) to the latency phase: how much of reef's added
+latency is the HTTP stack itself.
 """
 
 from __future__ import annotations
@@ -91,6 +94,9 @@ def wait_http(url: str, timeout: float = 90) -> None:
             time.sleep(0.2)
 
 
+FLOOR_KINDS = ("aiohttp-app", "aiohttp-low", "low+reef", "raw+client", "uvicorn+reef", "protocol")
+# --floor-ledger: the same with one durable append per call (the best a recording gateway on each stack can do)
+FLOOR_LEDGER_KINDS = ("aiohttp-app+ledger", "low+reef+ledger", "uvicorn+reef+ledger", "protocol+ledger")
 BODY = {"model": "fake-model", "messages": [{"role": "user", "content": "say DONE"}]}
 
 
@@ -201,6 +207,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--realtime", action="store_true", help="latency phase under SCHED_FIFO for every process "
                     "measured, baseline included (root; for a machine shared with other work)")
     ap.add_argument("--compare-asyncio", action="store_true", help="also measure a gateway on asyncio's loop")
+    ap.add_argument("--floor", action="store_true", help="also measure bare pass-through proxies that record "
+                    "nothing, one per HTTP stack (bench/serve_floor.py)")
+    ap.add_argument("--floor-ledger", action="store_true", help="with --floor: also each bare proxy with one "
+                    "durable ledger append per call")
+    ap.add_argument("--floor-kinds", help="with --floor: only these proxies, comma-separated (fewer processes "
+                    "taking turns keep each one's caches warmer, as a gateway alone has them)")
     ap.add_argument("--upstream-only", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.upstream_only:
@@ -234,14 +246,38 @@ def main(argv: list[str] | None = None) -> int:
                                                    stderr=subprocess.DEVNULL)
             procs.append(gws["reef-asyncio"])
             wait_http(f"http://127.0.0.1:{port2}/healthz")
+        floors, floor_urls = {}, {}
+        if args.floor:
+            import importlib.util
+
+            kinds = FLOOR_KINDS + (FLOOR_LEDGER_KINDS if args.floor_ledger else ())
+            if args.floor_kinds:
+                kinds = tuple(k for k in args.floor_kinds.split(",") if k)
+                unknown = sorted(set(kinds) - set(FLOOR_KINDS + FLOOR_LEDGER_KINDS))
+                if unknown:
+                    ap.error(f"--floor-kinds: unknown {', '.join(unknown)} (known: "
+                             f"{', '.join(FLOOR_KINDS + FLOOR_LEDGER_KINDS)})")
+            for kind in kinds:
+                if kind.startswith("uvicorn") and importlib.util.find_spec("uvicorn") is None:
+                    print(f"floor {kind}: skipped (uvicorn is not installed here: pip install uvicorn)")
+                    continue
+                fport = free_port()
+                floors[kind] = subprocess.Popen([sys.executable, str(REPO / "bench" / "serve_floor.py"), kind,
+                                                 str(fport), upstream, str(tmp / f"floor-{len(floors)}.jsonl")])
+                procs.append(floors[kind])
+                floor_urls[kind] = f"http://127.0.0.1:{fport}"
+                wait_http(floor_urls[kind] + "/v1/models")
         litellm, why = start_litellm(Path(args.litellm_venv), upstream, tmp)
         if litellm:
             procs.append(litellm[0])
         targets = {"direct": (upstream, {}), "reef": (through, {})}
         if args.compare_asyncio:
             targets["reef-asyncio"] = (f"http://127.0.0.1:{port2}", {})
+        for kind, url in floor_urls.items():
+            targets[kind] = (url, {})
         if litellm:
             targets["litellm"] = (litellm[1], {"Authorization": f"Bearer {LITELLM_KEY}"})
+        watched = {**gws, **floors}
 
         sent = 0
         measured = [os.getpid()] + [p.pid for p in procs]
@@ -258,17 +294,21 @@ def main(argv: list[str] | None = None) -> int:
         print(f"latency, {args.requests} sequential calls per target (ms):")
         lat_rows = {}
         for stream in (False, True):
-            before = {name: cpu_s(p.pid) for name, p in gws.items()}
+            before = {name: cpu_s(p.pid) for name, p in watched.items()}
             lat = asyncio.run(latencies(targets, args.requests, stream))
             sent += args.requests + 20
             kind = "stream" if stream else "json"
             for name, xs in lat.items():
-                cpu = (f"  CPU per call {(cpu_s(gws[name].pid) - before[name]) / (args.requests + 20) * 1e6:5.0f} us"
-                       if name in gws else "")
-                print(f"  {kind:6} {name:12} p50 {pct(xs, .5):7.3f}  p99 {pct(xs, .99):7.3f}{cpu}")
+                cpu = (f"  CPU per call {(cpu_s(watched[name].pid) - before[name]) / (args.requests + 20) * 1e6:5.0f} us"
+                       if name in watched else "")
+                print(f"  {kind:6} {name:19} p50 {pct(xs, .5):7.3f}  p99 {pct(xs, .99):7.3f}{cpu}")
             if args.compare_asyncio:
                 print(f"  {kind:6} reef-asyncio adds p50 {pct(lat['reef-asyncio'], .5) - pct(lat['direct'], .5):+.3f} ms"
                       f"  p99 {pct(lat['reef-asyncio'], .99) - pct(lat['direct'], .99):+.3f} ms")
+            for name in floors:
+                print(f"  {kind:6} floor {name:19} adds p50 {pct(lat[name], .5) - pct(lat['direct'], .5):+.3f} ms"
+                      f"  p99 {pct(lat[name], .99) - pct(lat['direct'], .99):+.3f} ms"
+                      f"  ({'one durable append' if name.endswith('+ledger') else 'records nothing'})")
             for q, label in ((.5, "p50"), (.99, "p99")):
                 lat_rows[(kind, label)] = pct(lat["reef"], q) - pct(lat["direct"], q)
             print(f"  {kind:6} reef adds  p50 {lat_rows[(kind, 'p50')]:+.3f} ms  p99 {lat_rows[(kind, 'p99')]:+.3f} ms"
@@ -276,6 +316,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.realtime:
             set_priority(measured, False)
         targets.pop("reef-asyncio", None)
+        for kind in floors:
+            targets.pop(kind)
         print(f"requests/s at {args.concurrency} concurrent clients ({args.per_client} calls each):")
         rps = {}
         cpu_per_call = {}

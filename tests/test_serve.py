@@ -488,6 +488,40 @@ def test_session_in_the_path_for_agents_without_headers(served):
     assert p["session"] == "run-77" and p["route"] == "/v1/chat/completions"
 
 
+def test_unknown_paths_and_methods_get_the_route_table_answers(served):
+    """The gateway's own route table (aiohttp's low-level server): what its router used to answer, as JSON."""
+    status, headers, body = http(served.url + "/v1/nothing", {})
+    assert status == 404 and json.loads(body)["error"]["message"] == "Not Found"
+    status, headers, body = http(served.url + "/v1/chat/completions", method="GET")
+    assert status == 405 and headers["Allow"] == "POST"
+    status, headers, _ = http(served.url + "/reef/status", method="HEAD")
+    assert status == 200 and headers["Content-Type"] == "application/json"
+    assert http(served.url + "/session/s1/reef/status")[0] == 404  # only model routes take a session prefix
+    assert http(served.url + "/session//v1/models")[0] == 404
+    assert http(served.url + "/session/s1/v1/models")[0] == 200
+    status, headers, body = http(served.url + "/v1/models", method="HEAD")
+    assert status == 200 and body == b""
+
+
+def test_expect_100_continue_is_answered_before_the_body(served):
+    """curl sends `Expect: 100-continue` before a large body and waits for the invitation (up to a second)."""
+    body = json.dumps({"model": "m", "messages": [{"role": "user", "content": "x" * 2000}]}).encode()
+    port = int(served.url.rsplit(":", 1)[1])
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+        s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                  b"Expect: 100-continue\r\nContent-Length: " + str(len(body)).encode() + b"\r\n\r\n")
+        s.settimeout(0.5)
+        assert s.recv(100).startswith(b"HTTP/1.1 100 Continue\r\n\r\n")
+        s.settimeout(10)
+        s.sendall(body)
+        answer = b""
+        while b"\r\n\r\n" not in answer:
+            answer += s.recv(65536)
+        assert answer.startswith(b"HTTP/1.1 200 ") and b"x-reef-agent-record-id" in answer.lower()
+    status, _, reply = http(served.url + "/v1/models", headers={"Expect": "something-else"})
+    assert status == 417 and "unknown Expect: something-else" in json.loads(reply)["error"]["message"]
+
+
 def test_provenance_hooks_see_the_answer_before_the_receipt(tmp_path, upstream):
     """The seam for engine provenance (e.g. which weights answered): a request hook edits the body that goes
     upstream, a response hook reads the upstream's answer before the record and may refuse it."""

@@ -18,10 +18,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-import aiohttp
-from aiohttp import web
+from aiohttp import HttpVersion11, web
 from aiohttp.abc import AbstractAccessLogger
-from yarl import URL
 
 from ..errors import ConflictError, InvalidInput, NotFound, PolicyError, ReefError
 from ..times import format_ms
@@ -29,13 +27,13 @@ from .auth import TokenSet, check_bind, presented_token
 from .recording import Exchange, Recorder
 from .relay import RECORDED, ROUTE_API, Upstream, error_body, response_headers
 from .sse import EventSplitter, StreamWatch
+from .upstream_http import UpstreamClient, UpstreamError
 
-SESSION_PREFIX = "/session/{session}"
-# Loop turns until a started upstream call has written its request: aiohttp writes the body from a second task,
-# which Python 3.12+ starts eagerly (one turn) and 3.11 schedules (two). Fewer would only lose the overlap.
-_YIELDS_TO_SEND = 1 if sys.version_info >= (3, 12) else 2
-# When the middleware saw the request (for the log line); a typed key where aiohttp has them (3.12+)
+SESSION_PREFIX = "/session/"  # /session/ID/v1/...: for agents that can set a base URL but no header
+# When the request was dispatched (for the log line), and its route (path without a /session/ID prefix, session);
+# typed keys where aiohttp has them (3.12+)
 _T0 = web.RequestKey("reef_t0", float) if hasattr(web, "RequestKey") else "reef_t0"
+_ROUTE = web.RequestKey("reef_route", tuple) if hasattr(web, "RequestKey") else "reef_route"
 MAX_TAGS = 32
 TAG_MAX_CHARS = 256
 
@@ -99,54 +97,54 @@ class Gateway:
             SGLangProvenance(self.upstream.base, self.executor).install(self.recorder)
         self.log = log or sys.stderr
         self.out = out or sys.stdout
-        self.session: aiohttp.ClientSession | None = None
+        self.client: UpstreamClient | None = None
         self.in_flight: set[asyncio.Task] = set()
-        self.timeout = aiohttp.ClientTimeout(total=None, connect=min(config.timeout, 30.0), sock_read=config.timeout)
-        self.urls: dict = {}
+        self.targets: dict = {}
         self.started = time.time()
         self.url = ""
+        # path -> (methods, handler); GET routes answer HEAD too, as aiohttp's router did
+        self.routes: dict = {path: (("GET", "HEAD") if api == "openai.models" else ("POST",), self._model_route)
+                             for path, api in ROUTE_API.items()}
+        self.routes.update({"/reef/report": (("POST",), self._report),
+                            "/reef/releases": (("GET", "HEAD"), self._releases),
+                            "/reef/status": (("GET", "HEAD"), self._status),
+                            "/healthz": (("GET", "HEAD"), self._healthz)})
 
-    # -- the application ---------------------------------------------------------------------------------------
-    def app(self) -> web.Application:
-        app = web.Application(client_max_size=self.config.max_body, middlewares=[self._edge])
-        for path, api in ROUTE_API.items():
-            # /session/ID/v1/...: for agents that can set a base URL but no header, the path carries x-reef-session
-            for route in (path, SESSION_PREFIX + path):
-                if api == "openai.models":
-                    app.router.add_get(route, self._model_route)
-                else:
-                    app.router.add_post(route, self._model_route)
-        app.router.add_post("/reef/report", self._report)
-        app.router.add_get("/reef/releases", self._releases)
-        app.router.add_get("/reef/status", self._status)
-        app.router.add_get("/healthz", self._healthz)
-        app.on_startup.append(self._open_session)
-        app.on_cleanup.append(self._close_session)
-        return app
+    # -- the server --------------------------------------------------------------------------------------------
+    def server(self) -> web.Server:
+        """aiohttp's low-level server with our own route table: bench/serve_bench.py --floor measured the
+        Application (router, middleware chain, signals) at 0.05-0.12 ms per call over it, for nothing we use."""
+        loop = asyncio.get_running_loop()
+        cap = self.config.max_body
 
-    async def _open_session(self, _app) -> None:
-        # One pooled keep-alive session for every upstream call. No cookie jar: a Set-Cookie from the upstream is
-        # relayed to the client that got it, never stored and sent on other clients' calls.
-        connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300, keepalive_timeout=30)
-        self.session = aiohttp.ClientSession(connector=connector, auto_decompress=False,
-                                             cookie_jar=aiohttp.DummyCookieJar(),
-                                             skip_auto_headers=("User-Agent", "Accept-Encoding", "Content-Type"))
+        def request_factory(message, payload, protocol, writer, task) -> web.BaseRequest:
+            return web.BaseRequest(message, payload, protocol, writer, task, loop, client_max_size=cap)
 
-    async def _close_session(self, _app) -> None:
-        if self.session is not None:
-            await self.session.close()
+        return web.Server(self._dispatch, request_factory=request_factory, access_log_class=_AccessLog,
+                          access_log=self)
 
-    @web.middleware
-    async def _edge(self, request: web.Request, handler):
-        """Auth and error translation (the log line is _AccessLog's, once the response is out)."""
+    async def _dispatch(self, request: web.BaseRequest) -> web.StreamResponse:
+        """Route, auth and error translation (the log line is _AccessLog's, once the response is out)."""
         request[_T0] = time.perf_counter()
-        api = ROUTE_API.get(_route_path(request), "reef")
+        path, session = request[_ROUTE] = _split_session(request.path)
+        api = ROUTE_API.get(path, "reef")
         if self.tokens is not None and request.path != "/healthz":
             if not self.tokens.accepts(presented_token(request.headers, self.config.pass_client_key)):
                 missing = presented_token(request.headers, self.config.pass_client_key) is None
                 how = "x-reef-token" if self.config.pass_client_key else "Authorization: Bearer TOKEN or x-api-key"
                 msg = (f"no reef token: send {how}" if missing else "the reef token is not valid for this gateway")
                 return _json_response(error_body(api, 401, msg, "authentication_error"), 401)
+        route = self.routes.get(path) if session is None or path in ROUTE_API else None
+        if route is None:
+            return _json_response(error_body(api, 404, "Not Found", "invalid_request_error"), 404)
+        methods, handler = route
+        if request.method not in methods:
+            return _json_response(error_body(api, 405, "Method Not Allowed", "invalid_request_error"), 405,
+                                  headers={"Allow": ",".join(methods)})
+        if "Expect" in request.headers:
+            refused = await self._expect(request, api)
+            if refused is not None:
+                return refused
         try:
             task = asyncio.current_task()
             self.in_flight.add(task)
@@ -167,12 +165,27 @@ class Gateway:
                                              else "not_found_error" if status == 404 else "api_error"), status)
         return resp
 
+    async def _expect(self, request: web.BaseRequest, api: str) -> web.Response | None:
+        """`Expect: 100-continue` (curl sends it before a large body and waits up to a second): invite the body, as
+        aiohttp's router did, unless its declared length is over the cap (then the 413 comes at once)."""
+        if request.version != HttpVersion11:
+            return None
+        expect = request.headers["Expect"]
+        if expect.lower() != "100-continue":
+            return _json_response(error_body(api, 417, f"unknown Expect: {expect[:100]}", "invalid_request_error"), 417)
+        length = request.content_length
+        if length is not None and length > self.config.max_body:
+            return self._too_large(api)
+        await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+        request.writer.output_size = 0  # the interim answer is not the response's body
+        return None
+
     def _too_large(self, api: str) -> web.Response:
         cap = self.config.max_body
         return _json_response(error_body(api, 413, f"request body is over the gateway's cap of {cap} bytes "
                                          "(reef serve --max-body)", "request_too_large"), 413)
 
-    def _log(self, request: web.Request, resp, seconds: float) -> None:
+    def _log(self, request: web.BaseRequest, resp, seconds: float) -> None:
         """The request's log line; aiohttp calls it (through _AccessLog) once the response has gone out. The time is
         our own clock's from the middleware on (uvloop's loop clock, which aiohttp passes, counts whole ms)."""
         t0 = request.get(_T0)
@@ -193,8 +206,8 @@ class Gateway:
             pass
 
     # -- model routes -----------------------------------------------------------------------------------------
-    async def _model_route(self, request: web.Request) -> web.StreamResponse:
-        path = _route_path(request)
+    async def _model_route(self, request: web.BaseRequest) -> web.StreamResponse:
+        path, session = request[_ROUTE]
         api = ROUTE_API[path]
         if not self.upstream.speaks(api):
             return _json_response(error_body(api, 404, f"this gateway's upstream speaks {self.upstream.api} only "
@@ -209,9 +222,8 @@ class Gateway:
         capture = api in RECORDED and headers.get("x-reef-capture", "").strip().lower() not in ("false", "0", "no")
         state = self.recorder.scenario(headers.get("x-reef-scenario"))
         release = state.release()  # frozen here: a publish during the request does not re-attribute it
-        url = self._url(path, request.query_string)
+        target = self._target(path, request.raw_path)
         extra = [("x-reef-release-id", release.release_id)]
-        session = request.match_info.get("session")
         edits = bool(body) and ((self.config.inject == "system" and api != "openai.models")
                                 or (capture and bool(self.recorder.request_hooks)))
         ex = None
@@ -224,19 +236,16 @@ class Gateway:
                 body = await self._edit(state, release, api, ex, parsed, body)
                 if ex is not None:
                     self.recorder.describe_request(ex, body)
-                call = self._send(request, url, headers, api, body)
+                call = self._send(request, target, headers, api, body)
             else:
-                # The body goes upstream as it came, so it goes first; describing it (parse, record id, digests,
-                # ~0.15 ms on a small VM) then overlaps the upstream's work instead of adding to the latency.
-                call = self._send(request, url, headers, api, body)
+                # The body goes upstream as it came, so it goes first (written on this loop turn when a pooled
+                # connection is free); describing it (parse, record id, digests, ~0.15 ms on a small VM) then
+                # overlaps the upstream's work instead of adding to the latency.
+                call = self._send(request, target, headers, api, body)
                 if capture:
-                    try:
-                        for _ in range(_YIELDS_TO_SEND):
-                            await asyncio.sleep(0)
-                    finally:  # cancelled here (a shutdown), the call may have gone out: it gets its record
-                        ex = self._begin(state, release, api, path, started, headers,
-                                         _parse(body) if body else None, session)
-                        self.recorder.describe_request(ex, body)
+                    ex = self._begin(state, release, api, path, started, headers, _parse(body) if body else None,
+                                     session)
+                    self.recorder.describe_request(ex, body)
         except BaseException as exc:
             if call is not None:
                 call.cancel()
@@ -245,10 +254,10 @@ class Gateway:
                     await self._record(ex)
             raise
         if ex is None:
-            return await self._relay(request, api, url, headers, body, None, extra, call)
+            return await self._relay(request, api, target, headers, body, None, extra, call)
         extra.append(("x-reef-agent-record-id", ex.record_id))
         try:
-            return await self._relay(request, api, url, headers, body, ex, extra, call)
+            return await self._relay(request, api, target, headers, body, ex, extra, call)
         except asyncio.CancelledError:
             ex.fail("interrupted", "the gateway stopped before the exchange finished")
             await self._record(ex)
@@ -282,21 +291,21 @@ class Gateway:
             changed = self.recorder.apply_request_hooks(ex, parsed) or changed
         return json.dumps(parsed, ensure_ascii=False).encode("utf-8") if changed else body
 
-    def _send(self, request: web.Request, url, headers, api: str, body: bytes) -> asyncio.Task:
+    def _send(self, request: web.BaseRequest, target: str, headers, api: str, body: bytes):
         """The upstream call, started now (its answer is awaited in _relay)."""
         up_headers = self.upstream.request_headers(headers, api, self.config.pass_client_key)
-        return asyncio.ensure_future(self.session.request(request.method, url, headers=up_headers,
-                                                          data=body or None, timeout=self.timeout,
-                                                          allow_redirects=False))
+        return self.client.start(request.method, target, up_headers, body)
 
-    def _url(self, path: str, query: str):
-        """The upstream URL, parsed once per route (a route without a query string is most calls)."""
-        url = self.urls.get(path) if not query else None
-        if url is None:
-            url = URL(self.upstream.url_for(path, query))
-            if not query:
-                self.urls[path] = url
-        return url
+    def _target(self, path: str, raw_path: str) -> str:
+        """The upstream request target (path and query as the client sent the query), built once per route for
+        calls without a query string (most calls)."""
+        query = raw_path.partition("?")[2]
+        if not query:
+            target = self.targets.get(path)
+            if target is None:
+                target = self.targets[path] = self.upstream.target_for(path, "")
+            return target
+        return self.upstream.target_for(path, query)
 
     async def _record(self, ex: Exchange):
         return await self.recorder.finish(ex, alone=len(self.in_flight) <= 1)
@@ -305,8 +314,8 @@ class Gateway:
         return {"agent_record_id": ex.record_id, "release_id": ex.release_id, "content_id": ex.content_id,
                 "scenario": ex.scenario}
 
-    async def _relay(self, request, api, url, headers, body, ex: Exchange | None, extra,
-                     call: asyncio.Task) -> web.StreamResponse:
+    async def _relay(self, request, api, target, headers, body, ex: Exchange | None, extra,
+                     call) -> web.StreamResponse:
         t = self.config.timeout
         try:
             resp = await call
@@ -314,11 +323,13 @@ class Gateway:
             call.cancel()
             raise
         except asyncio.TimeoutError:
+            call.cancel()
             return await self._failed(api, ex, extra, 504, "timeout",
                                       f"the upstream did not answer within {t:g} s")
-        except aiohttp.ClientError as exc:
+        except UpstreamError as exc:
+            call.cancel()
             return await self._failed(api, ex, extra, 502, "unreachable",
-                                      f"the upstream {self.upstream.shown()} is unreachable ({type(exc).__name__})")
+                                      f"the upstream {self.upstream.shown()} is unreachable ({exc})")
         try:
             if ex is not None:
                 ex.status = resp.status
@@ -329,9 +340,9 @@ class Gateway:
             except asyncio.TimeoutError:
                 return await self._failed(api, ex, extra, 504, "timeout",
                                           f"the upstream stopped sending its answer for {t:g} s")
-            except aiohttp.ClientError as exc:
+            except UpstreamError as exc:
                 return await self._failed(api, ex, extra, 502, "upstream_died",
-                                          f"the upstream's answer was cut off ({type(exc).__name__})")
+                                          f"the upstream's answer was cut off ({exc})")
             out_headers = response_headers(resp.headers) + extra
             if ex is None:
                 return web.Response(body=data, status=resp.status, headers=out_headers)
@@ -345,8 +356,8 @@ class Gateway:
                 if ex.refused and ex.retryable and not ex.retries:
                     ex.reset_for_retry()
                     resp.release()
-                    return await self._relay(request, api, url, headers, body, ex, extra,
-                                             self._send(request, url, headers, api, body))
+                    return await self._relay(request, api, target, headers, body, ex, extra,
+                                             self._send(request, target, headers, api, body))
             transport = request.transport
             if transport is None or transport.is_closing():
                 ex.fail("client_disconnected", "the client hung up before the answer came")
@@ -370,18 +381,22 @@ class Gateway:
         out = web.StreamResponse(status=resp.status, headers=response_headers(resp.headers) + extra)
         await out.prepare(request)
 
-        async def send(data: bytes) -> None:
+        async def send(data: bytes, last: bool = False) -> None:
+            """Write to the client; `last` ends the stream in the same write (one send fewer)."""
             try:
-                await out.write(data)
+                if last:
+                    await out.write_eof(data)
+                else:
+                    await out.write(data)
             except (ConnectionError, RuntimeError) as exc:
                 raise _ClientGone() from exc
 
         if ex is None:  # not recorded: a plain byte relay
             try:
-                async for chunk in resp.content.iter_any():
+                async for chunk in resp.iter_any():
                     await send(chunk)
                 await out.write_eof()
-            except (_ClientGone, aiohttp.ClientError, asyncio.TimeoutError):
+            except (_ClientGone, UpstreamError, asyncio.TimeoutError):
                 _abort(request)
             return out
         watch = StreamWatch(api)
@@ -390,7 +405,7 @@ class Gateway:
         after: list[bytes] = []
         t = self.config.timeout
         try:
-            async for chunk in resp.content.iter_any():
+            async for chunk in resp.iter_any():
                 ex.add_response(chunk)
                 ready = []
                 for event in splitter.feed(chunk):
@@ -408,8 +423,8 @@ class Gateway:
             ex.fail("client_disconnected", "the client hung up mid-stream")
         except asyncio.TimeoutError:
             ex.fail("timeout", f"the upstream sent nothing for {t:g} s mid-stream", 504)
-        except aiohttp.ClientError as exc:
-            ex.fail("upstream_died", f"the upstream's stream broke off ({type(exc).__name__})", 502)
+        except UpstreamError as exc:
+            ex.fail("upstream_died", f"the upstream's stream broke off ({exc})", 502)
         if terminal is None and ex.outcome == "ok":
             ex.fail("upstream_died", "the upstream closed the stream before its final event", 502)
         ex.model = watch.model or ex.model
@@ -426,11 +441,9 @@ class Gateway:
             return out
         try:
             if terminal is not None and ex.outcome in ("ok", "upstream_error"):
-                await send(watch.receipt(terminal, self._receipt(ex)) + b"".join(after))
-                await out.write_eof()
+                await send(watch.receipt(terminal, self._receipt(ex)) + b"".join(after), last=True)
             elif terminal is not None and ex.refused:
-                await send(terminal + b"".join(after))  # the stream as it came, with no receipt
-                await out.write_eof()
+                await send(terminal + b"".join(after), last=True)  # the stream as it came, with no receipt
             else:
                 _abort(request)  # the client must see a broken stream, not a clean end
         except _ClientGone:
@@ -438,7 +451,7 @@ class Gateway:
         return out
 
     # -- reef routes ------------------------------------------------------------------------------------------
-    async def _report(self, request: web.Request) -> web.Response:
+    async def _report(self, request: web.BaseRequest) -> web.Response:
         try:
             obj = json.loads(await request.read() or b"null")
         except ValueError as exc:
@@ -470,13 +483,13 @@ class Gateway:
             shim, obj["score"], feedback=feedback, receipts=receipts, record_id=record_id))
         return _json_response(rec.to_json())
 
-    async def _releases(self, request: web.Request) -> web.Response:
+    async def _releases(self, request: web.BaseRequest) -> web.Response:
         state = self.recorder.scenario(request.headers.get("x-reef-scenario") or request.query.get("scenario"))
         releases = state.store.releases()
         return _json_response({"scenario": state.store.scenario, "head": releases[-1].release_id if releases else None,
                                "releases": [r.to_json() for r in releases]})
 
-    async def _status(self, request: web.Request) -> web.Response:
+    async def _status(self, request: web.BaseRequest) -> web.Response:
         scenarios = {}
         for name, state in sorted(self.recorder.scenarios.items()):
             rel = state.release()
@@ -493,7 +506,7 @@ class Gateway:
             "appends": {"inline": self.recorder.committer.inline, "batches": self.recorder.committer.batches},
             "loop": _loop_name()})
 
-    async def _healthz(self, _request: web.Request) -> web.Response:
+    async def _healthz(self, _request: web.BaseRequest) -> web.Response:
         return _json_response({"ok": True})
 
     # -- running ----------------------------------------------------------------------------------------------
@@ -506,8 +519,11 @@ class Gateway:
         if own_stop:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(sig, stop.set)
-        runner = web.AppRunner(self.app(), access_log_class=_AccessLog, access_log=self, handle_signals=False,
-                               shutdown_timeout=1.0)
+        # One pool of keep-alive upstream connections for every call (upstream_http.py says why not aiohttp's
+        # ClientSession). It keeps no cookies: a Set-Cookie from the upstream reaches the client that got it only.
+        self.client = UpstreamClient(self.upstream.base, connect_timeout=min(self.config.timeout, 30.0),
+                                     read_timeout=self.config.timeout)
+        runner = web.ServerRunner(self.server(), handle_signals=False, shutdown_timeout=1.0)
         await runner.setup()
         site = web.TCPSite(runner, self.config.host, self.config.port, backlog=2048, reuse_address=True)
         try:
@@ -539,6 +555,7 @@ class Gateway:
             if late:
                 await asyncio.wait(late, timeout=5.0)
         await runner.cleanup()
+        self.client.close()
         await loop.run_in_executor(None, self.executor.shutdown, True)
         return self._verify()
 
@@ -581,11 +598,14 @@ class _ReportStore:
         return self._ledger
 
 
-def _route_path(request: web.Request) -> str:
-    """The route without a /session/ID prefix."""
-    session = request.match_info.get("session")
-    path = request.path
-    return path[len("/session/") + len(session):] if session and path.startswith("/session/") else path
+def _split_session(path: str) -> tuple[str, str | None]:
+    """(the route without a /session/ID prefix, the ID or None); an ID is one non-empty path segment."""
+    if not path.startswith(SESSION_PREFIX):
+        return path, None
+    session, slash, rest = path[len(SESSION_PREFIX):].partition("/")
+    if not session or not slash or "{" in session or "}" in session:
+        return path, None
+    return "/" + rest, session
 
 
 def _loop_name() -> str:
@@ -634,7 +654,7 @@ def _read_answer(ex: Exchange, data: bytes) -> None:
         ex.usage = usage
 
 
-def _abort(request: web.Request) -> None:
+def _abort(request: web.BaseRequest) -> None:
     transport = request.transport
     if transport is not None:
         transport.close()

@@ -55,14 +55,19 @@ class Upstream:
                 "anthropic": shared or environ.get("ANTHROPIC_API_KEY")}
         if parts.username or parts.password:
             raise InvalidInput(f"--upstream {shown(url)}: put credentials in REEF_UPSTREAM_API_KEY, not in the URL")
+        for protocol, key in keys.items():
+            if api in ("auto", protocol) and key and ("\n" in key or "\r" in key):
+                name = "REEF_UPSTREAM_API_KEY" if shared else f"{protocol.upper()}_API_KEY"
+                raise InvalidInput(f"{name} holds a line break: it cannot be sent as a header (a pasted key?)")
         return cls(base, path.endswith("/v1"), api, keys)
 
     def speaks(self, route_api: str) -> bool:
         return self.api == "auto" or route_api.startswith(self.api + ".") or route_api == "openai.models"
 
-    def url_for(self, path: str, query: str) -> str:
+    def target_for(self, path: str, query: str) -> str:
+        """The request target on the upstream: its base path, the route (its /v1 not repeated), the query."""
         rest = path[3:] if self.strip_v1 and path.startswith("/v1/") else path
-        return self.base + rest + (f"?{query}" if query else "")
+        return (urlsplit(self.base).path + rest or "/") + (f"?{query}" if query else "")
 
     def shown(self) -> str:
         return self.base

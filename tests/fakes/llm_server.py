@@ -156,7 +156,8 @@ class FakeLLM:
     """The server. Start it with `with FakeLLM() as llm:` or `start()`/`stop()`."""
 
     def __init__(self, *, default: Reply | Callable[[Request], Reply] = Reply(), model: str = "fake-model",
-                 port: int = 0, log_path: str | None = None):
+                 port: int = 0, log_path: str | None = None, tls=None):
+        """`tls`: an ssl.SSLContext (server side) to speak HTTPS, as a real provider does."""
         self.default = default
         self.model = model
         self.requests: list[Request] = []
@@ -165,6 +166,9 @@ class FakeLLM:
         self._log_path = log_path
         self._server = _Server(("127.0.0.1", port), _make_handler(self))
         self._server.daemon_threads = True
+        self.tls = tls is not None
+        if tls is not None:
+            self._server.socket = tls.wrap_socket(self._server.socket, server_side=True)
         self._thread: threading.Thread | None = None
 
     # -- lifecycle ----------------------------------------------------------------------------------------------
@@ -174,7 +178,7 @@ class FakeLLM:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"{'https' if self.tls else 'http'}://127.0.0.1:{self.port}"
 
     @property
     def base_url(self) -> str:
