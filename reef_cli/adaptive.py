@@ -44,6 +44,10 @@ SENTINEL_PASS = 0.5
 # With a history the passes start on the tasks the current harness fails most, so the second look (8 of them) stops
 # a candidate that has not won more of them than it lost: most of the budget the policy saves is there.
 FUTILITY = ((0.07, -0.5), (0.14, 0.0), (0.23, -0.25), (0.34, 0.0), (0.5, 0.375), (0.6, 0.625), (0.8, 0.75), (1.0, 1.0))
+# A bar above EARLY_BAR needs FUTILITY_MIN_PAIRS pairs: on a small suite the information fraction of the second look
+# is reached after two or three tasks, too few to call a candidate useless.
+FUTILITY_MIN_PAIRS = 8
+EARLY_BAR = -0.5
 # Without one (a first gate run on a suite) the order is the screen's seeded sample, which says nothing about where a
 # change helps: gentler early bars.
 FUTILITY_BLIND = ((0.12, -0.5), (0.23, -0.25), (0.34, 0.0), (0.5, 0.25), (0.6, 0.75), (0.8, 1.0), (1.0, 1.0))
@@ -324,6 +328,8 @@ class Sequential:
                     return REJECT, (f"not better: mean paired improvement {look.mean:+.3f} over {look.pairs} pairs; "
                                     f"the last look needed {need} (overall false-accept budget {level})"), "complete"
                 bar = _futility(look.fraction, self._informed())
+                if look.pairs < FUTILITY_MIN_PAIRS:
+                    bar = min(bar, EARLY_BAR)
                 if look.z <= bar:
                     return REJECT, (f"not better: after {look.pairs} of {len(self.tasks) * k} pairs the mean paired "
                                     f"improvement is {look.mean:+.3f} (z {look.z:+.2f} <= {bar:+g}); stopped early"), \
