@@ -790,18 +790,22 @@ def current_history(ledger, content_id: str, suite_digest: str, task_ids: set[st
     passes and to know which tasks the current harness passes reliably, never in a test's sums."""
     if ledger is None or not content_id:
         return {}
-    runs = {r.payload.get("run") for r in ledger.iter_records(kind="gate")
-            if r.payload.get("suite_digest") == suite_digest and r.payload.get("run") != exclude_run}
-    runs.discard(None)
+    def text(payload: Mapping, key: str) -> str | None:  # a record from an older or foreign writer may hold anything
+        value = payload.get(key)
+        return value if isinstance(value, str) else None
+
+    runs = {text(r.payload, "run") for r in ledger.iter_records(kind="gate")
+            if text(r.payload, "suite_digest") == suite_digest}
+    runs -= {None, exclude_run}
     out: dict[str, list[float]] = {}
     if not runs:
         return out
     for r in ledger.iter_records(kind="episode"):
         p = r.payload
-        score = p.get("score")
-        if (p.get("run") in runs and p.get("content_id") == content_id and p.get("task_id") in task_ids
+        score, tid = p.get("score"), text(p, "task_id")
+        if (text(p, "run") in runs and text(p, "content_id") == content_id and tid in task_ids
                 and isinstance(score, (int, float)) and not isinstance(score, bool) and 0.0 <= score <= 1.0):
-            out.setdefault(p["task_id"], []).append(float(score))
+            out.setdefault(tid, []).append(float(score))
     return out
 
 

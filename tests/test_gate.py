@@ -622,6 +622,8 @@ def test_the_current_harnesss_history_comes_from_finished_runs_of_the_same_suite
     ep("gate_now", "t1", 0.0)  # the run being judged (a resume re-sends its episodes)
     ep("gate_a", "t9", 1.0)  # not in the suite now
     ep("gate_a", "t2", True)  # not a score
+    ep("gate_a", ["t1"], 1.0)  # not a task id (a foreign writer): skipped, not a TypeError
+    led.append("gate", {"run": ["gate_x"], "suite_digest": "S"}, release_id=None, content_id="x")
     assert current_history(led, "cur", "S", {"t1", "t2"}, exclude_run="gate_now") == {"t1": [1.0, 0.0],
                                                                                      "t2": [0.5]}
     assert current_history(None, "cur", "S", {"t1"}) == {} and current_history(led, "nobody", "S", {"t1"}) == {}
