@@ -127,6 +127,7 @@ budgets:
 gate:
   tasks: [canary/*.yaml]
   evaluators: [evaluators/**]
+  policy: paired  # the design below (repeats 1, the bootstrap over prompts) is paired's, and it was measured so
   repeats: 1
   seed: 17
 agent: %s

@@ -18,9 +18,9 @@ with C a standard Cauchy draw (shared by the pair with probability rho) and m th
 true effects are the exact means of the clipped scores.
 
 Policies:
-* paired     - reef's default (reef_cli.gate, the shipped code): screen, one pass, repeats, early stop,
+* paired     - reef_cli.gate policy 'paired' (the default before issue 16): screen, one pass, repeats, early stop,
                bootstrap lower bound > 0, tolerance, sentinels. Budget: the full paired tally's 2*T*k.
-* sequential - reef_cli.gate policy 'sequential': group-sequential sign-flip test with alpha spending, futility
+* sequential - reef_cli.gate policy 'sequential' (the default): group-sequential sign-flip test with alpha spending, futility
                looks, two extra passes on the discordant tasks, one drop e-process over all tasks with probes, and
                before publishing a non-inferiority check on the tasks the current harness passes reliably (up to 6k
                pairs per task; no total budget, the table shows the most any candidate spent). It is given the

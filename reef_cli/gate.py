@@ -2,7 +2,7 @@
 
 Policies (harness.yaml `gate.policy`, `reef eval --policy`):
 
-* ``paired`` (default). Per canary task, the paired improvement d_t = mean over k repeats of (candidate - current)
+* ``paired``. Per canary task, the paired improvement d_t = mean over k repeats of (candidate - current)
   score, both sides run with the same episode seed. Publish only if all three hold:
   1. the lower bound of a one-sided confidence interval for the mean of d_t over tasks is above 0: a seeded
      percentile bootstrap over tasks (`gate.resamples`, default 2000 resamples; `gate.confidence`, default 0.90,
@@ -18,15 +18,20 @@ Policies (harness.yaml `gate.policy`, `reef eval --policy`):
   run also stops as soon as the decision can no longer change whatever the missing episodes score: every
   criterion is monotone in each score (the bootstrap's resample indices are fixed by the seed), so filling the
   missing episodes with the worst and with the best case bounds the decision exactly.
-* ``sequential``: adaptive and sequential (reef_cli.adaptive, statistics in reef_cli.sequential). Passes over
-  every task with `gate.looks_per_pass` looks per pass; at each look an exact group-sequential sign-flip test on
+* ``sequential`` (default): adaptive and sequential (reef_cli.adaptive, statistics in reef_cli.sequential). With
+  the current harness's history on this suite (`current_history`), each pass starts on the tasks it fails most.
+  Passes over every task with `gate.looks_per_pass` looks per pass; at each look an exact group-sequential sign-flip test on
   the paired differences, its alpha (1 - `gate.confidence`) spent by information fraction (`gate.spend_shape`), so
   stopping at any look keeps the false-accept rate within alpha under "no difference"; futility looks reject early.
-  An undecided candidate gets `gate.extra_passes` (default 1) more passes on its discordant tasks only. A drop test
+  An undecided candidate gets `gate.extra_passes` (default 2) more passes on its discordant tasks only. A drop test
   (one e-process over all tasks, probes up to `gate.max_repeats`, default 6k pairs per task) vetoes a candidate
   once its wealth reaches 1 / `gate.drop_alpha`: at most that chance of vetoing a candidate that drops no task.
-  A task still past `gate.tolerance` at its cap blocks the publish. Sentinels as above. `reef eval --explain`
-  prints its looks and per-task evidence (`Verdict.trace`).
+  Before a publish every task the current harness passes reliably must show the candidate holds it (a
+  non-inferiority bound); a task still past `gate.tolerance` at its cap blocks the publish. Sentinels as above.
+  `reef eval --explain` prints its looks and per-task evidence (`Verdict.trace`); the verdict's interval is the
+  bootstrap of the per-task mean differences over the pairs run, descriptive only. The default since issue 16:
+  in bench/gate_sim.py it publishes about twice as many helpful candidates as paired and lets through a quarter as
+  many "improves here, breaks there" ones.
 * ``tally`` (reef 0.1.3's rule): every task x repeat pairing is a win, loss or tie; publish iff
   wins - losses > `gate.margin` (default 0). No statistics; runs everything.
 * ``floor``: the candidate alone; publish iff every task's mean score is at least `gate.floor` (default 1.0).
@@ -421,6 +426,10 @@ def evaluate(settings: GateSettings, tasks: Sequence[TaskSpec], sample: Sampler,
         seq = Sequential(settings, tasks, book, screen_tasks(tasks, settings), history)
         decision, reason, stage = seq.run()
         trace = seq.trace()
+        # what `reef eval` shows and the efficacy bench reads: the bootstrap interval of the per-task mean differences
+        # over the pairs run. Descriptive here (the sign-flip test decided, on its own pairs), so it is the same
+        # number whichever policy ran.
+        interval = _Paired(settings, tasks, book).observed_interval()
     else:
         engine = _Paired(settings, tasks, book)
         decision, reason, stage = engine.run()

@@ -25,6 +25,8 @@ from reef_cli.gate import (
 from reef_cli.gitstore import Entry
 from reef_cli.tasks import parse_task_file
 
+PAIRED = GateSettings(policy="paired")  # the policy these tests pin down (the default is sequential)
+
 # ------------------------------------------------------------------------------------------------ statistics
 
 
@@ -67,11 +69,11 @@ def test_bootstrap_is_seeded_and_monotone():
 def test_a_clear_improvement_publishes_and_equal_is_rejected():
     n, k = 6, 3
     better = fill(n, k, [[1.0] * k] * 4 + [[0.0] * k] * 2, 0.0)
-    out = evaluate(GateSettings(), tasks(n), table_sampler(better))
+    out = evaluate(PAIRED, tasks(n), table_sampler(better))
     assert out.decision == PUBLISH and out.interval[0] > 0 and out.interval[2] == 0.9
     assert out.episodes_spent == 2 * n * k and "lower bound" in out.reason
     same = fill(n, k, 1.0, 1.0)
-    out = evaluate(GateSettings(), tasks(n), table_sampler(same))
+    out = evaluate(PAIRED, tasks(n), table_sampler(same))
     assert out.decision == REJECT and out.stage == "pass 1" and out.episodes_spent == 2 * n
     assert {t.status for t in out.per_task} == {"same"}
 
@@ -80,7 +82,7 @@ def test_a_regression_on_one_task_is_refused_even_when_the_mean_improves():
     n, k = 6, 3
     cand = [[1.0] * k] * 5 + [[0.0] * k]
     cur = [[0.0] * k] * 5 + [[1.0] * k]
-    out = evaluate(GateSettings(), tasks(n), table_sampler(fill(n, k, cand, cur)))
+    out = evaluate(PAIRED, tasks(n), table_sampler(fill(n, k, cand, cur)))
     assert out.decision == REJECT and "task 't5' regressed by 1.00 (tolerance 0.4)" in out.reason
     assert [t.status for t in out.per_task][-1] == "regressed"
     tally = evaluate(GateSettings(policy="tally"), tasks(n), table_sampler(fill(n, k, cand, cur)))
@@ -92,7 +94,7 @@ def test_a_failing_sentinel_blocks_and_stops_early():
     cand = [[0.0] * k] + [[1.0] * k] * 5
     cur = [[1.0] * k] + [[0.0] * k] * 5
     log = []
-    out = evaluate(GateSettings(), tasks(n, sentinels=("t0",)), table_sampler(fill(n, k, cand, cur), log))
+    out = evaluate(PAIRED, tasks(n, sentinels=("t0",)), table_sampler(fill(n, k, cand, cur), log))
     assert out.decision == REJECT and "sentinel task 't0' failed" in out.reason
     assert out.stage == "early-stop" and out.episodes_spent < 2 * n * k
     assert out.per_task[0].status == "sentinel-failed"
@@ -101,7 +103,7 @@ def test_a_failing_sentinel_blocks_and_stops_early():
 
 def test_the_screen_rejects_a_candidate_that_is_behind_cheaply():
     n, k = 12, 3
-    out = evaluate(GateSettings(), tasks(n), table_sampler(fill(n, k, 0.0, 1.0)))
+    out = evaluate(PAIRED, tasks(n), table_sampler(fill(n, k, 0.0, 1.0)))
     assert out.decision == REJECT and out.stage == "screen" and out.episodes_spent == 6
     assert sum(t.status == "not-run" for t in out.per_task) == n - 3
 
@@ -115,7 +117,7 @@ def test_early_stop_never_changes_the_decision():
         specs = tasks(n, sentinels=("t0",) if trial % 3 == 0 else ())
         table = {(t.id, side): [float(rng.random() < p) for _ in range(k)]
                  for t in specs for side, p in ((CANDIDATE, rng.random()), (CURRENT, rng.random()))}
-        settings = GateSettings(repeats=k, seed=trial)
+        settings = GateSettings(policy="paired", repeats=k, seed=trial)
         out = evaluate(settings, specs, table_sampler(table))
         if out.stage not in ("early-stop", "complete"):
             continue
@@ -130,7 +132,7 @@ def test_early_stop_never_changes_the_decision():
 def test_budget_is_respected_and_an_undecided_gate_rejects():
     n, k = 6, 3
     better = fill(n, k, [[1.0] * k] * 4 + [[0.0] * k] * 2, 0.0)
-    out = evaluate(GateSettings(max_episodes=20), tasks(n), table_sampler(better))
+    out = evaluate(GateSettings(policy="paired", max_episodes=20), tasks(n), table_sampler(better))
     assert out.decision == REJECT and out.stage == "budget" and out.episodes_spent <= 20
     assert "budget of 20 episodes" in out.reason
 
@@ -159,9 +161,9 @@ def test_settings_come_from_config_with_overrides():
 
 def test_screen_and_estimate():
     specs = tasks(12, sentinels=("t5",))
-    screen = screen_tasks(specs, GateSettings())
+    screen = screen_tasks(specs, PAIRED)
     assert len(screen) == 3 and TaskSpec("t5", True) in screen
-    assert estimate(GateSettings(), specs) == {"policy": "paired", "tasks": 12, "repeats": 3, "max": 72, "min": 6,
+    assert estimate(PAIRED, specs) == {"policy": "paired", "tasks": 12, "repeats": 3, "max": 72, "min": 6,
                                                "full_tally": 72, "budget": None}
     assert estimate(GateSettings(max_episodes=10), specs)["max"] == 10
     assert _pair_reqs(specs[:2], 1) == [("t0", CANDIDATE, 1), ("t0", CURRENT, 1), ("t1", CANDIDATE, 1),
@@ -169,7 +171,7 @@ def test_screen_and_estimate():
 
 
 def test_verdict_round_trips():
-    out = evaluate(GateSettings(), tasks(3), table_sampler(fill(3, 3, 1.0, 0.0)))
+    out = evaluate(PAIRED, tasks(3), table_sampler(fill(3, 3, 1.0, 0.0)))
     v = Verdict.of(out, episodes_budget=18, bullet_utility={"b_1": 0.25}, record_id="rec_x", repeats=3)
     assert (v.decision, v.stage, v.per_task, v.interval) == (out.decision, out.stage, out.per_task, out.interval)
     assert Verdict.from_json(json.loads(json.dumps(v.to_json()))).to_json() == v.to_json()
@@ -353,7 +355,7 @@ def ledger_records(root: Path, kind: str) -> list[dict]:
 
 def test_eval_a_better_candidate_would_publish_and_is_recorded(reef, project):
     set_block(project, NEWLINE, TABS)
-    r = reef("-C", str(project), "eval", "--json")
+    r = reef("-C", str(project), "eval", "--json", "--policy", "paired")
     assert r.code == 0, r.err
     v = json.loads(r.out)
     assert v["decision"] == "publish" and v["policy"] == "paired" and v["interval"]["lo"] > 0
@@ -369,6 +371,17 @@ def test_eval_a_better_candidate_would_publish_and_is_recorded(reef, project):
     assert {"task_id", "side", "repeat", "score", "exit", "duration_s", "timed_out", "stdout", "stderr"} <= set(ep)
     assert ep["stdout"]["digest"].startswith("sha256:")
     assert "gate: policy paired" in r.err or r.err == ""
+
+
+def test_eval_runs_the_sequential_policy_by_default_and_shows_an_interval(reef, project):
+    """The default policy is sequential; its verdict carries the bootstrap interval of the per-task mean differences
+    over the pairs it ran (descriptive: the sign-flip test decided), as paired's does."""
+    set_block(project, NEWLINE, TABS)
+    r = reef("-C", str(project), "eval", "--json")
+    assert r.code == 0, r.err
+    v = json.loads(r.out)
+    assert v["policy"] == "sequential" and v["decision"] == "publish" and v["trace"]["looks"][-1]["crossed"]
+    assert v["interval"]["lo"] > 0 and v["interval"]["hi"] >= v["interval"]["lo"]
 
 
 def test_a_gated_publish_carries_the_verdict(reef, project):
@@ -409,16 +422,16 @@ def test_eval_an_equal_or_worse_candidate_is_rejected(reef, project):
 
 def test_eval_policies_reuse_the_journal(reef, project):
     set_block(project, NEWLINE, TABS)
-    first = json.loads(reef("-C", str(project), "eval", "--json").out)
+    first = json.loads(reef("-C", str(project), "eval", "--json", "--policy", "paired").out)
     r = reef("-C", str(project), "eval", "--json", "--policy", "tally")
     v = json.loads(r.out)
     assert r.code == 0 and v["tally"] == {"wins": 6, "losses": 0, "ties": 4, "margin": 0}
     assert len(ledger_records(project, "episode")) == first["episodes_spent"]  # idempotent resends, no new records
-    r = reef("-C", str(project), "eval", "--max-episodes", "4")
+    r = reef("-C", str(project), "eval", "--max-episodes", "4", "--policy", "paired")
     assert r.code == 1 and "budget of 4 episodes" in r.out
     for journal in glob.glob(str(project / ".reef/scenarios/default/gate/*/journal.jsonl")):
         os.unlink(journal)  # a lost journal means running again, with fresh records (never a conflict)
-    r = reef("-C", str(project), "eval", "--json")
+    r = reef("-C", str(project), "eval", "--json", "--policy", "paired")
     assert r.code == 0 and len(ledger_records(project, "episode")) == 2 * first["episodes_spent"]
 
 
@@ -538,7 +551,7 @@ def test_an_eval_killed_mid_run_resumes_without_rerunning_finished_episodes(reef
                                            f'agent: ["{agent}", -p, "{{prompt}}"]'))
     assert reef("-C", str(project), "publish", "-m", "slow agent").code == 0
     set_block(project, NEWLINE, TABS)
-    proc = subprocess.Popen([reef_exe(), "-C", str(project), "eval", "--workers", "2", "--json"],
+    proc = subprocess.Popen([reef_exe(), "-C", str(project), "eval", "--workers", "2", "--json", "--policy", "paired"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 60
     journal = []
@@ -552,7 +565,7 @@ def test_an_eval_killed_mid_run_resumes_without_rerunning_finished_episodes(reef
     done_before = [json.loads(line)["key"] for line in Path(journal[0]).read_text().splitlines()]
     assert 6 <= len(done_before) < 20
     time.sleep(0.5)  # let the episodes that were in flight finish writing the log
-    r = reef("-C", str(project), "eval", "--json")
+    r = reef("-C", str(project), "eval", "--json", "--policy", "paired")
     assert r.code == 0 and json.loads(r.out)["decision"] == "publish"
     entries = [json.loads(line) for line in Path(journal[0]).read_text().splitlines()]
     assert len(entries) == 20 and len({e["key"] for e in entries}) == 20

@@ -316,7 +316,7 @@ def test_the_verdict_carries_the_trace_and_explain_reads_it():
     assert back.trace == v.trace and back.to_json() == v.to_json()
     text = "\n".join(explain(v.trace))
     assert "mean test: sign-flip" in text and "task t0: [+1" in text and "drop veto" in text
-    paired = evaluate(GateSettings(), tasks(3), sampler([1.0] * 3, [0.0] * 3))
+    paired = evaluate(GateSettings(policy="paired"), tasks(3), sampler([1.0] * 3, [0.0] * 3))
     assert "task t0: [+1 +1] mean +1.00 - 2 pair(s); the run stopped at stage early-stop" in "\n".join(
         explain(paired.trace))
 

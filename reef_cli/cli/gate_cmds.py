@@ -15,8 +15,8 @@ from .context import Env, emit_json, note
 
 JSON = typer.Option(False, "--json", help="Print machine-readable JSON.")
 WORKERS = typer.Option(None, "--workers", "-j", min=1, help="Episodes run in parallel (default: number of cores).")
-POLICY = typer.Option(None, "--policy", help="paired (default), sequential (adaptive, sequential test), tally "
-                      "(wins - losses > margin), floor or always.")
+POLICY = typer.Option(None, "--policy", help="sequential (default: adaptive, sequential test), paired (fixed "
+                      "passes, bootstrap bound), tally (wins - losses > margin), floor or always.")
 MAX_EPISODES = typer.Option(None, "--max-episodes", min=0, help="Episode budget; the gate rejects if it runs out first.")
 EXECUTOR = typer.Option(None, "--executor", help="Where episodes run: local (threads, default) or ray (reef[ray]; "
                         "env REEF_EXECUTOR).")
