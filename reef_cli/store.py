@@ -202,10 +202,16 @@ def _writable_parents(dest: Path, rel: str) -> None:
         raise InvalidInput(f"{blocked} is not a directory; cannot write {rel} under it")
 
 
-def write_files(dest: Path, files: dict[str, Entry], *, read_only: bool = False) -> None:
+def write_files(dest: Path, files: dict[str, Entry], *, read_only: bool = False,
+                expected: dict[str, bytes | None] | None = None) -> None:
     """Byte-exact materialisation that refuses to write through symlinks (O_NOFOLLOW on every file). `read_only`:
     reef's own copy of a release in its state (.reef/trees, a gate run's trees), so owner-only as well (0400, 0500
-    for executables, directories 0700) whatever the umask; otherwise the user's files, with the umask's modes."""
+    for executables, directories 0700) whatever the umask; otherwise the user's files, with the umask's modes.
+
+    A user's file is replaced by a rename from a staged copy beside it, never truncated in place: a kill leaves the
+    old bytes or the new ones. `expected` maps paths to the bytes the caller's conflict check saw (None: absent);
+    each is compared again right before its rename, so an edit the user saved meanwhile stops the write
+    (ConflictError) and is kept."""
     mkdir = make_dirs if read_only else (lambda d: d.mkdir(parents=True, exist_ok=True))
     mkdir(dest)
     for rel, entry in files.items():
@@ -224,6 +230,9 @@ def write_files(dest: Path, files: dict[str, Entry], *, read_only: bool = False)
                 pass
             os.symlink(os.fsdecode(entry.data), target)
             continue
+        if not read_only:
+            _replace_user_file(target, rel, entry, expected)
+            continue
         try:
             if os.path.exists(target) and read_only:
                 os.chmod(target, 0o600, follow_symlinks=False)
@@ -240,6 +249,49 @@ def write_files(dest: Path, files: dict[str, Entry], *, read_only: bool = False)
         if read_only:
             mode &= 0o500
         os.chmod(target, mode)
+
+
+def _read_nofollow(path: Path) -> bytes | None:
+    """A file's bytes (None: absent); a symlink is refused, never read through."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise InvalidInput(f"{path} is a symlink; reef never writes through symlinks") from None
+        raise
+    with os.fdopen(fd, "rb") as fh:
+        return fh.read()
+
+
+def _replace_user_file(target: Path, rel: str, entry: Entry, expected: dict[str, bytes | None] | None) -> None:
+    """Stage `entry` beside `target`, compare the target with what the caller saw, then rename over it."""
+    if os.path.exists(target) and not os.access(target, os.W_OK):  # a file made read-only is not replaced either
+        raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(target))
+    tmp = target.with_name(f".{target.name}.reef-tmp")
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise InvalidInput(f"{tmp} is a symlink; reef never writes through symlinks") from None
+        raise
+    try:
+        try:
+            write_all(fd, entry.data)
+            os.fchmod(fd, 0o755 if entry.mode == MODE_EXEC else 0o644)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        if expected is not None and rel in expected and _read_nofollow(target) != expected[rel]:
+            raise ConflictError(f"{target} changed while reef was writing it; your edit is kept and the file was "
+                                "not replaced — run the command again to re-check it")
+        if os.path.islink(target):
+            raise InvalidInput(f"{target} is a symlink; reef never writes through symlinks")
+        os.replace(tmp, target)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
 
 
 class HarnessStore:

@@ -476,3 +476,25 @@ def test_a_ref_left_behind_by_a_crash_is_repaired_by_the_next_publish(reef, tmp_
     r = reef("-C", str(tmp_path), "publish", "-m", "nothing new")
     assert r.code == 0 and "nothing to publish" in r.out
     assert GitStore(tmp_path / ".reef" / "git").get_ref(ref) == log[0]["commit_id"]
+
+
+def test_a_users_file_is_replaced_by_rename_and_an_edit_saved_after_the_check_is_kept(tmp_path):
+    """rv-attack: `reef checkout` checked every path, then truncated each file in place: an edit saved between the
+    check and the write was lost, and a kill mid-write left a cut file. Now the write is staged beside the file,
+    compared with what the check saw, and renamed over it."""
+    from reef_cli.errors import ConflictError
+    from reef_cli.gitstore import Entry
+    from reef_cli.store import write_files
+
+    dest = tmp_path / "co"
+    dest.mkdir()
+    (dest / "CLAUDE.md").write_bytes(b"your edit, saved after the check\n")
+    with pytest.raises(ConflictError, match="CLAUDE.md changed while reef was writing it"):
+        write_files(dest, {"CLAUDE.md": Entry(b"release\n")}, expected={"CLAUDE.md": b"what the check saw\n"})
+    assert (dest / "CLAUDE.md").read_bytes() == b"your edit, saved after the check\n"
+    assert sorted(p.name for p in dest.iterdir()) == ["CLAUDE.md"]  # no staged copy left behind
+
+    inode = os.stat(dest / "CLAUDE.md").st_ino
+    write_files(dest, {"CLAUDE.md": Entry(b"release\n")}, expected={"CLAUDE.md": b"your edit, saved after the check\n"})
+    assert (dest / "CLAUDE.md").read_bytes() == b"release\n"
+    assert os.stat(dest / "CLAUDE.md").st_ino != inode  # a rename, not a truncate in place
