@@ -271,9 +271,22 @@ def redact(text: str) -> tuple[str, int]:
 
     The text is also read through the encodings a secret hides behind in logs — terminal colour codes, JSON string
     escapes, URL percent-encoding — and a secret found in any of those readings is removed from the text in every
-    form it appears in. A coloured text in which a secret is found loses its colour codes."""
+    form it appears in. A coloured text in which a secret is found loses its colour codes; so does a shell command
+    continued over lines (`mysql -h db \\` + newline + `-pX`) lose its line breaks, read as the one line it is."""
     if not isinstance(text, str):
         raise InvalidInput(f"redact takes text, not {type(text).__name__}")
+    if "\\\n" in text or "\\\r\n" in text:
+        out, count = _redact_colours(text)
+        joined, joined_count = _redact_colours(_CONTINUATION.sub(" ", text))
+        return (joined, joined_count) if joined_count > count else (out, count)
+    return _redact_colours(text)
+
+
+# A backslash ending a line continues a shell command on the next: a flag and its value can sit on two lines.
+_CONTINUATION = re.compile(r"[ \t]*\\\r?\n[ \t]*")
+
+
+def _redact_colours(text: str) -> tuple[str, int]:
     if "\x1b" in text:
         plain = _ANSI.sub("", text)
         if plain != text:

@@ -244,6 +244,8 @@ FORMATS: list[tuple[str, str, tuple[str, ...]]] = [
     ("redis-cli --pass=X", f"redis-cli --pass={V['pw4']} info", (V["pw4"],)),
     ("mongosh -p X before -u", f"mongosh -p {V['pw5']} -u admin --authenticationDatabase admin", (V["pw5"],)),
     ("mongosh -u U -p WORD", "mongosh mongodb://db:27017 -u admin -p hunter4", ("hunter4",)),
+    ("-pWORD on a continued line (mysql)", "mysql -h db.internal \\\n  -phunter5 app", ("hunter5",)),
+    ("redis-cli -a on a continued line", "redis-cli -h cache \\\r\n    -a hunter6 ping", ("hunter6",)),
     ("mongodump -p X", f"mongodump --host db -u backup -p '{V['pw6']}' --out /bk", (V["pw6"],)),
     ("-pX (mysql, no user)", f"mysql -h db -p{V['pw1']} app", (V["pw1"],)),
     ("-p'X' (mysqldump)", f"mysqldump -p'{V['pw2']}' --all-databases > all.sql", (V["pw2"],)),
