@@ -275,6 +275,9 @@ def _replace_user_file(target: Path, rel: str, entry: Entry, expected: dict[str,
     except OSError as exc:
         if exc.errno == errno.ELOOP:
             raise InvalidInput(f"{tmp} is a symlink; reef never writes through symlinks") from None
+        if exc.errno in (errno.EISDIR, errno.ENOTDIR):
+            raise InvalidInput(f"{tmp} is in the way of the file reef stages there before replacing {target.name}; "
+                               "move it away") from None
         raise
     try:
         try:

@@ -498,3 +498,17 @@ def test_a_users_file_is_replaced_by_rename_and_an_edit_saved_after_the_check_is
     write_files(dest, {"CLAUDE.md": Entry(b"release\n")}, expected={"CLAUDE.md": b"your edit, saved after the check\n"})
     assert (dest / "CLAUDE.md").read_bytes() == b"release\n"
     assert os.stat(dest / "CLAUDE.md").st_ino != inode  # a rename, not a truncate in place
+
+
+def test_a_directory_where_the_staged_copy_goes_is_named_not_a_crash(tmp_path):
+    """rv-attack: a directory named like reef's staged copy (`.CLAUDE.md.reef-tmp`) is refused with exit 4."""
+    from reef_cli.errors import InvalidInput
+    from reef_cli.gitstore import Entry
+    from reef_cli.store import write_files
+
+    dest = tmp_path / "co"
+    (dest / ".CLAUDE.md.reef-tmp").mkdir(parents=True)
+    (dest / "CLAUDE.md").write_bytes(b"mine\n")
+    with pytest.raises(InvalidInput, match=r"\.CLAUDE\.md\.reef-tmp is in the way .* move it away"):
+        write_files(dest, {"CLAUDE.md": Entry(b"release\n")}, expected={"CLAUDE.md": b"mine\n"})
+    assert (dest / "CLAUDE.md").read_bytes() == b"mine\n"
