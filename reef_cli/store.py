@@ -631,16 +631,32 @@ class HarnessStore:
         _, changes = self.status()
         return [c.path for c in changes]
 
-    def sync_worktree(self, old: dict[str, Entry], new: dict[str, Entry]) -> None:
-        """Make the working tree's harness files equal `new`, touching only paths that differ from `old`."""
+    def sync_worktree(self, old: dict[str, Entry], new: dict[str, Entry], *, guard: bool = False) -> None:
+        """Make the working tree's harness files equal `new`, touching only paths that differ from `old`. `guard`:
+        the tree was checked to hold `old`; a file that no longer does (an edit saved since) is not replaced or
+        removed, and ConflictError names it once the rest is written."""
         root = self.project.root
+        edited: list[str] = []
         for rel in sorted(set(old) - set(new)):
             _writable_parents(root, rel)
+            if guard and _read_nofollow(root / rel) not in (old[rel].data, None):
+                edited.append(rel)
+                continue
             try:
                 os.unlink(root / rel)
             except FileNotFoundError:
                 pass
-        write_files(root, {rel: e for rel, e in new.items() if old.get(rel) != e})
+        for rel, e in sorted(new.items()):
+            if old.get(rel) == e:
+                continue
+            try:
+                write_files(root, {rel: e}, expected={rel: old[rel].data if rel in old else None} if guard else None)
+            except ConflictError:
+                edited.append(rel)
+        if edited:
+            raise ConflictError(f"{root / edited[0]} changed while reef was writing the working tree; your edit is "
+                                f"kept and that file was not replaced" + (f" (and {len(edited) - 1} more)"
+                                                                           if len(edited) > 1 else ""))
 
     def rollback(self, ref: str, *, expected_head: str | None | type(...) = ..., force: bool = False) -> PublishResult:
         target = self.find(ref)
@@ -662,7 +678,11 @@ class HarnessStore:
             expected_head=expected_head,
             meta={"rollback_target_release_id": target.release_id, "rolled_back_release_id": head.release_id},
         )
-        self.sync_worktree(self.files_of(head), new_files)
+        try:
+            self.sync_worktree(self.files_of(head), new_files, guard=not force)
+        except ConflictError as exc:
+            raise ConflictError(f"rolled back: {result.release.release_id} is published, but {exc}; 'reef status' "
+                                "shows it against the new head") from None
         return result
 
     def diff(self, a: Release, b: Release) -> str:

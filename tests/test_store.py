@@ -512,3 +512,26 @@ def test_a_directory_where_the_staged_copy_goes_is_named_not_a_crash(tmp_path):
     with pytest.raises(InvalidInput, match=r"\.CLAUDE\.md\.reef-tmp is in the way .* move it away"):
         write_files(dest, {"CLAUDE.md": Entry(b"release\n")}, expected={"CLAUDE.md": b"mine\n"})
     assert (dest / "CLAUDE.md").read_bytes() == b"mine\n"
+
+
+def test_rollback_keeps_an_edit_saved_after_its_clean_tree_check(reef, tmp_path):
+    """rv-attack: `reef rollback` checked the tree clean, published, then rewrote the files: an edit saved in
+    between was overwritten. The guarded sync keeps it and names it (exit 3); the other files are written."""
+    from reef_cli.errors import ConflictError
+    from reef_cli.gitstore import Entry
+    from reef_cli.project import Project
+    from reef_cli.store import HarnessStore
+
+    assert reef("-C", str(tmp_path), "init", "--template", "claude").code == 0
+    store = HarnessStore(Project(tmp_path), "default")
+    old = store.files_of(store.head())
+    new = dict(old)
+    new["CLAUDE.md"] = Entry(b"rolled back\n")
+    new["CLAUDE.local.md"] = Entry(b"new file\n")
+    (tmp_path / "CLAUDE.md").write_bytes(b"my edit, saved after the check\n")
+    with pytest.raises(ConflictError, match=r"CLAUDE\.md changed while reef was writing the working tree"):
+        store.sync_worktree(old, new, guard=True)
+    assert (tmp_path / "CLAUDE.md").read_bytes() == b"my edit, saved after the check\n"
+    assert (tmp_path / "CLAUDE.local.md").read_bytes() == b"new file\n"
+    store.sync_worktree(old, new)  # unguarded (--force): replaced as before
+    assert (tmp_path / "CLAUDE.md").read_bytes() == b"rolled back\n"
