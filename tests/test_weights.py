@@ -579,3 +579,27 @@ def test_a_weight_gate_that_cannot_run_rolls_back_or_says_the_weights_stay(reef,
     assert second.code == 4 and now["operation"] == "rollback" and now["meta"]["rollback_target_release_id"] == head["release_id"]
     assert "could not be judged (could not run: --eval" in second.err and "rolled back — release" in second.err
     assert engine.weight_version == now["runtime_load_id"] and engine.model_path == head["meta"]["checkpoint"]
+
+
+def test_secrets_on_the_trainer_and_eval_command_lines_are_never_stored(reef, project, engine):
+    """`--trainer '... --wandb-key K'` and `--eval '... --api-key K'`: the step runs with the real keys, but the
+    release meta, run.json, the ledger, verdicts.json and the output carry them redacted (trainer.log is what the
+    trainer itself prints)."""
+    key, tok = "sk-live-" + "a1b2c3d4e5" * 3, "0123456789abcdef" * 3
+    score = project / "score.py"
+    score.write_text(f"import sys\nassert sys.argv[-1] == {tok!r}\nprint(1)\n")
+    _prime(ledger_of(project), engine)
+    for extra in ((), ("--eval", f"{sys.executable} {score} --api-key {tok}")):
+        r = train(reef, project, "--engine", engine.url, "--trainer", f"{TRAINER} --wandb-key {key}", *extra, "--json")
+        assert r.code == 0, r.err
+        assert key not in r.out + r.err and tok not in r.out + r.err
+        _prime(ledger_of(project), engine)
+    out = json.loads(r.out)
+    assert out["gate"]["score"] == 1.0 and "[REDACTED" in out["gate"]["command"]
+    from reef_cli.project import Project
+    from reef_cli.store import HarnessStore
+
+    metas = json.dumps([rel.meta for rel in HarnessStore(Project(project), SCEN).releases()])
+    stored = metas + "".join(p.read_text(errors="replace") for p in (project / ".reef").rglob("*")
+                               if p.is_file() and "objects" not in p.parts and p.name != "trainer.log")
+    assert "[REDACTED" in stored and key not in stored and tok not in stored

@@ -43,8 +43,19 @@ class TrainerResult:
     log_path: Path
 
     def to_json(self) -> dict:
-        return {"argv": list(self.argv), "exit_code": self.exit_code, "duration_s": round(self.duration_s, 3),
+        return {"argv": shown_argv(self.argv), "exit_code": self.exit_code, "duration_s": round(self.duration_s, 3),
                 "checkpoint": str(self.checkpoint), "log": str(self.log_path)}
+
+
+def shown_argv(argv) -> list[str]:
+    """`argv` as reef stores and prints it: a key typed on the trainer's command line (`--wandb-key K`, `HF_TOKEN=K`)
+    redacted. Redacted as one line, so a flag names the secret that follows it as a separate word."""
+    from ..redact import redact
+
+    try:
+        return shlex.split(redact(shlex.join(argv))[0])
+    except ValueError:
+        return [redact(a)[0] for a in argv]
 
 
 def slime_flags(*, run_dir: Path, prompt_data: Path, hf_checkpoint: str, samples: int, trainer: dict) -> list[str]:
@@ -78,7 +89,9 @@ def build_argv(trainer: str | None, slime_dir: str | None, flags: list[str], pyt
         try:
             head = shlex.split(trainer)
         except ValueError as exc:
-            raise InvalidInput(f"--trainer {trainer!r}: cannot split it like a shell ({exc})") from None
+            from ..redact import redact
+
+            raise InvalidInput(f"--trainer {redact(trainer)[0]!r}: cannot split it like a shell ({exc})") from None
         if not head:
             raise InvalidInput("--trainer is empty")
     elif slime_dir:
