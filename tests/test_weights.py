@@ -492,6 +492,13 @@ def test_default_trainer_is_slimes_train_py_with_configured_ray(reef, project, e
                  "--rollout-function-path", "--update-weight-disk-dir", "--advantage-estimator"):
         assert flag in argv
     assert argv[argv.index("--hf-checkpoint") + 1] == "/models/base"  # what the engine serves
+    # a relative REEF_SLIME_DIR is where the user is (-C), as a relative --trainer path is; before, it was looked for
+    # in reef's own working directory and the step failed with "no train.py there"
+    monkeypatch.setenv("REEF_SLIME_DIR", "../slime")
+    _prime(led, engine)
+    r = reef("-C", str(project), "-s", SCEN, "train", "--json")
+    assert r.code == 0, r.err
+    assert Path(json.loads(r.out)["trainer"]["argv"][1]).resolve() == slime / "train.py"
 
 
 def test_rollback_reloads_an_earlier_checkpoint_as_a_new_release(reef, project, engine):

@@ -344,7 +344,7 @@ def _train(store, recipe, opts: TrainOptions, environ: dict | None,
     emit({"event": "exported", **exported})
     flags = slime_flags(run_dir=run_dir, prompt_data=run_dir / "rollouts.jsonl", hf_checkpoint=str(start_from),
                         samples=len(selection.samples), trainer=recipe.trainer)
-    argv = build_argv(opts.trainer, opts.slime_dir or environ.get("REEF_SLIME_DIR"), flags)
+    argv = build_argv(opts.trainer, opts.slime_dir or environ.get("REEF_SLIME_DIR"), flags, cwd=opts.cwd)
     child_env = dict(environ)
     ray = opts.ray_address or environ.get("REEF_RAY_ADDRESS")
     if ray:

@@ -83,8 +83,10 @@ def slime_flags(*, run_dir: Path, prompt_data: Path, hf_checkpoint: str, samples
     return flags
 
 
-def build_argv(trainer: str | None, slime_dir: str | None, flags: list[str], python: str = "python3") -> list[str]:
-    """`--trainer` split like a shell, or slime's own entry point in the configured checkout; slime's flags follow."""
+def build_argv(trainer: str | None, slime_dir: str | None, flags: list[str], python: str = "python3",
+               cwd: Path | None = None) -> list[str]:
+    """`--trainer` split like a shell, or slime's own entry point in the configured checkout; slime's flags follow.
+    A relative REEF_SLIME_DIR is taken from `cwd`, where the user is (`reef -C DIR`), as the trainer command is."""
     if trainer:
         try:
             head = shlex.split(trainer)
@@ -95,7 +97,7 @@ def build_argv(trainer: str | None, slime_dir: str | None, flags: list[str], pyt
         if not head:
             raise InvalidInput("--trainer is empty")
     elif slime_dir:
-        entry = Path(slime_dir) / "train.py"
+        entry = Path(cwd or Path.cwd()) / slime_dir / "train.py"
         if not entry.is_file():
             raise InvalidInput(f"REEF_SLIME_DIR={slime_dir}: no train.py there (a checkout of THUDM/slime expected)")
         head = [python, str(entry)]
