@@ -367,6 +367,19 @@ def test_failed_transfer_locks_until_unlock(reef, project, engine, fault, stage,
     assert json.loads(r.out)["selection"]["records"] == 2  # nothing was lost to the failure
 
 
+@pytest.mark.parametrize("damage", ["", '{"at": "2026-12-01T', "null", "[]", '"locked"'])
+def test_a_damaged_lock_file_still_locks(reef, project, engine, damage):
+    """A weights.lock truncated or overwritten by hand still locks (the engine's weights are still unknown) and
+    `--unlock` clears it; before, `null` silently unlocked and `[]` ended in "unexpected error"."""
+    _prime(ledger_of(project), engine)
+    (project / ".reef" / "scenarios" / SCEN / "weights.lock").write_text(damage)
+    r = train(reef, project, *swap_args(engine))
+    assert r.code == 4 and "weight updates for scenario 'model' are locked since ? (unreadable lock file)" in r.err
+    u = reef("-C", str(project), "-s", SCEN, "train", "--unlock", "--json")
+    assert u.code == 0 and json.loads(u.out)["unlocked"] is True
+    assert train(reef, project, *swap_args(engine)).code == 0
+
+
 def test_engine_down_fails_before_training(reef, project, engine):
     led = ledger_of(project)
     _prime(led, engine)

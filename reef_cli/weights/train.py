@@ -184,12 +184,15 @@ def lock_path(store) -> Path:
 
 
 def read_lock(store) -> dict | None:
+    """The lock a failed transfer set, or None; a lock file that is there but damaged (truncated, `null`, not an
+    object) still locks: the engine's weights are just as unknown."""
     try:
-        return json.loads(lock_path(store).read_text())
+        info = json.loads(lock_path(store).read_text())
     except FileNotFoundError:
         return None
     except ValueError:
-        return {"reason": "unreadable lock file", "at": "?"}
+        info = None
+    return info if isinstance(info, dict) else {"reason": "unreadable lock file", "at": "?"}
 
 
 def _set_lock(store, info: dict) -> None:
