@@ -623,3 +623,44 @@ def test_secrets_on_the_trainer_and_eval_command_lines_are_never_stored(reef, pr
     stored = metas + "".join(p.read_text(errors="replace") for p in (project / ".reef").rglob("*")
                                if p.is_file() and "objects" not in p.parts and p.name != "trainer.log")
     assert "[REDACTED" in stored and key not in stored and tok not in stored
+
+
+def test_a_killed_train_stops_its_trainer(project, engine, tmp_path):
+    """kill -9 of `reef train` mid-training: the trainer (in its own session) gets SIGTERM instead of holding the GPUs
+    for a step nobody will publish; the rerun trains the same records."""
+    import os
+    import subprocess
+    import time
+
+    from conftest import reef_exe
+    from test_weight_gate import _cmdline, _ppid
+
+    _prime(ledger_of(project), engine)
+    argv = [reef_exe(), "-C", str(project), "-s", SCEN, "train", "--recipe", "sao", *swap_args(engine), "--json"]
+    proc = subprocess.Popen(argv, env={**os.environ, "FAKE_TRAINER_SLEEP": "30"}, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    trainer: list[int] = []
+    try:
+        deadline = time.monotonic() + 60
+        while not trainer and time.monotonic() < deadline:
+            time.sleep(0.1)
+            trainer = [int(d) for d in os.listdir("/proc") if d.isdigit() and _ppid(int(d)) == proc.pid
+                       and b"slime_train.py" in _cmdline(int(d))]
+        assert trainer, "the trainer never started"
+        proc.kill()
+        proc.wait()
+        deadline = time.monotonic() + 15
+        while _ppid(trainer[0]) is not None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert _ppid(trainer[0]) is None, "the trainer outlived the reef train that started it"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        for pid in trainer:
+            try:
+                os.kill(pid, 9)
+            except ProcessLookupError:
+                pass
+    r = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["selection"]["records"] == 2

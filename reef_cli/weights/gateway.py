@@ -20,6 +20,7 @@ import urllib.request
 from pathlib import Path
 
 from ..errors import ReefError
+from .orphans import die_with_parent
 
 START_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 30.0
@@ -79,7 +80,7 @@ class Gateway:
         with open(self.log_path, "ab") as log:
             self._proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL,
                                           env=env, cwd=self.project.root, start_new_session=True,
-                                          preexec_fn=_die_with_parent(os.getpid()))
+                                          preexec_fn=die_with_parent(os.getpid()))
         deadline = time.monotonic() + START_TIMEOUT_S
         buf = b""
         while time.monotonic() < deadline:
@@ -118,22 +119,6 @@ class Gateway:
             proc.stdout.close()
         ids, self.answered = _logged_calls(self.log_path)
         self.record_ids |= ids
-
-
-def _die_with_parent(parent: int):
-    """A gateway in its own session would outlive a `reef train` killed with SIGKILL and serve on, orphaned; on Linux
-    the kernel sends it SIGTERM when reef train dies (it then drains and verifies its ledger as on any stop). The
-    signal follows the thread that started it: the gate runs on reef train's main thread."""
-    def hook() -> None:
-        if not sys.platform.startswith("linux"):
-            return
-        import ctypes
-
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-        if os.getppid() != parent:  # reef train died before the prctl took hold
-            os.kill(os.getpid(), signal.SIGTERM)
-
-    return hook
 
 
 def _logged_calls(path: Path) -> tuple[set[str], int]:

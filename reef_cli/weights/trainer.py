@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Callable
 
 from ..errors import ExitCode, InvalidInput, ReefError
+from .orphans import die_with_parent
 
 REPLAY_ROLLOUT = "reef_cli.weights.slime_replay.generate_rollout"
 KILL_GRACE_S = 10.0
@@ -138,7 +139,8 @@ def launch(argv: list[str], *, cwd: Path, env: dict, log_path: Path, hf_dir: Pat
             else None
         try:
             proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=log,
-                                    stderr=subprocess.STDOUT, start_new_session=True)
+                                    stderr=subprocess.STDOUT, start_new_session=True,
+                                    preexec_fn=die_with_parent(os.getpid()))
         except FileNotFoundError:
             _restore(previous)
             raise TrainerFailed(f"trainer command not found: {argv[0]}", stage="launch") from None
