@@ -195,6 +195,13 @@ def read_lock(store) -> dict | None:
     return info if isinstance(info, dict) else {"reason": "unreadable lock file", "at": "?"}
 
 
+def _refuse_if_locked(store) -> None:
+    lock = read_lock(store)
+    if lock is not None:
+        raise PolicyError(f"weight updates for scenario '{store.scenario}' are locked since {lock.get('at')} "
+                          f"({lock.get('reason')}); check the engine, then run 'reef train --unlock'")
+
+
 def _set_lock(store, info: dict) -> None:
     from ..durable import write_atomic
 
@@ -285,10 +292,8 @@ def _train(store, recipe, opts: TrainOptions, environ: dict | None,
 
     environ = dict(os.environ if environ is None else environ)
     emit = progress or (lambda event: None)
-    lock = read_lock(store)
-    if lock is not None and not opts.dry_run:
-        raise PolicyError(f"weight updates for scenario '{store.scenario}' are locked since {lock.get('at')} "
-                          f"({lock.get('reason')}); check the engine, then run 'reef train --unlock'")
+    if not opts.dry_run:
+        _refuse_if_locked(store)
     prev = weight_head(store)
     marks = prev.meta["records"] if prev else {}
     selection = select(store.ledger(), recipe, from_seq=int(marks.get("through_seq", 0)),
@@ -530,10 +535,7 @@ def rollback_weights(store, ref: str, engine_url: str | None, *, environ: dict |
     from .sglang import Engine
 
     environ = dict(os.environ if environ is None else environ)
-    if read_lock(store) is not None:
-        lock = read_lock(store)
-        raise PolicyError(f"weight updates for scenario '{store.scenario}' are locked since {lock.get('at')} "
-                          f"({lock.get('reason')}); check the engine, then run 'reef train --unlock'")
+    _refuse_if_locked(store)
     target, head = store.find(ref), store.require_head()
     if target.operation not in WEIGHT_OPERATIONS:
         raise InvalidInput(f"release {target.release_id} is not a weight release")
