@@ -298,6 +298,8 @@ def test_a_damaged_verdicts_file_is_kept_aside_not_overwritten(tmp_path):
         store_verdict(store, rel, {"kind": "canary", "mean": 0.5})
         assert path.with_name("verdicts.json.damaged").read_bytes() == damaged
         assert stored_verdict(store, rel) == {"kind": "canary", "mean": 0.5}
+    # the first damaged copy was not overwritten by the second
+    assert path.with_name("verdicts.json.damaged.1").read_bytes() == b'{"rel_old": {"kind": "canary", "mean"'
 
 
 def test_a_train_killed_mid_gate_leaves_no_gateway_running(gated, engine, tmp_path):

@@ -174,14 +174,20 @@ def stored_verdict(store, release) -> dict | None:
 
 def store_verdict(store, release, verdict: dict) -> None:
     """The verdict of a kept release, beside the chain (releases are immutable): the next gate's baseline. A damaged
-    file is kept aside as verdicts.json.damaged (never overwritten in silence); the ledger's weight_gate records
-    hold the same verdicts."""
+    file is kept aside as verdicts.json.damaged (an earlier one moves to .damaged.N: never overwritten in silence);
+    the ledger's weight_gate records hold the same verdicts."""
     from ..durable import write_atomic
 
     path = verdicts_path(store)
     data = _verdicts(path)
     if data is None:
-        os.replace(path, path.with_name(path.name + ".damaged"))
+        aside = path.with_name(path.name + ".damaged")
+        if aside.exists():  # an earlier damaged copy is kept too, as .damaged.N
+            n = 1
+            while aside.with_name(f"{aside.name}.{n}").exists():
+                n += 1
+            os.replace(aside, aside.with_name(f"{aside.name}.{n}"))
+        os.replace(path, aside)
         data = {}
     data[release.release_id] = verdict
     path.parent.mkdir(parents=True, exist_ok=True)
