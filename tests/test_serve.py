@@ -488,6 +488,20 @@ def test_session_in_the_path_for_agents_without_headers(served):
     assert p["session"] == "run-77" and p["route"] == "/v1/chat/completions"
 
 
+def test_a_key_in_the_path_never_reaches_the_log(served):
+    """An agent that put its key where the /session/ID goes (or anywhere in a path) finds it redacted in the log line,
+    and a percent-encoded escape in a path is written escaped, not as a terminal control sequence."""
+    key = "sk-proj-AbCdEfGhIjKlMnOpQrStUvWxYz0123456789"
+    client = openai.OpenAI(base_url=f"{served.url}/session/{key}/v1", api_key="x", max_retries=0)
+    client.chat.completions.create(model="m", messages=[{"role": "user", "content": "x"}])
+    assert http(f"{served.url}/v1/chat/completions/{key}")[0] == 404
+    assert http(served.url + "/v1/nothing/%1b[31mred%1b[0m")[0] == 404
+    log = served.log()
+    assert key not in log and "AbCdEfGhIjKlMnOp" not in log and "\x1b" not in log, log
+    assert "/session/[REDACTED:openai_key]/v1/chat/completions 200" in log
+    assert "/v1/nothing/\\x1b[31mred\\x1b[0m 404" in log
+
+
 def test_unknown_paths_and_methods_get_the_route_table_answers(served):
     """The gateway's own route table (aiohttp's low-level server): what its router used to answer, as JSON."""
     status, headers, body = http(served.url + "/v1/nothing", {})

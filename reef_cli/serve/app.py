@@ -192,13 +192,14 @@ class Gateway:
         ms = (time.perf_counter() - t0) * 1000 if t0 is not None else seconds * 1000
         rid = resp.headers.get("x-reef-agent-record-id") if resp is not None else None
         status = resp.status if resp is not None else 0
+        path = request.path if request.path in self.routes else _shown_path(request.path)
         if self.config.json_logs:
-            line = json.dumps({"t": format_ms(int(time.time() * 1000)), "method": request.method, "path": request.path,
+            line = json.dumps({"t": format_ms(int(time.time() * 1000)), "method": request.method, "path": path,
                                "status": status, "ms": round(ms, 3), "record_id": rid,
                                "release_id": resp.headers.get("x-reef-release-id") if resp is not None else None},
                               sort_keys=True)
         else:
-            line = f"reef: {request.method} {request.path} {status} {ms:.1f}ms" + (f" {rid}" if rid else "")
+            line = f"reef: {request.method} {path} {status} {ms:.1f}ms" + (f" {rid}" if rid else "")
         try:
             self.log.write(line + "\n")
             self.log.flush()
@@ -606,6 +607,16 @@ def _split_session(path: str) -> tuple[str, str | None]:
     if not session or not slash or "{" in session or "}" in session:
         return path, None
     return "/" + rest, session
+
+
+def _shown_path(path: str) -> str:
+    """A path that is not one of the routes, as the log shows it: redacted (an agent that put its key where the
+    /session/ID goes, or in a path by mistake, must not find it in the log) and with control characters escaped (the
+    path is percent-decoded: %1b would write a terminal escape into the log)."""
+    from ..redact import redact_text
+
+    shown = redact_text(path)
+    return "".join(c if c.isprintable() else f"\\x{ord(c):02x}" for c in shown) if not shown.isprintable() else shown
 
 
 def _loop_name() -> str:
