@@ -536,6 +536,26 @@ def test_expect_100_continue_is_answered_before_the_body(served):
     assert status == 417 and "unknown Expect: something-else" in json.loads(reply)["error"]["message"]
 
 
+def _raw_exchange(gw: Gateway, request: bytes) -> bytes:
+    """Bytes no HTTP client library would send; the whole answer (the request says Connection: close)."""
+    with socket.create_connection(("127.0.0.1", int(gw.url.rsplit(":", 1)[1])), timeout=10) as s:
+        s.sendall(request)
+        answer = b""
+        while chunk := s.recv(65536):
+            answer += chunk
+    return answer
+
+
+def test_a_header_that_is_not_utf8_gets_a_json_400(served):
+    """A scenario header with bytes that are not UTF-8 is refused with the scenario rule, not a 500 (the message
+    echoing it could not be encoded)."""
+    answer = _raw_exchange(served, b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n"
+                                   b"Connection: close\r\nx-reef-scenario: \xffbad\r\n\r\n{}")
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 400 "), answer
+    assert "scenario name '\udcffbad' is invalid" in json.loads(body)["error"]["message"]
+
+
 def test_provenance_hooks_see_the_answer_before_the_receipt(tmp_path, upstream):
     """The seam for engine provenance (e.g. which weights answered): a request hook edits the body that goes
     upstream, a response hook reads the upstream's answer before the record and may refuse it."""

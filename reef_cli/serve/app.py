@@ -62,8 +62,11 @@ class _ClientGone(Exception):
 
 
 def _json_response(obj, status: int = 200, headers=None) -> web.Response:
-    return web.Response(body=json.dumps(obj, ensure_ascii=False, sort_keys=True).encode(), status=status,
-                        content_type="application/json", headers=headers)
+    try:
+        body = json.dumps(obj, ensure_ascii=False, sort_keys=True).encode()
+    except UnicodeEncodeError:  # a header's non-UTF-8 bytes echoed in a message (surrogates): as JSON \u escapes
+        body = json.dumps(obj, sort_keys=True).encode()
+    return web.Response(body=body, status=status, content_type="application/json", headers=headers)
 
 
 class Gateway:
