@@ -556,6 +556,21 @@ def test_a_header_that_is_not_utf8_gets_a_json_400(served):
     assert "scenario name '\udcffbad' is invalid" in json.loads(body)["error"]["message"]
 
 
+def test_a_malformed_header_holding_a_key_never_reaches_the_log(served):
+    """aiohttp's parser refuses a header with a control character, a folded line or a line over 8 KiB, and its error
+    quotes the line: the log gets one redacted line per refusal, no traceback and never the key."""
+    key = b"sk-proj-AbCdEfGhIjKlMnOpQrStUvWxYz0123456789"
+    for header in (b"Authorization: Bearer " + key + b"\x01", b"x-api-key: " + key + b"\r\n folded",
+                   b"X-Key: " + key + b"a" * 9000):
+        answer = _raw_exchange(served, b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n"
+                                       b"Connection: close\r\n" + header + b"\r\n\r\n{}")
+        assert answer.startswith(b"HTTP/1.0 400 Bad Request"), answer
+    log = served.log()
+    assert "AbCdEfGhIjKlMnOp" not in log and "Traceback" not in log, log
+    assert "reef: Error handling request from 127.0.0.1: BadHttpMessage: Invalid header value char: (at " in log
+    assert "reef: Error handling request from 127.0.0.1: LineTooLong: Got more than 8190 bytes when reading:" in log
+
+
 def test_provenance_hooks_see_the_answer_before_the_receipt(tmp_path, upstream):
     """The seam for engine provenance (e.g. which weights answered): a request hook edits the body that goes
     upstream, a response hook reads the upstream's answer before the record and may refuse it."""
