@@ -19,26 +19,15 @@ import pytest
 
 from conftest import run_reef
 from fakes import FakeLLM, Reply, error, text
-from gateway import Gateway
+from gateway import Gateway, exchanges, init_project
 from reef_cli.ledger import Ledger
 
 anthropic = pytest.importorskip("anthropic")
 openai = pytest.importorskip("openai")
 
 
-def _init(path: Path) -> Path:
-    path.mkdir(parents=True, exist_ok=True)
-    r = run_reef("init", cwd=path)
-    assert r.returncode == 0, r.stderr
-    return path
-
-
 def ledger_of(project: Path) -> Ledger:
     return Ledger(project / ".reef" / "scenarios" / "default" / "ledger.jsonl", "default")
-
-
-def exchanges(project: Path) -> list:
-    return [r for r in ledger_of(project).iter_records() if r.kind == "inference"]
 
 
 def verify(project: Path) -> None:
@@ -71,7 +60,7 @@ def upstream():
 @pytest.fixture(scope="module")
 def served(tmp_path_factory, upstream):
     """One project and one gateway for the protocol tests (each starts from the ledger's current length)."""
-    project = _init(tmp_path_factory.mktemp("served") / "proj")
+    project = init_project(tmp_path_factory.mktemp("served") / "proj")
     gw = Gateway(project, upstream.url)
     yield gw
     code = gw.stop()
@@ -233,7 +222,7 @@ def test_release_is_frozen_when_the_request_arrives(served, upstream):
 
 # -- auth -----------------------------------------------------------------------------------------------------------
 def test_tokens_rotation_and_refusals(tmp_path, upstream):
-    project = _init(tmp_path / "proj")
+    project = init_project(tmp_path / "proj")
     tokens = tmp_path / "tokens"
     import hashlib
 
@@ -294,7 +283,7 @@ def test_upstream_cookies_reach_their_client_only_and_json_logs(tmp_path):
 
     server = httpd.ThreadingHTTPServer(("127.0.0.1", 0), Upstream)
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    project = _init(tmp_path / "proj")
+    project = init_project(tmp_path / "proj")
     try:
         # a host name, not an address: aiohttp's default cookie jar ignores cookies from IP addresses
         with Gateway(project, f"http://localhost:{server.server_address[1]}", "--json", "--loop", "asyncio") as gw:
@@ -314,7 +303,7 @@ def test_upstream_cookies_reach_their_client_only_and_json_logs(tmp_path):
 
 
 def test_non_loopback_bind_needs_a_token_file(tmp_path):
-    project = _init(tmp_path / "proj")
+    project = init_project(tmp_path / "proj")
     r = run_reef("serve", "--upstream", "http://127.0.0.1:9", "--host", "0.0.0.0", "--port", "0", cwd=project)
     assert r.returncode == 4 and "is not a loopback address" in r.stderr and "--token-file" in r.stderr
     r = run_reef("serve", "--upstream", "ftp://x", "--port", "0", cwd=project)
@@ -332,7 +321,7 @@ def test_non_loopback_bind_needs_a_token_file(tmp_path):
 def test_out_of_range_flags_fail_in_one_line_before_binding(tmp_path, flag, value, message):
     """--port 99999 ended in 'unexpected error: OverflowError' (and an aiohttp 'Unclosed client session' warning);
     a negative --max-body or --timeout started a gateway that would refuse or time out every call."""
-    project = _init(tmp_path / "proj")
+    project = init_project(tmp_path / "proj")
     args = ["serve", "--upstream", "http://127.0.0.1:9", flag, value] + (["--port", "0"] if flag != "--port" else [])
     r = run_reef(*args, cwd=project, timeout=20)
     assert r.returncode == 4 and r.stderr.strip() == f"reef: error: {message}", r.stderr
@@ -340,7 +329,7 @@ def test_out_of_range_flags_fail_in_one_line_before_binding(tmp_path, flag, valu
 
 # -- injection and content ----------------------------------------------------------------------------------------
 def test_inject_system_and_store_content(tmp_path, upstream):
-    project = _init(tmp_path / "proj")
+    project = init_project(tmp_path / "proj")
     md = project / "CLAUDE.md"
     md.write_text(md.read_text().replace("<!-- reef:begin learned -->\n",
                                          "<!-- reef:begin learned -->\n- INJECT-BULLET-5150 run the tests first\n"))
@@ -367,7 +356,7 @@ def test_inject_system_and_store_content(tmp_path, upstream):
 
 # -- faults ---------------------------------------------------------------------------------------------------------
 def test_faults_each_recorded_as_failed(tmp_path, upstream):
-    project = _init(tmp_path / "proj")
+    project = init_project(tmp_path / "proj")
     dead = socket.socket()
     dead.bind(("127.0.0.1", 0))
     dead_port = dead.getsockname()[1]
@@ -421,7 +410,7 @@ def test_faults_each_recorded_as_failed(tmp_path, upstream):
 
 def test_200_concurrent_streams_exact_records(tmp_path, upstream):
     aiohttp = pytest.importorskip("aiohttp")
-    project = _init(tmp_path / "proj")
+    project = init_project(tmp_path / "proj")
     n = 200
     with Gateway(project, upstream.url) as gw:
         async def one(session, i):
@@ -449,7 +438,7 @@ def test_200_concurrent_streams_exact_records(tmp_path, upstream):
 
 
 def test_sigterm_drains_in_flight_then_verifies(tmp_path, upstream):
-    project = _init(tmp_path / "proj")
+    project = init_project(tmp_path / "proj")
     gw = Gateway(project, upstream.url, "--drain-timeout", "5")
     upstream.reply(Reply(text="draining", event_delay=0.2))
     client = oai(gw)
@@ -467,7 +456,7 @@ def test_sigterm_drains_in_flight_then_verifies(tmp_path, upstream):
 
 
 def test_drain_is_bounded_and_cut_requests_are_recorded(tmp_path, upstream):
-    project = _init(tmp_path / "proj")
+    project = init_project(tmp_path / "proj")
     gw = Gateway(project, upstream.url, "--drain-timeout", "0.5")
     upstream.reply(Reply(text="forever", event_delay=3))
     stream = oai(gw).chat.completions.create(model="m", messages=[{"role": "user", "content": "x"}], stream=True)
@@ -579,7 +568,7 @@ def test_provenance_hooks_see_the_answer_before_the_receipt(tmp_path, upstream):
     from reef_cli.project import Project
     from reef_cli.serve.app import Gateway as InProcess, ServeConfig
 
-    project = _init(tmp_path / "proj")
+    project = init_project(tmp_path / "proj")
     gw = InProcess(ServeConfig(project=Project(project), scenario="default", upstream=upstream.url, port=0), {},
                    log=open(tmp_path / "log", "w"), out=open(tmp_path / "out", "w"))
 
@@ -632,7 +621,7 @@ def test_inject_of_a_harness_that_does_not_compile_says_why(tmp_path):
     from reef_cli.project import Project
     from reef_cli.serve.recording import Recorder
 
-    project = _init(tmp_path / "proj")
+    project = init_project(tmp_path / "proj")
     skill = project / ".claude" / "skills" / "broken"
     skill.mkdir(parents=True)
     (skill / "SKILL.md").write_text("no frontmatter here\n")
