@@ -308,6 +308,11 @@ def test_non_loopback_bind_needs_a_token_file(tmp_path):
     assert r.returncode == 4 and "is not a loopback address" in r.stderr and "--token-file" in r.stderr
     r = run_reef("serve", "--upstream", "ftp://x", "--port", "0", cwd=project)
     assert r.returncode == 4 and "--upstream ftp://x: expected an http(s) URL" in r.stderr
+    for url, why in (("http://127.0.0.1:99999", "Port out of range 0-65535"), ("http://[::1", "Invalid IPv6 URL"),
+                     ("http://sk-proj-AbCdEfGhIjKlMnOpQrSt:x@127.0.0.1:abc", "Port could not be cast to integer")):
+        r = run_reef("serve", "--upstream", url, "--port", "0", cwd=project)
+        assert r.returncode == 4 and f"reef: error: --upstream: not a valid URL ({why}" in r.stderr, r.stderr
+        assert "AbCdEfGhIjKlMnOp" not in r.stderr
 
 
 @pytest.mark.parametrize("flag,value,message", [
