@@ -74,12 +74,6 @@ class _Conn(asyncio.Protocol):
         if self.resp is not None:
             self.resp._lost()
 
-    def pause_writing(self) -> None:  # requests are small and written at once; the transport buffers them
-        pass
-
-    def resume_writing(self) -> None:
-        pass
-
 
 class UpstreamResponse:
     """One answer: `status` and `headers` once `Call` returns it, the body through `read()` or `iter_any()`;
@@ -297,8 +291,8 @@ class UpstreamClient:
         parts = urlsplit(base_url)
         self.host = parts.hostname or ""
         self.tls = parts.scheme == "https"
-        self.port = parts.port or (443 if self.tls else 80)
-        default_port = (443 if self.tls else 80)
+        default_port = 443 if self.tls else 80
+        self.port = parts.port or default_port
         shown_host = f"[{self.host}]" if ":" in self.host else self.host
         self.host_header = shown_host if self.port == default_port else f"{shown_host}:{self.port}"
         self.connect_timeout = connect_timeout
