@@ -162,6 +162,29 @@ def test_an_answer_cut_off_is_not_sent_again():
     assert len(_run(main()).requests) == 1
 
 
+def test_an_answer_with_endless_headers_is_cut_off():
+    """A broken or hostile upstream that sends header after header does not grow the gateway's memory: past 64 KiB
+    the answer fails and its connection is dropped."""
+    async def answer(n, _request, writer):
+        writer.write(b"HTTP/1.1 200 OK\r\n")
+        try:
+            for i in range(100_000):
+                writer.write(b"X-H%d: %s\r\n" % (i, b"v" * 1000))
+                await writer.drain()
+        except ConnectionError:
+            pass
+        return False
+
+    async def main():
+        async with _Server(answer) as server:
+            client = UpstreamClient(server.url, connect_timeout=5, read_timeout=5)
+            with pytest.raises(BrokenOff, match="its answer's headers are over 64 KiB"):
+                await client.start("POST", "/x", {}, b"{}")
+            assert client.idle == []
+
+    _run(main())
+
+
 def test_a_body_that_ends_with_the_connection_and_a_chunked_one():
     async def answer(n, request, writer):
         if b"/eof" in request:
