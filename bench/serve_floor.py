@@ -41,7 +41,6 @@ def record() -> None:
 
 def aiohttp_handler(upstream: str):
     import aiohttp
-    from aiohttp import web
 
     state = {}
 
@@ -55,20 +54,28 @@ def aiohttp_handler(upstream: str):
         headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP}
         async with session.request(request.method, upstream + request.path_qs, headers=headers, data=body or None,
                                    allow_redirects=False) as resp:
-            out_headers = [(k, v) for k, v in resp.headers.items() if k.lower() not in HOP]
-            if "text/event-stream" in resp.headers.get("Content-Type", ""):
-                out = web.StreamResponse(status=resp.status, headers=out_headers)
-                await out.prepare(request)
-                async for chunk in resp.content.iter_any():
-                    await out.write(chunk)
-                record()
-                await out.write_eof()
-                return out
-            data = await resp.read()
-            record()
-            return web.Response(body=data, status=resp.status, headers=out_headers)
+            return await _answer(request, resp, resp.content.iter_any())
 
     return handler
+
+
+async def _answer(request, resp, chunks):
+    """The upstream's answer back to an aiohttp client: streamed when SSE (recorded before its end goes out), else
+    whole. `resp` is aiohttp's or reef's client response (status, headers, read()); `chunks` its body as it comes."""
+    from aiohttp import web
+
+    out_headers = [(k, v) for k, v in resp.headers.items() if k.lower() not in HOP]
+    if "text/event-stream" in resp.headers.get("Content-Type", ""):
+        out = web.StreamResponse(status=resp.status, headers=out_headers)
+        await out.prepare(request)
+        async for chunk in chunks:
+            await out.write(chunk)
+        record()
+        await out.write_eof()
+        return out
+    data = await resp.read()
+    record()
+    return web.Response(body=data, status=resp.status, headers=out_headers)
 
 
 def _reef_client(upstream: str):
@@ -79,27 +86,14 @@ def _reef_client(upstream: str):
 
 
 def low_reef_handler(upstream: str):
-    from aiohttp import web
-
     client = _reef_client(upstream)
 
     async def handler(request):
         body = await request.read()
         headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP}
         resp = await client.start(request.method, request.raw_path, headers, body)
-        out_headers = [(k, v) for k, v in resp.headers.items() if k.lower() not in HOP]
         try:
-            if "text/event-stream" in resp.headers.get("Content-Type", ""):
-                out = web.StreamResponse(status=resp.status, headers=out_headers)
-                await out.prepare(request)
-                async for chunk in resp.iter_any():
-                    await out.write(chunk)
-                record()
-                await out.write_eof()
-                return out
-            data = await resp.read()
-            record()
-            return web.Response(body=data, status=resp.status, headers=out_headers)
+            return await _answer(request, resp, resp.iter_any())
         finally:
             resp.release()
 

@@ -10,6 +10,9 @@ import sys
 import time
 from pathlib import Path
 
+from conftest import run_reef
+from reef_cli.ledger import Ledger
+
 REEF = str(Path(sys.executable).parent / "reef")
 
 
@@ -54,3 +57,17 @@ class Gateway:
     def __exit__(self, *exc) -> None:
         if self.proc.poll() is None:
             self.stop()
+
+
+def init_project(path: Path) -> Path:
+    """A new project at `path` (`reef init`, the console script) for a gateway to record into."""
+    path.mkdir(parents=True, exist_ok=True)
+    r = run_reef("init", cwd=path)
+    assert r.returncode == 0, r.stderr
+    return path
+
+
+def exchanges(project: Path) -> list:
+    """The inference records in the default scenario's ledger, oldest first."""
+    ledger = Ledger(project / ".reef" / "scenarios" / "default" / "ledger.jsonl", "default")
+    return [r for r in ledger.iter_records() if r.kind == "inference"]

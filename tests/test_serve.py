@@ -19,26 +19,15 @@ import pytest
 
 from conftest import run_reef
 from fakes import FakeLLM, Reply, error, text
-from gateway import Gateway
+from gateway import Gateway, exchanges, init_project
 from reef_cli.ledger import Ledger
 
 anthropic = pytest.importorskip("anthropic")
 openai = pytest.importorskip("openai")
 
 
-def _init(path: Path) -> Path:
-    path.mkdir(parents=True, exist_ok=True)
-    r = run_reef("init", cwd=path)
-    assert r.returncode == 0, r.stderr
-    return path
-
-
 def ledger_of(project: Path) -> Ledger:
     return Ledger(project / ".reef" / "scenarios" / "default" / "ledger.jsonl", "default")
-
-
-def exchanges(project: Path) -> list:
-    return [r for r in ledger_of(project).iter_records() if r.kind == "inference"]
 
 
 def verify(project: Path) -> None:
@@ -71,7 +60,7 @@ def upstream():
 @pytest.fixture(scope="module")
 def served(tmp_path_factory, upstream):
     """One project and one gateway for the protocol tests (each starts from the ledger's current length)."""
-    project = _init(tmp_path_factory.mktemp("served") / "proj")
+    project = init_project(tmp_path_factory.mktemp("served") / "proj")
     gw = Gateway(project, upstream.url)
     yield gw
     code = gw.stop()
@@ -233,7 +222,7 @@ def test_release_is_frozen_when_the_request_arrives(served, upstream):
 
 # -- auth -----------------------------------------------------------------------------------------------------------
 def test_tokens_rotation_and_refusals(tmp_path, upstream):
-    project = _init(tmp_path / "proj")
+    project = init_project(tmp_path / "proj")
     tokens = tmp_path / "tokens"
     import hashlib
 
@@ -294,7 +283,7 @@ def test_upstream_cookies_reach_their_client_only_and_json_logs(tmp_path):
 
     server = httpd.ThreadingHTTPServer(("127.0.0.1", 0), Upstream)
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    project = _init(tmp_path / "proj")
+    project = init_project(tmp_path / "proj")
     try:
         # a host name, not an address: aiohttp's default cookie jar ignores cookies from IP addresses
         with Gateway(project, f"http://localhost:{server.server_address[1]}", "--json", "--loop", "asyncio") as gw:
@@ -314,11 +303,16 @@ def test_upstream_cookies_reach_their_client_only_and_json_logs(tmp_path):
 
 
 def test_non_loopback_bind_needs_a_token_file(tmp_path):
-    project = _init(tmp_path / "proj")
+    project = init_project(tmp_path / "proj")
     r = run_reef("serve", "--upstream", "http://127.0.0.1:9", "--host", "0.0.0.0", "--port", "0", cwd=project)
     assert r.returncode == 4 and "is not a loopback address" in r.stderr and "--token-file" in r.stderr
     r = run_reef("serve", "--upstream", "ftp://x", "--port", "0", cwd=project)
     assert r.returncode == 4 and "--upstream ftp://x: expected an http(s) URL" in r.stderr
+    for url, why in (("http://127.0.0.1:99999", "Port out of range 0-65535"), ("http://[::1", "Invalid IPv6 URL"),
+                     ("http://sk-proj-AbCdEfGhIjKlMnOpQrSt:x@127.0.0.1:abc", "Port could not be cast to integer")):
+        r = run_reef("serve", "--upstream", url, "--port", "0", cwd=project)
+        assert r.returncode == 4 and f"reef: error: --upstream: not a valid URL ({why}" in r.stderr, r.stderr
+        assert "AbCdEfGhIjKlMnOp" not in r.stderr
 
 
 @pytest.mark.parametrize("flag,value,message", [
@@ -332,7 +326,7 @@ def test_non_loopback_bind_needs_a_token_file(tmp_path):
 def test_out_of_range_flags_fail_in_one_line_before_binding(tmp_path, flag, value, message):
     """--port 99999 ended in 'unexpected error: OverflowError' (and an aiohttp 'Unclosed client session' warning);
     a negative --max-body or --timeout started a gateway that would refuse or time out every call."""
-    project = _init(tmp_path / "proj")
+    project = init_project(tmp_path / "proj")
     args = ["serve", "--upstream", "http://127.0.0.1:9", flag, value] + (["--port", "0"] if flag != "--port" else [])
     r = run_reef(*args, cwd=project, timeout=20)
     assert r.returncode == 4 and r.stderr.strip() == f"reef: error: {message}", r.stderr
@@ -340,7 +334,7 @@ def test_out_of_range_flags_fail_in_one_line_before_binding(tmp_path, flag, valu
 
 # -- injection and content ----------------------------------------------------------------------------------------
 def test_inject_system_and_store_content(tmp_path, upstream):
-    project = _init(tmp_path / "proj")
+    project = init_project(tmp_path / "proj")
     md = project / "CLAUDE.md"
     md.write_text(md.read_text().replace("<!-- reef:begin learned -->\n",
                                          "<!-- reef:begin learned -->\n- INJECT-BULLET-5150 run the tests first\n"))
@@ -367,7 +361,7 @@ def test_inject_system_and_store_content(tmp_path, upstream):
 
 # -- faults ---------------------------------------------------------------------------------------------------------
 def test_faults_each_recorded_as_failed(tmp_path, upstream):
-    project = _init(tmp_path / "proj")
+    project = init_project(tmp_path / "proj")
     dead = socket.socket()
     dead.bind(("127.0.0.1", 0))
     dead_port = dead.getsockname()[1]
@@ -421,7 +415,7 @@ def test_faults_each_recorded_as_failed(tmp_path, upstream):
 
 def test_200_concurrent_streams_exact_records(tmp_path, upstream):
     aiohttp = pytest.importorskip("aiohttp")
-    project = _init(tmp_path / "proj")
+    project = init_project(tmp_path / "proj")
     n = 200
     with Gateway(project, upstream.url) as gw:
         async def one(session, i):
@@ -449,7 +443,7 @@ def test_200_concurrent_streams_exact_records(tmp_path, upstream):
 
 
 def test_sigterm_drains_in_flight_then_verifies(tmp_path, upstream):
-    project = _init(tmp_path / "proj")
+    project = init_project(tmp_path / "proj")
     gw = Gateway(project, upstream.url, "--drain-timeout", "5")
     upstream.reply(Reply(text="draining", event_delay=0.2))
     client = oai(gw)
@@ -467,7 +461,7 @@ def test_sigterm_drains_in_flight_then_verifies(tmp_path, upstream):
 
 
 def test_drain_is_bounded_and_cut_requests_are_recorded(tmp_path, upstream):
-    project = _init(tmp_path / "proj")
+    project = init_project(tmp_path / "proj")
     gw = Gateway(project, upstream.url, "--drain-timeout", "0.5")
     upstream.reply(Reply(text="forever", event_delay=3))
     stream = oai(gw).chat.completions.create(model="m", messages=[{"role": "user", "content": "x"}], stream=True)
@@ -486,6 +480,20 @@ def test_session_in_the_path_for_agents_without_headers(served):
     raw = client.chat.completions.with_raw_response.create(model="m", messages=[{"role": "user", "content": "x"}])
     p = ledger_of(served.project).get(raw.headers["x-reef-agent-record-id"]).payload
     assert p["session"] == "run-77" and p["route"] == "/v1/chat/completions"
+
+
+def test_a_key_in_the_path_never_reaches_the_log(served):
+    """An agent that put its key where the /session/ID goes (or anywhere in a path) finds it redacted in the log line,
+    and a percent-encoded escape in a path is written escaped, not as a terminal control sequence."""
+    key = "sk-proj-AbCdEfGhIjKlMnOpQrStUvWxYz0123456789"
+    client = openai.OpenAI(base_url=f"{served.url}/session/{key}/v1", api_key="x", max_retries=0)
+    client.chat.completions.create(model="m", messages=[{"role": "user", "content": "x"}])
+    assert http(f"{served.url}/v1/chat/completions/{key}")[0] == 404
+    assert http(served.url + "/v1/nothing/%1b[31mred%1b[0m")[0] == 404
+    log = served.log()
+    assert key not in log and "AbCdEfGhIjKlMnOp" not in log and "\x1b" not in log, log
+    assert "/session/[REDACTED:openai_key]/v1/chat/completions 200" in log
+    assert "/v1/nothing/\\x1b[31mred\\x1b[0m 404" in log
 
 
 def test_unknown_paths_and_methods_get_the_route_table_answers(served):
@@ -522,6 +530,41 @@ def test_expect_100_continue_is_answered_before_the_body(served):
     assert status == 417 and "unknown Expect: something-else" in json.loads(reply)["error"]["message"]
 
 
+def _raw_exchange(gw: Gateway, request: bytes) -> bytes:
+    """Bytes no HTTP client library would send; the whole answer (the request says Connection: close)."""
+    with socket.create_connection(("127.0.0.1", int(gw.url.rsplit(":", 1)[1])), timeout=10) as s:
+        s.sendall(request)
+        answer = b""
+        while chunk := s.recv(65536):
+            answer += chunk
+    return answer
+
+
+def test_a_header_that_is_not_utf8_gets_a_json_400(served):
+    """A scenario header with bytes that are not UTF-8 is refused with the scenario rule, not a 500 (the message
+    echoing it could not be encoded)."""
+    answer = _raw_exchange(served, b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n"
+                                   b"Connection: close\r\nx-reef-scenario: \xffbad\r\n\r\n{}")
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 400 "), answer
+    assert "scenario name '\udcffbad' is invalid" in json.loads(body)["error"]["message"]
+
+
+def test_a_malformed_header_holding_a_key_never_reaches_the_log(served):
+    """aiohttp's parser refuses a header with a control character, a folded line or a line over 8 KiB, and its error
+    quotes the line: the log gets one redacted line per refusal, no traceback and never the key."""
+    key = b"sk-proj-AbCdEfGhIjKlMnOpQrStUvWxYz0123456789"
+    for header in (b"Authorization: Bearer " + key + b"\x01", b"x-api-key: " + key + b"\r\n folded",
+                   b"X-Key: " + key + b"a" * 9000):
+        answer = _raw_exchange(served, b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n"
+                                       b"Connection: close\r\n" + header + b"\r\n\r\n{}")
+        assert answer.startswith(b"HTTP/1.0 400 Bad Request"), answer
+    log = served.log()
+    assert "AbCdEfGhIjKlMnOp" not in log and "Traceback" not in log, log
+    assert "reef: Error handling request from 127.0.0.1: BadHttpMessage: Invalid header value char: (at " in log
+    assert "reef: Error handling request from 127.0.0.1: LineTooLong: Got more than 8190 bytes when reading:" in log
+
+
 def test_provenance_hooks_see_the_answer_before_the_receipt(tmp_path, upstream):
     """The seam for engine provenance (e.g. which weights answered): a request hook edits the body that goes
     upstream, a response hook reads the upstream's answer before the record and may refuse it."""
@@ -530,7 +573,7 @@ def test_provenance_hooks_see_the_answer_before_the_receipt(tmp_path, upstream):
     from reef_cli.project import Project
     from reef_cli.serve.app import Gateway as InProcess, ServeConfig
 
-    project = _init(tmp_path / "proj")
+    project = init_project(tmp_path / "proj")
     gw = InProcess(ServeConfig(project=Project(project), scenario="default", upstream=upstream.url, port=0), {},
                    log=open(tmp_path / "log", "w"), out=open(tmp_path / "out", "w"))
 
@@ -583,7 +626,7 @@ def test_inject_of_a_harness_that_does_not_compile_says_why(tmp_path):
     from reef_cli.project import Project
     from reef_cli.serve.recording import Recorder
 
-    project = _init(tmp_path / "proj")
+    project = init_project(tmp_path / "proj")
     skill = project / ".claude" / "skills" / "broken"
     skill.mkdir(parents=True)
     (skill / "SKILL.md").write_text("no frontmatter here\n")

@@ -15,23 +15,10 @@ import pytest
 
 from conftest import run_reef
 from fakes import FakeLLM
-from gateway import Gateway
-from reef_cli.ledger import Ledger
+from gateway import Gateway, exchanges, init_project
 from reef_cli.serve.upstream_http import BrokenOff, Unreachable, UpstreamClient
 
 openai = pytest.importorskip("openai")
-
-
-def _init(path: Path) -> Path:
-    path.mkdir(parents=True, exist_ok=True)
-    r = run_reef("init", cwd=path)
-    assert r.returncode == 0, r.stderr
-    return path
-
-
-def _exchanges(project: Path) -> list:
-    ledger = Ledger(project / ".reef" / "scenarios" / "default" / "ledger.jsonl", "default")
-    return [r for r in ledger.iter_records() if r.kind == "inference"]
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +36,7 @@ def cert(tmp_path_factory) -> tuple[Path, Path]:
 def test_tls_upstream_is_verified_and_relayed(tmp_path, cert):
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.load_cert_chain(*cert)
-    project = _init(tmp_path / "proj")
+    project = init_project(tmp_path / "proj")
     with FakeLLM(tls=ctx) as llm:
         url = f"https://localhost:{llm.port}"
         # the operator's CA bundle trusts the certificate: calls go through, streaming and not, each recorded
@@ -73,12 +60,12 @@ def test_tls_upstream_is_verified_and_relayed(tmp_path, cert):
             assert refused.value.status_code == 502 and "SSLCertVerificationError" in str(refused.value)
             assert gw.stop() == 0
         assert len(llm.calls) == calls
-    got = [(r.payload["outcome"], r.payload["status"], r.payload["stream"]) for r in _exchanges(project)]
+    got = [(r.payload["outcome"], r.payload["status"], r.payload["stream"]) for r in exchanges(project)]
     assert got == [("ok", 200, False), ("ok", 200, True), ("unreachable", 502, False)]
 
 
 def test_a_key_with_a_line_break_is_refused_at_start(tmp_path):
-    project = _init(tmp_path / "proj")
+    project = init_project(tmp_path / "proj")
     r = run_reef("serve", "--upstream", "http://127.0.0.1:9", "--port", "0", cwd=project,
                  env={"OPENAI_API_KEY": "sk-abc\r\nX-Injected: 1"})
     assert r.returncode == 4
@@ -173,6 +160,29 @@ def test_an_answer_cut_off_is_not_sent_again():
             return server
 
     assert len(_run(main()).requests) == 1
+
+
+def test_an_answer_with_endless_headers_is_cut_off():
+    """A broken or hostile upstream that sends header after header does not grow the gateway's memory: past 64 KiB
+    the answer fails and its connection is dropped."""
+    async def answer(n, _request, writer):
+        writer.write(b"HTTP/1.1 200 OK\r\n")
+        try:
+            for i in range(100_000):
+                writer.write(b"X-H%d: %s\r\n" % (i, b"v" * 1000))
+                await writer.drain()
+        except ConnectionError:
+            pass
+        return False
+
+    async def main():
+        async with _Server(answer) as server:
+            client = UpstreamClient(server.url, connect_timeout=5, read_timeout=5)
+            with pytest.raises(BrokenOff, match="its answer's headers are over 64 KiB"):
+                await client.start("POST", "/x", {}, b"{}")
+            assert client.idle == []
+
+    _run(main())
 
 
 def test_a_body_that_ends_with_the_connection_and_a_chunked_one():
@@ -283,7 +293,7 @@ def test_headers_relay_repeated_names_and_an_interim_answer_is_skipped():
 
 def test_json_body_is_relayed_byte_for_byte_through_the_gateway(tmp_path):
     """Odd bytes and spacing survive the relay both ways (the client builds the request from the raw bytes)."""
-    project = _init(tmp_path / "proj")
+    project = init_project(tmp_path / "proj")
     with FakeLLM() as llm, Gateway(project, llm.url) as gw:
         body = b'{"model":  "m",\n "messages": [{"role": "user", "content": "caf\\u00e9 \xe2\x9c\x93"}]}'
         import urllib.request

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import logging
 import signal
 import sys
 import time
@@ -62,8 +63,11 @@ class _ClientGone(Exception):
 
 
 def _json_response(obj, status: int = 200, headers=None) -> web.Response:
-    return web.Response(body=json.dumps(obj, ensure_ascii=False, sort_keys=True).encode(), status=status,
-                        content_type="application/json", headers=headers)
+    try:
+        body = json.dumps(obj, ensure_ascii=False, sort_keys=True).encode()
+    except UnicodeEncodeError:  # a header's non-UTF-8 bytes echoed in a message (surrogates): as JSON \u escapes
+        body = json.dumps(obj, sort_keys=True).encode()
+    return web.Response(body=body, status=status, content_type="application/json", headers=headers)
 
 
 class Gateway:
@@ -120,8 +124,11 @@ class Gateway:
         def request_factory(message, payload, protocol, writer, task) -> web.BaseRequest:
             return web.BaseRequest(message, payload, protocol, writer, task, loop, client_max_size=cap)
 
+        errors = logging.Logger("reef.serve.http", logging.INFO)  # not registered: nothing else logs through it
+        errors.propagate = False
+        errors.addHandler(_ErrorNote(self))
         return web.Server(self._dispatch, request_factory=request_factory, access_log_class=_AccessLog,
-                          access_log=self)
+                          access_log=self, logger=errors)
 
     async def _dispatch(self, request: web.BaseRequest) -> web.StreamResponse:
         """Route, auth and error translation (the log line is _AccessLog's, once the response is out)."""
@@ -192,13 +199,14 @@ class Gateway:
         ms = (time.perf_counter() - t0) * 1000 if t0 is not None else seconds * 1000
         rid = resp.headers.get("x-reef-agent-record-id") if resp is not None else None
         status = resp.status if resp is not None else 0
+        path = request.path if request.path in self.routes else _shown(request.path)
         if self.config.json_logs:
-            line = json.dumps({"t": format_ms(int(time.time() * 1000)), "method": request.method, "path": request.path,
+            line = json.dumps({"t": format_ms(int(time.time() * 1000)), "method": request.method, "path": path,
                                "status": status, "ms": round(ms, 3), "record_id": rid,
                                "release_id": resp.headers.get("x-reef-release-id") if resp is not None else None},
                               sort_keys=True)
         else:
-            line = f"reef: {request.method} {request.path} {status} {ms:.1f}ms" + (f" {rid}" if rid else "")
+            line = f"reef: {request.method} {path} {status} {ms:.1f}ms" + (f" {rid}" if rid else "")
         try:
             self.log.write(line + "\n")
             self.log.flush()
@@ -588,6 +596,30 @@ class _AccessLog(AbstractAccessLogger):
         self.logger._log(request, response, time)
 
 
+class _ErrorNote(logging.Handler):
+    """aiohttp logs a request it could not parse (or a handler's crash) with a traceback whose message quotes the
+    offending header line: a malformed `Authorization: Bearer sk-...` reached the log in clear. One redacted line
+    instead: the exception's type, the first line of its message without the quoted bytes, and where it was raised."""
+
+    def __init__(self, gateway: "Gateway"):
+        super().__init__(logging.INFO)
+        self.gateway = gateway
+
+    def emit(self, record: logging.LogRecord) -> None:
+        exc = record.exc_info[1] if record.exc_info else None
+        line = record.getMessage()
+        if exc is not None:
+            import traceback
+
+            text = str(getattr(exc, "message", None) or exc).strip()
+            first = text.splitlines()[0] if text else ""
+            first = first.split(" b'", 1)[0].split(' b"', 1)[0]
+            frames = traceback.extract_tb(exc.__traceback__)
+            where = f" (at {Path(frames[-1].filename).name}:{frames[-1].lineno})" if frames else ""
+            line += f": {type(exc).__name__}: {first}{where}"
+        self.gateway._note(_shown(line))
+
+
 class _ReportStore:
     """What `reports.report` needs of a store, over the gateway's shared ledger."""
 
@@ -606,6 +638,16 @@ def _split_session(path: str) -> tuple[str, str | None]:
     if not session or not slash or "{" in session or "}" in session:
         return path, None
     return "/" + rest, session
+
+
+def _shown(text: str) -> str:
+    """Text from a request as the log shows it: redacted (an agent that put its key where the /session/ID goes, in a
+    path by mistake or in a malformed header must not find it in the log) and with control characters escaped (a path
+    is percent-decoded: %1b would write a terminal escape into the log)."""
+    from ..redact import redact_text
+
+    shown = redact_text(text)
+    return shown if shown.isprintable() else "".join(c if c.isprintable() else f"\\x{ord(c):02x}" for c in shown)
 
 
 def _loop_name() -> str:

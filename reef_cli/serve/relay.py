@@ -40,7 +40,12 @@ class Upstream:
 
     @classmethod
     def parse(cls, url: str, api: str, environ: dict) -> "Upstream":
-        parts = urlsplit(url)
+        try:
+            parts = urlsplit(url)
+            parts.port  # noqa: B018 - urlsplit checks the port only when asked
+        except ValueError as exc:  # not echoed: the URL may hold a key; the reason names what is wrong
+            raise InvalidInput(f"--upstream: not a valid URL ({exc}); expected one such as "
+                               "https://api.openai.com/v1") from None
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise InvalidInput(f"--upstream {shown(url)}: expected an http(s) URL such as https://api.openai.com/v1")
         if api not in ("openai", "anthropic", "auto"):
@@ -101,11 +106,12 @@ def shown(url: str) -> str:
     """A URL as it may be printed: no user name or password."""
     try:
         parts = urlsplit(url)
+        port = parts.port
     except ValueError:
         return "<invalid URL>"
     host = parts.hostname or ""
-    if parts.port:
-        host += f":{parts.port}"
+    if port:
+        host += f":{port}"
     return urlunsplit((parts.scheme, host, parts.path, "", ""))
 
 

@@ -31,6 +31,7 @@ from multidict import CIMultiDict
 IDLE_S = 30.0  # a pooled connection idle longer is closed rather than reused (aiohttp's keepalive_timeout)
 POOL_MAX = 512  # idle connections kept at most
 PAUSE_AT = 4 * 1024 * 1024  # buffered body bytes above which reading from the upstream pauses until taken
+MAX_HEAD = 64 * 1024  # bytes of header names and values an answer may have (aiohttp's client: 8190 a line)
 
 
 class UpstreamError(Exception):
@@ -74,12 +75,6 @@ class _Conn(asyncio.Protocol):
         if self.resp is not None:
             self.resp._lost()
 
-    def pause_writing(self) -> None:  # requests are small and written at once; the transport buffers them
-        pass
-
-    def resume_writing(self) -> None:
-        pass
-
 
 class UpstreamResponse:
     """One answer: `status` and `headers` once `Call` returns it, the body through `read()` or `iter_any()`;
@@ -96,6 +91,7 @@ class UpstreamResponse:
         self.got_bytes = False
         self.done = False
         self._raw: list[tuple[str, str]] = []
+        self._head_bytes = 0
         self._head = False
         self._framed = False  # Content-Length or chunked; else the body ends with the connection
         self._keep_alive = False
@@ -108,6 +104,10 @@ class UpstreamResponse:
 
     # -- parser callbacks (httptools) ------------------------------------------------------------------------------
     def on_header(self, name: bytes, value: bytes) -> None:
+        self._head_bytes += len(name) + len(value)
+        if self._head_bytes > MAX_HEAD:  # a broken or hostile upstream would otherwise grow the gateway's memory
+            self._fail(BrokenOff(f"its answer's headers are over {MAX_HEAD // 1024} KiB"))
+            raise self._error  # stops the parser; data_received closes the connection
         key = name.decode("utf-8", "surrogateescape")
         low = key.lower()
         if low in ("content-length", "transfer-encoding"):
@@ -297,8 +297,8 @@ class UpstreamClient:
         parts = urlsplit(base_url)
         self.host = parts.hostname or ""
         self.tls = parts.scheme == "https"
-        self.port = parts.port or (443 if self.tls else 80)
-        default_port = (443 if self.tls else 80)
+        default_port = 443 if self.tls else 80
+        self.port = parts.port or default_port
         shown_host = f"[{self.host}]" if ":" in self.host else self.host
         self.host_header = shown_host if self.port == default_port else f"{shown_host}:{self.port}"
         self.connect_timeout = connect_timeout
