@@ -24,7 +24,7 @@ def _mark(kind: str) -> str:
     return f"[REDACTED:{kind}]"
 
 
-_START = r"(?<![A-Za-z0-9_-])"  # a token starts at a word boundary that is not inside another token
+_START = r"(?<![A-Za-z0-9])"  # a token starts where no letter or digit runs into it: after "-" or "_" too (s-ghp_..., x-sk-proj-...)
 _END = r"(?![A-Za-z0-9_-])"
 
 # (kind, triggers, pattern): the whole match is the secret. A pattern runs only over text that contains one of its

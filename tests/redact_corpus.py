@@ -158,6 +158,8 @@ FORMATS: list[tuple[str, str, tuple[str, ...]]] = [
     # code hosts and registries
     ("github ghp in remote url", f"git remote set-url origin https://{V['ghp']}@github.com/o/r.git", (V["ghp"],)),
     ("github gho in log", f"oauth ok: {V['gho']} (expires in 8h)", (V["gho"],)),
+    ("github ghp glued to a dash (a session id)", f"x-reef-session: s-{V['ghp']}", (V["ghp"],)),
+    ("github ghp glued to an underscore", f"token_id=id_{V['ghp']}", (V["ghp"],)),
     ("github ghs header", f"Authorization: token {V['ghs']}", (V["ghs"],)),
     ("github ghu bare", f"user-to-server token {V['ghu']}", (V["ghu"],)),
     ("github fine-grained pat", f"GITHUB_TOKEN: {V['github_pat']}", (V["github_pat"],)),
