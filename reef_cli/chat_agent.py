@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import http.client
 import json
 import os
 import re
@@ -47,6 +48,7 @@ INSTRUCTION_FILES = ("AGENTS.md", "CLAUDE.md")
 NOTES_FALLBACK = ("CLAUDE.local.md", "reef/notes.md")
 _COMMENT = re.compile(r"<!--.*?-->", re.S)
 TIMEOUT = 120.0
+MAX_BODY = 16 << 20  # an answer of max_tokens tokens is kilobytes: a larger body is not a chat completion
 
 
 class AgentError(Exception):
@@ -188,14 +190,19 @@ def chat(url: str, messages: list[dict], *, model: str, max_tokens: int, tempera
                                  headers={"content-type": "application/json", **headers})
     try:
         with urllib.request.urlopen(req, timeout=timeout) as resp:
-            data = json.loads(resp.read())
+            raw = resp.read(MAX_BODY + 1)
+        if len(raw) > MAX_BODY:
+            raise AgentError(f"{url}: the answer is larger than {MAX_BODY >> 20} MiB; not a chat completion")
+        data = json.loads(raw)
     except urllib.error.HTTPError as exc:
-        detail = exc.read()[:300].decode("utf-8", "replace").strip()
+        detail = exc.read(300).decode("utf-8", "replace").strip()
         raise AgentError(f"{url}: HTTP {exc.code}" + (f": {detail}" if detail else "")) from None
     except (urllib.error.URLError, OSError) as exc:
         reason = getattr(exc, "reason", exc)
         raise AgentError(f"{url}: cannot reach the model endpoint ({reason}); start one with "
                          f"`reef model serve-local` (and `reef serve --upstream ...` to record calls)") from None
+    except http.client.HTTPException as exc:  # not HTTP at all (BadStatusLine) or a broken framing
+        raise AgentError(f"{url}: not a valid HTTP answer ({type(exc).__name__})") from None
     except ValueError:
         raise AgentError(f"{url}: the answer is not JSON") from None
     try:
