@@ -155,6 +155,29 @@ def test_server_that_exits_is_reported_with_its_log(tmp_path):
                                 "the server's own output and see why)")
 
 
+def test_busy_port_and_unwritable_log_are_named_before_the_server_starts(tmp_path):
+    """Before: a busy port let the server start, fail to bind and exit ('exited with 1'), and a --log that is a
+    directory or in a missing one was an 'unexpected error'."""
+    import socket
+
+    pkgs = fake_llama(tmp_path / "pkgs")
+    model = tmp_path / "tiny.gguf"
+    model.write_bytes(b"GGUF")
+    env = reef_env(tmp_path, pkgs)
+    with socket.create_server(("127.0.0.1", 0)) as busy:
+        port = busy.getsockname()[1]
+        r = subprocess.run([reef_exe(), "model", "serve-local", "--port", str(port), "--model", str(model)],
+                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 4, r.stderr
+    assert r.stderr.strip() == (f"reef: error: --port {port}: 127.0.0.1:{port} is not free (Address already in use); "
+                                f"pick another, or --port 0 for a free one")
+    for log, why in ((tmp_path, "Is a directory"), (tmp_path / "gone" / "x.log", "No such file or directory")):
+        r = subprocess.run([reef_exe(), "model", "serve-local", "--port", "0", "--model", str(model), "--log",
+                            str(log)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+        assert r.returncode == 4, r.stderr
+        assert r.stderr.strip() == f"reef: error: --log {log}: cannot append to it ({why})"
+
+
 def test_chat_agent_never_trusts_a_prompt_cache_others_can_write(tmp_path, monkeypatch):
     """The compiled-prompt cache lives in the shared temp dir: if its directory is open to others (or not ours), a
     planted file there would become the model's system prompt, so it is bypassed, not read."""
