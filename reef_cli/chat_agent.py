@@ -142,14 +142,25 @@ def _now() -> str:
 
 
 def read_session(path: Path) -> tuple[str | None, list[dict], str | None]:
-    """(session id, [{role, content}], id of the last message) from a pi-format session file."""
-    if not path.is_file():
+    """(session id, [{role, content}], id of the last message) from a pi-format session file; lines of another
+    shape are skipped. A path that cannot be a session file is refused before the model is called: the answer
+    would be lost when it is appended."""
+    if path.is_dir():
+        raise AgentError(f"--session {path}: is a directory, not a session file")
+    if not path.exists():
         return None, [], None
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
+        raise AgentError(f"--session {path}: cannot be read as a session file ({why})") from None
     sid, history, last = None, [], None
-    for line in path.read_text(encoding="utf-8").splitlines():
+    for line in text.splitlines():
         try:
             d = json.loads(line)
         except ValueError:
+            continue
+        if not isinstance(d, dict):
             continue
         if d.get("type") == "session":
             sid = str(d.get("id"))
@@ -239,7 +250,11 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("empty prompt")
     root = args.harness or (Path(env["REEF_HARNESS_DIR"]) if env.get("REEF_HARNESS_DIR") else None)
     system = system_prompt(root)
-    sid, history, last = read_session(args.session) if args.session else (None, [], None)
+    try:
+        sid, history, last = read_session(args.session) if args.session else (None, [], None)
+    except AgentError as exc:
+        print(f"chat-agent: {exc}", file=sys.stderr)
+        return 1
     messages = ([{"role": "system", "content": system}] if system else []) + history + \
         [{"role": "user", "content": prompt}]
     headers = {}

@@ -130,6 +130,22 @@ def test_an_answer_that_is_not_http_or_cut_short_is_one_line_exit_1(tmp_path):
         assert r.stderr == f"chat-agent: {url}: {says}" + ("; not a chat completion" if "larger" in says else "") + "\n"
 
 
+def test_a_session_path_that_cannot_be_a_session_is_one_line_before_the_call(tmp_path):
+    """Before: a directory was taken for a new session and failed with a traceback after the model had answered
+    (the answer lost), a non-UTF-8 file or a JSON line that is not an object was a traceback."""
+    bad = tmp_path / "bad.jsonl"
+    bad.write_bytes(b"\xff\xfe not text\n")
+    for path, says in ((tmp_path, "is a directory, not a session file"),
+                       (bad, "cannot be read as a session file (not UTF-8 text)")):
+        r = agent("hi", url="http://127.0.0.1:9/v1", cwd=tmp_path, session=path)
+        assert r.returncode == 1 and r.stderr == f"chat-agent: --session {path}: {says}\n"
+    odd = tmp_path / "odd.jsonl"
+    odd.write_text('[1, 2]\n"text"\n{"type": "session", "id": "s1"}\n')
+    from reef_cli.chat_agent import read_session
+
+    assert read_session(odd) == ("s1", [], None)
+
+
 def test_session_is_read_by_reef_ingest_and_a_correction_becomes_a_report(tmp_path):
     root = minimal_project(tmp_path / "proj")
     session = tmp_path / "sessions" / "s1.jsonl"
