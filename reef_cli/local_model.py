@@ -167,12 +167,16 @@ def start(model: Path, *, port: int = 0, host: str = "127.0.0.1", threads: int |
             out.close()  # type: ignore[union-attr]
     server = LocalServer(proc, f"http://{host}:{port}/v1", model, log)
     deadline = time.monotonic() + ready_timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            break
-        if _ready(server.url):
-            return server
-        time.sleep(0.25)
+    try:
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                break
+            if _ready(server.url):
+                return server
+            time.sleep(0.25)
+    except BaseException:  # Ctrl-C while the model loads: its own process group does not get the SIGINT
+        server.stop()
+        raise
     exited = proc.poll()
     code = server.stop()
     tail = ""
