@@ -79,6 +79,7 @@ def checkout(dest: Path, files: Mapping, *, project_root: Path | None = None, he
         raise InvalidInput(f"{dest} is a file, not a directory; give a directory to check out into")
     inside = project_root is not None and os.path.realpath(dest) == os.path.realpath(project_root)
     published = {rel: e.data for rel, e in (head_files or {}).items()} if inside else {}
+    before = {rel: _read(dest / rel) for rel in files}  # what the checks below judge; compared again at each write
     found = conflicts(dest, files, published=published)
     if found and not force:
         first = found[0]
@@ -89,9 +90,9 @@ def checkout(dest: Path, files: Mapping, *, project_root: Path | None = None, he
     for c in found:  # --force replaces files; it never deletes a directory or a file standing where one goes
         if c.why != "has other content":
             raise ConflictError(f"{dest / c.path} {c.why}; move it away (--force replaces files only)")
-    changed = {rel: e for rel, e in files.items() if _read(dest / rel) != e.data or not (dest / rel).exists()}
+    changed = {rel: e for rel, e in files.items() if before[rel] != e.data}
     try:
-        write_files(dest, changed)
+        write_files(dest, changed, expected=before)
     except PermissionError as exc:
         raise InvalidInput(f"{exc.filename or dest}: permission denied; cannot check out there") from None
     return len(changed)

@@ -39,15 +39,56 @@ def settings_path(environ: dict) -> Path:
 
 def install_claude_hook(environ: dict, python: str | None = None) -> tuple[Path, bool]:
     """Add (or update) reef's SessionEnd and Stop hooks in the user's Claude Code settings; (path, changed).
-    Other settings and hooks are kept as they are; a settings file that is not a JSON object is refused."""
-    from .errors import InvalidInput
-    from .project import write_atomic
+    Other settings and hooks are kept as they are; a settings file that is not a JSON object is refused.
+
+    The settings are the user's: a settings.json that is a symlink (a dotfiles repository) is updated where it
+    points and stays a link; its mode is kept (it may hold an API key under "env", 0600); and it is re-read right
+    before the replace, so a change Claude Code or the user saved meanwhile is merged again, never overwritten."""
+    from .errors import ConflictError
 
     path = settings_path(environ)
+    target = Path(os.path.realpath(path))
+    for _ in range(5):
+        original = _read_settings(target)
+        changed = _merge_hooks(path, original, python)
+        if changed is None:
+            return path, False
+        if _write_if_unchanged(target, original, changed):
+            return path, True
+    raise ConflictError(f"{path} kept changing while reef added its hook; run the command again")
+
+
+def _read_settings(target: Path) -> bytes | None:
     try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
+        return target.read_bytes()
     except FileNotFoundError:
-        doc = {}
+        return None
+
+
+def _write_if_unchanged(target: Path, original: bytes | None, data: bytes) -> bool:
+    """Replace `target` with `data` unless it no longer holds `original`; keeps the file's mode."""
+    import stat
+
+    from .durable import write_atomic
+
+    target.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        mode = stat.S_IMODE(os.stat(target).st_mode)
+    except FileNotFoundError:
+        mode = 0o644
+    if _read_settings(target) != original:
+        return False
+    write_atomic(target, data, mode)
+    os.chmod(target, mode)  # the umask may have narrowed it; the user's mode is the one to keep
+    return True
+
+
+def _merge_hooks(path: Path, original: bytes | None, python: str | None) -> bytes | None:
+    """The settings with reef's hooks merged in, or None when they are there already."""
+    from .errors import InvalidInput
+
+    try:
+        doc = {} if original is None else json.loads(original.decode("utf-8"))
     except (ValueError, UnicodeDecodeError) as exc:
         raise InvalidInput(f"{path} is not valid JSON ({exc}); fix it or pass --no-hook") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("hooks", {}), dict):
@@ -68,10 +109,8 @@ def install_claude_hook(environ: dict, python: str | None = None) -> tuple[Path,
         kept.append({"hooks": [ours]})
         hooks[event] = kept
     if json.dumps(doc, sort_keys=True) == before:
-        return path, False
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_atomic(path, (json.dumps(doc, indent=2) + "\n").encode())
-    return path, True
+        return None
+    return (json.dumps(doc, indent=2) + "\n").encode()
 
 
 def _detach(data: bytes) -> None:

@@ -128,7 +128,8 @@ _FLAG = re.compile(
     r"(?P<head>(?<![\w-])--?(?P<key>[A-Za-z][A-Za-z0-9_-]*)[ \t]+)(?P<secret>\"[^\"\n]*\"|'[^'\n]*'|[^\s\"'\\<>|&;()`-][^\s\"']*)"
 )
 # `mysql -uroot -pX`, `docker login -u bob -p X`, `sshpass -p X`: `-p` is a password only beside a user or in these;
-# `redis-cli -a X`: redis-cli's `-a` takes nothing but the password.
+# `redis-cli -a X` / `--pass X`: redis-cli's `-a` takes nothing but the password; so does the `-p` of mongosh and
+# the mongo tools (`mongosh -p X -u admin`: the port is `--port`).
 # A MySQL/MariaDB client's `-p` takes its value attached or not at all (`-p app` prompts; `app` is the database), so
 # an attached value is the password whatever it looks like; the scan from the command name stops at a shell
 # separator (`mysql ...; cp -pr a b`), and the name is a command's, not a path's last part (`-I/usr/include/mysql
@@ -138,7 +139,9 @@ _SHORT_P = re.compile(
     r"(?P<head>(?:(?P<mysql>(?<![^\s;&|(`'\"])(?:(?:[\w.~][\w.~-]*)?/)*(?:mysql[a-z]*|mariadb(?:-[a-z]+)*)\b(?!-)"
     r"[^\n;&|]*?[ \t]-p)"
     r"|(?P<sshpass>\bsshpass(?:[ \t]+-[a-oq-z]\S*)*[ \t]+-p[ \t]*)"
-    r"|(?P<redis>(?<![^\s;&|(`'\"])(?:(?:[\w.~][\w.~-]*)?/)*redis-cli\b[^\n;&|]*?[ \t]-a[ \t]+)"
+    r"|(?P<redis>(?<![^\s;&|(`'\"])(?:(?:[\w.~][\w.~-]*)?/)*redis-cli\b[^\n;&|]*?[ \t](?:-a[ \t]+|--pass(?:[ \t]+|=)))"
+    r"|(?P<mongo>(?<![^\s;&|(`'\"])(?:(?:[\w.~][\w.~-]*)?/)*"
+    r"mongo(?:sh|dump|restore|export|import|stat|top|files)?\b(?!-)[^\n;&|]*?[ \t]-p[ \t]+)"
     r"|[ \t]-u[ \t]*\S+[ \t]+-p[ \t]*))"
     r"(?P<secret>\"[^\"\n]*\"|'[^'\n]*'|[^\s\"'\\<>|&;()`-][^\s\"']*)"
 )
@@ -268,9 +271,22 @@ def redact(text: str) -> tuple[str, int]:
 
     The text is also read through the encodings a secret hides behind in logs — terminal colour codes, JSON string
     escapes, URL percent-encoding — and a secret found in any of those readings is removed from the text in every
-    form it appears in. A coloured text in which a secret is found loses its colour codes."""
+    form it appears in. A coloured text in which a secret is found loses its colour codes; so does a shell command
+    continued over lines (`mysql -h db \\` + newline + `-pX`) lose its line breaks, read as the one line it is."""
     if not isinstance(text, str):
         raise InvalidInput(f"redact takes text, not {type(text).__name__}")
+    if "\\\n" in text or "\\\r\n" in text:
+        out, count = _redact_colours(text)
+        joined, joined_count = _redact_colours(_CONTINUATION.sub(" ", text))
+        return (joined, joined_count) if joined_count > count else (out, count)
+    return _redact_colours(text)
+
+
+# A backslash ending a line continues a shell command on the next: a flag and its value can sit on two lines.
+_CONTINUATION = re.compile(r"[ \t]*\\\r?\n[ \t]*")
+
+
+def _redact_colours(text: str) -> tuple[str, int]:
     if "\x1b" in text:
         plain = _ANSI.sub("", text)
         if plain != text:
@@ -390,7 +406,7 @@ def _scan(text: str, found: list[tuple[str, str]], in_context: list[tuple[str, s
     text = sub(_ASSIGNMENT, _assignment, text)
     if "-" in text:
         text = sub(_FLAG, _flag, text)
-        if "-p" in text or "redis-cli" in text:
+        if "-p" in text or "redis-cli" in text:  # `-p` also covers redis-cli's `--pass`
             text = sub(_SHORT_P, _short_p, text)
         if "-u" in text:
             text = sub(_CURL_USER, _loose_value, text)
@@ -466,7 +482,7 @@ def _short_p(match: re.Match[str]) -> Hit:
     `-p`, or after sshpass's, it can be nothing but the password, so even one plain word or digits (`-psecret`,
     `-p123456`) go; otherwise as `_loose_value` (`-u root -p app` prompts, `-u 1000 -p 8080` is a port)."""
     value, quote = _unquote(match.group("secret"))
-    certain = match.group("mysql") is not None or match.group("sshpass") is not None or match.group("redis") is not None
+    certain = any(match.group(name) is not None for name in ("mysql", "sshpass", "redis", "mongo"))
     attached = match.group("head")[-1:] == "p"
     if not _is_literal_secret(value, literal=bool(quote) or certain or attached):
         return None

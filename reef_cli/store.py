@@ -202,10 +202,16 @@ def _writable_parents(dest: Path, rel: str) -> None:
         raise InvalidInput(f"{blocked} is not a directory; cannot write {rel} under it")
 
 
-def write_files(dest: Path, files: dict[str, Entry], *, read_only: bool = False) -> None:
+def write_files(dest: Path, files: dict[str, Entry], *, read_only: bool = False,
+                expected: dict[str, bytes | None] | None = None) -> None:
     """Byte-exact materialisation that refuses to write through symlinks (O_NOFOLLOW on every file). `read_only`:
     reef's own copy of a release in its state (.reef/trees, a gate run's trees), so owner-only as well (0400, 0500
-    for executables, directories 0700) whatever the umask; otherwise the user's files, with the umask's modes."""
+    for executables, directories 0700) whatever the umask; otherwise the user's files, with the umask's modes.
+
+    A user's file is replaced by a rename from a staged copy beside it, never truncated in place: a kill leaves the
+    old bytes or the new ones. `expected` maps paths to the bytes the caller's conflict check saw (None: absent);
+    each is compared again right before its rename, so an edit the user saved meanwhile stops the write
+    (ConflictError) and is kept."""
     mkdir = make_dirs if read_only else (lambda d: d.mkdir(parents=True, exist_ok=True))
     mkdir(dest)
     for rel, entry in files.items():
@@ -224,6 +230,9 @@ def write_files(dest: Path, files: dict[str, Entry], *, read_only: bool = False)
                 pass
             os.symlink(os.fsdecode(entry.data), target)
             continue
+        if not read_only:
+            _replace_user_file(target, rel, entry, expected)
+            continue
         try:
             if os.path.exists(target) and read_only:
                 os.chmod(target, 0o600, follow_symlinks=False)
@@ -240,6 +249,52 @@ def write_files(dest: Path, files: dict[str, Entry], *, read_only: bool = False)
         if read_only:
             mode &= 0o500
         os.chmod(target, mode)
+
+
+def _read_nofollow(path: Path) -> bytes | None:
+    """A file's bytes (None: absent); a symlink is refused, never read through."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise InvalidInput(f"{path} is a symlink; reef never writes through symlinks") from None
+        raise
+    with os.fdopen(fd, "rb") as fh:
+        return fh.read()
+
+
+def _replace_user_file(target: Path, rel: str, entry: Entry, expected: dict[str, bytes | None] | None) -> None:
+    """Stage `entry` beside `target`, compare the target with what the caller saw, then rename over it."""
+    if os.path.exists(target) and not os.access(target, os.W_OK):  # a file made read-only is not replaced either
+        raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(target))
+    tmp = target.with_name(f".{target.name}.reef-tmp")
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise InvalidInput(f"{tmp} is a symlink; reef never writes through symlinks") from None
+        if exc.errno in (errno.EISDIR, errno.ENOTDIR):
+            raise InvalidInput(f"{tmp} is in the way of the file reef stages there before replacing {target.name}; "
+                               "move it away") from None
+        raise
+    try:
+        try:
+            write_all(fd, entry.data)
+            os.fchmod(fd, 0o755 if entry.mode == MODE_EXEC else 0o644)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        if expected is not None and rel in expected and _read_nofollow(target) != expected[rel]:
+            raise ConflictError(f"{target} changed while reef was writing it; your edit is kept and the file was "
+                                "not replaced — run the command again to re-check it")
+        if os.path.islink(target):
+            raise InvalidInput(f"{target} is a symlink; reef never writes through symlinks")
+        os.replace(tmp, target)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
 
 
 class HarnessStore:
@@ -576,16 +631,32 @@ class HarnessStore:
         _, changes = self.status()
         return [c.path for c in changes]
 
-    def sync_worktree(self, old: dict[str, Entry], new: dict[str, Entry]) -> None:
-        """Make the working tree's harness files equal `new`, touching only paths that differ from `old`."""
+    def sync_worktree(self, old: dict[str, Entry], new: dict[str, Entry], *, guard: bool = False) -> None:
+        """Make the working tree's harness files equal `new`, touching only paths that differ from `old`. `guard`:
+        the tree was checked to hold `old`; a file that no longer does (an edit saved since) is not replaced or
+        removed, and ConflictError names it once the rest is written."""
         root = self.project.root
+        edited: list[str] = []
         for rel in sorted(set(old) - set(new)):
             _writable_parents(root, rel)
+            if guard and _read_nofollow(root / rel) not in (old[rel].data, None):
+                edited.append(rel)
+                continue
             try:
                 os.unlink(root / rel)
             except FileNotFoundError:
                 pass
-        write_files(root, {rel: e for rel, e in new.items() if old.get(rel) != e})
+        for rel, e in sorted(new.items()):
+            if old.get(rel) == e:
+                continue
+            try:
+                write_files(root, {rel: e}, expected={rel: old[rel].data if rel in old else None} if guard else None)
+            except ConflictError:
+                edited.append(rel)
+        if edited:
+            raise ConflictError(f"{root / edited[0]} changed while reef was writing the working tree; your edit is "
+                                f"kept and that file was not replaced" + (f" (and {len(edited) - 1} more)"
+                                                                           if len(edited) > 1 else ""))
 
     def rollback(self, ref: str, *, expected_head: str | None | type(...) = ..., force: bool = False) -> PublishResult:
         target = self.find(ref)
@@ -607,7 +678,11 @@ class HarnessStore:
             expected_head=expected_head,
             meta={"rollback_target_release_id": target.release_id, "rolled_back_release_id": head.release_id},
         )
-        self.sync_worktree(self.files_of(head), new_files)
+        try:
+            self.sync_worktree(self.files_of(head), new_files, guard=not force)
+        except ConflictError as exc:
+            raise ConflictError(f"rolled back: {result.release.release_id} is published, but {exc}; 'reef status' "
+                                "shows it against the new head") from None
         return result
 
     def diff(self, a: Release, b: Release) -> str:

@@ -308,3 +308,17 @@ def test_publish_refuses_a_skill_with_broken_frontmatter(reef, project):
     skill.write_text("---\nname: x\ndescription: y\n---\nbody\n")
     assert reef("-C", str(project), "publish", "-m", "a skill").code == 0
     assert head_step(project) == 2
+
+
+def test_a_deleted_current_directory_is_one_line_not_an_unexpected_error(tmp_path):
+    """`cd d && rm -rf d && reef status`: Path.cwd() raises FileNotFoundError; reef names the problem, exit 1."""
+    import subprocess
+
+    from conftest import reef_exe
+
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    script = f'cd "{gone}" && rmdir "{gone}" && exec "{reef_exe()}" status'
+    r = subprocess.run(["sh", "-c", script], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1, r.stderr
+    assert "the current directory no longer exists" in r.stderr and "unexpected error" not in r.stderr

@@ -51,6 +51,28 @@ def test_no_hook_and_a_broken_settings_file(reef, tmp_path):
     assert settings.read_text() == "{not json"
 
 
+def test_install_updates_a_symlinked_private_settings_file_where_it_points(reef, tmp_path):
+    """rv-attack: a settings.json linked from a dotfiles repository was replaced by a plain file (the repository's
+    copy never got the hook, the link was gone), and one kept 0600 because it holds an API key under "env" came
+    back 0644, readable by every user."""
+    root, _ = init_project(reef, tmp_path)
+    dotfiles = tmp_path / "dotfiles"
+    dotfiles.mkdir()
+    real = dotfiles / "claude-settings.json"
+    real.write_text(json.dumps({"env": {"ANTHROPIC_API_KEY": "sk-ant-kept-private"}}))
+    os.chmod(real, 0o600)
+    settings = Path(os.environ["HOME"]) / ".claude" / "settings.json"
+    settings.parent.mkdir(parents=True)
+    settings.symlink_to(real)
+    r = install(reef, root, tmp_path)
+    assert r.code == 0, r.err
+    assert settings.is_symlink() and os.readlink(settings) == str(real)
+    doc = json.loads(real.read_text())
+    assert doc["env"] == {"ANTHROPIC_API_KEY": "sk-ant-kept-private"} and doc["hooks"]["Stop"]
+    assert os.stat(real).st_mode & 0o777 == 0o600
+    assert sorted(p.name for p in dotfiles.iterdir()) == ["claude-settings.json"]
+
+
 def hook(stdin: str, cwd: Path, **env) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "reef_cli.hook", "claude"], input=stdin, cwd=cwd, text=True,
                           capture_output=True, env={**os.environ, **env}, timeout=30)

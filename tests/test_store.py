@@ -476,3 +476,62 @@ def test_a_ref_left_behind_by_a_crash_is_repaired_by_the_next_publish(reef, tmp_
     r = reef("-C", str(tmp_path), "publish", "-m", "nothing new")
     assert r.code == 0 and "nothing to publish" in r.out
     assert GitStore(tmp_path / ".reef" / "git").get_ref(ref) == log[0]["commit_id"]
+
+
+def test_a_users_file_is_replaced_by_rename_and_an_edit_saved_after_the_check_is_kept(tmp_path):
+    """rv-attack: `reef checkout` checked every path, then truncated each file in place: an edit saved between the
+    check and the write was lost, and a kill mid-write left a cut file. Now the write is staged beside the file,
+    compared with what the check saw, and renamed over it."""
+    from reef_cli.errors import ConflictError
+    from reef_cli.gitstore import Entry
+    from reef_cli.store import write_files
+
+    dest = tmp_path / "co"
+    dest.mkdir()
+    (dest / "CLAUDE.md").write_bytes(b"your edit, saved after the check\n")
+    with pytest.raises(ConflictError, match="CLAUDE.md changed while reef was writing it"):
+        write_files(dest, {"CLAUDE.md": Entry(b"release\n")}, expected={"CLAUDE.md": b"what the check saw\n"})
+    assert (dest / "CLAUDE.md").read_bytes() == b"your edit, saved after the check\n"
+    assert sorted(p.name for p in dest.iterdir()) == ["CLAUDE.md"]  # no staged copy left behind
+
+    inode = os.stat(dest / "CLAUDE.md").st_ino
+    write_files(dest, {"CLAUDE.md": Entry(b"release\n")}, expected={"CLAUDE.md": b"your edit, saved after the check\n"})
+    assert (dest / "CLAUDE.md").read_bytes() == b"release\n"
+    assert os.stat(dest / "CLAUDE.md").st_ino != inode  # a rename, not a truncate in place
+
+
+def test_a_directory_where_the_staged_copy_goes_is_named_not_a_crash(tmp_path):
+    """rv-attack: a directory named like reef's staged copy (`.CLAUDE.md.reef-tmp`) is refused with exit 4."""
+    from reef_cli.errors import InvalidInput
+    from reef_cli.gitstore import Entry
+    from reef_cli.store import write_files
+
+    dest = tmp_path / "co"
+    (dest / ".CLAUDE.md.reef-tmp").mkdir(parents=True)
+    (dest / "CLAUDE.md").write_bytes(b"mine\n")
+    with pytest.raises(InvalidInput, match=r"\.CLAUDE\.md\.reef-tmp is in the way .* move it away"):
+        write_files(dest, {"CLAUDE.md": Entry(b"release\n")}, expected={"CLAUDE.md": b"mine\n"})
+    assert (dest / "CLAUDE.md").read_bytes() == b"mine\n"
+
+
+def test_rollback_keeps_an_edit_saved_after_its_clean_tree_check(reef, tmp_path):
+    """rv-attack: `reef rollback` checked the tree clean, published, then rewrote the files: an edit saved in
+    between was overwritten. The guarded sync keeps it and names it (exit 3); the other files are written."""
+    from reef_cli.errors import ConflictError
+    from reef_cli.gitstore import Entry
+    from reef_cli.project import Project
+    from reef_cli.store import HarnessStore
+
+    assert reef("-C", str(tmp_path), "init", "--template", "claude").code == 0
+    store = HarnessStore(Project(tmp_path), "default")
+    old = store.files_of(store.head())
+    new = dict(old)
+    new["CLAUDE.md"] = Entry(b"rolled back\n")
+    new["CLAUDE.local.md"] = Entry(b"new file\n")
+    (tmp_path / "CLAUDE.md").write_bytes(b"my edit, saved after the check\n")
+    with pytest.raises(ConflictError, match=r"CLAUDE\.md changed while reef was writing the working tree"):
+        store.sync_worktree(old, new, guard=True)
+    assert (tmp_path / "CLAUDE.md").read_bytes() == b"my edit, saved after the check\n"
+    assert (tmp_path / "CLAUDE.local.md").read_bytes() == b"new file\n"
+    store.sync_worktree(old, new)  # unguarded (--force): replaced as before
+    assert (tmp_path / "CLAUDE.md").read_bytes() == b"rolled back\n"

@@ -298,3 +298,71 @@ def test_a_damaged_verdicts_file_is_kept_aside_not_overwritten(tmp_path):
         store_verdict(store, rel, {"kind": "canary", "mean": 0.5})
         assert path.with_name("verdicts.json.damaged").read_bytes() == damaged
         assert stored_verdict(store, rel) == {"kind": "canary", "mean": 0.5}
+    # the first damaged copy was not overwritten by the second
+    assert path.with_name("verdicts.json.damaged.1").read_bytes() == b'{"rel_old": {"kind": "canary", "mean"'
+
+
+def test_a_train_killed_mid_gate_leaves_no_gateway_running(gated, engine, tmp_path):
+    """kill -9 of `reef train` while the gate's own `reef serve` runs: that gateway goes too (SIGTERM, so it drains and
+    verifies its ledger) instead of serving on, orphaned, for ever; the rerun then works."""
+    import os
+    import signal
+    import subprocess
+    import time
+
+    from conftest import reef_exe
+    from test_weights import TRAINER
+
+    hang = tmp_path / "agents"  # each hanging canary agent leaves a file named by its pid there
+    hang.mkdir()
+    _prime(ledger_of(gated), engine)
+    argv = [reef_exe(), "-C", str(gated), "-s", SCEN, "train", "--engine", engine.url, "--trainer", TRAINER]
+    proc = subprocess.Popen(argv, env={**os.environ, "CANARY_AGENT_HANG": str(hang)}, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    serve: list[int] = []
+    try:
+        deadline = time.monotonic() + 60
+        while not any(hang.iterdir()) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert any(hang.iterdir()), "the canary agent never started"
+        serve = [int(d) for d in os.listdir("/proc") if d.isdigit() and _ppid(int(d)) == proc.pid
+                 and b"serve" in _cmdline(int(d))]
+        assert len(serve) == 1
+        proc.kill()
+        proc.wait()
+        deadline = time.monotonic() + 30
+        while _ppid(serve[0]) is not None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert _ppid(serve[0]) is None, "the gate's reef serve outlived the reef train that started it"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        for pid in [int(p.name) for p in hang.iterdir()]:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        for pid in serve:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    r = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+
+
+def _ppid(pid: int) -> int | None:
+    """The parent of a live process; None once it is gone (a zombie counts as gone)."""
+    try:
+        stat = open(f"/proc/{pid}/stat").read()
+    except OSError:
+        return None
+    fields = stat[stat.rindex(")") + 2:].split()
+    return None if fields[0] == "Z" else int(fields[1])
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        return open(f"/proc/{pid}/cmdline", "rb").read()
+    except OSError:
+        return b""

@@ -367,6 +367,19 @@ def test_failed_transfer_locks_until_unlock(reef, project, engine, fault, stage,
     assert json.loads(r.out)["selection"]["records"] == 2  # nothing was lost to the failure
 
 
+@pytest.mark.parametrize("damage", ["", '{"at": "2026-12-01T', "null", "[]", '"locked"'])
+def test_a_damaged_lock_file_still_locks(reef, project, engine, damage):
+    """A weights.lock truncated or overwritten by hand still locks (the engine's weights are still unknown) and
+    `--unlock` clears it; before, `null` silently unlocked and `[]` ended in "unexpected error"."""
+    _prime(ledger_of(project), engine)
+    (project / ".reef" / "scenarios" / SCEN / "weights.lock").write_text(damage)
+    r = train(reef, project, *swap_args(engine))
+    assert r.code == 4 and "weight updates for scenario 'model' are locked since ? (unreadable lock file)" in r.err
+    u = reef("-C", str(project), "-s", SCEN, "train", "--unlock", "--json")
+    assert u.code == 0 and json.loads(u.out)["unlocked"] is True
+    assert train(reef, project, *swap_args(engine)).code == 0
+
+
 def test_engine_down_fails_before_training(reef, project, engine):
     led = ledger_of(project)
     _prime(led, engine)
@@ -492,6 +505,13 @@ def test_default_trainer_is_slimes_train_py_with_configured_ray(reef, project, e
                  "--rollout-function-path", "--update-weight-disk-dir", "--advantage-estimator"):
         assert flag in argv
     assert argv[argv.index("--hf-checkpoint") + 1] == "/models/base"  # what the engine serves
+    # a relative REEF_SLIME_DIR is where the user is (-C), as a relative --trainer path is; before, it was looked for
+    # in reef's own working directory and the step failed with "no train.py there"
+    monkeypatch.setenv("REEF_SLIME_DIR", "../slime")
+    _prime(led, engine)
+    r = reef("-C", str(project), "-s", SCEN, "train", "--json")
+    assert r.code == 0, r.err
+    assert Path(json.loads(r.out)["trainer"]["argv"][1]).resolve() == slime / "train.py"
 
 
 def test_rollback_reloads_an_earlier_checkpoint_as_a_new_release(reef, project, engine):
@@ -579,3 +599,68 @@ def test_a_weight_gate_that_cannot_run_rolls_back_or_says_the_weights_stay(reef,
     assert second.code == 4 and now["operation"] == "rollback" and now["meta"]["rollback_target_release_id"] == head["release_id"]
     assert "could not be judged (could not run: --eval" in second.err and "rolled back — release" in second.err
     assert engine.weight_version == now["runtime_load_id"] and engine.model_path == head["meta"]["checkpoint"]
+
+
+def test_secrets_on_the_trainer_and_eval_command_lines_are_never_stored(reef, project, engine):
+    """`--trainer '... --wandb-key K'` and `--eval '... --api-key K'`: the step runs with the real keys, but the
+    release meta, run.json, the ledger, verdicts.json and the output carry them redacted (trainer.log is what the
+    trainer itself prints)."""
+    key, tok = "sk-live-" + "a1b2c3d4e5" * 3, "0123456789abcdef" * 3
+    score = project / "score.py"
+    score.write_text(f"import sys\nassert sys.argv[-1] == {tok!r}\nprint(1)\n")
+    _prime(ledger_of(project), engine)
+    for extra in ((), ("--eval", f"{sys.executable} {score} --api-key {tok}")):
+        r = train(reef, project, "--engine", engine.url, "--trainer", f"{TRAINER} --wandb-key {key}", *extra, "--json")
+        assert r.code == 0, r.err
+        assert key not in r.out + r.err and tok not in r.out + r.err
+        _prime(ledger_of(project), engine)
+    out = json.loads(r.out)
+    assert out["gate"]["score"] == 1.0 and "[REDACTED" in out["gate"]["command"]
+    from reef_cli.project import Project
+    from reef_cli.store import HarnessStore
+
+    metas = json.dumps([rel.meta for rel in HarnessStore(Project(project), SCEN).releases()])
+    stored = metas + "".join(p.read_text(errors="replace") for p in (project / ".reef").rglob("*")
+                               if p.is_file() and "objects" not in p.parts and p.name != "trainer.log")
+    assert "[REDACTED" in stored and key not in stored and tok not in stored
+
+
+def test_a_killed_train_stops_its_trainer(project, engine, tmp_path):
+    """kill -9 of `reef train` mid-training: the trainer (in its own session) gets SIGTERM instead of holding the GPUs
+    for a step nobody will publish; the rerun trains the same records."""
+    import os
+    import subprocess
+    import time
+
+    from conftest import reef_exe
+    from test_weight_gate import _cmdline, _ppid
+
+    _prime(ledger_of(project), engine)
+    argv = [reef_exe(), "-C", str(project), "-s", SCEN, "train", "--recipe", "sao", *swap_args(engine), "--json"]
+    proc = subprocess.Popen(argv, env={**os.environ, "FAKE_TRAINER_SLEEP": "30"}, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    trainer: list[int] = []
+    try:
+        deadline = time.monotonic() + 60
+        while not trainer and time.monotonic() < deadline:
+            time.sleep(0.1)
+            trainer = [int(d) for d in os.listdir("/proc") if d.isdigit() and _ppid(int(d)) == proc.pid
+                       and b"slime_train.py" in _cmdline(int(d))]
+        assert trainer, "the trainer never started"
+        proc.kill()
+        proc.wait()
+        deadline = time.monotonic() + 15
+        while _ppid(trainer[0]) is not None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert _ppid(trainer[0]) is None, "the trainer outlived the reef train that started it"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        for pid in trainer:
+            try:
+                os.kill(pid, 9)
+            except ProcessLookupError:
+                pass
+    r = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["selection"]["records"] == 2

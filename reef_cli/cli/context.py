@@ -22,7 +22,12 @@ class Env:
     @classmethod
     def at(cls, directory: str | Path | None, scenario_name: str | None) -> "Env":
         """`reef [-C DIR] [--scenario S]`: one definition for the typer callback and the fast path in hot.py."""
-        cwd = Path.cwd()
+        try:
+            cwd = Path.cwd()
+        except FileNotFoundError:  # the shell's directory was deleted under it
+            if directory is None or not Path(directory).is_absolute():
+                raise ReefError("the current directory no longer exists; cd to the project (or pass -C DIR)") from None
+            cwd = Path(directory)
         if directory is not None:
             cwd = (cwd / directory).resolve()
             if not cwd.is_dir():

@@ -83,6 +83,17 @@ class GatePlan:
     suite: CanarySuite | None = None
     command: str | None = None
 
+    @property
+    def shown(self) -> str:
+        """The --eval command as reef stores and prints it: a key typed on it redacted (it runs with the key)."""
+        return shown_command(self.command or "")
+
+
+def shown_command(cmd: str) -> str:
+    from ..redact import redact
+
+    return redact(cmd)[0]
+
 
 def plan(project, scenario: str, *, eval_cmd: str | None, canary_scenario: str | None, enabled: bool,
          environ: dict) -> GatePlan | None:
@@ -163,14 +174,20 @@ def stored_verdict(store, release) -> dict | None:
 
 def store_verdict(store, release, verdict: dict) -> None:
     """The verdict of a kept release, beside the chain (releases are immutable): the next gate's baseline. A damaged
-    file is kept aside as verdicts.json.damaged (never overwritten in silence); the ledger's weight_gate records
-    hold the same verdicts."""
+    file is kept aside as verdicts.json.damaged (an earlier one moves to .damaged.N: never overwritten in silence);
+    the ledger's weight_gate records hold the same verdicts."""
     from ..durable import write_atomic
 
     path = verdicts_path(store)
     data = _verdicts(path)
     if data is None:
-        os.replace(path, path.with_name(path.name + ".damaged"))
+        aside = path.with_name(path.name + ".damaged")
+        if aside.exists():  # an earlier damaged copy is kept too, as .damaged.N
+            n = 1
+            while aside.with_name(f"{aside.name}.{n}").exists():
+                n += 1
+            os.replace(aside, aside.with_name(f"{aside.name}.{n}"))
+        os.replace(path, aside)
         data = {}
     data[release.release_id] = verdict
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -306,27 +323,28 @@ def judge_score(score: float, old: dict | None, command: str) -> dict:
 
 def run_eval(cmd: str, url: str, version: str, environ: dict, timeout_s: float = 3600, cwd: Path | None = None) -> float:
     """Run the evaluation command against the engine; its last stdout line is a number or {"score": number}."""
+    shown = shown_command(cmd)
     try:
         argv = shlex.split(cmd)
     except ValueError as exc:
-        raise InvalidInput(f"--eval {cmd!r}: cannot split it like a shell ({exc})") from None
+        raise InvalidInput(f"--eval {shown!r}: cannot split it like a shell ({exc})") from None
     env = {**environ, "REEF_ENGINE_URL": url, "REEF_WEIGHT_VERSION": version}
     try:
         done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout_s, cwd=cwd)
     except FileNotFoundError:
         raise InvalidInput(f"--eval: command not found: {argv[0]}") from None
     except subprocess.TimeoutExpired:
-        raise ReefError(f"--eval {cmd!r} timed out after {timeout_s:g} s") from None
+        raise ReefError(f"--eval {shown!r} timed out after {timeout_s:g} s") from None
     lines = [ln for ln in done.stdout.splitlines() if ln.strip()]
     if done.returncode != 0 or not lines:
-        raise ReefError(f"--eval {cmd!r} exited {done.returncode} without a score")
+        raise ReefError(f"--eval {shown!r} exited {done.returncode} without a score")
     last = lines[-1].strip()
     try:
         value = json.loads(last)
     except ValueError:
-        raise ReefError(f"--eval {cmd!r}: last line {last[:80]!r} is not a number or {{\"score\": N}}") from None
+        raise ReefError(f"--eval {shown!r}: last line {last[:80]!r} is not a number or {{\"score\": N}}") from None
     if isinstance(value, dict):
         value = value.get("score")
     if not isinstance(value, (int, float)) or isinstance(value, bool):
-        raise ReefError(f"--eval {cmd!r}: last line {last[:80]!r} is not a number or {{\"score\": N}}")
+        raise ReefError(f"--eval {shown!r}: last line {last[:80]!r} is not a number or {{\"score\": N}}")
     return float(value)

@@ -20,6 +20,7 @@ import urllib.request
 from pathlib import Path
 
 from ..errors import ReefError
+from .orphans import die_with_parent
 
 START_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 30.0
@@ -78,7 +79,8 @@ class Gateway:
         env = {k: v for k, v in self.environ.items() if k != "REEF_SERVE_URL"}
         with open(self.log_path, "ab") as log:
             self._proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL,
-                                          env=env, cwd=self.project.root, start_new_session=True)
+                                          env=env, cwd=self.project.root, start_new_session=True,
+                                          preexec_fn=die_with_parent(os.getpid()))
         deadline = time.monotonic() + START_TIMEOUT_S
         buf = b""
         while time.monotonic() < deadline:
@@ -121,22 +123,18 @@ class Gateway:
 
 def _logged_calls(path: Path) -> tuple[set[str], int]:
     """The record ids of the calls the gateway logged, and how many model calls it answered 2xx."""
+    from ..ingest.model import json_lines
+
     ids, answered = set(), 0
     try:
-        lines = path.read_text(errors="replace").splitlines()
+        for event in json_lines(path):
+            if isinstance(event.get("record_id"), str):
+                ids.add(event["record_id"])
+            status = event.get("status")
+            if "/v1/" in str(event.get("path")) and isinstance(status, int) and 200 <= status < 300:
+                answered += 1
     except OSError:
-        return ids, answered
-    for line in lines:
-        try:
-            event = json.loads(line)
-        except ValueError:
-            continue
-        if not isinstance(event, dict):
-            continue
-        if isinstance(event.get("record_id"), str):
-            ids.add(event["record_id"])
-        if "/v1/" in str(event.get("path")) and isinstance(event.get("status"), int) and 200 <= event["status"] < 300:
-            answered += 1
+        pass
     return ids, answered
 
 

@@ -184,12 +184,22 @@ def lock_path(store) -> Path:
 
 
 def read_lock(store) -> dict | None:
+    """The lock a failed transfer set, or None; a lock file that is there but damaged (truncated, `null`, not an
+    object) still locks: the engine's weights are just as unknown."""
     try:
-        return json.loads(lock_path(store).read_text())
+        info = json.loads(lock_path(store).read_text())
     except FileNotFoundError:
         return None
     except ValueError:
-        return {"reason": "unreadable lock file", "at": "?"}
+        info = None
+    return info if isinstance(info, dict) else {"reason": "unreadable lock file", "at": "?"}
+
+
+def _refuse_if_locked(store) -> None:
+    lock = read_lock(store)
+    if lock is not None:
+        raise PolicyError(f"weight updates for scenario '{store.scenario}' are locked since {lock.get('at')} "
+                          f"({lock.get('reason')}); check the engine, then run 'reef train --unlock'")
 
 
 def _set_lock(store, info: dict) -> None:
@@ -221,7 +231,7 @@ def weights_status(store, environ: dict) -> tuple[dict | None, str]:
     except ReefError as exc:
         described = f"cannot run: {exc}"
     else:
-        described = (plan.suite.describe() if plan and plan.suite else f"--eval {plan.command}" if plan
+        described = (plan.suite.describe() if plan and plan.suite else f"--eval {plan.shown}" if plan
                      else "none (every successful step publishes)")
     return read_lock(store), described
 
@@ -282,10 +292,8 @@ def _train(store, recipe, opts: TrainOptions, environ: dict | None,
 
     environ = dict(os.environ if environ is None else environ)
     emit = progress or (lambda event: None)
-    lock = read_lock(store)
-    if lock is not None and not opts.dry_run:
-        raise PolicyError(f"weight updates for scenario '{store.scenario}' are locked since {lock.get('at')} "
-                          f"({lock.get('reason')}); check the engine, then run 'reef train --unlock'")
+    if not opts.dry_run:
+        _refuse_if_locked(store)
     prev = weight_head(store)
     marks = prev.meta["records"] if prev else {}
     selection = select(store.ledger(), recipe, from_seq=int(marks.get("through_seq", 0)),
@@ -296,7 +304,7 @@ def _train(store, recipe, opts: TrainOptions, environ: dict | None,
     gate_plan = wgate.plan(store.project, store.scenario, eval_cmd=opts.eval_cmd, canary_scenario=opts.canary_scenario,
                            enabled=opts.gate, environ=environ)
     result.gate_plan = (None if gate_plan is None else gate_plan.suite.describe() if gate_plan.suite
-                        else f"--eval {gate_plan.command}")
+                        else f"--eval {gate_plan.shown}")
     if opts.dry_run:
         return result
     if not selection.samples:
@@ -338,20 +346,20 @@ def _train(store, recipe, opts: TrainOptions, environ: dict | None,
     # the step before any GPU time is spent, and the engine serves exactly the previous weights now
     baseline = _baseline(store, prev, gate_plan, url, run_dir, run_id, environ, emit, result, failed)
     from .records import export
-    from .trainer import TrainerFailed, build_argv, launch, slime_flags
+    from .trainer import TrainerFailed, build_argv, launch, shown_argv, slime_flags
 
     exported = export(selection, run_dir / "rollouts.jsonl")
     emit({"event": "exported", **exported})
     flags = slime_flags(run_dir=run_dir, prompt_data=run_dir / "rollouts.jsonl", hf_checkpoint=str(start_from),
                         samples=len(selection.samples), trainer=recipe.trainer)
-    argv = build_argv(opts.trainer, opts.slime_dir or environ.get("REEF_SLIME_DIR"), flags)
+    argv = build_argv(opts.trainer, opts.slime_dir or environ.get("REEF_SLIME_DIR"), flags, cwd=opts.cwd)
     child_env = dict(environ)
     ray = opts.ray_address or environ.get("REEF_RAY_ADDRESS")
     if ray:
         child_env["RAY_ADDRESS"] = ray
     child_env["REEF_RUN_DIR"] = str(run_dir)
     timeout = opts.timeout_s if opts.timeout_s is not None else recipe.trainer.get("timeout_s")
-    (run_dir / "run.json").write_text(json.dumps({"run_id": run_id, "recipe": recipe.name, "argv": argv,
+    (run_dir / "run.json").write_text(json.dumps({"run_id": run_id, "recipe": recipe.name, "argv": shown_argv(argv),
                                                   "engine": url, "from_seq": selection.from_seq,
                                                   "through_seq": selection.through_seq}, indent=2) + "\n")
     try:
@@ -383,7 +391,7 @@ def _train(store, recipe, opts: TrainOptions, environ: dict | None,
             "base_model_path": base_model, "previous_weight_version": swap.previous_version,
             "records": {"from_seq": selection.from_seq, "through_seq": selection.through_seq,
                         "count": len(selection.samples), "pending_ids": list(selection.pending)},
-            "trainer": {"argv": list(trained.argv), "duration_s": round(trained.duration_s, 3),
+            "trainer": {"argv": shown_argv(trained.argv), "duration_s": round(trained.duration_s, 3),
                         "log": str(trained.log_path)}}
     release = _publish(store, manifest, head, version, meta, "train",
                        f"train {recipe.name} on {len(selection.samples)} record(s) through seq {selection.through_seq}",
@@ -432,10 +440,10 @@ def _gate(store, engine, result: TrainResult, prev, baseline, gate_plan, url: st
     release = result.release
     try:
         if gate_plan.kind == "eval":
-            emit({"event": "gate", "command": gate_plan.command})
+            emit({"event": "gate", "command": gate_plan.shown})
             score = wgate.run_eval(gate_plan.command, url, result.runtime_load_id, environ, cwd=opts.cwd)
-            verdict = wgate.judge_score(score, baseline, gate_plan.command)
-            keep = {"kind": "eval", "score": score, "command": gate_plan.command, "release_id": release.release_id}
+            verdict = wgate.judge_score(score, baseline, gate_plan.shown)
+            keep = {"kind": "eval", "score": score, "command": gate_plan.shown, "release_id": release.release_id}
         else:
             measured = wgate.measure(store, gate_plan.suite, engine_url=url, release=release, run_dir=result.run_dir,
                                      run_id=result.run_id, environ=environ, emit=emit, warnings=result.warnings)
@@ -527,10 +535,7 @@ def rollback_weights(store, ref: str, engine_url: str | None, *, environ: dict |
     from .sglang import Engine
 
     environ = dict(os.environ if environ is None else environ)
-    if read_lock(store) is not None:
-        lock = read_lock(store)
-        raise PolicyError(f"weight updates for scenario '{store.scenario}' are locked since {lock.get('at')} "
-                          f"({lock.get('reason')}); check the engine, then run 'reef train --unlock'")
+    _refuse_if_locked(store)
     target, head = store.find(ref), store.require_head()
     if target.operation not in WEIGHT_OPERATIONS:
         raise InvalidInput(f"release {target.release_id} is not a weight release")

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Callable
 
 from ..errors import ExitCode, InvalidInput, ReefError
+from .orphans import die_with_parent
 
 REPLAY_ROLLOUT = "reef_cli.weights.slime_replay.generate_rollout"
 KILL_GRACE_S = 10.0
@@ -43,8 +44,19 @@ class TrainerResult:
     log_path: Path
 
     def to_json(self) -> dict:
-        return {"argv": list(self.argv), "exit_code": self.exit_code, "duration_s": round(self.duration_s, 3),
+        return {"argv": shown_argv(self.argv), "exit_code": self.exit_code, "duration_s": round(self.duration_s, 3),
                 "checkpoint": str(self.checkpoint), "log": str(self.log_path)}
+
+
+def shown_argv(argv) -> list[str]:
+    """`argv` as reef stores and prints it: a key typed on the trainer's command line (`--wandb-key K`, `HF_TOKEN=K`)
+    redacted. Redacted as one line, so a flag names the secret that follows it as a separate word."""
+    from ..redact import redact
+
+    try:
+        return shlex.split(redact(shlex.join(argv))[0])
+    except ValueError:
+        return [redact(a)[0] for a in argv]
 
 
 def slime_flags(*, run_dir: Path, prompt_data: Path, hf_checkpoint: str, samples: int, trainer: dict) -> list[str]:
@@ -72,17 +84,21 @@ def slime_flags(*, run_dir: Path, prompt_data: Path, hf_checkpoint: str, samples
     return flags
 
 
-def build_argv(trainer: str | None, slime_dir: str | None, flags: list[str], python: str = "python3") -> list[str]:
-    """`--trainer` split like a shell, or slime's own entry point in the configured checkout; slime's flags follow."""
+def build_argv(trainer: str | None, slime_dir: str | None, flags: list[str], python: str = "python3",
+               cwd: Path | None = None) -> list[str]:
+    """`--trainer` split like a shell, or slime's own entry point in the configured checkout; slime's flags follow.
+    A relative REEF_SLIME_DIR is taken from `cwd`, where the user is (`reef -C DIR`), as the trainer command is."""
     if trainer:
         try:
             head = shlex.split(trainer)
         except ValueError as exc:
-            raise InvalidInput(f"--trainer {trainer!r}: cannot split it like a shell ({exc})") from None
+            from ..redact import redact
+
+            raise InvalidInput(f"--trainer {redact(trainer)[0]!r}: cannot split it like a shell ({exc})") from None
         if not head:
             raise InvalidInput("--trainer is empty")
     elif slime_dir:
-        entry = Path(slime_dir) / "train.py"
+        entry = Path(cwd or Path.cwd()) / slime_dir / "train.py"
         if not entry.is_file():
             raise InvalidInput(f"REEF_SLIME_DIR={slime_dir}: no train.py there (a checkout of THUDM/slime expected)")
         head = [python, str(entry)]
@@ -123,7 +139,8 @@ def launch(argv: list[str], *, cwd: Path, env: dict, log_path: Path, hf_dir: Pat
             else None
         try:
             proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=log,
-                                    stderr=subprocess.STDOUT, start_new_session=True)
+                                    stderr=subprocess.STDOUT, start_new_session=True,
+                                    preexec_fn=die_with_parent(os.getpid()))
         except FileNotFoundError:
             _restore(previous)
             raise TrainerFailed(f"trainer command not found: {argv[0]}", stage="launch") from None

@@ -36,6 +36,11 @@ def check(lo: int, hi: int) -> int:
 
 
 if __name__ == "__main__":
+    if os.environ.get("CANARY_AGENT_HANG"):  # a step caught mid-gate: say so (a file named by our pid), then hang
+        open(os.path.join(os.environ["CANARY_AGENT_HANG"], str(os.getpid())), "w").close()
+        import time
+
+        time.sleep(30)
     if sys.argv[1] == "check":
         sys.exit(check(int(sys.argv[2]), int(sys.argv[3])))
     sys.exit(ask(sys.argv[1]))
