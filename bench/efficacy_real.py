@@ -263,7 +263,8 @@ def ok_rule_published(store) -> list[str]:
 
 def attribution(store, config) -> list[dict]:
     """Each gated bullet's leave-one-out utility per evolve, from the gate journals, with the interval the gate's own
-    bootstrap gives it (admission itself only asks utility > 0; see RESULTS.md for why that matters here)."""
+    bootstrap gives it (admission asks utility > 0 and, where the pairs went both ways, the gate's sign-flip test:
+    reef_cli/evolve/admission.py; see RESULTS.md for why that matters here)."""
     from reef_cli.evolve.common import evolve_dir
     from reef_cli.gate import bootstrap_interval
 

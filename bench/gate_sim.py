@@ -119,20 +119,18 @@ class Episodes:
         rng = random.Random(f"{self.seed}:{i}:{repeat}")
         shared, u_shared, u_cand, u_cur = rng.random() < self.rho, rng.random(), rng.random(), rng.random()
         p = self.cand.p_cand[i] if side == CANDIDATE else self.cand.p_cur[i]
-        u = u_shared if shared else (u_cand if side == CANDIDATE else u_cur)
+        return self._draw(p, u_shared if shared else (u_cand if side == CANDIDATE else u_cur))
+
+    def _draw(self, p: float, u: float) -> float:
+        """A score of mean p from the uniform draw u: pass/fail, or p plus clipped Cauchy noise (`--scores heavy`)."""
         if self.heavy:
             return min(1.0, max(0.0, p + HEAVY_SCALE * math.tan(math.pi * (u - 0.5))))
         return 1.0 if u < p else 0.0
 
     def history(self, i: int, n: int) -> list[float]:
         """The current harness's scores on task i in n earlier gate runs: its own luck, shared with nothing here."""
-        out = []
-        for r in range(n):
-            u = random.Random(f"{self.seed}:history:{i}:{r}").random()
-            p = self.cand.p_cur[i]
-            out.append(min(1.0, max(0.0, p + HEAVY_SCALE * math.tan(math.pi * (u - 0.5)))) if self.heavy
-                       else 1.0 if u < p else 0.0)
-        return out
+        return [self._draw(self.cand.p_cur[i], random.Random(f"{self.seed}:history:{i}:{r}").random())
+                for r in range(n)]
 
     def sampler(self, ids: dict[str, int]):
         def sample(reqs):

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import http.client
 import json
 import os
 import re
@@ -47,6 +48,7 @@ INSTRUCTION_FILES = ("AGENTS.md", "CLAUDE.md")
 NOTES_FALLBACK = ("CLAUDE.local.md", "reef/notes.md")
 _COMMENT = re.compile(r"<!--.*?-->", re.S)
 TIMEOUT = 120.0
+MAX_BODY = 16 << 20  # an answer of max_tokens tokens is kilobytes: a larger body is not a chat completion
 
 
 class AgentError(Exception):
@@ -140,14 +142,25 @@ def _now() -> str:
 
 
 def read_session(path: Path) -> tuple[str | None, list[dict], str | None]:
-    """(session id, [{role, content}], id of the last message) from a pi-format session file."""
-    if not path.is_file():
+    """(session id, [{role, content}], id of the last message) from a pi-format session file; lines of another
+    shape are skipped. A path that cannot be a session file is refused before the model is called: the answer
+    would be lost when it is appended."""
+    if path.is_dir():
+        raise AgentError(f"--session {path}: is a directory, not a session file")
+    if not path.exists():
         return None, [], None
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
+        raise AgentError(f"--session {path}: cannot be read as a session file ({why})") from None
     sid, history, last = None, [], None
-    for line in path.read_text(encoding="utf-8").splitlines():
+    for line in text.splitlines():
         try:
             d = json.loads(line)
         except ValueError:
+            continue
+        if not isinstance(d, dict):
             continue
         if d.get("type") == "session":
             sid = str(d.get("id"))
@@ -188,14 +201,19 @@ def chat(url: str, messages: list[dict], *, model: str, max_tokens: int, tempera
                                  headers={"content-type": "application/json", **headers})
     try:
         with urllib.request.urlopen(req, timeout=timeout) as resp:
-            data = json.loads(resp.read())
+            raw = resp.read(MAX_BODY + 1)
+        if len(raw) > MAX_BODY:
+            raise AgentError(f"{url}: the answer is larger than {MAX_BODY >> 20} MiB; not a chat completion")
+        data = json.loads(raw)
     except urllib.error.HTTPError as exc:
-        detail = exc.read()[:300].decode("utf-8", "replace").strip()
+        detail = exc.read(300).decode("utf-8", "replace").strip()
         raise AgentError(f"{url}: HTTP {exc.code}" + (f": {detail}" if detail else "")) from None
     except (urllib.error.URLError, OSError) as exc:
         reason = getattr(exc, "reason", exc)
         raise AgentError(f"{url}: cannot reach the model endpoint ({reason}); start one with "
                          f"`reef model serve-local` (and `reef serve --upstream ...` to record calls)") from None
+    except http.client.HTTPException as exc:  # not HTTP at all (BadStatusLine) or a broken framing
+        raise AgentError(f"{url}: not a valid HTTP answer ({type(exc).__name__})") from None
     except ValueError:
         raise AgentError(f"{url}: the answer is not JSON") from None
     try:
@@ -232,7 +250,11 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("empty prompt")
     root = args.harness or (Path(env["REEF_HARNESS_DIR"]) if env.get("REEF_HARNESS_DIR") else None)
     system = system_prompt(root)
-    sid, history, last = read_session(args.session) if args.session else (None, [], None)
+    try:
+        sid, history, last = read_session(args.session) if args.session else (None, [], None)
+    except AgentError as exc:
+        print(f"chat-agent: {exc}", file=sys.stderr)
+        return 1
     messages = ([{"role": "system", "content": system}] if system else []) + history + \
         [{"role": "user", "content": prompt}]
     headers = {}

@@ -803,18 +803,24 @@ def current_history(ledger, content_id: str, suite_digest: str, task_ids: set[st
         value = payload.get(key)
         return value if isinstance(value, str) else None
 
-    runs = {text(r.payload, "run") for r in ledger.iter_records(kind="gate")
-            if text(r.payload, "suite_digest") == suite_digest}
-    runs -= {None, exclude_run}
-    out: dict[str, list[float]] = {}
-    if not runs:
-        return out
-    for r in ledger.iter_records(kind="episode"):
+    # One pass over the ledger (every line is parsed and hash-checked): a run's gate record follows its episodes,
+    # so the episodes are kept with their run and filtered once the finished runs are known.
+    runs: set[str | None] = set()
+    episodes: list[tuple[str, str, float]] = []
+    for r in ledger.iter_records():
         p = r.payload
-        score, tid = p.get("score"), text(p, "task_id")
-        if (text(p, "run") in runs and text(p, "content_id") == content_id and tid in task_ids
-                and isinstance(score, (int, float)) and not isinstance(score, bool) and 0.0 <= score <= 1.0):
-            out.setdefault(tid, []).append(float(score))
+        if r.kind == "gate":
+            if text(p, "suite_digest") == suite_digest:
+                runs.add(text(p, "run"))
+        elif r.kind == "episode":
+            score, tid, run = p.get("score"), text(p, "task_id"), text(p, "run")
+            if (run is not None and run != exclude_run and text(p, "content_id") == content_id and tid in task_ids
+                    and isinstance(score, (int, float)) and not isinstance(score, bool) and 0.0 <= score <= 1.0):
+                episodes.append((run, tid, float(score)))
+    out: dict[str, list[float]] = {}
+    for run, tid, score in episodes:
+        if run in runs:
+            out.setdefault(tid, []).append(score)
     return out
 
 

@@ -88,6 +88,16 @@ def free_port(host: str = "127.0.0.1") -> int:
         return s.getsockname()[1]
 
 
+def _check_free(host: str, port: int) -> None:
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the server binds: TIME_WAIT is no obstacle
+        try:
+            s.bind((host, port))
+        except OSError as exc:
+            raise InvalidInput(f"--port {port}: {host}:{port} is not free ({exc.strerror}); pick another, or "
+                               f"--port 0 for a free one") from None
+
+
 def server_argv(model: Path, port: int, *, host: str = "127.0.0.1", threads: int | None = None,
                 ctx: int = CONTEXT, python: str | None = None) -> list[str]:
     """The llama_cpp.server command line: one model, aliased so clients can name it, a small context (the bench's
@@ -141,8 +151,13 @@ def start(model: Path, *, port: int = 0, host: str = "127.0.0.1", threads: int |
     """Start the server and wait until /v1/models answers; port 0 picks a free one. A server that exits or never
     answers is stopped and reported with the tail of its log."""
     require_server()
+    if port:
+        _check_free(host, port)  # else the server starts, fails to bind and exits: a bare 'exited with 1'
     port = port or free_port(host)
-    out = open(log, "ab") if log else subprocess.DEVNULL
+    try:
+        out = open(log, "ab") if log else subprocess.DEVNULL
+    except OSError as exc:
+        raise InvalidInput(f"--log {log}: cannot append to it ({exc.strerror})") from None
     try:
         proc = subprocess.Popen(server_argv(model, port, host=host, threads=threads), stdin=subprocess.DEVNULL,
                                 stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
@@ -152,12 +167,16 @@ def start(model: Path, *, port: int = 0, host: str = "127.0.0.1", threads: int |
             out.close()  # type: ignore[union-attr]
     server = LocalServer(proc, f"http://{host}:{port}/v1", model, log)
     deadline = time.monotonic() + ready_timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            break
-        if _ready(server.url):
-            return server
-        time.sleep(0.25)
+    try:
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                break
+            if _ready(server.url):
+                return server
+            time.sleep(0.25)
+    except BaseException:  # Ctrl-C while the model loads: its own process group does not get the SIGINT
+        server.stop()
+        raise
     exited = proc.poll()
     code = server.stop()
     tail = ""

@@ -94,6 +94,58 @@ def test_http_error_names_status_and_body(tmp_path, fake_llm):
     assert r.returncode == 1 and "HTTP 503" in r.stderr and "model is loading" in r.stderr
 
 
+def _raw_server(answer: bytes):
+    """A socket on 127.0.0.1 that answers one request with `answer` as is (not HTTP, cut short, HTML, oversized)."""
+    import socket
+    import threading
+
+    srv = socket.create_server(("127.0.0.1", 0))
+
+    def serve() -> None:
+        conn, _ = srv.accept()
+        with conn:
+            conn.recv(65536)
+            try:
+                conn.sendall(answer)
+            except OSError:
+                pass  # the agent stopped reading: what an oversized answer should make it do
+        srv.close()
+
+    threading.Thread(target=serve, daemon=True).start()
+    return f"http://127.0.0.1:{srv.getsockname()[1]}/v1"
+
+
+def test_an_answer_that_is_not_http_or_cut_short_is_one_line_exit_1(tmp_path):
+    from reef_cli.chat_agent import MAX_BODY
+
+    for answer, says in (
+        (b"\x00\xffthis is not http at all\r\n\r\n", "not a valid HTTP answer (BadStatusLine)"),
+        (b"HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n{\"choi", "the answer is not JSON"),  # cut short
+        (b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\n\r\n<html>hello</html>", "the answer is not JSON"),
+        (b"HTTP/1.1 200 OK\r\n\r\n" + b" " * (MAX_BODY + 2), "the answer is larger than 16 MiB"),
+    ):
+        url = _raw_server(answer)
+        r = agent("hi", url=url, cwd=tmp_path)
+        assert r.returncode == 1, r.stderr
+        assert r.stderr == f"chat-agent: {url}: {says}" + ("; not a chat completion" if "larger" in says else "") + "\n"
+
+
+def test_a_session_path_that_cannot_be_a_session_is_one_line_before_the_call(tmp_path):
+    """Before: a directory was taken for a new session and failed with a traceback after the model had answered
+    (the answer lost), a non-UTF-8 file or a JSON line that is not an object was a traceback."""
+    bad = tmp_path / "bad.jsonl"
+    bad.write_bytes(b"\xff\xfe not text\n")
+    for path, says in ((tmp_path, "is a directory, not a session file"),
+                       (bad, "cannot be read as a session file (not UTF-8 text)")):
+        r = agent("hi", url="http://127.0.0.1:9/v1", cwd=tmp_path, session=path)
+        assert r.returncode == 1 and r.stderr == f"chat-agent: --session {path}: {says}\n"
+    odd = tmp_path / "odd.jsonl"
+    odd.write_text('[1, 2]\n"text"\n{"type": "session", "id": "s1"}\n')
+    from reef_cli.chat_agent import read_session
+
+    assert read_session(odd) == ("s1", [], None)
+
+
 def test_session_is_read_by_reef_ingest_and_a_correction_becomes_a_report(tmp_path):
     root = minimal_project(tmp_path / "proj")
     session = tmp_path / "sessions" / "s1.jsonl"

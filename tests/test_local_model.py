@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import time
 import subprocess
 import sys
 import urllib.request
@@ -153,6 +154,64 @@ def test_server_that_exits_is_reported_with_its_log(tmp_path):
     assert r.returncode == 1
     assert r.stderr.strip() == ("reef: error: the local model server exited with 3 (run it with --log FILE to keep "
                                 "the server's own output and see why)")
+
+
+def test_busy_port_and_unwritable_log_are_named_before_the_server_starts(tmp_path):
+    """Before: a busy port let the server start, fail to bind and exit ('exited with 1'), and a --log that is a
+    directory or in a missing one was an 'unexpected error'."""
+    import socket
+
+    pkgs = fake_llama(tmp_path / "pkgs")
+    model = tmp_path / "tiny.gguf"
+    model.write_bytes(b"GGUF")
+    env = reef_env(tmp_path, pkgs)
+    with socket.create_server(("127.0.0.1", 0)) as busy:
+        port = busy.getsockname()[1]
+        r = subprocess.run([reef_exe(), "model", "serve-local", "--port", str(port), "--model", str(model)],
+                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 4, r.stderr
+    assert r.stderr.strip() == (f"reef: error: --port {port}: 127.0.0.1:{port} is not free (Address already in use); "
+                                f"pick another, or --port 0 for a free one")
+    for log, why in ((tmp_path, "Is a directory"), (tmp_path / "gone" / "x.log", "No such file or directory")):
+        r = subprocess.run([reef_exe(), "model", "serve-local", "--port", "0", "--model", str(model), "--log",
+                            str(log)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+        assert r.returncode == 4, r.stderr
+        assert r.stderr.strip() == f"reef: error: --log {log}: cannot append to it ({why})"
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_ctrl_c_or_sigterm_while_the_model_loads_stops_the_server(tmp_path, sig):
+    """The server runs in its own process group, so the terminal's SIGINT (or a SIGTERM) reaches reef only: before,
+    either one while the model loaded left the server running."""
+    pkgs = fake_llama(tmp_path / "pkgs")
+    pidfile = tmp_path / "server.pid"
+    (pkgs / "llama_cpp" / "server" / "__main__.py").write_text(
+        f"import os, pathlib, time\npathlib.Path({str(pidfile)!r}).write_text(str(os.getpid()))\ntime.sleep(120)\n")
+    model = tmp_path / "slow.gguf"
+    model.write_bytes(b"GGUF")
+    proc = subprocess.Popen([reef_exe(), "model", "serve-local", "--port", "0", "--model", str(model)], cwd=tmp_path,
+                            env=reef_env(tmp_path, pkgs), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    pid = None
+    try:
+        deadline = time.monotonic() + 30
+        while not (pidfile.exists() and pidfile.read_text()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        pid = int(pidfile.read_text())
+        proc.send_signal(sig)
+        assert proc.wait(timeout=30) == 130
+        time.sleep(0.2)
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        if pid:
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        proc.stderr.close()
 
 
 def test_chat_agent_never_trusts_a_prompt_cache_others_can_write(tmp_path, monkeypatch):

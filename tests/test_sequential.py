@@ -227,13 +227,13 @@ def test_the_current_harnesss_history_says_which_tasks_are_reliable():
 
     book = _Book(SEQ, scripted({"t0": [1.0]}, {"t0": [0.0]}))
     book.run([("t0", CANDIDATE, 0), ("t0", CURRENT, 0), ("t0", CANDIDATE, 1), ("t0", CURRENT, 1)])
-    assert not Sequential(SEQ, tasks(1), book, []).__getattribute__("_reliable")("t0")
+    assert not Sequential(SEQ, tasks(1), book, [])._reliable("t0")
     assert Sequential(SEQ, tasks(1), book, [], {"t0": [1.0] * 6})._reliable("t0")
 
 
 @pytest.mark.parametrize("cand, cur, at_risk", [
     ([1.0, 1.0, 1.0], [1.0, 1.0, 1.0], True),  # three ties: a broken task ties when the candidate gets lucky
-    ([1.0] * 4, [1.0] * 4, False),  # four ties are enough at the defaults (NI_Z 2, NI_VAR 0.5)
+    ([1.0] * 4, [1.0] * 4, False),  # four ties are enough at the defaults (NI_Z 1.64, NI_VAR 0.6)
     ([1.0, 0.0], [0.0, 1.0], True),  # a win and a loss: before, the win alone ended the confirmation
     ([1.0, 0.0, 0.0], [1.0, 1.0, 1.0], True),
     ([1.0] * 6 + [0.0], [1.0] * 7, True),  # one loss in seven pairs: not yet

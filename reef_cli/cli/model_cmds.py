@@ -39,6 +39,9 @@ def serve_local(
         raise InvalidInput(f"--threads {threads}: expected a positive number")
     path = model_path(model, env.environ)
     require_server()
+    # While the model loads, SIGTERM interrupts like Ctrl-C, so start() stops the server it began (its own process
+    # group outlives reef otherwise); once it serves, the handler below only notes the signal.
+    signal.signal(signal.SIGTERM, _interrupt)
     server = start(path, port=port, threads=threads, log=log, environ=env.environ)
     if as_json:
         import json
@@ -63,6 +66,10 @@ def serve_local(
     from ..errors import ReefError
 
     raise ReefError(f"the local model server exited with {code}" + (f" (log: {log})" if log else ""))
+
+
+def _interrupt(_signum, _frame) -> None:
+    raise KeyboardInterrupt
 
 
 def register(root: typer.Typer) -> None:
