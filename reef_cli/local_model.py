@@ -158,16 +158,17 @@ def start(model: Path, *, port: int = 0, host: str = "127.0.0.1", threads: int |
         out = open(log, "ab") if log else subprocess.DEVNULL
     except OSError as exc:
         raise InvalidInput(f"--log {log}: cannot append to it ({exc.strerror})") from None
+    server = None
     try:
-        proc = subprocess.Popen(server_argv(model, port, host=host, threads=threads), stdin=subprocess.DEVNULL,
-                                stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-                                env=dict(os.environ if environ is None else environ))
-    finally:
-        if log:
-            out.close()  # type: ignore[union-attr]
-    server = LocalServer(proc, f"http://{host}:{port}/v1", model, log)
-    deadline = time.monotonic() + ready_timeout
-    try:
+        try:
+            proc = subprocess.Popen(server_argv(model, port, host=host, threads=threads), stdin=subprocess.DEVNULL,
+                                    stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+                                    env=dict(os.environ if environ is None else environ))
+        finally:
+            if log:
+                out.close()  # type: ignore[union-attr]
+        server = LocalServer(proc, f"http://{host}:{port}/v1", model, log)
+        deadline = time.monotonic() + ready_timeout
         while time.monotonic() < deadline:
             if proc.poll() is not None:
                 break
@@ -175,7 +176,8 @@ def start(model: Path, *, port: int = 0, host: str = "127.0.0.1", threads: int |
                 return server
             time.sleep(0.25)
     except BaseException:  # Ctrl-C while the model loads: its own process group does not get the SIGINT
-        server.stop()
+        if server is not None:
+            server.stop()
         raise
     exited = proc.poll()
     code = server.stop()
