@@ -189,8 +189,11 @@ def test_ctrl_c_or_sigterm_while_the_model_loads_stops_the_server(tmp_path, sig)
         f"import os, pathlib, time\npathlib.Path({str(pidfile)!r}).write_text(str(os.getpid()))\ntime.sleep(120)\n")
     model = tmp_path / "slow.gguf"
     model.write_bytes(b"GGUF")
+    # reef as a terminal starts it: SIGINT at its default (a suite launched in the background inherits it ignored,
+    # and Python then never raises KeyboardInterrupt)
     proc = subprocess.Popen([reef_exe(), "model", "serve-local", "--port", "0", "--model", str(model)], cwd=tmp_path,
-                            env=reef_env(tmp_path, pkgs), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                            env=reef_env(tmp_path, pkgs), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     pid = None
     try:
         deadline = time.monotonic() + 30
