@@ -334,6 +334,10 @@ def test_a_train_killed_mid_gate_leaves_no_gateway_running(gated, engine, tmp_pa
         while _ppid(serve[0]) is not None and time.monotonic() < deadline:
             time.sleep(0.1)
         assert _ppid(serve[0]) is None, "the gate's reef serve outlived the reef train that started it"
+        agents = [int(p.name) for p in hang.iterdir()]
+        while any(_ppid(pid) is not None for pid in agents) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert all(_ppid(pid) is None for pid in agents), "a canary agent outlived the reef train that started it"
     finally:
         if proc.poll() is None:
             proc.kill()
