@@ -434,3 +434,19 @@ def test_weights_published_by_a_train_killed_before_the_gate_decided_are_gated_b
     assert rollback["operation"] == "rollback" and rollback["meta"]["rollback_target_release_id"] == kept["release_id"]
     assert out["gate"]["baseline_release_id"] == kept["release_id"]  # the new step was judged against the kept weights
     assert _head(reef, gated)["release_id"] == out["release_id"]
+
+
+def test_a_verdicts_path_that_is_a_directory_is_one_line_not_a_crash(reef, gated, engine):
+    """rv-attack: train/verdicts.json as a directory gave 'unexpected error'. Now: exit 4, one line naming it,
+    before any trainer runs or anything is swapped."""
+    from reef_cli.weights.gate import verdicts_path
+    from types import SimpleNamespace
+
+    path = verdicts_path(SimpleNamespace(dir=gated / ".reef" / "scenarios" / SCEN))
+    path.mkdir(parents=True)
+    _prime(ledger_of(gated), engine)
+    before = _head(reef, gated)
+    r = train(reef, gated, *swap_args(engine), recipe=None)
+    assert r.code == 4 and r.err == (f"reef: error: {path} is a directory, not the weight gate's verdicts file; "
+                                     "move it away (nothing was changed)\n"), r.err
+    assert engine.loads == [] and _head(reef, gated) == before and path.is_dir()
