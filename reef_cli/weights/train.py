@@ -250,15 +250,33 @@ def weight_head(store):
 
 
 def checkpoint_manifest(path: Path) -> dict:
-    """Every file of a checkpoint directory with its size and SHA-256, sorted: the bytes a weight release names."""
+    """Every file of a checkpoint directory with its size and SHA-256, sorted: the bytes a weight release names.
+
+    A symlinked file whose target lies inside the checkpoint is followed and named under the link's path (a loader
+    reads it through the link). One pointing outside (or nowhere), and a symlinked directory, are refused with one
+    line: skipping them named a checkpoint without bytes the engine loads, and following one outside would name
+    bytes the checkpoint does not hold, which a later rollback could not check again."""
+    root = path.resolve()
     files = {}
     for p in sorted(path.rglob("*")):
-        if p.is_file() and not p.is_symlink():
-            h = hashlib.sha256()
-            with open(p, "rb") as f:
-                for chunk in iter(lambda: f.read(1 << 20), b""):
-                    h.update(chunk)
-            files[p.relative_to(path).as_posix()] = {"bytes": p.stat().st_size, "sha256": h.hexdigest()}
+        if p.is_symlink():
+            target = p.resolve()
+            rel = p.relative_to(path).as_posix()
+            if not target.exists():
+                raise InvalidInput(f"checkpoint {path}: {rel} is a symlink to {os.readlink(p)}, which does not exist")
+            if target != root and root not in target.parents:
+                raise InvalidInput(f"checkpoint {path}: {rel} is a symlink to {target}, outside the checkpoint; copy "
+                                   "the file in (a weight release names only bytes its checkpoint holds)")
+            if not target.is_file():
+                raise InvalidInput(f"checkpoint {path}: {rel} is a symlink to a directory; copy or move the files "
+                                   "in (a weight release names files)")
+        elif not p.is_file():
+            continue
+        h = hashlib.sha256()
+        with open(p, "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                h.update(chunk)
+        files[p.relative_to(path).as_posix()] = {"bytes": p.stat().st_size, "sha256": h.hexdigest()}
     if not files:
         raise InvalidInput(f"checkpoint {path} holds no files")
     return {"format": MANIFEST_FORMAT, "files": files}
@@ -385,7 +403,13 @@ def _train(store, recipe, opts: TrainOptions, environ: dict | None,
         raise
     result.trainer = trained.to_json()
     result.checkpoint = str(trained.checkpoint)
-    manifest = checkpoint_manifest(trained.checkpoint)
+    try:
+        manifest = checkpoint_manifest(trained.checkpoint)
+    except (InvalidInput, OSError) as exc:
+        failed("checkpoint", exc, checkpoint=str(trained.checkpoint))  # the engine was never touched
+        if isinstance(exc, OSError):
+            raise InvalidInput(f"checkpoint {trained.checkpoint} cannot be read: {exc.strerror or exc}") from None
+        raise
 
     head = store.head()
     step = (head.step + 1) if head else 1
