@@ -413,6 +413,25 @@ def test_faults_each_recorded_as_failed(tmp_path, upstream):
     verify(project)
 
 
+def test_a_ledger_cut_while_serving_gets_503_and_serve_refuses_to_start_on_it(tmp_path, upstream):
+    """An acknowledged record cut off the ledger's end (reef_cli/ledger/acked.py): no record can be kept over it, so
+    each call is a 503 naming the ledger (never an answer without a durable receipt), and a new `reef serve` says so
+    at start, exit 4, instead of failing every call."""
+    project = init_project(tmp_path / "proj")
+    ledger = project / ".reef" / "scenarios" / "default" / "ledger.jsonl"
+    with Gateway(project, upstream.url) as gw:
+        assert oai(gw).chat.completions.create(model="m", messages=[{"role": "user", "content": "x"}])
+        with open(ledger, "r+b") as handle:
+            handle.truncate(ledger.stat().st_size - 20)
+        status, headers, body = http(gw.url + "/v1/chat/completions", {"model": "m", "messages": []})
+        assert status == 503 and "x-reef-agent-record-id" not in {k.lower() for k in headers}
+        assert "lost acknowledged records" in json.loads(body)["error"]["message"]
+        gw.stop()
+    started = run_reef("serve", "--upstream", upstream.url, "--port", "0", cwd=project)
+    assert started.returncode == 4 and "lost acknowledged records" in started.stderr, started.stderr
+    assert "accept-loss" in started.stderr and len(started.stderr.strip().splitlines()) == 1
+
+
 def test_200_concurrent_streams_exact_records(tmp_path, upstream):
     aiohttp = pytest.importorskip("aiohttp")
     project = init_project(tmp_path / "proj")

@@ -18,7 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import ConflictError, InvalidInput, NotFound, PolicyError, ReefError
+from ..errors import ConflictError, DamagedState, InvalidInput, NotFound, PolicyError, ReefError
 from ..times import format_ms
 from .auth import TokenSet, check_bind, presented_token
 from .http_server import BodyTooLarge, HttpServer, Request, Response, StreamResponse
@@ -88,6 +88,9 @@ class Gateway:
                                  executor=self.executor)
         self.recorder.scenario(None)  # fail at start, not on the first request, when the scenario is missing
         self.recorder.scenario(None).release()
+        cut = self.recorder.scenario(None).ledger.acknowledged_cut()
+        if cut is not None:  # every record would be refused: say so now, not as a 503 on each call
+            raise DamagedState(cut[1])
         if config.upstream_api == "sglang":
             from .provenance import SGLangProvenance
 
@@ -147,7 +150,8 @@ class Gateway:
             resp = self._too_large(api)
         except ReefError as exc:
             status = (404 if isinstance(exc, NotFound) else 409 if isinstance(exc, ConflictError)
-                      else 400 if isinstance(exc, (InvalidInput, PolicyError)) else 500)
+                      else 400 if isinstance(exc, (InvalidInput, PolicyError))
+                      else 503 if isinstance(exc, DamagedState) else 500)  # 503: no record can be kept until fixed
             resp = _json_response(error_body(api, status, str(exc), "invalid_request_error" if status == 400
                                              else "not_found_error" if status == 404 else "api_error"), status)
         return resp
