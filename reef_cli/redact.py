@@ -226,14 +226,33 @@ def is_secret_key(key: str) -> bool:
         return True
     if "pwd" in words or (key.isupper() and {"pass", "pat"} & set(words)):
         return True  # MYSQL_PWD, REDIS_PASS, AZURE_DEVOPS_EXT_PAT; a lowercase `pass` is often a count or a round
+    if key.isupper() and words[-1] == "auth":
+        # REDISCLI_AUTH, REDIS_AUTH, NPM_CONFIG__AUTH, PROXY_AUTH hold a password; NO_AUTH, SKIP_AUTH are switches.
+        # A lowercase `auth` is too often a setting (`auth: required`, `auth = get_auth()`).
+        return len(words) == 1 or words[-2] not in _AUTH_SWITCHES
     if "key" in words:
         at = len(words) - 1 - words[::-1].index("key")
         return at > 0 and words[at - 1] not in _NOT_SECRET_KEY_QUALIFIERS
     return False
 
 
+# Words before AUTH that make the name a switch, and values of an AUTH name that name a scheme or a switch.
+_AUTH_SWITCHES = {"no", "skip", "disable", "disabled", "enable", "enabled", "require", "required", "use", "with",
+                  "without", "allow", "bypass", "need", "force", "has", "is"}
+_AUTH_SCHEMES = {"0", "1", "basic", "bearer", "digest", "oauth", "oauth2", "oidc", "saml", "ldap", "kerberos", "ntlm",
+                 "token", "password", "jwt", "apikey", "api_key", "iam", "mtls", "tls", "sasl", "scram", "trust", "peer",
+                 "md5", "cert", "plain", "anonymous", "local", "none"}
+
+
+def _is_auth_switch(key: str, value: str) -> bool:
+    """`REDIS_AUTH=0`, `AUTH=basic`: an AUTH name whose value is a switch or a scheme, not the password."""
+    return _key_words(key)[-1:] == ["auth"] and value.strip().lower() in _AUTH_SCHEMES
+
+
 def _secret_kind(key: str) -> str:
     words = _key_words(key)
+    if words[-1:] == ["auth"]:
+        return "auth"
     if any(w.endswith(("password", "passwd")) or w in ("passphrase", "pwd", "pass") for w in words):
         return "password"
     if any(w.endswith("token") for w in words):
@@ -511,12 +530,20 @@ def _sas_signature(match: re.Match[str]) -> Hit:
 
 
 _DOCKER_AUTH_KEYS = {"auth", "_auth"}
+_RANDOM_WORD = re.compile(r"[A-Za-z0-9+/=_]{16,}")
 _BASE64ISH = re.compile(r"[A-Za-z0-9+/_-]{12,}={0,2}")
 
 
 def _assignment(match: re.Match[str]) -> Hit:
     key = match.group("key")
     quoted = match.group("quoted") or match.group("paren")
+    if key == "KEY" and match.group("sep") == "=":
+        # A bare KEY names a loop variable or a cache key as often as a secret: taken when its value looks random.
+        value = quoted[1:-1] if quoted and len(quoted) >= 2 else match.group("bare") or ""
+        if not _RANDOM_WORD.fullmatch(value) or not _looks_random(value):
+            return None
+        quote = quoted[0] if quoted else ""
+        return match.group("head") + (match.group("open") or "") + quote, value, "api_key", quote
     if not is_secret_key(key):
         # docker config and .npmrc keep base64 `user:password` under a bare `auth` / `_auth`
         value = quoted[1:-1] if quoted and len(quoted) >= 2 else match.group("bare") or ""
@@ -528,7 +555,7 @@ def _assignment(match: re.Match[str]) -> Hit:
     if quoted:
         parts = re.findall(r""""((?:[^"\\\n]|\\.)*)"|'([^'\n]*)'""", quoted)
         value = "".join(dq or sq for dq, sq in parts)
-        if not _is_literal_secret(value, literal=True):
+        if not _is_literal_secret(value, literal=True) or _is_auth_switch(key, value):
             return None
         quote = quoted[0]
         return match.group("head") + (match.group("open") or "") + quote, value, _secret_kind(key), quote
@@ -549,7 +576,7 @@ def _assignment(match: re.Match[str]) -> Hit:
         in_query = match.string[match.start() - 1 : match.start()] in ("?", "&")
         value = re.match(r"[^,;}\]&]*" if in_query else r"[^,;}\]]*", value).group(0)
         rest = match.group("bare")[len(value) :]
-    if not _is_literal_secret(value, literal=env_line or flag_value):
+    if not _is_literal_secret(value, literal=env_line or flag_value) or _is_auth_switch(key, value):
         return None
     return match.group("head"), value, _secret_kind(key), rest
 
@@ -576,7 +603,8 @@ def redact_obj(obj: Any) -> tuple[Any, int]:
                 out[key], total = _mark(_secret_kind(key)), total + 1
                 continue
             new, count = redact_obj(value)
-            if secret_key and count == 0 and isinstance(value, str) and _is_literal_secret(value, literal=True):
+            if (secret_key and count == 0 and isinstance(value, str) and _is_literal_secret(value, literal=True)
+                    and not _is_auth_switch(key, value)):
                 new, count = _mark(_secret_kind(key)), 1
             out[key] = new
             total += count

@@ -1,0 +1,76 @@
+"""Redaction gaps a hostile pass found (session 6): shell env assignments named for an auth secret, YAML/INI values
+on the line after their key, tokens wrapped over two lines, and the shell operator after a flag's value. Each case
+pins the exact redacted text, so a fix that swallows the text around a secret fails as surely as one that leaks it."""
+
+from __future__ import annotations
+
+import random
+import string
+
+import pytest
+
+from reef_cli.redact import is_secret_key, redact, redact_obj
+
+rng = random.Random(20261202)
+ALNUM = string.ascii_letters + string.digits
+URLSAFE = ALNUM + "-_"
+
+
+def chars(alphabet: str, n: int) -> str:
+    return "".join(rng.choice(alphabet) for _ in range(n))
+
+
+def fixed(text: str, want: str | None) -> None:
+    """`want` is the redacted text; None: the text comes through untouched. Redacting twice changes nothing."""
+    out, count = redact(text)
+    assert out == (text if want is None else want)
+    assert count == 0 if want is None else count >= 1
+    assert redact(out) == (out, 0)
+
+
+# 1. Env assignments: a name that ends in AUTH holds a password (REDISCLI_AUTH is redis-cli's, REDIS_AUTH and
+# NPM_CONFIG__AUTH are common), unless a word before AUTH makes it a switch (NO_AUTH, SKIP_AUTH) or the value is a
+# switch or a scheme (0/1, true, basic); the rest of the family (PGPASSWORD, MYSQL_PWD, *_SECRET_*, *_TOKEN,
+# *_API_KEY) already redacted and is pinned here. A bare KEY is a secret only when its value looks random.
+@pytest.mark.parametrize(("text", "want"), [
+    ("REDISCLI_AUTH=s3cretpw redis-cli -h host", "REDISCLI_AUTH=[REDACTED:auth] redis-cli -h host"),
+    ("REDISCLI_AUTH=hunter redis-cli ping", "REDISCLI_AUTH=[REDACTED:auth] redis-cli ping"),
+    ("sudo -E REDIS_AUTH='s3cret pw' ./start", "sudo -E REDIS_AUTH='[REDACTED:auth]' ./start"),
+    ("docker run -e REDIS_AUTH=s3cretPw9 redis", "docker run -e REDIS_AUTH=[REDACTED:auth] redis"),
+    ("export NPM_CONFIG__AUTH=dXNlcjpodW50ZXIy", "export NPM_CONFIG__AUTH=[REDACTED:auth]"),
+    ("env PROXY_AUTH=bob:hunter2 curl x", "env PROXY_AUTH=[REDACTED:auth] curl x"),
+    ("KEY=8f3a9c2b7d1e4f6a0b5c ./deploy", "KEY=[REDACTED:api_key] ./deploy"),
+    # already redacted before the fix; pinned
+    ("PGPASSWORD=hunter psql -h db", "PGPASSWORD=[REDACTED:password] psql -h db"),
+    ("MYSQL_PWD=hunter mysql -uroot", "MYSQL_PWD=[REDACTED:password] mysql -uroot"),
+    ("AWS_SECRET_ACCESS_KEY=wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY aws s3 ls",
+     "AWS_SECRET_ACCESS_KEY=[REDACTED:api_key] aws s3 ls"),
+    ("DB_PASS=hunter API_TOKEN=hunter ./run", "DB_PASS=[REDACTED:password] API_TOKEN=[REDACTED:token] ./run"),
+    ("SECRET=hunter PASSWD=hunter ./run", "SECRET=[REDACTED:secret] PASSWD=[REDACTED:password] ./run"),
+    # look-alikes
+    ("PATH=/usr/local/bin:$PATH ls", None),
+    ("KEY_COUNT=3 PASS_COUNT=2 TOKEN_LIMIT=4096 ./x", None),
+    ("NO_AUTH=1 SKIP_AUTH=true DISABLE_AUTH=yes ENABLE_AUTH=0 REQUIRE_AUTH=1 ./x", None),
+    ("AUTH_URL=https://auth.example.com/x AUTH_MODE=oidc OAUTH_PROVIDER=github ./x", None),
+    ("HTTP_AUTH=basic REDIS_AUTH=0 AUTH=none ./x", None),
+    ("SSH_AUTH_SOCK=/tmp/ssh-x/agent.1 ssh host", None),
+    ("KEY=release KEY=$1 KEY=prod-eu-1 ./x", None),
+    ("GIT_AUTHOR_NAME=Jo AUTHOR=jo TOKENIZERS_PARALLELISM=false ./x", None),
+    ("auth=required redis_auth = get_auth()", None),
+])
+def test_env_assignments_named_for_an_auth_secret(text: str, want: str | None) -> None:
+    fixed(text, want)
+
+
+@pytest.mark.parametrize(("key", "secret"), [
+    ("REDISCLI_AUTH", True), ("REDIS_AUTH", True), ("NPM_CONFIG__AUTH", True), ("AUTH", True),
+    ("NO_AUTH", False), ("SKIP_AUTH", False), ("AUTH_URL", False), ("SSH_AUTH_SOCK", False), ("auth", False),
+    ("redis_auth", False), ("KEY", False),
+])
+def test_auth_key_names(key: str, secret: bool) -> None:
+    assert is_secret_key(key) is secret
+
+
+def test_structured_auth_values() -> None:
+    assert redact_obj({"REDIS_AUTH": "hunter", "NO_AUTH": "1", "AUTH": "basic", "PROXY_AUTH": "0"}) == (
+        {"REDIS_AUTH": "[REDACTED:auth]", "NO_AUTH": "1", "AUTH": "basic", "PROXY_AUTH": "0"}, 1)
