@@ -428,7 +428,7 @@ def _scan(text: str, found: list[tuple[str, str]], in_context: list[tuple[str, s
         if "-p" in text or "redis-cli" in text:  # `-p` also covers redis-cli's `--pass`
             text = sub(_SHORT_P, _short_p, text)
         if "-u" in text:
-            text = sub(_CURL_USER, _loose_value, text)
+            text = sub(_CURL_USER, _curl_user, text)
     if "assword" in text or "ASSWORD" in text or "dentified" in text or "DENTIFIED" in text:
         text = sub(_SQL_PASSWORD, _sql_password, text)
     if "password" in text:
@@ -477,23 +477,40 @@ def _unquote(value: str) -> tuple[str, str]:
     return value, ""
 
 
+# The shell ends an unquoted word at a control or redirection operator: in `mysql -pX; ls` the password is `X`.
+_SHELL_OPERATOR = re.compile(r"[;&|<>`)]")
+
+
+def _shell_word(value: str, quote: str) -> tuple[str, str]:
+    """An unquoted flag value cut where the shell cuts it, and the rest of the command line after it."""
+    cut = None if quote else _SHELL_OPERATOR.search(value)
+    return (value, "") if cut is None else (value[: cut.start()], value[cut.start() :])
+
+
 def _flag(match: re.Match[str]) -> Hit:
     key = match.group("key")
     if not is_secret_key(key):
         return None
     value, quote = _unquote(match.group("secret"))
+    value, rest = _shell_word(value, quote)
     if not _is_literal_secret(value, literal=bool(quote)):
         return None
-    return match.group("head") + quote, value, _secret_kind(key), quote
+    return match.group("head") + quote, value, _secret_kind(key), quote + rest
 
 
-def _loose_value(match: re.Match[str]) -> Hit:
+def _loose_value(match: re.Match[str], *, shell: bool = False) -> Hit:
     """A value whose place says it is a password (`-p`, `-u user:`, netrc's `password`): taken unless it is a
-    placeholder or one plain word (`mysql -u root -p app` prompts, and `app` is the database)."""
+    placeholder or one plain word (`mysql -u root -p app` prompts, and `app` is the database). `shell`: a command
+    line's word, which ends at a shell operator."""
     value, quote = _unquote(match.group("secret"))
+    value, rest = _shell_word(value, quote) if shell else (value, "")
     if not _is_literal_secret(value, literal=False) or _NUMBERS.fullmatch(value):
         return None  # `docker run -u 1000:1000 -p 8080:80`: ids and ports
-    return match.group("head") + quote, value, "password", quote
+    return match.group("head") + quote, value, "password", quote + rest
+
+
+def _curl_user(match: re.Match[str]) -> Hit:
+    return _loose_value(match, shell=True)
 
 
 def _short_p(match: re.Match[str]) -> Hit:
@@ -501,13 +518,14 @@ def _short_p(match: re.Match[str]) -> Hit:
     `-p`, or after sshpass's, it can be nothing but the password, so even one plain word or digits (`-psecret`,
     `-p123456`) go; otherwise as `_loose_value` (`-u root -p app` prompts, `-u 1000 -p 8080` is a port)."""
     value, quote = _unquote(match.group("secret"))
+    value, rest = _shell_word(value, quote)
     certain = any(match.group(name) is not None for name in ("mysql", "sshpass", "redis", "mongo"))
     attached = match.group("head")[-1:] == "p"
     if not _is_literal_secret(value, literal=bool(quote) or certain or attached):
         return None
     if not (quote or certain) and _NUMBERS.fullmatch(value):
         return None  # `ps -u root -p1234`, `docker run -u 1000:1000 -p 8080:80`: ids and ports
-    return match.group("head") + quote, value, "password", quote
+    return match.group("head") + quote, value, "password", quote + rest
 
 
 def _sql_password(match: re.Match[str]) -> Hit:
@@ -531,6 +549,7 @@ def _sas_signature(match: re.Match[str]) -> Hit:
 
 _DOCKER_AUTH_KEYS = {"auth", "_auth"}
 _RANDOM_WORD = re.compile(r"[A-Za-z0-9+/=_]{16,}")
+_TRAILING_OPERATORS = re.compile(r"[;&|]+$")
 _BASE64ISH = re.compile(r"[A-Za-z0-9+/_-]{12,}={0,2}")
 
 
@@ -576,6 +595,12 @@ def _assignment(match: re.Match[str]) -> Hit:
         in_query = match.string[match.start() - 1 : match.start()] in ("?", "&")
         value = re.match(r"[^,;}\]&]*" if in_query else r"[^,;}\]]*", value).group(0)
         rest = match.group("bare")[len(value) :]
+    else:
+        # `PGPASSWORD=x; psql`, `export X=y&& z`: the shell operator that ends the line's command is kept (inside
+        # the value, `a;b` stays whole: an env file takes it literally).
+        operators = _TRAILING_OPERATORS.search(value)
+        if operators and operators.start():
+            value, rest = value[: operators.start()], value[operators.start() :]
     if not _is_literal_secret(value, literal=env_line or flag_value) or _is_auth_switch(key, value):
         return None
     return match.group("head"), value, _secret_kind(key), rest

@@ -62,6 +62,25 @@ def test_env_assignments_named_for_an_auth_secret(text: str, want: str | None) -
     fixed(text, want)
 
 
+# 4. A flag's unquoted value ends at a shell operator: the shell itself splits there, so what follows is the next
+# command, kept.
+@pytest.mark.parametrize(("text", "want"), [
+    ("mysql -pPw12; ls", "mysql -p[REDACTED:password]; ls"),
+    ("mysql -pPw12;ls", "mysql -p[REDACTED:password];ls"),
+    ("mysql -uroot -pPw12|tee log", "mysql -uroot -p[REDACTED:password]|tee log"),
+    ("mysql -pPw12&&echo ok", "mysql -p[REDACTED:password]&&echo ok"),
+    ("mysql -pPw12>out.txt", "mysql -p[REDACTED:password]>out.txt"),
+    ("redis-cli -a hunter2; echo ok", "redis-cli -a [REDACTED:password]; echo ok"),
+    ("tool --password hunter2x; ls", "tool --password [REDACTED:password]; ls"),
+    ("curl -u bob:Pw12x9; ls", "curl -u bob:[REDACTED:password]; ls"),
+    ("PGPASSWORD=hunter2x; psql", "PGPASSWORD=[REDACTED:password]; psql"),
+    ("export PGPASSWORD=hunter2x&& psql", "export PGPASSWORD=[REDACTED:password]&& psql"),
+    ("echo $(mysql -pPw12)", "echo $(mysql -p[REDACTED:password])"),
+])
+def test_a_shell_operator_after_a_value_is_kept(text: str, want: str) -> None:
+    fixed(text, want)
+
+
 @pytest.mark.parametrize(("key", "secret"), [
     ("REDISCLI_AUTH", True), ("REDIS_AUTH", True), ("NPM_CONFIG__AUTH", True), ("AUTH", True),
     ("NO_AUTH", False), ("SKIP_AUTH", False), ("AUTH_URL", False), ("SSH_AUTH_SOCK", False), ("auth", False),
