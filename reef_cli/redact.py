@@ -127,6 +127,18 @@ _ASSIGNMENT = re.compile(
 _FLAG = re.compile(
     r"(?P<head>(?<![\w-])--?(?P<key>[A-Za-z][A-Za-z0-9_-]*)[ \t]+)(?P<secret>\"[^\"\n]*\"|'[^'\n]*'|[^\s\"'\\<>|&;()`-][^\s\"']*)"
 )
+# A value on the line after its key: a YAML block scalar (`password: |`, `>-`, `|2`) or a plain value on the next,
+# deeper line (`password:` + newline + `  X` in YAML, `password =` + newline + `    X` as an INI continuation). The
+# body is every following line indented deeper than the key's line; the rule trims it to the key's own column.
+_NEXT_LINE = re.compile(
+    r"(?m)^(?P<head>(?P<indent>[ \t]*)(?:-[ \t]+)?(?P<q>[\"']?)"
+    r"(?=[A-Za-z0-9_.-]*?(?i:key|token|secret|passphrase|credential|pwd|pass|auth|pat))"
+    r"(?P<key>[A-Za-z_][A-Za-z0-9_.-]*)(?P=q)[ \t]*[:=][ \t]*"
+    r"(?P<block>[|>](?:[1-9][+-]?|[+-][1-9]?)?)?[ \t]*(?:#[^\n]*)?\r?\n)"
+    r"(?P<body>(?:(?:[ \t]*\r?\n)*(?P=indent)[ \t]+[^ \t\r\n][^\n]*(?:\n|\Z))+)"
+)
+_BLOCK_INDICATOR = re.compile(r"[|>](?:[1-9][+-]?|[+-][1-9]?)?")
+_MAPPING_LINE = re.compile(r"[\"']?[A-Za-z0-9_.$-]+[\"']?[ \t]*:(?:[ \t]|$)|-(?:[ \t]|$)|#")
 # `mysql -uroot -pX`, `docker login -u bob -p X`, `sshpass -p X`: `-p` is a password only beside a user or in these;
 # `redis-cli -a X` / `--pass X`: redis-cli's `-a` takes nothing but the password; so does the `-p` of mongosh and
 # the mongo tools (`mongosh -p X -u admin`: the port is `--port`).
@@ -433,6 +445,8 @@ def _scan(text: str, found: list[tuple[str, str]], in_context: list[tuple[str, s
         text = sub(_SQL_PASSWORD, _sql_password, text)
     if "password" in text:
         text = sub(_NETRC, _loose_value, text)
+    if "\n" in text:
+        text = sub(_NEXT_LINE, _next_line_value, text)
     if "ookie" in text or "OOKIE" in text:
         text = _COOKIE_LINE.sub(lambda m: m.group("head") + sub(_COOKIE, _cookie, m.group("value")), text)
     if "sig=" in text:
@@ -535,6 +549,46 @@ def _sql_password(match: re.Match[str]) -> Hit:
     return match.group("head") + quote, value, "password", quote
 
 
+def _next_line_value(match: re.Match[str]) -> Hit:
+    """A secret key's value on the following lines: a block scalar's lines are data whatever they hold; a plain
+    value must be one line, one word (or quoted), and not a nested mapping, a list or a comment."""
+    key = match.group("key")
+    if not is_secret_key(key):
+        return None
+    column = match.start("q") - match.start()  # past a list item's `- `
+    lines = match.group("body").splitlines(keepends=True)
+    taken = 0
+    for line in lines:
+        stripped = line.strip()
+        if stripped and len(line) - len(line.lstrip(" \t")) <= column:
+            break
+        taken += 1
+    while taken and not lines[taken - 1].strip():
+        taken -= 1  # trailing blank lines are not the value's
+    values = [line.strip() for line in lines[:taken] if line.strip()]
+    if not values or any("[REDACTED:" in value for value in values):
+        return None
+    first = next(line for line in lines if line.strip())
+    lead = first[: len(first) - len(first.lstrip(" \t"))]
+    last = lines[taken - 1]
+    ending = last[len(last.rstrip("\r\n")) :]
+    tail = ending + "".join(lines[taken:])
+    kind = _secret_kind(key)
+    if match.group("block"):
+        value = "\n".join(values)
+        if not _is_literal_secret(value, literal=True):
+            return None
+        return match.group("head") + lead, value, kind, tail
+    if len(values) != 1 or _MAPPING_LINE.match(values[0]):
+        return None
+    value, quote = _unquote(values[0])
+    if not quote and (re.search(r"\s", value) or not _is_literal_secret(value, literal=False)):
+        return None  # prose under a heading (`Password:` + `  then press enter`), a variable, a command
+    if quote and not _is_literal_secret(value, literal=True):
+        return None
+    return match.group("head") + lead + quote, value, kind, quote + tail
+
+
 def _cookie(match: re.Match[str]) -> Hit:
     secret = match.group("secret")
     if secret.startswith("[REDACTED:") or not _looks_random(secret):
@@ -579,6 +633,8 @@ def _assignment(match: re.Match[str]) -> Hit:
         quote = quoted[0]
         return match.group("head") + (match.group("open") or "") + quote, value, _secret_kind(key), quote
     value = match.group("bare")
+    if _BLOCK_INDICATOR.fullmatch(value):
+        return None  # `password: |`: a YAML block scalar, its value on the next lines (`_next_line_value`)
     rest = ""
     env_line = bool(match.group("export")) or (
         match.group("sep") == "=" and re.fullmatch(r"[A-Z][A-Z0-9_]*", key) is not None

@@ -93,3 +93,33 @@ def test_auth_key_names(key: str, secret: bool) -> None:
 def test_structured_auth_values() -> None:
     assert redact_obj({"REDIS_AUTH": "hunter", "NO_AUTH": "1", "AUTH": "basic", "PROXY_AUTH": "0"}) == (
         {"REDIS_AUTH": "[REDACTED:auth]", "NO_AUTH": "1", "AUTH": "basic", "PROXY_AUTH": "0"}, 1)
+
+
+# 2. A YAML/INI value on the line after its key: a block scalar (`password: |`, `>-`, `|2`) under a secret key is
+# data whatever it holds; a plain or quoted value on the next, deeper-indented line is taken as a same-line value
+# would be. A nested mapping, a list, a comment, a placeholder or prose (words with spaces) under the key is not.
+@pytest.mark.parametrize(("text", "want"), [
+    ("database:\n  password: |\n    s3cretPw9\n  host: db\n", "database:\n  password: |\n    [REDACTED:password]\n  host: db\n"),
+    ("database:\n  password: >-\n    s3cretPw9\n  host: db\n",
+     "database:\n  password: >-\n    [REDACTED:password]\n  host: db\n"),
+    ("stringData:\n  password: |-\n    hunter\n", "stringData:\n  password: |-\n    [REDACTED:password]\n"),
+    ("secret: |  # rotated monthly\n  line1abc\n\n  line2def\nnext: 1",
+     "secret: |  # rotated monthly\n  [REDACTED:secret]\nnext: 1"),
+    ("- api_key: |2\n      Zm9vYmFyYmF6\n  name: x\n", "- api_key: |2\n      [REDACTED:api_key]\n  name: x\n"),
+    ("password:\n  s3cretPw9\nhost: db", "password:\n  [REDACTED:password]\nhost: db"),
+    ("[db]\npassword =\n    s3cretPw9\nuser = app\n", "[db]\npassword =\n    [REDACTED:password]\nuser = app\n"),
+    ('api_key:\n  "s3cret pw 9"\n', 'api_key:\n  "[REDACTED:api_key]"\n'),
+    ("  client_secret:\r\n    s3cretPw9\r\n", "  client_secret:\r\n    [REDACTED:secret]\r\n"),
+    # look-alikes
+    ("password:\n  min_length: 8\n  require_digits: true\n", None),
+    ("inputs:\n  token:\n    description: 'GitHub token'\n    required: true\n", None),
+    ("tokens:\n  - name: ci\n    scope: read\n", None),
+    ("password: |\n  ${DB_PASSWORD}\n", None),
+    ("password:\nhost: db\n", None),
+    ("Password:\n  then press enter to continue\n", None),
+    ("token:\n\techo\nsecret:\n\t./gen-secret.sh\n", None),
+    ("token:\n  # set in CI\nname: x\n", None),
+    ("run: |\n  echo s3cretPw9\n", None),
+])
+def test_value_on_the_next_line(text: str, want: str | None) -> None:
+    fixed(text, want)
