@@ -306,11 +306,92 @@ def redact(text: str) -> tuple[str, int]:
     continued over lines (`mysql -h db \\` + newline + `-pX`) lose its line breaks, read as the one line it is."""
     if not isinstance(text, str):
         raise InvalidInput(f"redact takes text, not {type(text).__name__}")
+    wrapped = 0
+    if "\n" in text:
+        text, wrapped = _wrapped_tokens(text)
     if "\\\n" in text or "\\\r\n" in text:
         out, count = _redact_colours(text)
         joined, joined_count = _redact_colours(_CONTINUATION.sub(" ", text))
-        return (joined, joined_count) if joined_count > count else (out, count)
-    return _redact_colours(text)
+        out, count = (joined, joined_count) if joined_count > count else (out, count)
+    else:
+        out, count = _redact_colours(text)
+    return out, count + wrapped
+
+
+# A token wrapped over lines (a terminal or a formatter breaking it at a column, a shell command continued with a
+# backslash): its line ends inside a run of token characters and the next line, after indentation, runs on.
+_RUN_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.+/=:~-")
+_RUN = re.compile(r"[A-Za-z0-9_.+/=:~-]*")
+_WRAP = re.compile(r"\\?\r?\n[ \t]*(?=[A-Za-z0-9_.+/=-])")
+_WRAP_LINES = 32  # a 2,500-character token at 80 columns
+_WRAP_COLUMN = 40  # a line this long may have been broken at a column
+_LINE_REST = re.compile(r"[\"',;)\]}> \t\r]*(?:\n|$)")
+
+
+def _wrapped_tokens(text: str) -> tuple[str, int]:
+    """Known-prefix tokens split over lines, each replaced whole (line breaks included) by one marker."""
+    spans: list[tuple[int, int, str]] = []
+    for kind, triggers, shape in _TOKEN_SHAPES:
+        for trigger in triggers:
+            at = text.find(trigger)
+            while at >= 0:
+                span = _wrapped_at(text, at, trigger, _token_re(shape))
+                if span is not None:
+                    spans.append((span[0], span[1], kind))
+                at = text.find(trigger, span[1] if span is not None else at + 1)
+    if not spans:
+        return text, 0
+    out, done, count = [], 0, 0
+    for start, end, kind in sorted(spans, key=lambda s: (s[0], -s[1])):
+        if start < done:
+            continue  # the same token found by another shape's trigger
+        out += [text[done:start], _mark(kind)]
+        done, count = end, count + 1
+    return "".join(out) + text[done:], count
+
+
+def _wrapped_at(text: str, at: int, trigger: str, pattern: re.Pattern[str]) -> tuple[int, int] | None:
+    """(start, end) in `text` of a `pattern` token that starts in the run holding `text[at]` and runs on past the
+    run's line break; None when there is none. The next line joins when the token is not complete without it, or
+    when the break is a backslash-newline; a token that is already complete at the break takes the next line only
+    when that line holds nothing but a random-looking run and the first line is long enough to have been wrapped."""
+    end = _RUN.match(text, at).end()
+    if end - at < len(trigger) + 4:
+        return None  # `grep ghp_` + newline: a prefix alone is not a wrapped token
+    brk = _WRAP.match(text, end)
+    if brk is None:
+        return None
+    start = at
+    while start and text[start - 1] in _RUN_CHARS:
+        start -= 1
+    pieces = [(start, end)]
+    joined = text[start:end]
+    first = len(joined)
+    while brk is not None and len(pieces) < _WRAP_LINES:
+        nxt = brk.end()
+        nend = _RUN.match(text, nxt).end()
+        piece = text[nxt:nend]
+        if trigger in piece:
+            break  # the next token, not this one's rest
+        if text[end] != "\\" and any(m.end() == len(joined) for m in pattern.finditer(joined)):
+            line = text.rfind("\n", 0, end) + 1
+            if (end - line < _WRAP_COLUMN or not _LINE_REST.match(text, nend) or len(piece) < 8
+                    or not (any(c.isdigit() for c in piece) or piece[1:] != piece[1:].lower())):
+                break
+        pieces.append((nxt, nend))
+        joined += piece
+        end = nend
+        brk = _WRAP.match(text, end)
+    if len(pieces) == 1:
+        return None
+    for m in pattern.finditer(joined):
+        if m.start() < first < m.end():
+            offset = m.end()
+            for piece_start, piece_end in pieces:
+                if offset <= piece_end - piece_start:
+                    return start + m.start(), piece_start + offset
+                offset -= piece_end - piece_start
+    return None
 
 
 # A backslash ending a line continues a shell command on the next: a flag and its value can sit on two lines.

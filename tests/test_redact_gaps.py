@@ -123,3 +123,38 @@ def test_structured_auth_values() -> None:
 ])
 def test_value_on_the_next_line(text: str, want: str | None) -> None:
     fixed(text, want)
+
+
+# 3. A token wrapped over lines: a known-prefix token whose line ends inside it (a backslash-newline, or a newline
+# and indentation) and whose next line continues its characters is redacted whole. A token that already looks
+# complete at the line's end takes the next line only when that line is nothing but a random-looking run and the
+# first line is long (a wrap at a column), so a word or a second token on the next line stays its own.
+GHP = "ghp_" + chars(ALNUM, 36)
+GHP2 = "ghp_" + chars(ALNUM, 36)
+PROJ = "sk-proj-" + chars(URLSAFE, 74) + "T3BlbkFJ" + chars(URLSAFE, 74)
+ANT = "sk-ant-api03-" + chars(URLSAFE, 93) + "AA"
+JWT = "eyJhbGciOiJIUzI1NiJ9." + "eyJzdWIiOiIxMjM0NTY3ODkwIiwibmFtZSI6IkpvIn0." + chars(URLSAFE, 43)
+HF = "hf_" + chars(string.ascii_letters, 34)
+
+
+@pytest.mark.parametrize(("text", "want"), [
+    (f"token: {GHP[:20]}\\\n{GHP[20:]}\nnext: 1", "token: [REDACTED:github_token]\nnext: 1"),
+    (f"export GH_TOKEN={GHP[:20]}\n    {GHP[20:]}\n", "export GH_TOKEN=[REDACTED:github_token]\n"),
+    (f"git clone https://{GHP[:30]}\\\r\n{GHP[30:]}@github.com/o/r",
+     "git clone https://[REDACTED:github_token]@github.com/o/r"),
+    (f"OPENAI_API_KEY={PROJ[:65]}\n{PROJ[65:145]}\n{PROJ[145:]}\nnext line",
+     "OPENAI_API_KEY=[REDACTED:openai_key]\nnext line"),
+    (f'curl -H "x-api-key: {ANT[:50]}\\\n{ANT[50:]}" https://api.anthropic.com',
+     'curl -H "x-api-key: [REDACTED:anthropic_key]" https://api.anthropic.com'),
+    (f"Authorization: Bearer {JWT[:30]}\n  {JWT[30:70]}\n  {JWT[70:]}\n", "Authorization: Bearer [REDACTED:jwt]\n"),
+    (f'{{"token": "{HF[:12]}\n{HF[12:]}"}}', '{"token": "[REDACTED:huggingface_token]"}'),
+    # look-alikes: the next line is not the token's rest
+    (f"grep -rn ghp_\n3f786850e387550fdab836ed7e6dc881de23001b", None),
+    (f"see task-12345\n67890abcdefghijklmnop", None),
+    (f"{GHP}\n{GHP2}\n", "[REDACTED:github_token]\n[REDACTED:github_token]\n"),
+    (f"token {GHP}\nnext step", "token [REDACTED:github_token]\nnext step"),
+    (f"token {GHP[:20]}\nnext step", None),
+    (f"x = {PROJ}\nrun_tests()", "x = [REDACTED:openai_key]\nrun_tests()"),
+])
+def test_a_token_wrapped_over_lines(text: str, want: str | None) -> None:
+    fixed(text, want)
