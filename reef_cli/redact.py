@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from .errors import InvalidInput
@@ -137,6 +137,9 @@ _NEXT_LINE = re.compile(
     r"(?P<block>[|>](?:[1-9][+-]?|[+-][1-9]?)?)?[ \t]*(?:#[^\n]*)?\r?\n)"
     r"(?P<body>(?:(?:[ \t]*\r?\n)*(?P=indent)[ \t]+[^ \t\r\n][^\n]*(?:\n|\Z))+)"
 )
+# Where `_NEXT_LINE` can start: a line that ends at a separator (or a block indicator, or a comment after it) and
+# is followed by an indented line. Searching for these first is 10x cheaper than trying `^` at every position.
+_NEXT_LINE_END = re.compile(r"[:=][ \t]*(?:[|>][1-9+-]{0,2}[ \t]*)?(?:#[^\n]*)?\r?\n[ \t\r\n]")
 _BLOCK_INDICATOR = re.compile(r"[|>](?:[1-9][+-]?|[+-][1-9]?)?")
 _MAPPING_LINE = re.compile(r"[\"']?[A-Za-z0-9_.$-]+[\"']?[ \t]*:(?:[ \t]|$)|-(?:[ \t]|$)|#")
 # `mysql -uroot -pX`, `docker login -u bob -p X`, `sshpass -p X`: `-p` is a password only beside a user or in these;
@@ -306,16 +309,14 @@ def redact(text: str) -> tuple[str, int]:
     continued over lines (`mysql -h db \\` + newline + `-pX`) lose its line breaks, read as the one line it is."""
     if not isinstance(text, str):
         raise InvalidInput(f"redact takes text, not {type(text).__name__}")
-    wrapped = 0
-    if "\n" in text:
-        text, wrapped = _wrapped_tokens(text)
-    if "\\\n" in text or "\\\r\n" in text:
-        out, count = _redact_colours(text)
-        joined, joined_count = _redact_colours(_CONTINUATION.sub(" ", text))
-        out, count = (joined, joined_count) if joined_count > count else (out, count)
-    else:
-        out, count = _redact_colours(text)
-    return out, count + wrapped
+    out, count = _redact_colours(text)
+    if "\\\n" in out or "\\\r\n" in out:
+        # read again as one line, from what the first reading left: a token wrapped with a backslash-newline
+        # (found above) and a flag continued on the next line (found here) are both removed
+        joined, joined_count = _redact_colours(_CONTINUATION.sub(" ", out))
+        if joined_count:
+            return joined, count + joined_count
+    return out, count
 
 
 # A token wrapped over lines (a terminal or a formatter breaking it at a column, a shell command continued with a
@@ -328,30 +329,22 @@ _WRAP_COLUMN = 40  # a line this long may have been broken at a column
 _LINE_REST = re.compile(r"[\"',;)\]}> \t\r]*(?:\n|$)")
 
 
-def _wrapped_tokens(text: str) -> tuple[str, int]:
-    """Known-prefix tokens split over lines, each replaced whole (line breaks included) by one marker."""
+def _wrapped_spans(text: str, triggers: list[str], pattern: re.Pattern[str]) -> list[tuple[int, int, str]]:
+    """(start, end, token) of each `pattern` token split over lines in `text`, in order, not overlapping."""
     spans: list[tuple[int, int, str]] = []
-    for kind, triggers, shape in _TOKEN_SHAPES:
-        for trigger in triggers:
-            at = text.find(trigger)
-            while at >= 0:
-                span = _wrapped_at(text, at, trigger, _token_re(shape))
-                if span is not None:
-                    spans.append((span[0], span[1], kind))
-                at = text.find(trigger, span[1] if span is not None else at + 1)
-    if not spans:
-        return text, 0
-    out, done, count = [], 0, 0
-    for start, end, kind in sorted(spans, key=lambda s: (s[0], -s[1])):
-        if start < done:
-            continue  # the same token found by another shape's trigger
-        out += [text[done:start], _mark(kind)]
-        done, count = end, count + 1
-    return "".join(out) + text[done:], count
+    for trigger in triggers:
+        at = text.find(trigger)
+        while at >= 0:
+            span = _wrapped_at(text, at, trigger, pattern)
+            if span is not None:
+                spans.append(span)
+            at = text.find(trigger, span[1] if span is not None else at + 1)
+    spans.sort(key=lambda span: (span[0], -span[1]))
+    return [span for i, span in enumerate(spans) if not i or span[0] >= spans[i - 1][1]]
 
 
-def _wrapped_at(text: str, at: int, trigger: str, pattern: re.Pattern[str]) -> tuple[int, int] | None:
-    """(start, end) in `text` of a `pattern` token that starts in the run holding `text[at]` and runs on past the
+def _wrapped_at(text: str, at: int, trigger: str, pattern: re.Pattern[str]) -> tuple[int, int, str] | None:
+    """(start, end, the token joined) in `text` of a `pattern` token that starts in the run holding `text[at]` and runs on past the
     run's line break; None when there is none. The next line joins when the token is not complete without it, or
     when the break is a backslash-newline; a token that is already complete at the break takes the next line only
     when that line holds nothing but a random-looking run and the first line is long enough to have been wrapped."""
@@ -389,7 +382,7 @@ def _wrapped_at(text: str, at: int, trigger: str, pattern: re.Pattern[str]) -> t
             offset = m.end()
             for piece_start, piece_end in pieces:
                 if offset <= piece_end - piece_start:
-                    return start + m.start(), piece_start + offset
+                    return start + m.start(), piece_start + offset, m.group(0)
                 offset -= piece_end - piece_start
     return None
 
@@ -492,7 +485,7 @@ def _scan(text: str, found: list[tuple[str, str]], in_context: list[tuple[str, s
     count = 0
 
     def sub(pattern: re.Pattern[str], rule: Callable[[re.Match[str]], tuple[str, str, str, str] | None],
-            source: str) -> str:
+            source: str, matches: Iterable[re.Match[str]] | None = None) -> str:
         def one(match: re.Match[str]) -> str:
             nonlocal count
             hit = rule(match)
@@ -505,13 +498,32 @@ def _scan(text: str, found: list[tuple[str, str]], in_context: list[tuple[str, s
                 in_context.append((head, secret, kind, depth))
             return head + _mark(kind) + tail
 
-        return pattern.sub(one, source)
+        if matches is None:
+            return pattern.sub(one, source)
+        out, done = [], 0
+        for match in matches:  # in order, not overlapping
+            out += [source[done : match.start()], one(match)]
+            done = match.end()
+        return "".join(out) + source[done:]
+
+    def unwrap(pattern: re.Pattern[str], triggers: list[str], kind: str, source: str) -> str:
+        nonlocal count
+        out, done = [], 0
+        for start, end, secret in _wrapped_spans(source, triggers, pattern):
+            out += [source[done:start], _mark(kind)]
+            done, count = end, count + 1
+            found.append((secret, kind))
+        return "".join(out) + source[done:] if out else source
 
     text = sub(_PRIVATE_KEY, _private_key, text)
     if "://" in text:
         text = sub(_URL_PASSWORD, _url_password, text)
+    lines = "\n" in text
     for kind, triggers, shape in _TOKEN_SHAPES:
-        if any(t in text for t in triggers):
+        present = [t for t in triggers if t in text]
+        if present:
+            if lines:  # before the one-line match, which would take a wrapped token's first line alone
+                text = unwrap(_token_re(shape), present, kind, text)
             text = sub(_token_re(shape), lambda m, kind=kind: ("", m.group(0), kind, ""), text)
     text = sub(_AUTH_HEADER, _auth_header, text)
     text = sub(_BEARER, _bearer, text)
@@ -519,15 +531,15 @@ def _scan(text: str, found: list[tuple[str, str]], in_context: list[tuple[str, s
     if "-" in text:
         text = sub(_FLAG, _flag, text)
         if "-p" in text or "redis-cli" in text:  # `-p` also covers redis-cli's `--pass`
-            text = sub(_SHORT_P, _short_p, text)
+            text = sub(_SHORT_P, _short_p, text, _line_matches(_SHORT_P, text, ("-p", "-a")))
         if "-u" in text:
-            text = sub(_CURL_USER, _curl_user, text)
+            text = sub(_CURL_USER, _curl_user, text, _line_matches(_CURL_USER, text, ("-u",)))
     if "assword" in text or "ASSWORD" in text or "dentified" in text or "DENTIFIED" in text:
         text = sub(_SQL_PASSWORD, _sql_password, text)
     if "password" in text:
         text = sub(_NETRC, _loose_value, text)
     if "\n" in text:
-        text = sub(_NEXT_LINE, _next_line_value, text)
+        text = sub(_NEXT_LINE, _next_line_value, text, _next_line_matches(text))
     if "ookie" in text or "OOKIE" in text:
         text = _COOKIE_LINE.sub(lambda m: m.group("head") + sub(_COOKIE, _cookie, m.group("value")), text)
     if "sig=" in text:
@@ -628,6 +640,33 @@ def _sql_password(match: re.Match[str]) -> Hit:
     if not _is_literal_secret(value, literal=True):
         return None  # `IDENTIFIED BY '<password>'`, `PASSWORD '***'`
     return match.group("head") + quote, value, "password", quote
+
+
+def _line_matches(pattern: re.Pattern[str], text: str, needles: tuple[str, ...]) -> Iterator[re.Match[str]]:
+    """`pattern`'s matches, in order, searched only on the lines that hold one of `needles`: for a pattern that
+    never crosses a line break and cannot match without a needle, the same matches as `pattern.finditer(text)`,
+    without trying the pattern at every position of every other line (a lookbehind still sees the line before)."""
+    lines = set()
+    for needle in needles:
+        at = text.find(needle)
+        while at >= 0:
+            end = text.find("\n", at)
+            end = len(text) if end < 0 else end
+            lines.add((text.rfind("\n", 0, at) + 1, end))
+            at = text.find(needle, end)
+    for start, end in sorted(lines):
+        yield from pattern.finditer(text, start, end)
+
+
+def _next_line_matches(text: str) -> Iterator[re.Match[str]]:
+    done = 0
+    for end in _NEXT_LINE_END.finditer(text):
+        line = text.rfind("\n", 0, end.start()) + 1
+        if line >= done:
+            match = _NEXT_LINE.match(text, line)
+            if match is not None:
+                yield match
+                done = match.end()
 
 
 def _next_line_value(match: re.Match[str]) -> Hit:

@@ -155,6 +155,9 @@ HF = "hf_" + chars(string.ascii_letters, 34)
     (f"token {GHP}\nnext step", "token [REDACTED:github_token]\nnext step"),
     (f"token {GHP[:20]}\nnext step", None),
     (f"x = {PROJ}\nrun_tests()", "x = [REDACTED:openai_key]\nrun_tests()"),
+    # a wrapped token and a flag continued on the next line, in one text: both go
+    (f"GH_TOKEN={GHP[:20]}\\\n{GHP[20:]} mysql -h db \\\n  -phunter5 app",
+     "GH_TOKEN=[REDACTED:github_token] mysql -h db -p[REDACTED:password] app"),
 ])
 def test_a_token_wrapped_over_lines(text: str, want: str | None) -> None:
     fixed(text, want)
