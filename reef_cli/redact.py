@@ -160,6 +160,50 @@ _SHORT_P = re.compile(
     r"|[ \t]-u[ \t]*\S+[ \t]+-p[ \t]*))"
     r"(?P<secret>\"[^\"\n]*\"|'[^'\n]*'|[^\s\"'\\<>|&;()`-][^\s\"']*)"
 )
+# The password options of common tools: (needles, pattern). A pattern never crosses a line and runs only on the
+# lines holding one of its needles (`_line_matches`); `head` is kept, `secret` is the password (`key`, when present,
+# must name a secret). A value already redacted is stepped over, so a second pass finds a command's second password
+# (`ssh-keygen -P old -N new`). The place says it is a password, so one plain word goes too; `$VAR`, `$(...)`,
+# `env:`/`file:` references and an empty `''` stay.
+_CMD = r"(?<![^\s;&|(`'\"/])"  # a command name starts a word (or follows a path's `/`)
+_SEG = r"\b(?!-)[^\n;&|]*?[ \t]"  # ... and the flag comes later in the same command
+_TOOL_VALUE = r"""(?!["']?\[REDACTED:)(?P<secret>"[^"\n]*"|'[^'\n]*'|[^\s"'\\<>|&;()`-][^\s"']*)"""
+_TOOL_SHAPES: list[tuple[tuple[str, ...], str]] = [
+    (("ssh-keygen",), _CMD + r"(?P<head>ssh-keygen" + _SEG + r"-[NP][ \t]*)"),
+    (("zip",), _CMD + r"(?P<head>(?:zip|zipcloak|unzip|funzip)" + _SEG + r"-P[ \t]*)"),
+    (("7z",), _CMD + r"(?P<head>7z[arz]?" + _SEG + r"-p)"),
+    (("sqlcmd", "bcp", "osql"), _CMD + r"(?P<head>(?:sqlcmd|bcp|osql)" + _SEG + r"-P[ \t]*)"),
+    (("ldap",), _CMD + r"(?P<head>ldap[a-z]*" + _SEG + r"-w[ \t]+)"),
+    (("keytool", "jarsigner"),
+     _CMD + r"(?P<head>(?:keytool|jarsigner)" + _SEG + r"-(?:(?:src|dest)?(?:store|key)pass|new)[ \t]+)"),
+    (("pass:",), r"(?P<head>(?<![\w-])-(?:pass(?:in|out|word)?|kpass)[ \t]+pass:)"),
+    (("openssl",), _CMD + r"(?P<head>openssl[ \t]+enc" + _SEG + r"-k[ \t]+)"),
+    (("%",), _CMD + r"(?P<head>(?:smbclient|rpcclient|smbcacls|smbget|smbmap|net|mount\.cifs)" + _SEG
+     + r"(?:-U|--user(?:name)?)[ \t=]*['\"]?[^\s%'\"]+%)"),
+    (("htpasswd",), _CMD + r"(?P<head>htpasswd(?=[^\n;&|]*[ \t]-[A-Za-z]*b)(?:[ \t]+[^\s;&|<>]+)*?[ \t]+)"
+     + _TOOL_VALUE + r"(?=[ \t]*(?:$|[\n;&|<>]))"),
+    (("ecureString", "ecurestring"), r"(?P<head>\b(?i:ConvertTo-SecureString)(?:[ \t]+-(?i:AsPlainText|Force|String))*[ \t]+)"),
+    (("/user:", "/USER:", "/User:"), r"(?P<head>\b(?i:net)[ \t]+(?i:use)\b[^\n;&|]*?[ \t]/(?i:user):\S+[ \t]+)(?!/)"),
+    (("setx", "SETX", "Setx"), r"(?P<head>\b(?i:setx)[ \t]+(?P<key>[A-Za-z_]\w*)[ \t]+)"),
+    (("config",), r"(?P<head>\b(?:aws[ \t]+configure[ \t]+set|git[ \t]+config|(?:npm|yarn|pnpm|pip|gcloud|conda)[ \t]+config"
+     r"[ \t]+set|dotnet[ \t]+user-secrets[ \t]+set)(?:[ \t]+--?[\w-]+)*[ \t]+(?P<key>[^\s=\-][^\s=]*)[ \t]+)"),
+    (("http-basic",), r"(?P<head>\bpoetry[ \t]+config[ \t]+http-basic\.\S+[ \t]+\S+[ \t]+)"),
+    (("secret",), r"(?P<head>\bgh[ \t]+secret[ \t]+set\b[^\n;&|]*?[ \t](?:--body|-b)(?:[ \t]+|=))"),
+    # a password piped into the tool that reads it from standard input
+    (("-S", "stdin", "chpasswd"), r"(?P<head>\b(?:echo|printf)(?:[ \t]+-[neE]+)*(?:[ \t]+['\"]?%s(?:\\n)?['\"]?)?[ \t]+)"
+     + _TOOL_VALUE + r"(?=[ \t]*\|[ \t]*(?:sudo(?:[ \t]+-\w+)*[ \t]+-S|chpasswd\b|[^\n;&|]*--stdin\b|"
+     r"[^\n;&|]*--pass(?:word)?-stdin\b))"),
+]
+_TOOL_RES: dict[str, re.Pattern[str]] = {}
+
+
+def _tool_re(shape: str) -> re.Pattern[str]:
+    pattern = _TOOL_RES.get(shape)
+    if pattern is None:
+        pattern = _TOOL_RES[shape] = re.compile(shape if "(?P<secret>" in shape else shape + _TOOL_VALUE)
+    return pattern
+
+
 # SQL that sets a password: `IDENTIFIED BY 'x'`, `WITH [ENCRYPTED] PASSWORD 'x'`, `ALTER ROLE app PASSWORD 'x'`,
 # `PASSWORD('x')`, `SET PASSWORD [FOR u] = 'x'`. The value is a quoted literal, so it is data whatever it looks like.
 _SQL_PASSWORD = re.compile(
@@ -534,6 +578,14 @@ def _scan(text: str, found: list[tuple[str, str]], in_context: list[tuple[str, s
             text = sub(_SHORT_P, _short_p, text, _line_matches(_SHORT_P, text, ("-p", "-a")))
         if "-u" in text:
             text = sub(_CURL_USER, _curl_user, text, _line_matches(_CURL_USER, text, ("-u",)))
+    for needles, shape in _TOOL_SHAPES:
+        if any(needle in text for needle in needles):
+            pattern = _tool_re(shape)
+            for _ in range(3):  # a second password in the same command (`ssh-keygen -P old -N new`)
+                before = count
+                text = sub(pattern, _tool_value, text, _line_matches(pattern, text, needles))
+                if count == before:
+                    break
     if "assword" in text or "ASSWORD" in text or "dentified" in text or "DENTIFIED" in text:
         text = sub(_SQL_PASSWORD, _sql_password, text)
     if "password" in text:
@@ -633,6 +685,18 @@ def _short_p(match: re.Match[str]) -> Hit:
     if not (quote or certain) and _NUMBERS.fullmatch(value):
         return None  # `ps -u root -p1234`, `docker run -u 1000:1000 -p 8080:80`: ids and ports
     return match.group("head") + quote, value, "password", quote + rest
+
+
+def _tool_value(match: re.Match[str]) -> Hit:
+    key = match.groupdict().get("key")
+    if key is not None and not is_secret_key(key):
+        return None  # `setx PATH ...`, `git config user.name ...`
+    value, quote = _unquote(match.group("secret"))
+    value, rest = _shell_word(value, quote)
+    if not _is_literal_secret(value, literal=True) or value.startswith(("env:", "file:", "fd:")):
+        return None
+    kind = "password" if key is None else _secret_kind(key)
+    return match.group("head") + quote, value, kind, quote + rest
 
 
 def _sql_password(match: re.Match[str]) -> Hit:

@@ -161,3 +161,54 @@ HF = "hf_" + chars(string.ascii_letters, 34)
 ])
 def test_a_token_wrapped_over_lines(text: str, want: str | None) -> None:
     fixed(text, want)
+
+
+# Hostile sweep: the password options of common command-line tools, each in the place only a password takes.
+@pytest.mark.parametrize(("text", "want"), [
+    ("ssh-keygen -t ed25519 -N 's3cret pw' -f k", "ssh-keygen -t ed25519 -N '[REDACTED:password]' -f k"),
+    ("ssh-keygen -p -P oldPw9x -N newPw9x -f k", "ssh-keygen -p -P [REDACTED:password] -N [REDACTED:password] -f k"),
+    ("zip -r -P hunter out.zip dir; ls", "zip -r -P [REDACTED:password] out.zip dir; ls"),
+    ("unzip -P hunter out.zip", "unzip -P [REDACTED:password] out.zip"),
+    ("7z a -phunter9 out.7z f", "7z a -p[REDACTED:password] out.7z f"),
+    ("sqlcmd -S db -U sa -P 'Str0ng!Pw' -Q 'select 1'", "sqlcmd -S db -U sa -P '[REDACTED:password]' -Q 'select 1'"),
+    ("ldapsearch -x -D cn=admin,dc=x -w hunter -b dc=x", "ldapsearch -x -D cn=admin,dc=x -w [REDACTED:password] -b dc=x"),
+    ("keytool -genkey -storepass hunter1 -keypass hunter2 -alias a",
+     "keytool -genkey -storepass [REDACTED:password] -keypass [REDACTED:password] -alias a"),
+    ("openssl pkcs12 -export -passout pass:hunter -out a.p12", "openssl pkcs12 -export -passout pass:[REDACTED:password] -out a.p12"),
+    ("openssl enc -aes256 -k hunter -in f", "openssl enc -aes256 -k [REDACTED:password] -in f"),
+    ("smbclient //host/share -U bob%hunter", "smbclient //host/share -U bob%[REDACTED:password]"),
+    ("htpasswd -bc /etc/nginx/.htpasswd admin hunter", "htpasswd -bc /etc/nginx/.htpasswd admin [REDACTED:password]"),
+    ("htpasswd -nbB admin 'h pw' > users", "htpasswd -nbB admin '[REDACTED:password]' > users"),
+    ("$pw = ConvertTo-SecureString 'hunter' -AsPlainText -Force", "$pw = ConvertTo-SecureString '[REDACTED:password]' -AsPlainText -Force"),
+    ("net use Z: \\\\srv\\share /user:bob hunter9 /persistent:no", "net use Z: \\\\srv\\share /user:bob [REDACTED:password] /persistent:no"),
+    ("setx API_TOKEN hunter9", "setx API_TOKEN [REDACTED:token]"),
+    ("aws configure set aws_secret_access_key wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
+     "aws configure set aws_secret_access_key [REDACTED:api_key]"),
+    ("git config --global credential.password hunter", "git config --global credential.password [REDACTED:password]"),
+    ("npm config set //registry.npmjs.org/:_authToken s3cretTok9", "npm config set //registry.npmjs.org/:_authToken [REDACTED:token]"),
+    ("poetry config http-basic.corp bob hunter", "poetry config http-basic.corp bob [REDACTED:password]"),
+    ("gh secret set API_KEY --body hunter9 -R o/r", "gh secret set API_KEY --body [REDACTED:password] -R o/r"),
+    ("echo 'hunter' | sudo -S apt-get update", "echo '[REDACTED:password]' | sudo -S apt-get update"),
+    ("printf '%s' hunter9 | docker login -u bob --password-stdin ghcr.io",
+     "printf '%s' [REDACTED:password] | docker login -u bob --password-stdin ghcr.io"),
+    ('echo "bob:hunter" | chpasswd', 'echo "[REDACTED:password]" | chpasswd'),
+    # look-alikes
+    ("ssh-keygen -t ed25519 -N '' -f k && ssh-keygen -l -f k.pub", None),
+    ("zip -r out.zip dir -x '*.git*' && unzip -l out.zip && 7z x -o/tmp a.7z", None),
+    ("openssl req -passin env:KEY_PW -passout file:pw.txt -k $PW", None),
+    ("sqlcmd -S db -P $SA_PASSWORD; ldapsearch -w \"$LDAP_PW\" -b dc=x", None),
+    ("git config --global credential.helper store && git config user.name Jo && aws configure set region eu-west-1", None),
+    ("setx PATH C:\\tools && setx JAVA_HOME C:\\jdk", None),
+    ("echo hunter | grep hunt && echo $PW | docker login --password-stdin && echo done | sudo tee f", None),
+    ("htpasswd -c /etc/nginx/.htpasswd admin", None),
+    ("net use Z: \\\\srv\\share /user:bob /persistent:no", None),
+])
+def test_password_options_of_common_tools(text: str, want: str | None) -> None:
+    fixed(text, want)
+
+
+def test_tool_rules_match_any_casing_windows_accepts() -> None:
+    fixed("$p = convertto-securestring 'hunter' -asplaintext -force",
+          "$p = convertto-securestring '[REDACTED:password]' -asplaintext -force")
+    fixed("NET USE Z: \\\\srv\\s /USER:bob hunter9", "NET USE Z: \\\\srv\\s /USER:bob [REDACTED:password]")
+    fixed("SETX DB_PASSWORD hunter9", "SETX DB_PASSWORD [REDACTED:password]")
