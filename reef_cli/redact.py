@@ -44,12 +44,14 @@ _TOKEN_SHAPES: list[tuple[str, tuple[str, ...], str]] = [
                       "glagent-", "glffct-", "glrtr-"),
      _START + r"gl(?:pat|dt|rt|cbt|ptt|ft|imt|oas|soat|agent|ffct|rtr)-[A-Za-z0-9_-]{20,}" + _END),
     ("gitlab_token", ("GR1348941",), _START + r"GR1348941[A-Za-z0-9_-]{20,}" + _END),
-    ("slack_token", ("xox",), _START + r"(?:xoxe\.)?xox[abposre]-[A-Za-z0-9-]{10,}" + _END),
+    ("slack_token", ("xox",), _START + r"(?:xoxe\.)?xox[abposrec]-[A-Za-z0-9-]{10,}" + _END),
+    ("slack_token", ("xoxd-",), _START + r"xoxd-[A-Za-z0-9%/+=-]{20,}" + _END),  # the browser `d` cookie
     ("slack_token", ("xapp-",), _START + r"xapp-\d-[A-Z0-9]+-\d+-[A-Za-z0-9]{20,}" + _END),
     ("slack_webhook", ("hooks.slack.com",),
      r"https://hooks\.slack\.com/(?:services|workflows|triggers)/[A-Za-z0-9_/-]{20,}"),
     ("google_api_key", ("AIza",), _START + r"AIza[0-9A-Za-z_-]{35}" + _END),
     ("google_oauth", ("ya29.", "GOCSPX-"), _START + r"(?:ya29\.|GOCSPX-)[A-Za-z0-9_-]{20,}" + _END),
+    ("google_oauth", ("1//0",), _START + r"1//0[A-Za-z0-9_-]{40,}" + _END),  # a refresh token
     ("huggingface_token", ("hf_",), _START + r"hf_[A-Za-z0-9]{30,}" + _END),
     ("npm_token", ("npm_",), _START + r"npm_[A-Za-z0-9]{36,}" + _END),
     ("pypi_token", ("pypi-AgE",), _START + r"pypi-AgE[A-Za-z0-9_-]{50,}" + _END),
@@ -100,6 +102,33 @@ _AUTH_HEADER = re.compile(
     r"(?P<head>\bauthorization[\"']?\s*[:=]\s*[\"']?(?:(?P<scheme>bearer|basic|token|bot|digest)\s+)?)"
     r"(?P<secret>[^\s\"',;]+)",
     re.IGNORECASE,
+)
+# Digest credentials are parameters (`username="bob", response="<hash of the password>"`), quoted or JSON-escaped.
+_DIGEST = re.compile(
+    r"(?P<head>\bauthorization[\"']?\s*[:=]\s*[\"']?digest\s+)"
+    r"(?P<secret>[A-Za-z-]+=(?:\\?\"(?:[^\"\\\n]|\\[^\"])*\\?\"|[^\s,\"]+)(?:,[ \t]*[A-Za-z-]+="
+    r"(?:\\?\"(?:[^\"\\\n]|\\[^\"])*\\?\"|[^\s,\"]+))*)",
+    re.IGNORECASE,
+)
+# ~/.pgpass: `host:port:database:user:password` (`:` and `\` escaped with a backslash), a host name, an IPv4 address
+# or `*`, and a port or `*`; a line of its own or a quoted word (`echo "..." >> ~/.pgpass`).
+_PGPASS = re.compile(
+    r"(?<![^\s'\"])(?P<head>(?:\*|(?:\d{1,3}\.){3}\d{1,3}|[A-Za-z][A-Za-z0-9.-]*|\[[0-9A-Fa-f:]+\]):(?:\d{1,5}|\*)"
+    r":(?:[^\s:\\]|\\.)+:(?:[^\s:\\]|\\.)+:)(?P<secret>(?:[^\s:\\'\"]|\\.)+)(?=$|[\s'\"])",
+    re.MULTILINE,
+)
+# Where a .pgpass line can be: its port field and the two fields after it (a literal `:` first: a fast scan).
+_PGPASS_PORT = re.compile(r":(?:\d{1,5}|\*):(?:[^\s:\\]|\\.)+:(?:[^\s:\\]|\\.)+:[^\s:'\"]")
+# A PuTTY key file's private half: the base64 lines after `Private-Lines: N`.
+_PPK = re.compile(r"(?P<head>Private-Lines:[ \t]*\d+\r?\n)(?P<secret>(?:[A-Za-z0-9+/=]{4,}(?:\r?\n|$))+)")
+# ADO.NET / ODBC connection strings: a password runs to the next `;` (spaces and all), or is `{braced}`: after a `;`
+# (`Server=db;Password=a b;`), or first when another `key=` follows (`Password=a b;Server=db`; not `PWD=/x y; cd`).
+_CONN_VALUE = r"(?:\{[^}\n]*\}|[^;\"'\n{]*[^;\"'\s{])"
+_CONN_PASSWORD = re.compile(
+    r"(?P<head>(?<=;)[ \t]*(?i:password|pwd)[ \t]*=[ \t]*)(?P<secret>" + _CONN_VALUE + r")(?=[ \t]*(?:;|[\"']|$))"
+    r"|(?P<head2>(?:^|(?<=[\"']))[ \t]*(?i:password|pwd)[ \t]*=[ \t]*)(?P<secret2>" + _CONN_VALUE + r")"
+    r"(?=[ \t]*;[ \t]*[A-Za-z][A-Za-z0-9 _]*=)",
+    re.MULTILINE,
 )
 _BEARER = re.compile(r"(?P<head>\bbearer\s+)(?P<secret>[A-Za-z0-9._~+/=-]{16,})", re.IGNORECASE)
 _QUOTED = r"""(?:"(?:[^"\\\n]|\\.)*"|'[^'\n]*')"""
@@ -279,6 +308,8 @@ def is_secret_key(key: str) -> bool:
     `db.password`, `PGPASSWORD`, `REDIS_PASS`), as opposed to a name that merely mentions one (`max_tokens`,
     `sort_key`, `token_type`, `password-file`)?"""
     words = _key_words(key)
+    while len(words) > 1 and words[-1].isdigit():
+        words.pop()  # `KEY_FILE_2` is a file as `KEY_FILE` is; `API_KEY_2` a key
     if not words or words[-1] in _NOT_SECRET_LAST:
         return False
     if any(word in _SECRET_WORDS or word.endswith(_SECRET_SUFFIXES) for word in words):
@@ -569,8 +600,13 @@ def _scan(text: str, found: list[tuple[str, str]], in_context: list[tuple[str, s
             if lines:  # before the one-line match, which would take a wrapped token's first line alone
                 text = unwrap(_token_re(shape), present, kind, text)
             text = sub(_token_re(shape), lambda m, kind=kind: ("", m.group(0), kind, ""), text)
+    if "igest" in text or "IGEST" in text:
+        text = sub(_DIGEST, _digest, text)
     text = sub(_AUTH_HEADER, _auth_header, text)
     text = sub(_BEARER, _bearer, text)
+    if ";" in text and ("assword" in text or "ASSWORD" in text or "wd" in text or "WD" in text):
+        text = sub(_CONN_PASSWORD, _conn_password, text,
+                   _line_matches(_CONN_PASSWORD, text, ("assword", "ASSWORD", "wd", "WD", "Wd")))
     text = sub(_ASSIGNMENT, _assignment, text)
     if "-" in text:
         text = sub(_FLAG, _flag, text)
@@ -590,6 +626,10 @@ def _scan(text: str, found: list[tuple[str, str]], in_context: list[tuple[str, s
         text = sub(_SQL_PASSWORD, _sql_password, text)
     if "password" in text:
         text = sub(_NETRC, _loose_value, text)
+    if ":" in text:
+        text = sub(_PGPASS, _pgpass, text, _pgpass_matches(text))
+    if "Private-Lines:" in text:
+        text = sub(_PPK, _ppk, text)
     if "\n" in text:
         text = sub(_NEXT_LINE, _next_line_value, text, _next_line_matches(text))
     if "ookie" in text or "OOKIE" in text:
@@ -621,6 +661,47 @@ def _auth_header(match: re.Match[str]) -> Hit:
         return None  # "Authorization: required" in prose
     kind = "bearer_token" if (match.group("scheme") or "").lower() == "bearer" else "authorization"
     return match.group("head"), secret, kind, ""
+
+
+def _digest(match: re.Match[str]) -> Hit:
+    secret = match.group("secret")
+    return None if "[REDACTED:" in secret else (match.group("head"), secret, "authorization", "")
+
+
+def _pgpass_matches(text: str) -> Iterator[re.Match[str]]:
+    done = 0
+    for port in _PGPASS_PORT.finditer(text):
+        start = max(text.rfind(c, 0, port.start()) for c in " \t\n'\"") + 1
+        if start >= done:
+            match = _PGPASS.match(text, start)
+            if match is not None:
+                yield match
+                done = match.end()
+
+
+def _pgpass(match: re.Match[str]) -> Hit:
+    secret = match.group("secret")
+    if not _is_literal_secret(secret, literal=True) or _NUMBERS.fullmatch(secret):
+        return None  # `12:30:45:123:456`
+    return match.group("head"), secret, "password", ""
+
+
+def _ppk(match: re.Match[str]) -> Hit:
+    body = match.group("secret")
+    if not _KEY_MATERIAL.search(body):
+        return None
+    kept = body.rstrip("\r\n")
+    return match.group("head"), kept, "private_key", body[len(kept) :]
+
+
+def _conn_password(match: re.Match[str]) -> Hit:
+    head, secret = (match.group("head"), match.group("secret")) if match.group("head") is not None else (
+        match.group("head2"), match.group("secret2"))
+    quote = secret[0] if secret.startswith("{") else ""
+    value = secret[1:-1] if quote else secret
+    if not _is_literal_secret(value, literal=True):
+        return None
+    return head + quote, value, "password", "}" if quote else ""
 
 
 def _bearer(match: re.Match[str]) -> Hit:

@@ -212,3 +212,41 @@ def test_tool_rules_match_any_casing_windows_accepts() -> None:
           "$p = convertto-securestring '[REDACTED:password]' -asplaintext -force")
     fixed("NET USE Z: \\\\srv\\s /USER:bob hunter9", "NET USE Z: \\\\srv\\s /USER:bob [REDACTED:password]")
     fixed("SETX DB_PASSWORD hunter9", "SETX DB_PASSWORD [REDACTED:password]")
+
+
+# Hostile sweep: credential shapes of headers, files and providers that leaked or came out mangled.
+@pytest.mark.parametrize(("text", "want"), [
+    # Digest: the parameters (the response is a hash of the password; the marker used to replace `username=`)
+    ('Authorization: Digest username="bob", realm="x", nonce="abc", uri="/", response="6629fae49393a05397450978507c4ef1"',
+     "Authorization: Digest [REDACTED:authorization]"),
+    ('curl -H "Authorization: Digest username=\\"bob\\", response=\\"6629fae4\\"" x',
+     'curl -H "Authorization: Digest [REDACTED:authorization]" x'),
+    # .pgpass: host:port:database:user:password
+    ("db.example.com:5432:app:bob:hunter9", "db.example.com:5432:app:bob:[REDACTED:password]"),
+    ("cat ~/.pgpass\n*:*:*:postgres:hunter\nlocalhost:5433:*:app:s3\\:cr\\:et\n",
+     "cat ~/.pgpass\n*:*:*:postgres:[REDACTED:password]\nlocalhost:5433:*:app:[REDACTED:password]\n"),
+    # PuTTY private key: the Private-Lines body
+    ("PuTTY-User-Key-File-3: ssh-ed25519\nEncryption: none\nPublic-Lines: 1\nAAAAC3NzaC1lZDI1NTE5AAAAIM\n"
+     "Private-Lines: 2\nAAAAIFr1kG6vN3Zp8bQ2xW0eYtLc9HuM4aSdJfKgRqTzEo5Xw\nAAAAIBc7mN2pQ4rS6tU8vW0xY2zA4bC6dE8fG0hI2jK4lM6n\n"
+     "Private-MAC: 0a1b2c3d\n",
+     "PuTTY-User-Key-File-3: ssh-ed25519\nEncryption: none\nPublic-Lines: 1\nAAAAC3NzaC1lZDI1NTE5AAAAIM\n"
+     "Private-Lines: 2\n[REDACTED:private_key]\nPrivate-MAC: 0a1b2c3d\n"),
+    # Google OAuth refresh tokens, Slack client and cookie tokens
+    ("refresh_token 1//0g" + "Ab1Cd2Ef3Gh4" * 6 + "-_xY", "refresh_token [REDACTED:google_oauth]"),
+    ("xoxc-1234567890-1234567890-1234567890-" + "ab12" * 16, "[REDACTED:slack_token]"),
+    ("d=xoxd-" + "Ab1%2B" * 8 + ";", "d=[REDACTED:slack_token];"),
+    # ADO.NET / ODBC connection strings: the password runs to the next `;`
+    ("Server=db;User Id=sa;Password=s3cret Pw9;Encrypt=true", "Server=db;User Id=sa;Password=[REDACTED:password];Encrypt=true"),
+    ('"Driver={ODBC};Server=db;UID=sa;PWD=two words;"', '"Driver={ODBC};Server=db;UID=sa;PWD=[REDACTED:password];"'),
+    ("Password=s3cret Pw9;Server=db;", "Password=[REDACTED:password];Server=db;"),
+    # look-alikes
+    ('WWW-Authenticate: Digest realm="x", nonce="abc", qop="auth"', None),
+    ("src/app.py:12:4:E501:line", None),
+    ("12:30:45:123:456", None),
+    ("Private-Lines: 2 is a field of the PuTTY key format", None),
+    ("1//comment and 1//0 are not tokens", None),
+    ("Server=db;Database=app;Trusted_Connection=True;", None),
+    ("PWD=/home/jo/src ls; cd $PWD", None),
+])
+def test_sweep_shapes(text: str, want: str | None) -> None:
+    fixed(text, want)
