@@ -207,7 +207,7 @@ _TOOL_SHAPES: list[tuple[tuple[str, ...], str]] = [
      _CMD + r"(?P<head>(?:keytool|jarsigner)" + _SEG + r"-(?:(?:src|dest)?(?:store|key)pass|new)[ \t]+)"),
     (("pass:",), r"(?P<head>(?<![\w-])-(?:pass(?:in|out|word)?|kpass)[ \t]+pass:)"),
     (("openssl",), _CMD + r"(?P<head>openssl[ \t]+enc" + _SEG + r"-k[ \t]+)"),
-    (("%",), _CMD + r"(?P<head>(?:smbclient|rpcclient|smbcacls|smbget|smbmap|net|mount\.cifs)" + _SEG
+    (("-U", "--user"), _CMD + r"(?P<head>(?:smbclient|rpcclient|smbcacls|smbget|smbmap|net|mount\.cifs)" + _SEG
      + r"(?:-U|--user(?:name)?)[ \t=]*['\"]?[^\s%'\"]+%)"),
     (("htpasswd",), _CMD + r"(?P<head>htpasswd(?=[^\n;&|]*[ \t]-[A-Za-z]*b)(?:[ \t]+[^\s;&|<>]+)*?[ \t]+)"
      + _TOOL_VALUE + r"(?=[ \t]*(?:$|[\n;&|<>]))"),
@@ -217,7 +217,7 @@ _TOOL_SHAPES: list[tuple[tuple[str, ...], str]] = [
     (("config",), r"(?P<head>\b(?:aws[ \t]+configure[ \t]+set|git[ \t]+config|(?:npm|yarn|pnpm|pip|gcloud|conda)[ \t]+config"
      r"[ \t]+set|dotnet[ \t]+user-secrets[ \t]+set)(?:[ \t]+--?[\w-]+)*[ \t]+(?P<key>[^\s=\-][^\s=]*)[ \t]+)"),
     (("http-basic",), r"(?P<head>\bpoetry[ \t]+config[ \t]+http-basic\.\S+[ \t]+\S+[ \t]+)"),
-    (("secret",), r"(?P<head>\bgh[ \t]+secret[ \t]+set\b[^\n;&|]*?[ \t](?:--body|-b)(?:[ \t]+|=))"),
+    (("secret set",), r"(?P<head>\bgh[ \t]+secret set\b[^\n;&|]*?[ \t](?:--body|-b)(?:[ \t]+|=))"),
     # a password piped into the tool that reads it from standard input
     (("-S", "stdin", "chpasswd"), r"(?P<head>\b(?:echo|printf)(?:[ \t]+-[neE]+)*(?:[ \t]+['\"]?%s(?:\\n)?['\"]?)?[ \t]+)"
      + _TOOL_VALUE + r"(?=[ \t]*\|[ \t]*(?:sudo(?:[ \t]+-\w+)*[ \t]+-S|chpasswd\b|[^\n;&|]*--stdin\b|"
@@ -231,6 +231,27 @@ def _tool_re(shape: str) -> re.Pattern[str]:
     if pattern is None:
         pattern = _TOOL_RES[shape] = re.compile(shape if "(?P<secret>" in shape else shape + _TOOL_VALUE)
     return pattern
+
+
+# A secret literal handed to code: a subscript assignment (`os.environ["API_KEY"] = "x"`, `headers['X-Api-Key'] =
+# 'x'`), a setter call with the key and the value (`setdefault("SECRET_KEY", "x")`, `os.Setenv`, configparser's
+# `set("section", "password", "x")`), or the password of a credentials call (`auth=("bob", "x")`,
+# `HTTPBasicAuth("bob", "x")`, `smtp.login("bob", "x")`). Each stays on one line; (needles, pattern).
+_CODE_QUOTED = r"""(?:"(?:[^"\\\n]|\\.)*"|'(?:[^'\\\n]|\\.)*')"""
+_CODE_SHAPES: list[tuple[tuple[str, ...], re.Pattern[str]]] = [
+    (('"]', "']"), re.compile(r"(?P<head>\[[ \t]*[\"'](?P<key>[A-Za-z_][\w.-]*)[\"']\][ \t]*=[ \t]*)"
+                             r"(?P<secret>" + _CODE_QUOTED + ")")),
+    (("setdefault(", "setenv(", "putenv(", "Setenv(", "SetEnvironmentVariable(", "set(", "put(", "setItem(",
+      "setProperty(", "set_key("), re.compile(
+        r"(?P<head>\b(?:setdefault|setenv|putenv|Setenv|SetEnvironmentVariable|set|put|setItem|setProperty|set_key)"
+        r"\([ \t]*(?:" + _CODE_QUOTED + r"[ \t]*,[ \t]*)?[\"'](?P<key>[A-Za-z_][\w.-]*)[\"'][ \t]*,[ \t]*)"
+        r"(?P<secret>" + _CODE_QUOTED + ")")),
+    (("auth=", "auth =", "Auth(", ".login("), re.compile(
+        r"(?P<head>(?:\bauth ?= ?\(|(?:Basic|Digest)Auth\(|\.login\()[ \t]*" + _CODE_QUOTED
+        + r"[ \t]*,[ \t]*)(?P<secret>" + _CODE_QUOTED + ")")),
+]
+# `Basic <base64 of user:password>` outside an Authorization header.
+_BARE_BASIC = re.compile(r"(?P<head>\b[Bb]asic[ \t]+)(?P<secret>[A-Za-z0-9+/]{8,}={0,2})(?![A-Za-z0-9+/=])")
 
 
 # SQL that sets a password: `IDENTIFIED BY 'x'`, `WITH [ENCRYPTED] PASSWORD 'x'`, `ALTER ROLE app PASSWORD 'x'`,
@@ -604,9 +625,11 @@ def _scan(text: str, found: list[tuple[str, str]], in_context: list[tuple[str, s
         text = sub(_DIGEST, _digest, text)
     text = sub(_AUTH_HEADER, _auth_header, text)
     text = sub(_BEARER, _bearer, text)
+    if "asic" in text:
+        text = sub(_BARE_BASIC, _bare_basic, text, _line_matches(_BARE_BASIC, text, ("Basic", "basic")))
     if ";" in text and ("assword" in text or "ASSWORD" in text or "wd" in text or "WD" in text):
         text = sub(_CONN_PASSWORD, _conn_password, text,
-                   _line_matches(_CONN_PASSWORD, text, ("assword", "ASSWORD", "wd", "WD", "Wd")))
+                   _line_matches(_CONN_PASSWORD, text, ("assword", "ASSWORD", "wd", "WD", "Wd"), also=";"))
     text = sub(_ASSIGNMENT, _assignment, text)
     if "-" in text:
         text = sub(_FLAG, _flag, text)
@@ -622,6 +645,9 @@ def _scan(text: str, found: list[tuple[str, str]], in_context: list[tuple[str, s
                 text = sub(pattern, _tool_value, text, _line_matches(pattern, text, needles))
                 if count == before:
                     break
+    for needles, pattern in _CODE_SHAPES:
+        if any(needle in text for needle in needles):
+            text = sub(pattern, _code_secret, text, _line_matches(pattern, text, needles))
     if "assword" in text or "ASSWORD" in text or "dentified" in text or "DENTIFIED" in text:
         text = sub(_SQL_PASSWORD, _sql_password, text)
     if "password" in text:
@@ -780,6 +806,32 @@ def _tool_value(match: re.Match[str]) -> Hit:
     return match.group("head") + quote, value, kind, quote + rest
 
 
+def _code_secret(match: re.Match[str]) -> Hit:
+    key = match.groupdict().get("key")
+    if key is not None and not is_secret_key(key):
+        return None
+    value, quote = _unquote(match.group("secret"))
+    if not _is_literal_secret(value, literal=True):
+        return None
+    return match.group("head") + quote, value, "password" if key is None else _secret_kind(key), quote
+
+
+def _bare_basic(match: re.Match[str]) -> Hit:
+    """Only a base64 that decodes to `user:password`: `Basic QWxhZGRpbg` is a word, not a credential."""
+    import base64
+    import binascii
+
+    secret = match.group("secret")
+    try:
+        decoded = base64.b64decode(secret + "=" * (-len(secret) % 4), validate=True).decode("ascii")
+    except (binascii.Error, UnicodeDecodeError):
+        return None
+    user, colon, password = decoded.partition(":")
+    if not (user and colon and password and decoded.isprintable()):
+        return None
+    return match.group("head"), secret, "authorization", ""
+
+
 def _sql_password(match: re.Match[str]) -> Hit:
     value, quote = _unquote(match.group("secret"))
     if not _is_literal_secret(value, literal=True):
@@ -787,17 +839,21 @@ def _sql_password(match: re.Match[str]) -> Hit:
     return match.group("head") + quote, value, "password", quote
 
 
-def _line_matches(pattern: re.Pattern[str], text: str, needles: tuple[str, ...]) -> Iterator[re.Match[str]]:
+def _line_matches(pattern: re.Pattern[str], text: str, needles: tuple[str, ...],
+                  also: str = "") -> Iterator[re.Match[str]]:
     """`pattern`'s matches, in order, searched only on the lines that hold one of `needles`: for a pattern that
     never crosses a line break and cannot match without a needle, the same matches as `pattern.finditer(text)`,
-    without trying the pattern at every position of every other line (a lookbehind still sees the line before)."""
+    without trying the pattern at every position of every other line (a lookbehind still sees the line before).
+    `also`: a string the pattern needs on the same line too."""
     lines = set()
     for needle in needles:
         at = text.find(needle)
         while at >= 0:
             end = text.find("\n", at)
             end = len(text) if end < 0 else end
-            lines.add((text.rfind("\n", 0, at) + 1, end))
+            start = text.rfind("\n", 0, at) + 1
+            if not also or text.find(also, start, end) >= 0:
+                lines.add((start, end))
             at = text.find(needle, end)
     for start, end in sorted(lines):
         yield from pattern.finditer(text, start, end)

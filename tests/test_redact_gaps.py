@@ -250,3 +250,24 @@ def test_tool_rules_match_any_casing_windows_accepts() -> None:
 ])
 def test_sweep_shapes(text: str, want: str | None) -> None:
     fixed(text, want)
+
+
+# Hostile sweep: a secret literal handed to code by a secret-named key or a credentials call.
+@pytest.mark.parametrize(("text", "want"), [
+    ('os.environ["API_KEY"] = "hunter2x9abc"', 'os.environ["API_KEY"] = "[REDACTED:api_key]"'),
+    ("headers['X-Api-Key'] = 'hunter'", "headers['X-Api-Key'] = '[REDACTED:api_key]'"),
+    ('os.environ.setdefault("SECRET_KEY", "hunter2x9abc")', 'os.environ.setdefault("SECRET_KEY", "[REDACTED:api_key]")'),
+    ('os.Setenv("DB_PASSWORD", "hunter")', 'os.Setenv("DB_PASSWORD", "[REDACTED:password]")'),
+    ('config.set("auth", "password", "hunter2x9")', 'config.set("auth", "password", "[REDACTED:password]")'),
+    ('requests.get(url, auth=("bob", "hunter2x9"))', 'requests.get(url, auth=("bob", "[REDACTED:password]"))'),
+    ("HTTPBasicAuth('bob', 'hunter')", "HTTPBasicAuth('bob', '[REDACTED:password]')"),
+    ('smtp.login("bob@example.com", "hunter2x9")', 'smtp.login("bob@example.com", "[REDACTED:password]")'),
+    ("sent Basic YWRtaW46aHVudGVyMng5 to the proxy", "sent Basic [REDACTED:authorization] to the proxy"),
+    # look-alikes
+    ('os.environ["API_KEY"] = api_key; env.get("TOKEN", "") ; os.environ.setdefault("SECRET_KEY", "")', None),
+    ('fields = ("password", "email"); d["password"] = "********"', None),
+    ('requests.get(url, auth=(user, password)); smtp.login(user, pw)', None),
+    ("Basic auth is simpler than Basic QWxhZGRpbg (a word, not user:password)", None),
+])
+def test_secret_literals_handed_to_code(text: str, want: str | None) -> None:
+    fixed(text, want)
