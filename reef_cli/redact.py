@@ -24,6 +24,22 @@ def _mark(kind: str) -> str:
     return f"[REDACTED:{kind}]"
 
 
+class _Lazy:
+    """A regex compiled on its first use: `reef run` imports this module on every call, and most texts never reach
+    the rarer rules (compiling them all up front doubled the module's import time)."""
+
+    __slots__ = ("_args", "_compiled")
+
+    def __init__(self, pattern: str, flags: int = 0) -> None:
+        self._args = (pattern, flags)
+        self._compiled: re.Pattern[str] | None = None
+
+    def __getattr__(self, name: str) -> Any:
+        if self._compiled is None:
+            self._compiled = re.compile(*self._args)
+        return getattr(self._compiled, name)
+
+
 _START = r"(?<![A-Za-z0-9])"  # a token starts where no letter or digit runs into it: after "-" or "_" too (s-ghp_..., x-sk-proj-...)
 _END = r"(?![A-Za-z0-9_-])"
 
@@ -104,7 +120,7 @@ _AUTH_HEADER = re.compile(
     re.IGNORECASE,
 )
 # Digest credentials are parameters (`username="bob", response="<hash of the password>"`), quoted or JSON-escaped.
-_DIGEST = re.compile(
+_DIGEST = _Lazy(
     r"(?P<head>\bauthorization[\"']?\s*[:=]\s*[\"']?digest\s+)"
     r"(?P<secret>[A-Za-z-]+=(?:\\?\"(?:[^\"\\\n]|\\[^\"])*\\?\"|[^\s,\"]+)(?:,[ \t]*[A-Za-z-]+="
     r"(?:\\?\"(?:[^\"\\\n]|\\[^\"])*\\?\"|[^\s,\"]+))*)",
@@ -112,19 +128,19 @@ _DIGEST = re.compile(
 )
 # ~/.pgpass: `host:port:database:user:password` (`:` and `\` escaped with a backslash), a host name, an IPv4 address
 # or `*`, and a port or `*`; a line of its own or a quoted word (`echo "..." >> ~/.pgpass`).
-_PGPASS = re.compile(
+_PGPASS = _Lazy(
     r"(?<![^\s'\"])(?P<head>(?:\*|(?:\d{1,3}\.){3}\d{1,3}|[A-Za-z][A-Za-z0-9.-]*|\[[0-9A-Fa-f:]+\]):(?:\d{1,5}|\*)"
     r":(?:[^\s:\\]|\\.)+:(?:[^\s:\\]|\\.)+:)(?P<secret>(?:[^\s:\\'\"]|\\.)+)(?=$|[\s'\"])",
     re.MULTILINE,
 )
 # Where a .pgpass line can be: its port field and the two fields after it (a literal `:` first: a fast scan).
-_PGPASS_PORT = re.compile(r":(?:\d{1,5}|\*):(?:[^\s:\\]|\\.)+:(?:[^\s:\\]|\\.)+:[^\s:'\"]")
+_PGPASS_PORT = _Lazy(r":(?:\d{1,5}|\*):(?:[^\s:\\]|\\.)+:(?:[^\s:\\]|\\.)+:[^\s:'\"]")
 # A PuTTY key file's private half: the base64 lines after `Private-Lines: N`.
-_PPK = re.compile(r"(?P<head>Private-Lines:[ \t]*\d+\r?\n)(?P<secret>(?:[A-Za-z0-9+/=]{4,}(?:\r?\n|$))+)")
+_PPK = _Lazy(r"(?P<head>Private-Lines:[ \t]*\d+\r?\n)(?P<secret>(?:[A-Za-z0-9+/=]{4,}(?:\r?\n|$))+)")
 # ADO.NET / ODBC connection strings: a password runs to the next `;` (spaces and all), or is `{braced}`: after a `;`
 # (`Server=db;Password=a b;`), or first when another `key=` follows (`Password=a b;Server=db`; not `PWD=/x y; cd`).
 _CONN_VALUE = r"(?:\{[^}\n]*\}|[^;\"'\n{]*[^;\"'\s{])"
-_CONN_PASSWORD = re.compile(
+_CONN_PASSWORD = _Lazy(
     r"(?P<head>(?<=;)[ \t]*(?i:password|pwd)[ \t]*=[ \t]*)(?P<secret>" + _CONN_VALUE + r")(?=[ \t]*(?:;|[\"']|$))"
     r"|(?P<head2>(?:^|(?<=[\"']))[ \t]*(?i:password|pwd)[ \t]*=[ \t]*)(?P<secret2>" + _CONN_VALUE + r")"
     r"(?=[ \t]*;[ \t]*[A-Za-z][A-Za-z0-9 _]*=)",
@@ -159,7 +175,7 @@ _FLAG = re.compile(
 # A value on the line after its key: a YAML block scalar (`password: |`, `>-`, `|2`) or a plain value on the next,
 # deeper line (`password:` + newline + `  X` in YAML, `password =` + newline + `    X` as an INI continuation). The
 # body is every following line indented deeper than the key's line; the rule trims it to the key's own column.
-_NEXT_LINE = re.compile(
+_NEXT_LINE = _Lazy(
     r"(?m)^(?P<head>(?P<indent>[ \t]*)(?:-[ \t]+)?(?P<q>[\"']?)"
     r"(?=[A-Za-z0-9_.-]*?(?i:key|token|secret|passphrase|credential|pwd|pass|auth|pat))"
     r"(?P<key>[A-Za-z_][A-Za-z0-9_.-]*)(?P=q)[ \t]*[:=][ \t]*"
@@ -168,9 +184,9 @@ _NEXT_LINE = re.compile(
 )
 # Where `_NEXT_LINE` can start: a line that ends at a separator (or a block indicator, or a comment after it) and
 # is followed by an indented line. Searching for these first is 10x cheaper than trying `^` at every position.
-_NEXT_LINE_END = re.compile(r"[:=][ \t]*(?:[|>][1-9+-]{0,2}[ \t]*)?(?:#[^\n]*)?\r?\n[ \t\r\n]")
-_BLOCK_INDICATOR = re.compile(r"[|>](?:[1-9][+-]?|[+-][1-9]?)?")
-_MAPPING_LINE = re.compile(r"[\"']?[A-Za-z0-9_.$-]+[\"']?[ \t]*:(?:[ \t]|$)|-(?:[ \t]|$)|#")
+_NEXT_LINE_END = _Lazy(r"[:=][ \t]*(?:[|>][1-9+-]{0,2}[ \t]*)?(?:#[^\n]*)?\r?\n[ \t\r\n]")
+_BLOCK_INDICATOR = _Lazy(r"[|>](?:[1-9][+-]?|[+-][1-9]?)?")
+_MAPPING_LINE = _Lazy(r"[\"']?[A-Za-z0-9_.$-]+[\"']?[ \t]*:(?:[ \t]|$)|-(?:[ \t]|$)|#")
 # `mysql -uroot -pX`, `docker login -u bob -p X`, `sshpass -p X`: `-p` is a password only beside a user or in these;
 # `redis-cli -a X` / `--pass X`: redis-cli's `-a` takes nothing but the password; so does the `-p` of mongosh and
 # the mongo tools (`mongosh -p X -u admin`: the port is `--port`).
@@ -238,20 +254,20 @@ def _tool_re(shape: str) -> re.Pattern[str]:
 # `set("section", "password", "x")`), or the password of a credentials call (`auth=("bob", "x")`,
 # `HTTPBasicAuth("bob", "x")`, `smtp.login("bob", "x")`). Each stays on one line; (needles, pattern).
 _CODE_QUOTED = r"""(?:"(?:[^"\\\n]|\\.)*"|'(?:[^'\\\n]|\\.)*')"""
-_CODE_SHAPES: list[tuple[tuple[str, ...], re.Pattern[str]]] = [
-    (('"]', "']"), re.compile(r"(?P<head>\[[ \t]*[\"'](?P<key>[A-Za-z_][\w.-]*)[\"']\][ \t]*=[ \t]*)"
+_CODE_SHAPES: list[tuple[tuple[str, ...], _Lazy]] = [
+    (('"]', "']"), _Lazy(r"(?P<head>\[[ \t]*[\"'](?P<key>[A-Za-z_][\w.-]*)[\"']\][ \t]*=[ \t]*)"
                              r"(?P<secret>" + _CODE_QUOTED + ")")),
     (("setdefault(", "setenv(", "putenv(", "Setenv(", "SetEnvironmentVariable(", "set(", "put(", "setItem(",
-      "setProperty(", "set_key("), re.compile(
+      "setProperty(", "set_key("), _Lazy(
         r"(?P<head>\b(?:setdefault|setenv|putenv|Setenv|SetEnvironmentVariable|set|put|setItem|setProperty|set_key)"
         r"\([ \t]*(?:" + _CODE_QUOTED + r"[ \t]*,[ \t]*)?[\"'](?P<key>[A-Za-z_][\w.-]*)[\"'][ \t]*,[ \t]*)"
         r"(?P<secret>" + _CODE_QUOTED + ")")),
-    (("auth=", "auth =", "Auth(", ".login("), re.compile(
+    (("auth=", "auth =", "Auth(", ".login("), _Lazy(
         r"(?P<head>(?:\bauth ?= ?\(|(?:Basic|Digest)Auth\(|\.login\()[ \t]*" + _CODE_QUOTED
         + r"[ \t]*,[ \t]*)(?P<secret>" + _CODE_QUOTED + ")")),
 ]
 # `Basic <base64 of user:password>` outside an Authorization header.
-_BARE_BASIC = re.compile(r"(?P<head>\b[Bb]asic[ \t]+)(?P<secret>[A-Za-z0-9+/]{8,}={0,2})(?![A-Za-z0-9+/=])")
+_BARE_BASIC = _Lazy(r"(?P<head>\b[Bb]asic[ \t]+)(?P<secret>[A-Za-z0-9+/]{8,}={0,2})(?![A-Za-z0-9+/=])")
 
 
 # SQL that sets a password: `IDENTIFIED BY 'x'`, `WITH [ENCRYPTED] PASSWORD 'x'`, `ALTER ROLE app PASSWORD 'x'`,
@@ -418,11 +434,11 @@ def redact(text: str) -> tuple[str, int]:
 # A token wrapped over lines (a terminal or a formatter breaking it at a column, a shell command continued with a
 # backslash): its line ends inside a run of token characters and the next line, after indentation, runs on.
 _RUN_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.+/=:~-")
-_RUN = re.compile(r"[A-Za-z0-9_.+/=:~-]*")
-_WRAP = re.compile(r"\\?\r?\n[ \t]*(?=[A-Za-z0-9_.+/=-])")
+_RUN = _Lazy(r"[A-Za-z0-9_.+/=:~-]*")
+_WRAP = _Lazy(r"\\?\r?\n[ \t]*(?=[A-Za-z0-9_.+/=-])")
 _WRAP_LINES = 32  # a 2,500-character token at 80 columns
 _WRAP_COLUMN = 40  # a line this long may have been broken at a column
-_LINE_REST = re.compile(r"[\"',;)\]}> \t\r]*(?:\n|$)")
+_LINE_REST = _Lazy(r"[\"',;)\]}> \t\r]*(?:\n|$)")
 
 
 def _wrapped_spans(text: str, triggers: list[str], pattern: re.Pattern[str]) -> list[tuple[int, int, str]]:
@@ -744,7 +760,7 @@ def _unquote(value: str) -> tuple[str, str]:
 
 
 # The shell ends an unquoted word at a control or redirection operator: in `mysql -pX; ls` the password is `X`.
-_SHELL_OPERATOR = re.compile(r"[;&|<>`)]")
+_SHELL_OPERATOR = _Lazy(r"[;&|<>`)]")
 
 
 def _shell_word(value: str, quote: str) -> tuple[str, str]:
@@ -923,8 +939,8 @@ def _sas_signature(match: re.Match[str]) -> Hit:
 
 
 _DOCKER_AUTH_KEYS = {"auth", "_auth"}
-_RANDOM_WORD = re.compile(r"[A-Za-z0-9+/=_]{16,}")
-_TRAILING_OPERATORS = re.compile(r"[;&|]+$")
+_RANDOM_WORD = _Lazy(r"[A-Za-z0-9+/=_]{16,}")
+_TRAILING_OPERATORS = _Lazy(r"[;&|]+$")
 _BASE64ISH = re.compile(r"[A-Za-z0-9+/_-]{12,}={0,2}")
 
 
