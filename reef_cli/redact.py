@@ -876,12 +876,14 @@ def _line_matches(pattern: re.Pattern[str], text: str, needles: tuple[str, ...],
 
 
 def _next_line_matches(text: str) -> Iterator[re.Match[str]]:
+    """The `_NEXT_LINE` matches whose value is a secret. One the rule declines does not hide the lines under it:
+    `auth:` + `  api_key:` + `    X` is a mapping under `auth` and a value under `api_key`."""
     done = 0
     for end in _NEXT_LINE_END.finditer(text):
         line = text.rfind("\n", 0, end.start()) + 1
         if line >= done:
             match = _NEXT_LINE.match(text, line)
-            if match is not None:
+            if match is not None and _next_line_value(match) is not None:
                 yield match
                 done = match.end()
 

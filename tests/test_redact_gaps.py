@@ -271,3 +271,8 @@ def test_sweep_shapes(text: str, want: str | None) -> None:
 ])
 def test_secret_literals_handed_to_code(text: str, want: str | None) -> None:
     fixed(text, want)
+
+
+def test_a_value_on_the_next_line_nested_under_another_key() -> None:
+    fixed("auth:\n  api_key:\n    s3cretPw9\n  mode: x\n", "auth:\n  api_key:\n    [REDACTED:api_key]\n  mode: x\n")
+    fixed("password:\n  policy: strict\n  token: |\n    s3cretPw9\n", "password:\n  policy: strict\n  token: |\n    [REDACTED:token]\n")
