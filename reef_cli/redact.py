@@ -180,8 +180,10 @@ _NEXT_LINE = _Lazy(
     r"(?=[A-Za-z0-9_.-]*?(?i:key|token|secret|passphrase|credential|pwd|pass|auth|pat))"
     r"(?P<key>[A-Za-z_][A-Za-z0-9_.-]*)(?P=q)[ \t]*[:=][ \t]*"
     r"(?P<block>[|>](?:[1-9][+-]?|[+-][1-9]?)?)?[ \t]*(?:#[^\n]*)?\r?\n)"
-    r"(?P<body>(?:(?:[ \t]*\r?\n)*(?P=indent)[ \t]+[^ \t\r\n][^\n]*(?:\n|\Z))+)"
+    r"(?P<body>(?(block)(?:_LINE){1,500}|_LINE))"  # a block's lines (at most 500); a plain value's one line
+    .replace("_LINE", r"(?:[ \t]*\r?\n)*(?P=indent)[ \t]+[^ \t\r\n][^\n]*(?:\n|\Z)")
 )
+_NEXT_INDENT = _Lazy(r"(?:[ \t]*\r?\n)*([ \t]*)(?=[^ \t\r\n])")
 # Where `_NEXT_LINE` can start: a line that ends at a separator (or a block indicator, or a comment after it) and
 # is followed by an indented line. Searching for these first is 10x cheaper than trying `^` at every position.
 _NEXT_LINE_END = _Lazy(r"[:=][ \t]*(?:[|>][1-9+-]{0,2}[ \t]*)?(?:#[^\n]*)?\r?\n[ \t\r\n]")
@@ -713,7 +715,10 @@ def _digest(match: re.Match[str]) -> Hit:
 def _pgpass_matches(text: str) -> Iterator[re.Match[str]]:
     done = 0
     for port in _PGPASS_PORT.finditer(text):
-        start = max(text.rfind(c, 0, port.start()) for c in " \t\n'\"") + 1
+        low = max(0, port.start() - 256)  # a host name is at most 253 characters: the scan back stays short
+        start = max(text.rfind(c, low, port.start()) for c in " \t\n'\"") + 1
+        if start == 0 and low:
+            continue
         if start >= done:
             match = _PGPASS.match(text, start)
             if match is not None:
@@ -918,8 +923,9 @@ def _next_line_value(match: re.Match[str]) -> Hit:
         if not _is_literal_secret(value, literal=True):
             return None
         return match.group("head") + lead, value, kind, tail
-    if len(values) != 1 or _MAPPING_LINE.match(values[0]):
-        return None
+    after = _NEXT_INDENT.match(match.string, match.end())
+    if len(values) != 1 or _MAPPING_LINE.match(values[0]) or (after and len(after.group(1)) > column):
+        return None  # a mapping, a list, a comment, or a value running on over more lines
     value, quote = _unquote(values[0])
     if not quote and (re.search(r"\s", value) or not _is_literal_secret(value, literal=False)):
         return None  # prose under a heading (`Password:` + `  then press enter`), a variable, a command

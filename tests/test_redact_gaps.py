@@ -276,3 +276,15 @@ def test_secret_literals_handed_to_code(text: str, want: str | None) -> None:
 def test_a_value_on_the_next_line_nested_under_another_key() -> None:
     fixed("auth:\n  api_key:\n    s3cretPw9\n  mode: x\n", "auth:\n  api_key:\n    [REDACTED:api_key]\n  mode: x\n")
     fixed("password:\n  policy: strict\n  token: |\n    s3cretPw9\n", "password:\n  policy: strict\n  token: |\n    [REDACTED:token]\n")
+
+
+def test_adversarial_line_shapes_stay_linear() -> None:
+    """400 nested `token:` headers (each a mapping over all the lines under it) took 6 s for 400 KB while the
+    next-line rule read every header's whole body; a 160 KB line of `a:1:b:c:` scanned back to the line start for
+    every .pgpass candidate. Now a plain value reads one line (a block at most 500), and the scan back 256 chars."""
+    import time
+
+    for text in ("".join(" " * i + "token:\n" for i in range(400)) * 5, "a:1:b:c:" * 20000):
+        start = time.perf_counter()
+        assert redact(text) == (text, 0)
+        assert time.perf_counter() - start < 3.0
