@@ -2,8 +2,10 @@
 
 Best effort, tuned to miss as few real secrets as possible without mangling ordinary code and prose: provider
 tokens are matched by their documented shapes; `KEY=value`-style assignments only when the key names a secret
-and the value looks like a literal rather than code (`token = get_token()` stays). Every replacement reads
-`[REDACTED:<kind>]`, and text that is already redacted passes through unchanged (and uncounted).
+and the value looks like a literal rather than code (`token = get_token()` stays); a value may sit on the next line
+(YAML block scalars, INI continuations); a provider token may be wrapped over lines; flags and arguments that only a
+password fills (`mysql -pX`, `ssh-keygen -N X`, `echo X | sudo -S`) are read by the tool's own syntax. Every
+replacement reads `[REDACTED:<kind>]`, and text that is already redacted passes through unchanged (and uncounted).
 """
 
 from __future__ import annotations
@@ -229,15 +231,18 @@ _TOOL_SHAPES: list[tuple[tuple[str, ...], str]] = [
      + r"(?:-U|--user(?:name)?)[ \t=]*['\"]?[^\s%'\"]+%)"),
     (("htpasswd",), _CMD + r"(?P<head>htpasswd(?=[^\n;&|]*[ \t]-[A-Za-z]*b)(?:[ \t]+[^\s;&|<>]+)*?[ \t]+)"
      + _TOOL_VALUE + r"(?=[ \t]*(?:$|[\n;&|<>]))"),
-    (("ecureString", "ecurestring"), r"(?P<head>\b(?i:ConvertTo-SecureString)(?:[ \t]+-(?i:AsPlainText|Force|String))*[ \t]+)"),
+    (("ecureString", "ecurestring"),
+     r"(?P<head>\b(?i:ConvertTo-SecureString)(?:[ \t]+-(?i:AsPlainText|Force|String))*[ \t]+)"),
     (("/user:", "/USER:", "/User:"), r"(?P<head>\b(?i:net)[ \t]+(?i:use)\b[^\n;&|]*?[ \t]/(?i:user):\S+[ \t]+)(?!/)"),
     (("setx", "SETX", "Setx"), r"(?P<head>\b(?i:setx)[ \t]+(?P<key>[A-Za-z_]\w*)[ \t]+)"),
-    (("config",), r"(?P<head>\b(?:aws[ \t]+configure[ \t]+set|git[ \t]+config|(?:npm|yarn|pnpm|pip|gcloud|conda)[ \t]+config"
-     r"[ \t]+set|dotnet[ \t]+user-secrets[ \t]+set)(?:[ \t]+--?[\w-]+)*[ \t]+(?P<key>[^\s=\-][^\s=]*)[ \t]+)"),
+    (("config",), r"(?P<head>\b(?:aws[ \t]+configure[ \t]+set|git[ \t]+config"
+     r"|(?:npm|yarn|pnpm|pip|gcloud|conda)[ \t]+config[ \t]+set|dotnet[ \t]+user-secrets[ \t]+set)"
+     r"(?:[ \t]+--?[\w-]+)*[ \t]+(?P<key>[^\s=\-][^\s=]*)[ \t]+)"),
     (("http-basic",), r"(?P<head>\bpoetry[ \t]+config[ \t]+http-basic\.\S+[ \t]+\S+[ \t]+)"),
     (("secret set",), r"(?P<head>\bgh[ \t]+secret set\b[^\n;&|]*?[ \t](?:--body|-b)(?:[ \t]+|=))"),
     # a password piped into the tool that reads it from standard input
-    (("-S", "stdin", "chpasswd"), r"(?P<head>\b(?:echo|printf)(?:[ \t]+-[neE]+)*(?:[ \t]+['\"]?%s(?:\\n)?['\"]?)?[ \t]+)"
+    (("-S", "stdin", "chpasswd"),
+     r"(?P<head>\b(?:echo|printf)(?:[ \t]+-[neE]+)*(?:[ \t]+['\"]?%s(?:\\n)?['\"]?)?[ \t]+)"
      + _TOOL_VALUE + r"(?=[ \t]*\|[ \t]*(?:sudo(?:[ \t]+-\w+)*[ \t]+-S|chpasswd\b|[^\n;&|]*--stdin\b|"
      r"[^\n;&|]*--pass(?:word)?-stdin\b))"),
 ]
@@ -369,8 +374,8 @@ def is_secret_key(key: str) -> bool:
 _AUTH_SWITCHES = {"no", "skip", "disable", "disabled", "enable", "enabled", "require", "required", "use", "with",
                   "without", "allow", "bypass", "need", "force", "has", "is"}
 _AUTH_SCHEMES = {"0", "1", "basic", "bearer", "digest", "oauth", "oauth2", "oidc", "saml", "ldap", "kerberos", "ntlm",
-                 "token", "password", "jwt", "apikey", "api_key", "iam", "mtls", "tls", "sasl", "scram", "trust", "peer",
-                 "md5", "cert", "plain", "anonymous", "local", "none"}
+                 "token", "password", "jwt", "apikey", "api_key", "iam", "mtls", "tls", "sasl", "scram", "trust",
+                 "peer", "md5", "cert", "plain", "anonymous", "local", "none"}
 
 
 def _is_auth_switch(key: str, value: str) -> bool:
@@ -416,6 +421,8 @@ def _looks_random(text: str) -> bool:
 
 def redact(text: str) -> tuple[str, int]:
     """Replace secret-shaped substrings with `[REDACTED:<kind>]`; returns the new text and how many were replaced.
+    A provider token wrapped over lines (a backslash-newline, or a newline and indentation, inside it) is replaced
+    whole, its line breaks with it.
 
     The text is also read through the encodings a secret hides behind in logs — terminal colour codes, JSON string
     escapes, URL percent-encoding — and a secret found in any of those readings is removed from the text in every
@@ -458,10 +465,11 @@ def _wrapped_spans(text: str, triggers: list[str], pattern: re.Pattern[str]) -> 
 
 
 def _wrapped_at(text: str, at: int, trigger: str, pattern: re.Pattern[str]) -> tuple[int, int, str] | None:
-    """(start, end, the token joined) in `text` of a `pattern` token that starts in the run holding `text[at]` and runs on past the
-    run's line break; None when there is none. The next line joins when the token is not complete without it, or
-    when the break is a backslash-newline; a token that is already complete at the break takes the next line only
-    when that line holds nothing but a random-looking run and the first line is long enough to have been wrapped."""
+    """(start, end, the token joined) in `text` of a `pattern` token that starts in the run holding `text[at]` and
+    runs on past the run's line break; None when there is none. The next line joins when the token is not complete
+    without it, or when the break is a backslash-newline; a token that is already complete at the break takes the
+    next line only when that line holds nothing but a random-looking run and the first line is long enough to have
+    been wrapped."""
     end = _RUN.match(text, at).end()
     if end - at < len(trigger) + 4:
         return None  # `grep ghp_` + newline: a prefix alone is not a wrapped token

@@ -99,7 +99,8 @@ def test_structured_auth_values() -> None:
 # data whatever it holds; a plain or quoted value on the next, deeper-indented line is taken as a same-line value
 # would be. A nested mapping, a list, a comment, a placeholder or prose (words with spaces) under the key is not.
 @pytest.mark.parametrize(("text", "want"), [
-    ("database:\n  password: |\n    s3cretPw9\n  host: db\n", "database:\n  password: |\n    [REDACTED:password]\n  host: db\n"),
+    ("database:\n  password: |\n    s3cretPw9\n  host: db\n",
+     "database:\n  password: |\n    [REDACTED:password]\n  host: db\n"),
     ("database:\n  password: >-\n    s3cretPw9\n  host: db\n",
      "database:\n  password: >-\n    [REDACTED:password]\n  host: db\n"),
     ("stringData:\n  password: |-\n    hunter\n", "stringData:\n  password: |-\n    [REDACTED:password]\n"),
@@ -171,21 +172,26 @@ def test_a_token_wrapped_over_lines(text: str, want: str | None) -> None:
     ("unzip -P hunter out.zip", "unzip -P [REDACTED:password] out.zip"),
     ("7z a -phunter9 out.7z f", "7z a -p[REDACTED:password] out.7z f"),
     ("sqlcmd -S db -U sa -P 'Str0ng!Pw' -Q 'select 1'", "sqlcmd -S db -U sa -P '[REDACTED:password]' -Q 'select 1'"),
-    ("ldapsearch -x -D cn=admin,dc=x -w hunter -b dc=x", "ldapsearch -x -D cn=admin,dc=x -w [REDACTED:password] -b dc=x"),
+    ("ldapsearch -x -D cn=admin,dc=x -w hunter -b dc=x",
+     "ldapsearch -x -D cn=admin,dc=x -w [REDACTED:password] -b dc=x"),
     ("keytool -genkey -storepass hunter1 -keypass hunter2 -alias a",
      "keytool -genkey -storepass [REDACTED:password] -keypass [REDACTED:password] -alias a"),
-    ("openssl pkcs12 -export -passout pass:hunter -out a.p12", "openssl pkcs12 -export -passout pass:[REDACTED:password] -out a.p12"),
+    ("openssl pkcs12 -export -passout pass:hunter -out a.p12",
+     "openssl pkcs12 -export -passout pass:[REDACTED:password] -out a.p12"),
     ("openssl enc -aes256 -k hunter -in f", "openssl enc -aes256 -k [REDACTED:password] -in f"),
     ("smbclient //host/share -U bob%hunter", "smbclient //host/share -U bob%[REDACTED:password]"),
     ("htpasswd -bc /etc/nginx/.htpasswd admin hunter", "htpasswd -bc /etc/nginx/.htpasswd admin [REDACTED:password]"),
     ("htpasswd -nbB admin 'h pw' > users", "htpasswd -nbB admin '[REDACTED:password]' > users"),
-    ("$pw = ConvertTo-SecureString 'hunter' -AsPlainText -Force", "$pw = ConvertTo-SecureString '[REDACTED:password]' -AsPlainText -Force"),
-    ("net use Z: \\\\srv\\share /user:bob hunter9 /persistent:no", "net use Z: \\\\srv\\share /user:bob [REDACTED:password] /persistent:no"),
+    ("$pw = ConvertTo-SecureString 'hunter' -AsPlainText -Force",
+     "$pw = ConvertTo-SecureString '[REDACTED:password]' -AsPlainText -Force"),
+    ("net use Z: \\\\srv\\share /user:bob hunter9 /persistent:no",
+     "net use Z: \\\\srv\\share /user:bob [REDACTED:password] /persistent:no"),
     ("setx API_TOKEN hunter9", "setx API_TOKEN [REDACTED:token]"),
     ("aws configure set aws_secret_access_key wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
      "aws configure set aws_secret_access_key [REDACTED:api_key]"),
     ("git config --global credential.password hunter", "git config --global credential.password [REDACTED:password]"),
-    ("npm config set //registry.npmjs.org/:_authToken s3cretTok9", "npm config set //registry.npmjs.org/:_authToken [REDACTED:token]"),
+    ("npm config set //registry.npmjs.org/:_authToken s3cretTok9",
+     "npm config set //registry.npmjs.org/:_authToken [REDACTED:token]"),
     ("poetry config http-basic.corp bob hunter", "poetry config http-basic.corp bob [REDACTED:password]"),
     ("gh secret set API_KEY --body hunter9 -R o/r", "gh secret set API_KEY --body [REDACTED:password] -R o/r"),
     ("echo 'hunter' | sudo -S apt-get update", "echo '[REDACTED:password]' | sudo -S apt-get update"),
@@ -197,7 +203,7 @@ def test_a_token_wrapped_over_lines(text: str, want: str | None) -> None:
     ("zip -r out.zip dir -x '*.git*' && unzip -l out.zip && 7z x -o/tmp a.7z", None),
     ("openssl req -passin env:KEY_PW -passout file:pw.txt -k $PW", None),
     ("sqlcmd -S db -P $SA_PASSWORD; ldapsearch -w \"$LDAP_PW\" -b dc=x", None),
-    ("git config --global credential.helper store && git config user.name Jo && aws configure set region eu-west-1", None),
+    ("git config --global credential.helper store && git config user.name Jo && aws configure set region x", None),
     ("setx PATH C:\\tools && setx JAVA_HOME C:\\jdk", None),
     ("echo hunter | grep hunt && echo $PW | docker login --password-stdin && echo done | sudo tee f", None),
     ("htpasswd -c /etc/nginx/.htpasswd admin", None),
@@ -217,7 +223,7 @@ def test_tool_rules_match_any_casing_windows_accepts() -> None:
 # Hostile sweep: credential shapes of headers, files and providers that leaked or came out mangled.
 @pytest.mark.parametrize(("text", "want"), [
     # Digest: the parameters (the response is a hash of the password; the marker used to replace `username=`)
-    ('Authorization: Digest username="bob", realm="x", nonce="abc", uri="/", response="6629fae49393a05397450978507c4ef1"',
+    ('Authorization: Digest username="bob", realm="x", nonce="abc", uri="/", response="6629fae49393a05397450978"',
      "Authorization: Digest [REDACTED:authorization]"),
     ('curl -H "Authorization: Digest username=\\"bob\\", response=\\"6629fae4\\"" x',
      'curl -H "Authorization: Digest [REDACTED:authorization]" x'),
@@ -227,7 +233,8 @@ def test_tool_rules_match_any_casing_windows_accepts() -> None:
      "cat ~/.pgpass\n*:*:*:postgres:[REDACTED:password]\nlocalhost:5433:*:app:[REDACTED:password]\n"),
     # PuTTY private key: the Private-Lines body
     ("PuTTY-User-Key-File-3: ssh-ed25519\nEncryption: none\nPublic-Lines: 1\nAAAAC3NzaC1lZDI1NTE5AAAAIM\n"
-     "Private-Lines: 2\nAAAAIFr1kG6vN3Zp8bQ2xW0eYtLc9HuM4aSdJfKgRqTzEo5Xw\nAAAAIBc7mN2pQ4rS6tU8vW0xY2zA4bC6dE8fG0hI2jK4lM6n\n"
+     "Private-Lines: 2\nAAAAIFr1kG6vN3Zp8bQ2xW0eYtLc9HuM4aSdJfKgRqTzEo5Xw\n"
+     "AAAAIBc7mN2pQ4rS6tU8vW0xY2zA4bC6dE8fG0hI2jK4lM6n\n"
      "Private-MAC: 0a1b2c3d\n",
      "PuTTY-User-Key-File-3: ssh-ed25519\nEncryption: none\nPublic-Lines: 1\nAAAAC3NzaC1lZDI1NTE5AAAAIM\n"
      "Private-Lines: 2\n[REDACTED:private_key]\nPrivate-MAC: 0a1b2c3d\n"),
@@ -236,7 +243,8 @@ def test_tool_rules_match_any_casing_windows_accepts() -> None:
     ("xoxc-1234567890-1234567890-1234567890-" + "ab12" * 16, "[REDACTED:slack_token]"),
     ("d=xoxd-" + "Ab1%2B" * 8 + ";", "d=[REDACTED:slack_token];"),
     # ADO.NET / ODBC connection strings: the password runs to the next `;`
-    ("Server=db;User Id=sa;Password=s3cret Pw9;Encrypt=true", "Server=db;User Id=sa;Password=[REDACTED:password];Encrypt=true"),
+    ("Server=db;User Id=sa;Password=s3cret Pw9;Encrypt=true",
+     "Server=db;User Id=sa;Password=[REDACTED:password];Encrypt=true"),
     ('"Driver={ODBC};Server=db;UID=sa;PWD=two words;"', '"Driver={ODBC};Server=db;UID=sa;PWD=[REDACTED:password];"'),
     ("Password=s3cret Pw9;Server=db;", "Password=[REDACTED:password];Server=db;"),
     # look-alikes
@@ -256,7 +264,8 @@ def test_sweep_shapes(text: str, want: str | None) -> None:
 @pytest.mark.parametrize(("text", "want"), [
     ('os.environ["API_KEY"] = "hunter2x9abc"', 'os.environ["API_KEY"] = "[REDACTED:api_key]"'),
     ("headers['X-Api-Key'] = 'hunter'", "headers['X-Api-Key'] = '[REDACTED:api_key]'"),
-    ('os.environ.setdefault("SECRET_KEY", "hunter2x9abc")', 'os.environ.setdefault("SECRET_KEY", "[REDACTED:api_key]")'),
+    ('os.environ.setdefault("SECRET_KEY", "hunter2x9abc")',
+     'os.environ.setdefault("SECRET_KEY", "[REDACTED:api_key]")'),
     ('os.Setenv("DB_PASSWORD", "hunter")', 'os.Setenv("DB_PASSWORD", "[REDACTED:password]")'),
     ('config.set("auth", "password", "hunter2x9")', 'config.set("auth", "password", "[REDACTED:password]")'),
     ('requests.get(url, auth=("bob", "hunter2x9"))', 'requests.get(url, auth=("bob", "[REDACTED:password]"))'),
@@ -275,7 +284,8 @@ def test_secret_literals_handed_to_code(text: str, want: str | None) -> None:
 
 def test_a_value_on_the_next_line_nested_under_another_key() -> None:
     fixed("auth:\n  api_key:\n    s3cretPw9\n  mode: x\n", "auth:\n  api_key:\n    [REDACTED:api_key]\n  mode: x\n")
-    fixed("password:\n  policy: strict\n  token: |\n    s3cretPw9\n", "password:\n  policy: strict\n  token: |\n    [REDACTED:token]\n")
+    fixed("password:\n  policy: strict\n  token: |\n    s3cretPw9\n",
+          "password:\n  policy: strict\n  token: |\n    [REDACTED:token]\n")
 
 
 def test_adversarial_line_shapes_stay_linear() -> None:
