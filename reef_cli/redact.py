@@ -240,6 +240,9 @@ _TOOL_SHAPES: list[tuple[tuple[str, ...], str]] = [
      r"(?:[ \t]+--?[\w-]+)*[ \t]+(?P<key>[^\s=\-][^\s=]*)[ \t]+)"),
     (("http-basic",), r"(?P<head>\bpoetry[ \t]+config[ \t]+http-basic\.\S+[ \t]+\S+[ \t]+)"),
     (("secret set",), r"(?P<head>\bgh[ \t]+secret set\b[^\n;&|]*?[ \t](?:--body|-b)(?:[ \t]+|=))"),
+    # redis AUTH [user] password, given to redis-cli or typed at its `host:port>` prompt
+    (("AUTH", "auth", "Auth"), r"(?P<head>(?:" + _CMD + r"redis-cli\b[^\n;&|]*?[ \t]|[\w.:-]+:\d+(?:\[\d+\])?>[ \t]*)"
+     r"(?i:auth)[ \t]+(?:[^\s;&|]+[ \t]+(?=[^\s;&|]))?)" + _TOOL_VALUE + r"(?=[ \t]*(?:$|[\n;&|]))"),
     # a password piped into the tool that reads it from standard input
     (("-S", "stdin", "chpasswd"),
      r"(?P<head>\b(?:echo|printf)(?:[ \t]+-[neE]+)*(?:[ \t]+['\"]?%s(?:\\n)?['\"]?)?[ \t]+)"
@@ -269,10 +272,18 @@ _CODE_SHAPES: list[tuple[tuple[str, ...], _Lazy]] = [
         r"(?P<head>\b(?:setdefault|setenv|putenv|Setenv|SetEnvironmentVariable|set|put|setItem|setProperty|set_key)"
         r"\([ \t]*(?:" + _CODE_QUOTED + r"[ \t]*,[ \t]*)?[\"'](?P<key>[A-Za-z_][\w.-]*)[\"'][ \t]*,[ \t]*)"
         r"(?P<secret>" + _CODE_QUOTED + ")")),
+    # a Dockerfile's `ENV NAME value` / `ARG NAME value` (the legacy space form): the value is the rest of the line
+    (("ENV", "ARG", "env ", "arg "), _Lazy(
+        r"(?P<head>(?:^|(?<=\n))[ \t]*(?i:env|arg)[ \t]+(?P<key>[A-Za-z_]\w*)[ \t]+)"
+        r"(?P<secret>" + _CODE_QUOTED + r"|[^\s\"'=][^\n]*?)(?=[ \t]*(?:\r?\n|$))")),
     (("auth=", "auth =", "Auth(", ".login("), _Lazy(
         r"(?P<head>(?:\bauth ?= ?\(|(?:Basic|Digest)Auth\(|\.login\()[ \t]*" + _CODE_QUOTED
         + r"[ \t]*,[ \t]*)(?P<secret>" + _CODE_QUOTED + ")")),
 ]
+# `rclone config create|update NAME TYPE key value ...`: the pairs after the command, a secret-named key's value.
+_RCLONE = _Lazy(r"\brclone[ \t]+config[ \t]+(?:create|update)\b[^\n;&|]*")
+_RCLONE_PAIR = _Lazy(r"(?P<head>[ \t](?P<key>(?=[A-Za-z_]*(?:key|secret|pass|token))[A-Za-z_]+)[ \t]+)"
+                     r"(?P<secret>\"[^\"\n]*\"|'[^'\n]*'|[^\s\"'\\<>|&;()`-][^\s\"']*)")
 # `Basic <base64 of user:password>` outside an Authorization header.
 _BARE_BASIC = _Lazy(r"(?P<head>\b[Bb]asic[ \t]+)(?P<secret>[A-Za-z0-9+/]{8,}={0,2})(?![A-Za-z0-9+/=])")
 
@@ -360,6 +371,8 @@ def is_secret_key(key: str) -> bool:
         return True
     if "pwd" in words or (key.isupper() and {"pass", "pat"} & set(words)):
         return True  # MYSQL_PWD, REDIS_PASS, AZURE_DEVOPS_EXT_PAT; a lowercase `pass` is often a count or a round
+    if words[-1] == "pass" and len(words) > 1 and words[-2] in _PASS_OWNERS:
+        return True  # ansible_become_pass, db_pass, smtp_pass; not proxy_pass, first_pass, num_pass
     if key.isupper() and words[-1] == "auth":
         # REDISCLI_AUTH, REDIS_AUTH, NPM_CONFIG__AUTH, PROXY_AUTH hold a password; NO_AUTH, SKIP_AUTH are switches.
         # A lowercase `auth` is too often a setting (`auth: required`, `auth = get_auth()`).
@@ -370,6 +383,11 @@ def is_secret_key(key: str) -> bool:
     return False
 
 
+# Whose password a lowercase `*_pass` names (`pass` alone is as often a round or a count).
+_PASS_OWNERS = {"ssh", "become", "sudo", "su", "ansible", "db", "database", "smtp", "mail", "email", "ftp", "sftp",
+                "admin", "root", "user", "login", "bind", "ldap", "redis", "mysql", "pg", "postgres", "mongo", "amqp",
+                "rabbitmq", "mq", "vnc", "wifi", "wpa", "keystore", "truststore", "store", "key", "http", "basic",
+                "api", "app", "service", "svc", "vault", "git"}
 # Words before AUTH that make the name a switch, and values of an AUTH name that name a scheme or a switch.
 _AUTH_SWITCHES = {"no", "skip", "disable", "disabled", "enable", "enabled", "require", "required", "use", "with",
                   "without", "allow", "bypass", "need", "force", "has", "is"}
@@ -674,6 +692,8 @@ def _scan(text: str, found: list[tuple[str, str]], in_context: list[tuple[str, s
     for needles, pattern in _CODE_SHAPES:
         if any(needle in text for needle in needles):
             text = sub(pattern, _code_secret, text, _line_matches(pattern, text, needles))
+    if "rclone" in text:
+        text = sub(_RCLONE_PAIR, _tool_value, text, _rclone_matches(text))
     if "assword" in text or "ASSWORD" in text or "dentified" in text or "DENTIFIED" in text:
         text = sub(_SQL_PASSWORD, _sql_password, text)
     if "password" in text:
@@ -718,6 +738,11 @@ def _auth_header(match: re.Match[str]) -> Hit:
 def _digest(match: re.Match[str]) -> Hit:
     secret = match.group("secret")
     return None if "[REDACTED:" in secret else (match.group("head"), secret, "authorization", "")
+
+
+def _rclone_matches(text: str) -> Iterator[re.Match[str]]:
+    for command in _RCLONE.finditer(text):
+        yield from _RCLONE_PAIR.finditer(text, command.start(), command.end())
 
 
 def _pgpass_matches(text: str) -> Iterator[re.Match[str]]:

@@ -298,3 +298,27 @@ def test_adversarial_line_shapes_stay_linear() -> None:
         start = time.perf_counter()
         assert redact(text) == (text, 0)
         assert time.perf_counter() - start < 3.0
+
+
+# Hostile sweep, second round: Dockerfile ENV/ARG in the space form, redis AUTH, Ansible's *_pass variables, rclone.
+@pytest.mark.parametrize(("text", "want"), [
+    ("ENV DB_PASSWORD hunter2x9\nRUN make", "ENV DB_PASSWORD [REDACTED:password]\nRUN make"),
+    ("ARG NPM_TOKEN s3cretTok9", "ARG NPM_TOKEN [REDACTED:token]"),
+    ("127.0.0.1:6379> AUTH hunter2x9\nOK", "127.0.0.1:6379> AUTH [REDACTED:password]\nOK"),
+    ("redis-cli -h cache AUTH default hunter; redis-cli ping",
+     "redis-cli -h cache AUTH default [REDACTED:password]; redis-cli ping"),
+    ("cache:6379> auth hunter", "cache:6379> auth [REDACTED:password]"),
+    ("ansible_become_pass: hunter2x9", "ansible_become_pass: [REDACTED:password]"),
+    ("ansible all -e ansible_ssh_pass=hunter2x9 -m ping",
+     "ansible all -e ansible_ssh_pass=[REDACTED:password] -m ping"),
+    ("db_pass = 'hunter'", "db_pass = '[REDACTED:password]'"),
+    ("rclone config create r s3 provider AWS secret_access_key hunter2x9 region eu",
+     "rclone config create r s3 provider AWS secret_access_key [REDACTED:api_key] region eu"),
+    # look-alikes
+    ("ENV PATH /usr/local/bin:$PATH\nENV NODE_ENV production\nARG VERSION 1.2", None),
+    ("127.0.0.1:6379> AUTH\n(error) ERR wrong number of arguments; redis-cli CONFIG GET requirepass", None),
+    ("proxy_pass http://backend; first_pass = 3; num_pass: 2; bypass: true", None),
+    ("psql -W app; mysql --password app", None),
+])
+def test_sweep_second_round(text: str, want: str | None) -> None:
+    fixed(text, want)
