@@ -178,7 +178,7 @@ _FLAG = re.compile(
 # deeper line (`password:` + newline + `  X` in YAML, `password =` + newline + `    X` as an INI continuation). The
 # body is every following line indented deeper than the key's line; the rule trims it to the key's own column.
 _NEXT_LINE = _Lazy(
-    r"(?m)^(?P<head>(?P<indent>[ \t]*)(?:-[ \t]+)?(?P<q>[\"']?)"
+    r"(?m)(?:^|(?<=\"))(?P<head>(?P<indent>[ \t]*)(?:-[ \t]+)?(?P<q>[\"']?)"
     r"(?=[A-Za-z0-9_.-]*?(?i:key|token|secret|passphrase|credential|pwd|pass|auth|pat))"
     r"(?P<key>[A-Za-z_][A-Za-z0-9_.-]*)(?P=q)[ \t]*[:=][ \t]*"
     r"(?P<block>[|>](?:[1-9][+-]?|[+-][1-9]?)?)?[ \t]*(?:#[^\n]*)?\r?\n)"
@@ -189,7 +189,7 @@ _NEXT_INDENT = _Lazy(r"(?:[ \t]*\r?\n)*([ \t]*)(?=[^ \t\r\n])")
 # Where `_NEXT_LINE` can start: a line that ends at a separator (or a block indicator, or a comment after it) and
 # is followed by an indented line. Searching for these first is 10x cheaper than trying `^` at every position.
 _NEXT_LINE_END = _Lazy(r"[:=][ \t]*(?:[|>][1-9+-]{0,2}[ \t]*)?(?:#[^\n]*)?\r?\n[ \t\r\n]")
-_BLOCK_INDICATOR = _Lazy(r"[|>](?:[1-9][+-]?|[+-][1-9]?)?")
+_BLOCK_INDICATOR = _Lazy(r"[|>](?:[1-9][+-]?|[+-][1-9]?)?(?:\\[rn].*)?")  # and a JSON-escaped line break after it
 _MAPPING_LINE = _Lazy(r"[\"']?[A-Za-z0-9_.$-]+[\"']?[ \t]*:(?:[ \t]|$)|-(?:[ \t]|$)|#")
 # `mysql -uroot -pX`, `docker login -u bob -p X`, `sshpass -p X`: `-p` is a password only beside a user or in these;
 # `redis-cli -a X` / `--pass X`: redis-cli's `-a` takes nothing but the password; so does the `-p` of mongosh and
@@ -230,7 +230,7 @@ _TOOL_SHAPES: list[tuple[tuple[str, ...], str]] = [
     (("-U", "--user"), _CMD + r"(?P<head>(?:smbclient|rpcclient|smbcacls|smbget|smbmap|net|mount\.cifs)" + _SEG
      + r"(?:-U|--user(?:name)?)[ \t=]*['\"]?[^\s%'\"]+%)"),
     (("htpasswd",), _CMD + r"(?P<head>htpasswd(?=[^\n;&|]*[ \t]-[A-Za-z]*b)(?:[ \t]+[^\s;&|<>]+)*?[ \t]+)"
-     + _TOOL_VALUE + r"(?=[ \t]*(?:$|[\n;&|<>]))"),
+     + _TOOL_VALUE + r"(?=[ \t]*(?:$|[\n;&|<>\"]))"),
     (("ecureString", "ecurestring"),
      r"(?P<head>\b(?i:ConvertTo-SecureString)(?:[ \t]+-(?i:AsPlainText|Force|String))*[ \t]+)"),
     (("/user:", "/USER:", "/User:"), r"(?P<head>\b(?i:net)[ \t]+(?i:use)\b[^\n;&|]*?[ \t]/(?i:user):\S+[ \t]+)(?!/)"),
@@ -242,7 +242,7 @@ _TOOL_SHAPES: list[tuple[tuple[str, ...], str]] = [
     (("secret set",), r"(?P<head>\bgh[ \t]+secret set\b[^\n;&|]*?[ \t](?:--body|-b)(?:[ \t]+|=))"),
     # redis AUTH [user] password, given to redis-cli or typed at its `host:port>` prompt
     (("AUTH", "auth", "Auth"), r"(?P<head>(?:" + _CMD + r"redis-cli\b[^\n;&|]*?[ \t]|[\w.:-]+:\d+(?:\[\d+\])?>[ \t]*)"
-     r"(?i:auth)[ \t]+(?:[^\s;&|]+[ \t]+(?=[^\s;&|]))?)" + _TOOL_VALUE + r"(?=[ \t]*(?:$|[\n;&|]))"),
+     r"(?i:auth)[ \t]+(?:[^\s;&|]+[ \t]+(?=[^\s;&|]))?)" + _TOOL_VALUE + r"(?=[ \t]*(?:$|[\n;&|\"]))"),
     # a password piped into the tool that reads it from standard input
     (("-S", "stdin", "chpasswd"),
      r"(?P<head>\b(?:echo|printf)(?:[ \t]+-[neE]+)*(?:[ \t]+['\"]?%s(?:\\n)?['\"]?)?[ \t]+)"
@@ -274,8 +274,8 @@ _CODE_SHAPES: list[tuple[tuple[str, ...], _Lazy]] = [
         r"(?P<secret>" + _CODE_QUOTED + ")")),
     # a Dockerfile's `ENV NAME value` / `ARG NAME value` (the legacy space form): the value is the rest of the line
     (("ENV", "ARG", "env ", "arg "), _Lazy(
-        r"(?P<head>(?:^|(?<=\n))[ \t]*(?i:env|arg)[ \t]+(?P<key>[A-Za-z_]\w*)[ \t]+)"
-        r"(?P<secret>" + _CODE_QUOTED + r"|[^\s\"'=][^\n]*?)(?=[ \t]*(?:\r?\n|$))")),
+        r"(?P<head>(?:^|(?<=[\n\"]))[ \t]*(?i:env|arg)[ \t]+(?P<key>[A-Za-z_]\w*)[ \t]+)"
+        r"(?P<secret>" + _CODE_QUOTED + r"|[^\s\"'=][^\n]*?)(?=[ \t]*(?:\r?\n|$|\"))")),
     (("auth=", "auth =", "Auth(", ".login("), _Lazy(
         r"(?P<head>(?:\bauth ?= ?\(|(?:Basic|Digest)Auth\(|\.login\()[ \t]*" + _CODE_QUOTED
         + r"[ \t]*,[ \t]*)(?P<secret>" + _CODE_QUOTED + ")")),
@@ -921,6 +921,9 @@ def _next_line_matches(text: str) -> Iterator[re.Match[str]]:
         line = text.rfind("\n", 0, end.start()) + 1
         if line >= done:
             match = _NEXT_LINE.match(text, line)
+            if match is None:  # a JSON string's first line, decoded: the key starts after the string's quote
+                quote = text.rfind('"', line, end.start())
+                match = _NEXT_LINE.match(text, quote + 1) if quote >= 0 else None
             if match is not None and _next_line_value(match) is not None:
                 yield match
                 done = match.end()

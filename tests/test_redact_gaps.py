@@ -4,6 +4,7 @@ pins the exact redacted text, so a fix that swallows the text around a secret fa
 
 from __future__ import annotations
 
+import json
 import random
 import string
 
@@ -322,3 +323,24 @@ def test_adversarial_line_shapes_stay_linear() -> None:
 ])
 def test_sweep_second_round(text: str, want: str | None) -> None:
     fixed(text, want)
+
+
+def tool_call(command: str) -> str:
+    return json.dumps({"type": "tool_use", "name": "Bash", "input": {"command": command}})
+
+
+# The same shapes inside a tool call's JSON arguments (what an agent transcript mostly is).
+@pytest.mark.parametrize(("command", "want"), [
+    ("db:\n  password: |\n    hunter\n", "db:\n  password: |\n    [REDACTED:password]\n"),
+    ("password:\n  s3cretPw9\n", "password:\n  [REDACTED:password]\n"),
+    ("cat <<EOF > Dockerfile\nENV DB_PASSWORD hunter2x9\nEOF",
+     "cat <<EOF > Dockerfile\nENV DB_PASSWORD [REDACTED:password]\nEOF"),
+    ("ENV DB_PASSWORD hunter2x9", "ENV DB_PASSWORD [REDACTED:password]"),
+    ("127.0.0.1:6379> AUTH hunter", "127.0.0.1:6379> AUTH [REDACTED:password]"),
+    ("htpasswd -nb admin hunter", "htpasswd -nb admin [REDACTED:password]"),
+    ("REDISCLI_AUTH=hunter redis-cli ping", "REDISCLI_AUTH=[REDACTED:auth] redis-cli ping"),
+    ("echo hunter | sudo -S ls", "echo [REDACTED:password] | sudo -S ls"),
+    ("mysql -pPw12; ls", "mysql -p[REDACTED:password]; ls"),
+])
+def test_shapes_inside_a_tool_call(command: str, want: str) -> None:
+    fixed(tool_call(command), tool_call(want))
