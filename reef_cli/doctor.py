@@ -328,7 +328,8 @@ def check_ledger(store) -> list[Check]:
     where = f" at line {res.line}" if res.line else ""
     return [Check("state:ledger", FAIL, f"ledger {paths.ledger_path} does not verify{where}: "
                                         f"{res.message or res.problem}",
-                  "reef ledger verify --json shows the first bad record; restore the file from a backup")]
+                  "reef ledger verify --json shows the first bad record; restore the file from a backup"
+                  + ("; with none, 'reef repair ledger --accept-loss' records the loss" if res.problem == "cut" else ""))]
 
 
 def check_installs(state: Path) -> list[Check]:

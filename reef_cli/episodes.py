@@ -2,7 +2,8 @@
 
 Each command (setup, agent, check) runs in its own session (`start_new_session=True`), so a timeout or an interrupt
 kills the whole process group with `os.killpg`, grandchildren included. The leader is waited on without being reaped
-(`waitid(WNOWAIT)`), so its process-group id cannot be reused while reef kills what it left behind.
+(`waitid(WNOWAIT)`), so its process-group id cannot be reused while reef kills what it left behind. The leader is
+a small reaper (`weights/orphans.group_dies_with_parent`) that takes the group down when reef dies, even by SIGKILL.
 
 Finished episodes are appended to a journal (one fsync'd JSON line each); a run that is killed at any point resumes
 by reading the journal and running only the episodes that are missing.
@@ -97,14 +98,23 @@ def run_command(
     kill_grace: float = 2.0,
 ) -> CommandOutcome:
     """Run `cmd` (a string runs under /bin/sh -c) in a new session; on timeout kill its whole process group."""
+    from .weights.orphans import group_dies_with_parent
+
     argv = ["/bin/sh", "-c", cmd] if isinstance(cmd, str) else list(cmd)
     start = time.monotonic()
-    with open(stdout, "ab") as out, open(stderr, "ab") as err, open(stdin or os.devnull, "rb") as inp:
-        try:
-            proc = subprocess.Popen(argv, cwd=cwd, env=dict(env), stdin=inp, stdout=out, stderr=err,
-                                    start_new_session=True, close_fds=True)
-        except OSError as exc:
-            return CommandOutcome(None, False, 0.0, f"cannot start '{argv[0]}': {exc.strerror or exc}")
+    why_r, why_w = os.pipe()  # the reaper says here why `argv` could not start
+    try:
+        with open(stdout, "ab") as out, open(stderr, "ab") as err, open(stdin or os.devnull, "rb") as inp:
+            try:
+                # under a reaper that takes the whole group down when reef dies, even by SIGKILL (weights/orphans.py)
+                proc = subprocess.Popen(group_dies_with_parent(argv, why_w), cwd=cwd, env=dict(env), stdin=inp,
+                                        stdout=out, stderr=err, start_new_session=True, close_fds=True,
+                                        pass_fds=(why_w,))
+            except OSError as exc:
+                os.close(why_r)
+                return CommandOutcome(None, False, 0.0, f"cannot start '{argv[0]}': {exc.strerror or exc}")
+    finally:
+        os.close(why_w)
     pgid = proc.pid
     if groups is not None:
         groups.add(pgid)
@@ -129,6 +139,10 @@ def run_command(
         if groups is not None:
             groups.discard(pgid)
     duration = time.monotonic() - start
+    with os.fdopen(why_r, "rb") as why:
+        cannot = why.read().decode(errors="replace")
+    if cannot:
+        return CommandOutcome(None, False, duration, f"cannot start '{argv[0]}': {cannot}")
     if timed_out:
         return CommandOutcome(None, True, duration, f"timed out after {timeout:g}s; its process group was killed")
     if groups is not None and groups.aborted:

@@ -270,7 +270,14 @@ def _follow(store, old_files) -> str:
                 writes[rel] = new
         else:
             kept.append(rel)
-    store.sync_worktree({rel: now[rel] for rel in deletes}, writes)
+    # guarded, as checkout and rollback are: each file is written (staged, re-checked against what was read above,
+    # renamed) or removed only while it still holds that; an edit saved since is kept, and named like those above
+    try:
+        store.sync_worktree({rel: now[rel] for rel in (*deletes, *writes) if rel in now}, writes, guard=True)
+    except ConflictError as exc:
+        kept = sorted({*kept, *getattr(exc, "paths", ())})
+        if not kept:
+            raise
     if kept:
         return f"kept your edits to {', '.join(kept[:5])} (they differ from the pulled head; see 'reef status')"
     return ""

@@ -231,7 +231,7 @@ def evolve_skills(store, recipe, *, dry_run: bool = False, environ=None) -> Skil
         result.warnings.append("not gated: this harness has no canary tasks")
         res = store.publish(reason=reason, operation="skillclaw", files=cand, expected_head=head.release_id,
                             evidence=evidence, meta={**meta, "gate": {"decision": "not gated"}})
-        store.sync_worktree(files, cand)
+        store.sync_worktree(files, cand, guard=True)  # an edit saved during the gate is kept (exit 3)
         result.published, result.gate = res.release, {"decision": "not gated"}
         result.message = f"published {res.release.release_id} (step {res.release.step}), not gated"
         return result
@@ -241,7 +241,7 @@ def evolve_skills(store, recipe, *, dry_run: bool = False, environ=None) -> Skil
         result.message = f"the canary gate rejected the candidate pool ({verdict.reason}); nothing was published"
         return result
     res = publish_gated(store, cand, verdict, reason=reason, operation="skillclaw", meta=meta)
-    store.sync_worktree(files, cand)
+    store.sync_worktree(files, cand, guard=True)  # an edit saved during the gate is kept (exit 3)
     result.published = res.release
     result.message = f"published {res.release.release_id} (step {res.release.step}) through the gate"
     return result

@@ -654,9 +654,11 @@ class HarnessStore:
             except ConflictError:
                 edited.append(rel)
         if edited:
-            raise ConflictError(f"{root / edited[0]} changed while reef was writing the working tree; your edit is "
+            exc = ConflictError(f"{root / edited[0]} changed while reef was writing the working tree; your edit is "
                                 f"kept and that file was not replaced" + (f" (and {len(edited) - 1} more)"
                                                                            if len(edited) > 1 else ""))
+            exc.paths = tuple(edited)  # for a caller that reports kept edits its own way (pull)
+            raise exc
 
     def rollback(self, ref: str, *, expected_head: str | None | type(...) = ..., force: bool = False) -> PublishResult:
         target = self.find(ref)

@@ -86,9 +86,12 @@ def test_truncated_ledger_warns_and_a_cut_record_fails(reef, project):
     ledger = project / LEDGER
     data = ledger.read_bytes()
     lines = data.splitlines(keepends=True)
-    ledger.write_bytes(lines[0] + lines[1][: len(lines[1]) // 2])  # a crash mid-write: torn last line
+    ledger.write_bytes(data + lines[1][: len(lines[1]) // 2])  # a crash mid-write: a torn, unacknowledged line
     c = by_name(diagnose(project, environ=env_with()), "state:ledger")
-    assert c.status == WARN and "ends in a torn line" in c.message and "1 record(s)" in c.message
+    assert c.status == WARN and "ends in a torn line" in c.message and f"{len(lines)} record(s)" in c.message
+    ledger.write_bytes(lines[0] + lines[1][: len(lines[1]) // 2])  # acknowledged records cut off the end
+    c = by_name(diagnose(project, environ=env_with()), "state:ledger")
+    assert c.status == FAIL and "lost acknowledged records" in c.message and "--accept-loss" in c.fix
     ledger.write_bytes(lines[0] + lines[1][: len(lines[1]) // 2] + b"\n" + lines[2])  # a record cut short inside
     report = diagnose(project, environ=env_with())
     c = by_name(report, "state:ledger")

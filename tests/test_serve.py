@@ -490,14 +490,16 @@ def test_a_key_in_the_path_never_reaches_the_log(served):
     client.chat.completions.create(model="m", messages=[{"role": "user", "content": "x"}])
     assert http(f"{served.url}/v1/chat/completions/{key}")[0] == 404
     assert http(served.url + "/v1/nothing/%1b[31mred%1b[0m")[0] == 404
-    log = served.log()
+    deadline = time.monotonic() + 10  # a line is written once its answer is out: just after the client has it
+    while "/v1/nothing/\\x1b[31mred" not in (log := served.log()) and time.monotonic() < deadline:
+        time.sleep(0.02)
     assert key not in log and "AbCdEfGhIjKlMnOp" not in log and "\x1b" not in log, log
     assert "/session/[REDACTED:openai_key]/v1/chat/completions 200" in log
     assert "/v1/nothing/\\x1b[31mred\\x1b[0m 404" in log
 
 
 def test_unknown_paths_and_methods_get_the_route_table_answers(served):
-    """The gateway's own route table (aiohttp's low-level server): what its router used to answer, as JSON."""
+    """The gateway's own route table: what aiohttp's router used to answer, as JSON."""
     status, headers, body = http(served.url + "/v1/nothing", {})
     assert status == 404 and json.loads(body)["error"]["message"] == "Not Found"
     status, headers, body = http(served.url + "/v1/chat/completions", method="GET")
@@ -551,18 +553,103 @@ def test_a_header_that_is_not_utf8_gets_a_json_400(served):
 
 
 def test_a_malformed_header_holding_a_key_never_reaches_the_log(served):
-    """aiohttp's parser refuses a header with a control character, a folded line or a line over 8 KiB, and its error
-    quotes the line: the log gets one redacted line per refusal, no traceback and never the key."""
+    """The parser refuses a header with a control character or a folded line (400) and a line over 8 KiB (431): the
+    client gets the gateway's JSON error, the log one line per refusal that never quotes the request's bytes."""
     key = b"sk-proj-AbCdEfGhIjKlMnOpQrStUvWxYz0123456789"
-    for header in (b"Authorization: Bearer " + key + b"\x01", b"x-api-key: " + key + b"\r\n folded",
-                   b"X-Key: " + key + b"a" * 9000):
+    for header, status, message in (
+            (b"Authorization: Bearer " + key + b"\x01", b"400 Bad Request", "bad request: Invalid header value char"),
+            (b"x-api-key: " + key + b"\r\n folded", b"400 Bad Request", "bad request: Unexpected whitespace after"),
+            (b"X-Key: " + key + b"a" * 9000, b"431 Request Header Fields Too Large", "a header line is over 8190 bytes")):
         answer = _raw_exchange(served, b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n"
                                        b"Connection: close\r\n" + header + b"\r\n\r\n{}")
-        assert answer.startswith(b"HTTP/1.0 400 Bad Request"), answer
+        head, _, body = answer.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 " + status) and b"Connection: close" in head, answer
+        assert json.loads(body)["error"]["message"].startswith(message) and b"AbCdEf" not in answer
     log = served.log()
     assert "AbCdEfGhIjKlMnOp" not in log and "Traceback" not in log, log
-    assert "reef: Error handling request from 127.0.0.1: BadHttpMessage: Invalid header value char: (at " in log
-    assert "reef: Error handling request from 127.0.0.1: LineTooLong: Got more than 8190 bytes when reading:" in log
+    assert "reef: refused a request from 127.0.0.1: 400 bad request: Invalid header value char" in log
+    assert "reef: refused a request from 127.0.0.1: 431 a header line is over 8190 bytes" in log
+
+
+def _answers(data: bytes) -> list[tuple[int, dict, bytes]]:
+    """Split raw HTTP/1.1 answers (Content-Length or chunked bodies) into (status, headers, body)."""
+    out = []
+    while data:
+        head, _, data = data.partition(b"\r\n\r\n")
+        lines = head.decode().split("\r\n")
+        headers = {k.lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:])}
+        if headers.get("transfer-encoding") == "chunked":
+            body = b""
+            while True:
+                size, _, data = data.partition(b"\r\n")
+                n = int(size, 16)
+                body, data = body + data[:n], data[n + 2:]
+                if n == 0:
+                    break
+        else:
+            n = int(headers.get("content-length", len(data)))
+            body, data = data[:n], data[n:]
+        out.append((int(lines[0].split()[1]), headers, body))
+    return out
+
+
+def test_pipelined_requests_are_answered_in_order_on_one_connection(served):
+    before = len(exchanges(served.project))
+    chat = json.dumps({"model": "m", "messages": [{"role": "user", "content": "x"}]}).encode()
+    answer = _raw_exchange(served, b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
+                                   b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: "
+                                   + str(len(chat)).encode() + b"\r\n\r\n" + chat +
+                                   b"GET /v1/nothing HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    got = _answers(answer)
+    assert [status for status, _, _ in got] == [200, 200, 404], answer
+    assert json.loads(got[0][2]) == {"ok": True} and got[1][1]["x-reef-agent-record-id"]
+    assert got[2][1]["connection"] == "close"
+    assert len(exchanges(served.project)) == before + 1
+
+
+def test_chunked_request_bodies_and_http_1_0_clients(served):
+    chat = json.dumps({"model": "m", "messages": [{"role": "user", "content": "chunked"}]}).encode()
+    chunked = b"".join(b"%x\r\n%b\r\n" % (len(part), part) for part in (chat[:10], chat[10:])) + b"0\r\n\r\n"
+    got = _answers(_raw_exchange(served, b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+                                         b"Transfer-Encoding: chunked\r\n\r\n" + chunked))
+    rid = got[0][1]["x-reef-agent-record-id"]
+    assert got[0][0] == 200 and ledger_of(served.project).get(rid).payload["request"]["length"] == len(chat)
+    # HTTP/1.0 without keep-alive: the answer says close and the connection ends after it (no chunked framing even
+    # for a stream: its end is the connection's)
+    stream = json.dumps({"model": "m", "stream": True, "messages": [{"role": "user", "content": "x"}]}).encode()
+    raw = _raw_exchange(served, b"POST /v1/chat/completions HTTP/1.0\r\nContent-Length: "
+                                + str(len(stream)).encode() + b"\r\n\r\n" + stream)
+    head, _, body = raw.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200 ") and b"Connection: close" in head and b"chunked" not in head
+    assert body.endswith(b"data: [DONE]\n\n") and b'"reef"' in body
+
+
+def test_a_body_over_the_cap_gets_its_413_not_a_reset(tmp_path, upstream):
+    """Closing a socket with request bytes unread sends a reset, and a client may then never see the 413: the
+    gateway sends its end and drops what still comes instead."""
+    project = init_project(tmp_path / "proj")
+    with Gateway(project, upstream.url, "--max-body", "1000") as gw:
+        calls = len(upstream.calls)
+        big = b"x" * 200_000
+        for framing in (b"Content-Length: " + str(len(big)).encode(),
+                        b"Transfer-Encoding: chunked"):
+            body = big if framing.startswith(b"Content") else b"%x\r\n%b\r\n0\r\n\r\n" % (len(big), big)
+            got = _answers(_raw_exchange(gw, b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n" + framing
+                                         + b"\r\n\r\n" + body))
+            assert [status for status, _, _ in got] == [413]
+            assert "over the gateway's cap of 1000 bytes" in json.loads(got[0][2])["error"]["message"]
+        assert len(upstream.calls) == calls and gw.stop() == 0
+    assert exchanges(project) == []
+
+
+def test_request_line_header_and_version_limits(served):
+    for request, status in ((b"GET /" + b"a" * 9000 + b" HTTP/1.1\r\nHost: x\r\n\r\n", 414),
+                            (b"GET /healthz HTTP/1.1\r\n" + b"".join(b"X-%d: y\r\n" % i for i in range(200))
+                             + b"\r\n", 431),
+                            (b"GET /healthz HTTP/2.0\r\nHost: x\r\n\r\n", 505),
+                            (b"NOT A REQUEST\r\n\r\n", 400)):
+        got = _answers(_raw_exchange(served, request))
+        assert [s for s, _, _ in got] == [status] and json.loads(got[0][2])["error"]["code"] == status, got
 
 
 def test_provenance_hooks_see_the_answer_before_the_receipt(tmp_path, upstream):

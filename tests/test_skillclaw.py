@@ -110,3 +110,28 @@ def test_skillclaw_scenario_needs_a_harness(reef, tmp_path):
     assert r.code == 4 and "reef init --scenario fresh --recipe skillclaw" in r.err
     r = reef("-C", str(root), "init", "--scenario", "w", "--recipe", "sao")
     assert r.code == 4 and "trains model weights" in r.err
+
+
+def test_an_edit_saved_while_skillclaw_publishes_is_kept(reef, tmp_path, monkeypatch):
+    """rv-attack: skillclaw checked the tree clean, gated and published, then wrote the files unguarded: a skill the
+    user saved in between was overwritten. Now the write is staged, re-checked and renamed; the edit is kept and
+    named, exit 3, as rollback does."""
+    from reef_cli.store import HarnessStore
+
+    root = make(reef, tmp_path)
+    lesson(root, "Run the unit tests before committing.", "testing")
+    lesson(root, "Run the linter on changed files.", "testing")
+    skill = root / "reef/skills/testing/SKILL.md"
+    real = HarnessStore.publish
+
+    def publish_then_the_user_saves(self, *args, **kwargs):
+        res = real(self, *args, **kwargs)
+        skill.parent.mkdir(parents=True, exist_ok=True)
+        skill.write_text("my own testing notes, saved meanwhile\n")
+        return res
+
+    monkeypatch.setattr(HarnessStore, "publish", publish_then_the_user_saves)
+    r = step(reef, root, "--json")
+    assert r.code == 3 and r.err.strip() == (f"reef: error: {skill} changed while reef was writing the working tree; "
+                                             "your edit is kept and that file was not replaced"), r.err
+    assert skill.read_text() == "my own testing notes, saved meanwhile\n"

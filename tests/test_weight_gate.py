@@ -334,6 +334,10 @@ def test_a_train_killed_mid_gate_leaves_no_gateway_running(gated, engine, tmp_pa
         while _ppid(serve[0]) is not None and time.monotonic() < deadline:
             time.sleep(0.1)
         assert _ppid(serve[0]) is None, "the gate's reef serve outlived the reef train that started it"
+        agents = [int(p.name) for p in hang.iterdir()]
+        while any(_ppid(pid) is not None for pid in agents) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert all(_ppid(pid) is None for pid in agents), "a canary agent outlived the reef train that started it"
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -366,3 +370,83 @@ def _cmdline(pid: int) -> bytes:
         return open(f"/proc/{pid}/cmdline", "rb").read()
     except OSError:
         return b""
+
+
+def test_weights_published_by_a_train_killed_before_the_gate_decided_are_gated_by_the_next_run(
+        reef, gated, engine, monkeypatch, tmp_path):
+    """kill -9 of `reef train` after it published the new weights, while the gate measures them: the head is a
+    train release with no weight_gate record. The next run must not train on top of weights nobody judged: it gates
+    them first (here they lose, so the previous weights are reloaded), then trains its own step."""
+    import os
+    import signal
+    import subprocess
+    import time
+
+    from conftest import reef_exe
+    from test_weights import TRAINER
+
+    led = ledger_of(gated)
+    _prime(led, engine)
+    monkeypatch.setenv("FAKE_TRAINER_BIAS", "450")
+    r = train(reef, gated, *swap_args(engine), "--json", recipe=None)
+    assert r.code == 0, r.err
+    kept = json.loads(r.out)  # a stored verdict now: the next run measures only its candidate, after publishing it
+    _prime(led, engine)
+    hang = tmp_path / "agents"
+    hang.mkdir()
+    argv = [reef_exe(), "-C", str(gated), "-s", SCEN, "train", "--engine", engine.url, "--trainer", TRAINER]
+    proc = subprocess.Popen(argv, env={**os.environ, "CANARY_AGENT_HANG": str(hang), "FAKE_TRAINER_BIAS": "900"},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 90
+        while not any(hang.iterdir()) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert any(hang.iterdir()), "the canary agent never started"
+        proc.kill()
+        proc.wait()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        for pid in [int(p.name) for p in hang.iterdir()]:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    unjudged = _head(reef, gated)
+    assert unjudged["operation"] == "train" and unjudged["release_id"] != kept["release_id"]
+    assert engine.weight_version == unjudged["runtime_load_id"]
+    assert [g["run_id"] for g in _kinds(led, "weight_gate")] == [kept["run_id"]]  # no verdict for the new weights
+
+    _prime(led, engine)
+    monkeypatch.setenv("FAKE_TRAINER_BIAS", "455")
+    r = train(reef, gated, *swap_args(engine), "--json", recipe=None)
+    assert r.code == 0, r.err
+    out = json.loads(r.out)
+    settled = out["settled"]
+    assert settled["release_id"] == unjudged["release_id"] and settled["gate"]["decision"] == "rollback"
+    assert "sentinel task 'sum' failed" in settled["gate"]["reason"]
+    assert any(f"release {unjudged['release_id']}" in w and "stopped before the weight gate decided" in w
+               and "rolled back" in w for w in out["warnings"])
+    gates = _kinds(led, "weight_gate")
+    assert [(g["run_id"], g["decision"]) for g in gates] == [
+        (kept["run_id"], "keep"), (unjudged["meta"]["run_id"], "rollback"), (out["run_id"], "keep")]
+    rollback = json.loads(reef("-C", str(gated), "-s", SCEN, "show", settled["rollback_release_id"], "--json").out)
+    assert rollback["operation"] == "rollback" and rollback["meta"]["rollback_target_release_id"] == kept["release_id"]
+    assert out["gate"]["baseline_release_id"] == kept["release_id"]  # the new step was judged against the kept weights
+    assert _head(reef, gated)["release_id"] == out["release_id"]
+
+
+def test_a_verdicts_path_that_is_a_directory_is_one_line_not_a_crash(reef, gated, engine):
+    """rv-attack: train/verdicts.json as a directory gave 'unexpected error'. Now: exit 4, one line naming it,
+    before any trainer runs or anything is swapped."""
+    from reef_cli.weights.gate import verdicts_path
+    from types import SimpleNamespace
+
+    path = verdicts_path(SimpleNamespace(dir=gated / ".reef" / "scenarios" / SCEN))
+    path.mkdir(parents=True)
+    _prime(ledger_of(gated), engine)
+    before = _head(reef, gated)
+    r = train(reef, gated, *swap_args(engine), recipe=None)
+    assert r.code == 4 and r.err == (f"reef: error: {path} is a directory, not the weight gate's verdicts file; "
+                                     "move it away (nothing was changed)\n"), r.err
+    assert engine.loads == [] and _head(reef, gated) == before and path.is_dir()

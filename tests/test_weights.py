@@ -664,3 +664,32 @@ def test_a_killed_train_stops_its_trainer(project, engine, tmp_path):
     r = subprocess.run(argv, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["selection"]["records"] == 2
+
+
+def test_a_checkpoint_follows_symlinks_inside_it_and_refuses_others(tmp_path):
+    """rv-attack: symlinked checkpoint files were skipped in silence, so a release named a checkpoint without bytes
+    the engine loads. A link inside the checkpoint is followed (named under its own path); one outside, one that
+    dangles and a linked directory are refused with one line naming the link."""
+    import os
+
+    from reef_cli.errors import InvalidInput
+    from reef_cli.weights.train import checkpoint_manifest
+
+    ckpt = tmp_path / "ckpt"
+    (ckpt / "shards").mkdir(parents=True)
+    (ckpt / "shards" / "model-1.safetensors").write_bytes(b"weights")
+    (ckpt / "config.json").write_text("{}")
+    os.symlink("shards/model-1.safetensors", ckpt / "model.safetensors")
+    files = checkpoint_manifest(ckpt)["files"]
+    assert sorted(files) == ["config.json", "model.safetensors", "shards/model-1.safetensors"]
+    assert files["model.safetensors"] == files["shards/model-1.safetensors"]
+    outside = tmp_path / "elsewhere.bin"
+    outside.write_bytes(b"not in the checkpoint")
+    for name, target, why in (("far.bin", outside, f"is a symlink to {outside}, outside the checkpoint"),
+                              ("gone.bin", tmp_path / "nope", "which does not exist"),
+                              ("linked", ckpt / "shards", "is a symlink to a directory")):
+        os.symlink(target, ckpt / name)
+        with pytest.raises(InvalidInput, match=f"checkpoint {ckpt}: {name} .*{why}") as caught:
+            checkpoint_manifest(ckpt)
+        assert "\n" not in str(caught.value)
+        os.unlink(ckpt / name)

@@ -99,7 +99,8 @@ def query(
 @app.command("verify")
 def verify(ctx: typer.Context, as_json: bool = typer.Option(False, "--json")) -> None:
     """Re-check the hash chain and the releases' anchors; exit 4 naming the first record edited, deleted, inserted
-    or reordered, or the release whose anchor the ledger falls short of (records cut off the end, or the file gone)."""
+    or reordered, the release whose anchor the ledger falls short of (records cut off the end, or the file gone), or
+    the acknowledged record cut off the end in place (a crash's unacknowledged torn line is only noted)."""
     store = ctx.obj.store()
     res = store.ledger().verify(anchors=store.ledger_anchors())
     if as_json:
@@ -186,26 +187,38 @@ def repair_ledger(
     accept_loss: bool = typer.Option(False, "--accept-loss", help="Record the missing records as lost and go on."),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
-    """Check the ledger against every release anchor; with --accept-loss, record in the ledger that the records
-    behind the anchors it falls short of are lost, so reflect and evolve go on (restore a backup instead if you can)."""
+    """Check the ledger against every release anchor and its acknowledged end; with --accept-loss, record in the
+    ledger that the records behind the anchors it falls short of, or cut off its end, are lost (a cut line's bytes
+    are kept in ledger.jsonl.cut-*), so appends, reflect and evolve go on (restore a backup instead if you can)."""
     from ..ledger import anchors as ledger_anchors
 
     store = ctx.obj.store()
     led = store.ledger()
     anchors = store.ledger_anchors()
     with led:
+        found = ledger_anchors.problems(led, anchors, every=True)
         if not accept_loss:
-            found = ledger_anchors.problems(led, anchors, every=True)
-            if found:
-                sys.stderr.write(f"reef: error: {ledger_anchors.message(led, *found[0])}\n")
+            cut = led.acknowledged_cut()
+            if found or cut:
+                message = ledger_anchors.message(led, *found[0]) if found else cut[1]
+                sys.stderr.write(f"reef: error: {message}\n")
                 raise typer.Exit(4)
-            rec = None
+            rec = cut_rec = None
         else:
-            rec = led.accept_loss(anchors)
+            # the anchors are judged before the cut is recorded: the `ledger_cut` record takes the missing seq
+            cut_rec = led.accept_cut()
+            rec = led.accept_loss(anchors, found=found)
     if as_json:
-        emit_json(rec.to_json() if rec else None)
-    elif rec is None:
-        print(f"ledger holds all {len(anchors)} release anchor(s): nothing is lost")
-    else:
+        last = rec or cut_rec
+        emit_json(last.to_json() if last else None)
+        return
+    if cut_rec is not None:
+        p = cut_rec.payload
+        kept = f"the {p['kept_bytes']} bytes of the cut line are kept in {p['kept_in']}; " if p["kept_in"] else ""
+        print(f"recorded the cut as {cut_rec.record_id} (seq {cut_rec.seq}): {kept}records up to seq "
+              f"{p['acknowledged']['seq']} (offset {p['acknowledged']['end']}) are given up")
+    if rec is not None:
         lost = ", ".join(f"step {a['step']} (seq {a['seq']})" for a in rec.payload["anchors"])
         print(f"recorded the loss as {rec.record_id} (seq {rec.seq}): anchors of {lost} are given up")
+    if rec is None and cut_rec is None:
+        print(f"ledger holds all {len(anchors)} release anchor(s): nothing is lost")

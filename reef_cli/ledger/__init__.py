@@ -3,7 +3,8 @@
 One module per concept, with `Ledger` as the facade over them (import from here; the modules are its insides):
 `record` (the line format and its hash), `chain` (validating and assembling new lines), `writer` (the durable
 writer and its named fast paths), `group_commit` (the sync leader), `index` (the id index), `reading`, `verify`
-(the chain), `anchors` (what releases vouch for), `repairs` (torn tails said out loud), `compaction`, `export`.
+(the chain), `anchors` (what releases vouch for), `acked` (what writers acknowledged: a torn tail from a crash
+versus an acknowledged record cut off), `repairs` (torn tails said out loud), `compaction`, `export`.
 
 Why it is built this way:
 
@@ -38,9 +39,12 @@ Why it is built this way:
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable
 from dataclasses import replace
 
+from ..errors import StoreError
+from . import acked as _acked
 from . import anchors as _anchors
 from .anchors import Anchor, anchors_of
 from .compaction import REMOVED_LIST_LIMIT, Compaction
@@ -51,6 +55,9 @@ from .repairs import read_repairs
 from .record import ZERO_HASH, NewRecord, Record, canonical_json, new_record_id
 from .verify import VerifyResult, _Verifier
 from .writer import Writer
+
+CUT_KIND = "ledger_cut"
+"""The record `reef repair ledger --accept-loss` appends for acknowledged records cut off the end."""
 
 __all__ = [
     "Anchor", "Ledger", "NewRecord", "Record", "VerifyResult", "ZERO_HASH", "REMOVED_LIST_LIMIT", "anchors_of",
@@ -81,7 +88,44 @@ class Ledger(Writer, Reader, IdIndex, Compaction):
                                message=_anchors.message(self, anchor, why), repairs=repairs,
                                anchors_checked=len(anchors))
             result = replace(result, anchors_checked=len(anchors))
+        if result.ok:
+            cut = self.acknowledged_cut()
+            if cut:
+                mark, message = cut
+                result = replace(result, ok=False, first_bad_seq=mark.seq, problem="cut", message=message)
         return replace(result, repairs=repairs) if repairs else result
+
+    def acknowledged_cut(self) -> tuple[_acked.Mark, str] | None:
+        """The acknowledged mark and the line saying so when the file's complete records end before what writers
+        acknowledged (records cut off the end in place, e.g. by `truncate`); None when nothing says so (see
+        `acked`: a file replaced by another one is the anchors' to catch)."""
+        mark = _acked.read(self.sync_path)
+        if mark is None:
+            return None
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            return None
+        if st.st_ino != mark.ino:
+            return None
+        torn = _Verifier(self.path, self.scenario)._torn_tail()
+        records_end = st.st_size - torn
+        try:
+            last = self.tail(1)
+        except StoreError:
+            return None  # a corrupt last record: the chain's to report
+        if (last[0].seq if last else 0) >= mark.seq:
+            return None  # shortened in the middle, if at all: the chain's to report
+        return mark, _acked.cut_message(self.path, mark, records_end, torn)
+
+    def accept_cut(self) -> Record | None:
+        """Record that acknowledged records were cut off the end: the bytes after the last complete record are
+        kept aside (`Writer.set_aside_cut`) and a `ledger_cut` record in the chain says what was lost and where the
+        kept bytes are. None when no acknowledged record is missing."""
+        found = self.set_aside_cut()
+        if found is None:
+            return None
+        return self.append(CUT_KIND, found, release_id=None, content_id=None)
 
     def anchor(self) -> dict:
         """{"seq", "hash"} of the last record, for a release to keep as its anchor (`Release.ledger_anchor`)."""
@@ -92,8 +136,8 @@ class Ledger(Writer, Reader, IdIndex, Compaction):
         the highest or the newest release anchor: the cheap check reflect and evolve make before reading."""
         _anchors.check(self, list(anchors))
 
-    def accept_loss(self, anchors: Iterable[Anchor]) -> Record | None:
+    def accept_loss(self, anchors: Iterable[Anchor], found: list | None = None) -> Record | None:
         """Record, in the chain, that the records behind every anchor this ledger falls short of are lost (an
         `anchor_loss` record naming each anchor and why); those anchors are not held against it again. Returns
         the record, or None when the ledger holds every anchor."""
-        return _anchors.accept_loss(self, list(anchors))
+        return _anchors.accept_loss(self, list(anchors), found)

@@ -146,9 +146,11 @@ def problems(ledger: Ledger, anchors: list[Anchor], *, every: bool) -> list[tupl
     return found
 
 
-def accept_loss(ledger: Ledger, anchors: list[Anchor]):
-    """Append an `anchor_loss` record giving up every anchor the ledger falls short of; None when it holds all."""
-    found = problems(ledger, anchors, every=True)
+def accept_loss(ledger: Ledger, anchors: list[Anchor], found: list[tuple[Anchor, str]] | None = None):
+    """Append an `anchor_loss` record giving up every anchor the ledger falls short of (`found`, when the caller
+    judged them before changing the ledger); None when it holds all."""
+    if found is None:
+        found = problems(ledger, anchors, every=True)
     if not found:
         return None
     given_up = [{"release_id": a.release_id, "step": a.step, "seq": a.seq, "hash": a.hash, "why": why}

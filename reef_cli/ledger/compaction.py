@@ -119,6 +119,8 @@ class Compaction:
         ino = self._ino  # the copy was synced whole before the swap: durable to its end, whatever the page said
         self._leader.correct(lambda current: True, lambda current: (ino, size))
         self._size, self._seq, self._hash = size, record.seq, record.hash
+        if self._marks is not None:  # acknowledged now (the copy is synced), and the old file's mark is moot
+            self._marks.reset(ino, size, record.seq, record.hash)
         if self._idx_fd >= 0 or self.index_path.exists():
             self._catch_up_index()  # the header names the old inode, so this rebuilds
         return record

@@ -18,11 +18,11 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Self
 
-from ..durable import fsync_dir, make_dirs, write_all
-from ..errors import ConflictError, InvalidInput, StoreError
+from ..durable import fsync_dir, make_dirs, write_all, write_atomic
+from ..errors import ConflictError, DamagedState, InvalidInput, StoreError
 from ..ids import new_id_at
 from ..times import format_ms, format_time
-from . import group_commit
+from . import acked, group_commit
 from .chain import (
     _Draft, _draft, _draft_of, _finish_line, _json_str, _known_kinds, _known_refs, _line_head, _line_tail,
     _new_record, _quote,
@@ -53,6 +53,7 @@ class Writer:
         self.index_path = self.path.with_name(self.path.name + ".idx")
         self.sync_path = self.path.with_name(self.path.name + ".sync")
         self._leader = SyncLeader(str(self.sync_path))
+        self._marks: acked.MarkPage | None = None  # the acknowledged mark, mapped on first open (see `acked`)
         self._mutex = threading.Lock()
         self._pid: int | None = None
         self._fd = self._lock_fd = self._idx_fd = -1
@@ -118,23 +119,30 @@ class Writer:
             self._retire(self._fd)
             self._fd = -1
         flags = os.O_RDWR | os.O_APPEND | os.O_CLOEXEC
+        created = False
         try:
             try:
                 self._fd = os.open(self.path, flags | os.O_CREAT | os.O_EXCL, 0o600)
                 fsync_dir(self.path.parent)
+                created = True
             except FileExistsError:
                 self._fd = os.open(self.path, flags)
+            if self._marks is None:
+                self._marks = acked.MarkPage(self._leader.page().map)
         except OSError as exc:
             raise StoreError(f"cannot open ledger {self.path}: {exc.strerror}") from None
         st = os.fstat(self._fd)
+        if created:  # a mark left for an earlier file with this inode number must not hold this one to its end
+            self._marks.reset(st.st_ino, 0, 0, ZERO_HASH)
         self._ino, self._size = st.st_ino, -1
         # A sync page left from a file that had this inode number before (deleted and recreated, say) must not
         # vouch for this one: nothing in it is known durable beyond what its size allows.
         self._leader.correct(lambda current: current[0] == st.st_ino and current[1] > st.st_size,
                              lambda current: (st.st_ino, st.st_size))
 
-    def _sync_outside(self, fd: int, ino: int, end: int, own: int) -> None:
-        """Make the ledger (inode `ino`, descriptor `fd`) durable up to offset `end` (`own` bytes of it ours),
+    def _sync_outside(self, fd: int, ino: int, end: int, own: int, seq: int, digest: str) -> None:
+        """Make the ledger (inode `ino`, descriptor `fd`) durable up to offset `end` (`own` bytes of it ours; the
+        record ending there is `seq`, `digest`) and note it as acknowledged (`acked`: a store into a mapped page),
         without holding the mutex, so threads sharing this instance sync at the same time as processes do. The
         caller counted itself in `_syncing` under the mutex; while that is non-zero, replaced descriptors are kept
         open (`_retire`). Fast syncs are issued here and shared by the kernel; slow ones are led."""
@@ -146,6 +154,8 @@ class Writer:
                 started = time.monotonic_ns()
                 _fdatasync(fd)
                 took = time.monotonic_ns() - started
+            if self._marks is not None:
+                self._marks.note(ino, end, seq, digest)
         except OSError as exc:
             raise StoreError(f"cannot sync {self.path}: {exc.strerror}; the last records may not be durable") from None
         finally:
@@ -197,6 +207,7 @@ class Writer:
 
     def _load_tail(self, size: int, repaired: bool = False) -> None:
         if size == 0:
+            self._refuse_cut(0, 0, 0)
             self._size, self._seq, self._hash = 0, 0, ZERO_HASH
             return
         span = min(size, 4096)
@@ -212,12 +223,14 @@ class Writer:
         if body_end < len(data):
             if repaired:
                 raise StoreError(f"{self.path}: the end of the file changed while a torn line was being removed")
+            self._refuse_cut(start + body_end, size)
             self._truncate(start + body_end)
             return self._load_tail(start + body_end, repaired=True)
         raw = data[cut + 1 : body_end - 1]
         offset = start + cut + 1
         quick = _quick_tail(raw)
         if quick is not None:
+            self._refuse_cut(size, size, quick[0])
             self._size, (self._seq, self._hash) = size, quick
             return None
         try:
@@ -228,6 +241,7 @@ class Writer:
                     f"{self.path}: line {_line_number(self.path, offset)} is not valid JSON; the file is corrupt "
                     f"(nothing was changed)"
                 ) from None
+            self._refuse_cut(offset, size)
             self._truncate(offset)  # a complete last line that is not JSON is a torn write too (e.g. zero-filled)
             return self._load_tail(offset, repaired=True)
         except ValueError as exc:
@@ -237,8 +251,90 @@ class Writer:
                 f"{self.path}: line {_line_number(self.path, offset)} (record {record.record_id}) does not match "
                 f"its hash; refusing to append (nothing was changed); run verify"
             )
+        self._refuse_cut(size, size, record.seq)
         self._size, self._seq, self._hash = size, record.seq, record.hash
         return None
+
+    def _acknowledged_cut(self, records_end: int, seq: int | None = None) -> acked.Mark | None:
+        """The acknowledged mark when the last acknowledged record is gone from the end: the last complete record
+        (ending at `records_end`; `seq`, looked up when not given) comes before it. A file shortened in the middle
+        (an edited or deleted line) still ends in that record: that is the chain's to report, not this."""
+        mark = self._marks.read() if self._marks is not None else None
+        if mark is None or mark.ino != self._ino:
+            return None
+        if seq is None:
+            found = _quick_tail(_last_line_before(self._fd, records_end)) if records_end else (0, ZERO_HASH)
+            if found is None:  # a last record too long or odd to read quickly: judge by where the records end
+                return mark if mark.end > records_end else None
+            seq = found[0]
+        return mark if seq < mark.seq else None
+
+    def _refuse_cut(self, records_end: int, size: int, seq: int | None = None) -> None:
+        """Refuse to go on over a ledger whose last acknowledged record is gone from the end: cutting its last line
+        as a crash's torn write, or appending in place of the missing records, would delete a durable record.
+        Nothing is changed; the user restores it or records the loss."""
+        mark = self._acknowledged_cut(records_end, seq)
+        if mark is not None:
+            self._size = -1  # look again next time: the user may have restored the file meanwhile
+            raise DamagedState(acked.cut_message(self.path, mark, records_end, size - records_end))
+
+    def set_aside_cut(self) -> dict | None:
+        """Record-the-loss half of a cut (`reef repair ledger --accept-loss`): when acknowledged records are missing
+        from the end, keep the bytes after the last complete record in `<ledger>.cut-<offset>` (synced before the
+        file is cut back to that record), and move the acknowledged mark there. Returns what was set aside, for the
+        `ledger_cut` record the caller appends, or None when no acknowledged record is missing."""
+        with self._mutex:
+            self._ensure_open()
+            fcntl.flock(self._lock_fd, fcntl.LOCK_EX)
+            try:
+                if self._fd < 0 or os.fstat(self._fd).st_nlink == 0:
+                    self._open_ledger()
+                size = os.fstat(self._fd).st_size
+                records_end = self._records_end(size)
+                mark = self._acknowledged_cut(records_end)
+                if mark is None:
+                    return None
+                cut = os.pread(self._fd, size - records_end, records_end)
+                kept, digest = None, hashlib.sha256(cut).hexdigest()
+                if cut:
+                    kept = self.path.with_name(f"{self.path.name}.cut-{records_end}-{digest[:12]}")
+                    write_atomic(kept, cut, 0o600)
+                    os.ftruncate(self._fd, records_end)
+                    self._sync_now()
+                    self._forget_durable_beyond(records_end)
+                assert self._marks is not None
+                self._marks.reset(self._ino, records_end, 0, ZERO_HASH)
+                self._load_tail(records_end)
+                self._marks.reset(self._ino, records_end, self._seq, self._hash)
+            finally:
+                fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+        return {
+            "acknowledged": {"seq": mark.seq, "hash": mark.hash, "end": mark.end},
+            "records_end": records_end,
+            "missing_bytes": mark.end - records_end,
+            "kept_in": kept.name if kept else None,
+            "kept_bytes": len(cut),
+            "kept_sha256": digest,
+        }
+
+    def _records_end(self, size: int) -> int:
+        """Where the last complete record ends: past the last newline, before a last line that is not JSON."""
+        start = max(0, size - (1 << 20))
+        data = os.pread(self._fd, size - start, start)
+        end = data.rfind(b"\n") + 1
+        if end == 0:
+            if start:
+                raise StoreError(f"{self.path}: no complete line in the last MiB; the file is corrupt (nothing was "
+                                 f"changed)")
+            return 0
+        line_start = data.rfind(b"\n", 0, end - 1) + 1
+        try:
+            _decode(data[line_start : end - 1])
+        except _BadJSON:
+            return start + line_start
+        except ValueError:
+            pass  # JSON, but not a valid record: verify names it; it is not a torn write
+        return start + end
 
     def _truncate(self, size: int) -> None:
         """Drop a torn tail. It was never acknowledged (acks follow a complete write), so nothing is lost; but it is
@@ -326,7 +422,7 @@ class Writer:
                 fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
             self._syncing += 1
             end, ino = self._size, self._ino
-        self._sync_outside(fd, ino, end, len(line))
+        self._sync_outside(fd, ino, end, len(line), seq, digest)
         return _new_record(record_id, kind, self.scenario, release_id, content_id, created_at, payload_text, seq,
                            prev, digest)
 
@@ -367,10 +463,10 @@ class Writer:
                 self._reserved.difference_update(ids)  # stored now: a second append of any is a resend
             finally:
                 fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
-            fd, ino, end = self._fd, self._ino, self._size
+            fd, ino, end, seq, digest = self._fd, self._ino, self._size, self._seq, self._hash
             self._syncing += 1
         # A resend syncs too: it must not be acknowledged before the original is durable.
-        self._sync_outside(fd, ino, end, end - start)
+        self._sync_outside(fd, ino, end, end - start, seq, digest)
         return [item if isinstance(item, Record) else self._record(*item) for item in written]
 
     def _resolve_ids(self, drafts: list[_Draft]) -> dict[int, Record]:

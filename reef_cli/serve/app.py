@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-import logging
 import signal
 import sys
 import time
@@ -19,22 +18,16 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from aiohttp import HttpVersion11, web
-from aiohttp.abc import AbstractAccessLogger
-
 from ..errors import ConflictError, InvalidInput, NotFound, PolicyError, ReefError
 from ..times import format_ms
 from .auth import TokenSet, check_bind, presented_token
+from .http_server import BodyTooLarge, HttpServer, Request, Response, StreamResponse
 from .recording import Exchange, Recorder
 from .relay import RECORDED, ROUTE_API, Upstream, error_body, response_headers
 from .sse import EventSplitter, StreamWatch
 from .upstream_http import UpstreamClient, UpstreamError
 
 SESSION_PREFIX = "/session/"  # /session/ID/v1/...: for agents that can set a base URL but no header
-# When the request was dispatched (for the log line), and its route (path without a /session/ID prefix, session);
-# typed keys where aiohttp has them (3.12+)
-_T0 = web.RequestKey("reef_t0", float) if hasattr(web, "RequestKey") else "reef_t0"
-_ROUTE = web.RequestKey("reef_route", tuple) if hasattr(web, "RequestKey") else "reef_route"
 MAX_TAGS = 32
 TAG_MAX_CHARS = 256
 
@@ -62,12 +55,12 @@ class _ClientGone(Exception):
     pass
 
 
-def _json_response(obj, status: int = 200, headers=None) -> web.Response:
+def _json_response(obj, status: int = 200, headers=None) -> Response:
     try:
         body = json.dumps(obj, ensure_ascii=False, sort_keys=True).encode()
     except UnicodeEncodeError:  # a header's non-UTF-8 bytes echoed in a message (surrogates): as JSON \u escapes
         body = json.dumps(obj, sort_keys=True).encode()
-    return web.Response(body=body, status=status, content_type="application/json", headers=headers)
+    return Response(body, status, headers, content_type="application/json")
 
 
 class Gateway:
@@ -115,25 +108,16 @@ class Gateway:
                             "/healthz": (("GET", "HEAD"), self._healthz)})
 
     # -- the server --------------------------------------------------------------------------------------------
-    def server(self) -> web.Server:
-        """aiohttp's low-level server with our own route table: bench/serve_bench.py --floor measured the
-        Application (router, middleware chain, signals) at 0.05-0.12 ms per call over it, for nothing we use."""
-        loop = asyncio.get_running_loop()
-        cap = self.config.max_body
+    def server(self) -> HttpServer:
+        """The HTTP/1.1 server (http_server.py says why not aiohttp's) with the gateway's route table."""
+        return HttpServer(self._dispatch, max_body=self.config.max_body,
+                          error=lambda status, message: _json_response(
+                              error_body("reef", status, message, "invalid_request_error"), status),
+                          access=self._log, note=lambda text: self._note(_shown(text)))
 
-        def request_factory(message, payload, protocol, writer, task) -> web.BaseRequest:
-            return web.BaseRequest(message, payload, protocol, writer, task, loop, client_max_size=cap)
-
-        errors = logging.Logger("reef.serve.http", logging.INFO)  # not registered: nothing else logs through it
-        errors.propagate = False
-        errors.addHandler(_ErrorNote(self))
-        return web.Server(self._dispatch, request_factory=request_factory, access_log_class=_AccessLog,
-                          access_log=self, logger=errors)
-
-    async def _dispatch(self, request: web.BaseRequest) -> web.StreamResponse:
-        """Route, auth and error translation (the log line is _AccessLog's, once the response is out)."""
-        request[_T0] = time.perf_counter()
-        path, session = request[_ROUTE] = _split_session(request.path)
+    async def _dispatch(self, request: Request) -> Response | StreamResponse:
+        """Route, auth and error translation (the log line is written by the server once the response is out)."""
+        path, session = request.route = _split_session(request.path)
         api = ROUTE_API.get(path, "reef")
         if self.tokens is not None and request.path != "/healthz":
             if not self.tokens.accepts(presented_token(request.headers, self.config.pass_client_key)):
@@ -159,12 +143,8 @@ class Gateway:
                 resp = await handler(request)
             finally:
                 self.in_flight.discard(task)
-        except web.HTTPRequestEntityTooLarge:
+        except BodyTooLarge:
             resp = self._too_large(api)
-        except web.HTTPException as exc:
-            if exc.status < 400:
-                raise
-            resp = _json_response(error_body(api, exc.status, exc.reason, "invalid_request_error"), exc.status)
         except ReefError as exc:
             status = (404 if isinstance(exc, NotFound) else 409 if isinstance(exc, ConflictError)
                       else 400 if isinstance(exc, (InvalidInput, PolicyError)) else 500)
@@ -172,10 +152,10 @@ class Gateway:
                                              else "not_found_error" if status == 404 else "api_error"), status)
         return resp
 
-    async def _expect(self, request: web.BaseRequest, api: str) -> web.Response | None:
-        """`Expect: 100-continue` (curl sends it before a large body and waits up to a second): invite the body, as
-        aiohttp's router did, unless its declared length is over the cap (then the 413 comes at once)."""
-        if request.version != HttpVersion11:
+    async def _expect(self, request: Request, api: str) -> Response | None:
+        """`Expect: 100-continue` (curl sends it before a large body and waits up to a second): invite the body once
+        auth and route passed, unless its declared length is over the cap (then the 413 comes at once)."""
+        if not request.http11:
             return None
         expect = request.headers["Expect"]
         if expect.lower() != "100-continue":
@@ -183,27 +163,24 @@ class Gateway:
         length = request.content_length
         if length is not None and length > self.config.max_body:
             return self._too_large(api)
-        await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
-        request.writer.output_size = 0  # the interim answer is not the response's body
+        request.send_continue()
         return None
 
-    def _too_large(self, api: str) -> web.Response:
+    def _too_large(self, api: str) -> Response:
         cap = self.config.max_body
         return _json_response(error_body(api, 413, f"request body is over the gateway's cap of {cap} bytes "
                                          "(reef serve --max-body)", "request_too_large"), 413)
 
-    def _log(self, request: web.BaseRequest, resp, seconds: float) -> None:
-        """The request's log line; aiohttp calls it (through _AccessLog) once the response has gone out. The time is
-        our own clock's from the middleware on (uvloop's loop clock, which aiohttp passes, counts whole ms)."""
-        t0 = request.get(_T0)
-        ms = (time.perf_counter() - t0) * 1000 if t0 is not None else seconds * 1000
-        rid = resp.headers.get("x-reef-agent-record-id") if resp is not None else None
+    def _log(self, request: Request, resp) -> None:
+        """The request's log line, written once the response has gone out (None: the client hung up first)."""
+        ms = (time.perf_counter() - request.t0) * 1000
+        rid = resp.header("x-reef-agent-record-id") if resp is not None else None
         status = resp.status if resp is not None else 0
         path = request.path if request.path in self.routes else _shown(request.path)
         if self.config.json_logs:
             line = json.dumps({"t": format_ms(int(time.time() * 1000)), "method": request.method, "path": path,
                                "status": status, "ms": round(ms, 3), "record_id": rid,
-                               "release_id": resp.headers.get("x-reef-release-id") if resp is not None else None},
+                               "release_id": resp.header("x-reef-release-id") if resp is not None else None},
                               sort_keys=True)
         else:
             line = f"reef: {request.method} {path} {status} {ms:.1f}ms" + (f" {rid}" if rid else "")
@@ -214,8 +191,8 @@ class Gateway:
             pass
 
     # -- model routes -----------------------------------------------------------------------------------------
-    async def _model_route(self, request: web.BaseRequest) -> web.StreamResponse:
-        path, session = request[_ROUTE]
+    async def _model_route(self, request: Request) -> Response | StreamResponse:
+        path, session = request.route
         api = ROUTE_API[path]
         if not self.upstream.speaks(api):
             return _json_response(error_body(api, 404, f"this gateway's upstream speaks {self.upstream.api} only "
@@ -299,7 +276,7 @@ class Gateway:
             changed = self.recorder.apply_request_hooks(ex, parsed) or changed
         return json.dumps(parsed, ensure_ascii=False).encode("utf-8") if changed else body
 
-    def _send(self, request: web.BaseRequest, target: str, headers, api: str, body: bytes):
+    def _send(self, request: Request, target: str, headers, api: str, body: bytes):
         """The upstream call, started now (its answer is awaited in _relay)."""
         up_headers = self.upstream.request_headers(headers, api, self.config.pass_client_key)
         return self.client.start(request.method, target, up_headers, body)
@@ -323,7 +300,7 @@ class Gateway:
                 "scenario": ex.scenario}
 
     async def _relay(self, request, api, target, headers, body, ex: Exchange | None, extra,
-                     call) -> web.StreamResponse:
+                     call) -> Response | StreamResponse:
         t = self.config.timeout
         try:
             resp = await call
@@ -353,7 +330,7 @@ class Gateway:
                                           f"the upstream's answer was cut off ({exc})")
             out_headers = response_headers(resp.headers) + extra
             if ex is None:
-                return web.Response(body=data, status=resp.status, headers=out_headers)
+                return Response(data, resp.status, out_headers)
             ex.add_response(data)
             ex.first_token()
             if resp.status >= 400:
@@ -375,18 +352,18 @@ class Gateway:
                 return _json_response(error_body(api, 409, f"the upstream's answer was refused: {ex.refused}",
                                                  "api_error"), 409, headers=extra)
             await self._record(ex)
-            return web.Response(body=data, status=resp.status, headers=out_headers)
+            return Response(data, resp.status, out_headers)
         finally:
             resp.release()
 
-    async def _failed(self, api, ex, extra, status, outcome, message) -> web.Response:
+    async def _failed(self, api, ex, extra, status, outcome, message) -> Response:
         if ex is not None:
             ex.fail(outcome, message, status)
             await self._record(ex)
         return _json_response(error_body(api, status, message, "api_error"), status, headers=extra)
 
-    async def _stream(self, request, api, resp, ex: Exchange | None, extra) -> web.StreamResponse:
-        out = web.StreamResponse(status=resp.status, headers=response_headers(resp.headers) + extra)
+    async def _stream(self, request, api, resp, ex: Exchange | None, extra) -> StreamResponse:
+        out = StreamResponse(resp.status, response_headers(resp.headers) + extra)
         await out.prepare(request)
 
         async def send(data: bytes, last: bool = False) -> None:
@@ -459,7 +436,7 @@ class Gateway:
         return out
 
     # -- reef routes ------------------------------------------------------------------------------------------
-    async def _report(self, request: web.BaseRequest) -> web.Response:
+    async def _report(self, request: Request) -> Response:
         try:
             obj = json.loads(await request.read() or b"null")
         except ValueError as exc:
@@ -491,13 +468,13 @@ class Gateway:
             shim, obj["score"], feedback=feedback, receipts=receipts, record_id=record_id))
         return _json_response(rec.to_json())
 
-    async def _releases(self, request: web.BaseRequest) -> web.Response:
+    async def _releases(self, request: Request) -> Response:
         state = self.recorder.scenario(request.headers.get("x-reef-scenario") or request.query.get("scenario"))
         releases = state.store.releases()
         return _json_response({"scenario": state.store.scenario, "head": releases[-1].release_id if releases else None,
                                "releases": [r.to_json() for r in releases]})
 
-    async def _status(self, request: web.BaseRequest) -> web.Response:
+    async def _status(self, request: Request) -> Response:
         scenarios = {}
         for name, state in sorted(self.recorder.scenarios.items()):
             rel = state.release()
@@ -514,7 +491,7 @@ class Gateway:
             "appends": {"inline": self.recorder.committer.inline, "batches": self.recorder.committer.batches},
             "loop": _loop_name()})
 
-    async def _healthz(self, _request: web.BaseRequest) -> web.Response:
+    async def _healthz(self, _request: Request) -> Response:
         return _json_response({"ok": True})
 
     # -- running ----------------------------------------------------------------------------------------------
@@ -531,15 +508,12 @@ class Gateway:
         # ClientSession). It keeps no cookies: a Set-Cookie from the upstream reaches the client that got it only.
         self.client = UpstreamClient(self.upstream.base, connect_timeout=min(self.config.timeout, 30.0),
                                      read_timeout=self.config.timeout)
-        runner = web.ServerRunner(self.server(), handle_signals=False, shutdown_timeout=1.0)
-        await runner.setup()
-        site = web.TCPSite(runner, self.config.host, self.config.port, backlog=2048, reuse_address=True)
+        server = self.server()
         try:
-            await site.start()
+            host, port = (await server.start(self.config.host, self.config.port))[:2]
         except OSError as exc:
-            await runner.cleanup()
+            self.client.close()
             raise ReefError(f"cannot listen on {self.config.host}:{self.config.port}: {exc.strerror}") from None
-        host, port = runner.addresses[0][:2]
         shown_host = f"[{host}]" if ":" in host else host
         self.url = f"http://{shown_host}:{port}"
         release = self.recorder.scenario(None).release()
@@ -553,7 +527,7 @@ class Gateway:
         if on_ready is not None:
             on_ready(self.url)
         await stop.wait()
-        await site.stop()  # stop accepting
+        server.stop_accepting()
         pending = set(self.in_flight)
         if pending:
             self._note(f"draining {len(pending)} request(s) for up to {self.config.drain_timeout:g} s")
@@ -562,7 +536,7 @@ class Gateway:
                 task.cancel()
             if late:
                 await asyncio.wait(late, timeout=5.0)
-        await runner.cleanup()
+        await server.close()
         self.client.close()
         await loop.run_in_executor(None, self.executor.shutdown, True)
         return self._verify()
@@ -586,38 +560,6 @@ class Gateway:
             line = f"reef: {message}"
         self.log.write(line + "\n")
         self.log.flush()
-
-
-class _AccessLog(AbstractAccessLogger):
-    """aiohttp calls `log` after a response has gone out: the gateway's log line is written off the request's path.
-    `logger` is the Gateway."""
-
-    def log(self, request, response, time: float) -> None:
-        self.logger._log(request, response, time)
-
-
-class _ErrorNote(logging.Handler):
-    """aiohttp logs a request it could not parse (or a handler's crash) with a traceback whose message quotes the
-    offending header line: a malformed `Authorization: Bearer sk-...` reached the log in clear. One redacted line
-    instead: the exception's type, the first line of its message without the quoted bytes, and where it was raised."""
-
-    def __init__(self, gateway: "Gateway"):
-        super().__init__(logging.INFO)
-        self.gateway = gateway
-
-    def emit(self, record: logging.LogRecord) -> None:
-        exc = record.exc_info[1] if record.exc_info else None
-        line = record.getMessage()
-        if exc is not None:
-            import traceback
-
-            text = str(getattr(exc, "message", None) or exc).strip()
-            first = text.splitlines()[0] if text else ""
-            first = first.split(" b'", 1)[0].split(' b"', 1)[0]
-            frames = traceback.extract_tb(exc.__traceback__)
-            where = f" (at {Path(frames[-1].filename).name}:{frames[-1].lineno})" if frames else ""
-            line += f": {type(exc).__name__}: {first}{where}"
-        self.gateway._note(_shown(line))
 
 
 class _ReportStore:
@@ -696,7 +638,7 @@ def _read_answer(ex: Exchange, data: bytes) -> None:
         ex.usage = usage
 
 
-def _abort(request: web.BaseRequest) -> None:
+def _abort(request: Request) -> None:
     transport = request.transport
     if transport is not None:
         transport.close()

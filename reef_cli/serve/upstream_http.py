@@ -26,7 +26,8 @@ from collections import deque
 from urllib.parse import urlsplit
 
 import httptools
-from multidict import CIMultiDict
+
+from .http_server import Headers
 
 IDLE_S = 30.0  # a pooled connection idle longer is closed rather than reused (aiohttp's keepalive_timeout)
 POOL_MAX = 512  # idle connections kept at most
@@ -87,7 +88,7 @@ class UpstreamResponse:
         self.head_only = head_only  # the answer to a HEAD: no body follows whatever its Content-Length says
         self.parser = httptools.HttpResponseParser(self)
         self.status = 0
-        self.headers: CIMultiDict = CIMultiDict()
+        self.headers = Headers([])
         self.got_bytes = False
         self.done = False
         self._raw: list[tuple[str, str]] = []
@@ -121,7 +122,7 @@ class UpstreamResponse:
             self._framed = False
             return
         self.status = status
-        self.headers = CIMultiDict(self._raw)
+        self.headers = Headers(self._raw)
         self._keep_alive = self.parser.should_keep_alive()
         self._head = True
         if self.head_only:  # the parser would wait for the body a GET would get: end here, and drop the connection

@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from ..errors import InvalidInput, NotFound, ReefError
+from ..errors import InvalidInput, NotFound, ReefError, StoreError
 from ..releases import canonical
 
 ENV_CANARY = "REEF_CANARY_SCENARIO"
@@ -157,11 +157,19 @@ def verdicts_path(store) -> Path:
 
 
 def _verdicts(path: Path) -> dict | None:
-    """The stored verdicts; {} when there are none, None when the file is damaged (not a JSON object)."""
+    """The stored verdicts; {} when there are none, None when the file is damaged (not a JSON object). Something
+    that is not a readable file there (a directory, no permission) is refused with one line naming it: reef did
+    not put it there, so it is neither damaged state to set aside nor to be replaced."""
     try:
         data = json.loads(path.read_text())
     except FileNotFoundError:
         return {}
+    except IsADirectoryError:
+        raise InvalidInput(f"{path} is a directory, not the weight gate's verdicts file; move it away "
+                           "(nothing was changed)") from None
+    except OSError as exc:
+        raise StoreError(f"cannot read the weight gate's verdicts {path}: {exc.strerror or exc} "
+                         "(nothing was changed)") from None
     except (ValueError, UnicodeDecodeError):
         return None
     return data if isinstance(data, dict) else None

@@ -13,6 +13,9 @@ Order, and what each failure leaves:
 7. with canary tasks (or `--eval CMD`), gate the new weights against the previous release's stored verdict and roll
    back (reload the previous checkpoint, publish a `rollback` release) when they lose (weights/gate.py).
 Every failure is one ledger record (`train_failed`) and one error line; the head never moves on a failure.
+A run killed between 6 and 7 leaves published weights with no `weight_gate` record: the next `reef train` (once
+the engine answers with those weights) gates them before training on top of them, and rolls them back if they lose
+or can no longer be judged (`_settle_unjudged`).
 """
 
 from __future__ import annotations
@@ -69,6 +72,7 @@ class TrainResult:
     rollback: object | None = None
     dry_run: bool = False
     warnings: list[str] = field(default_factory=list)
+    settled: dict | None = None  # the head an interrupted run left unjudged, gated (or rolled back) by this one
 
     def to_json(self) -> dict:
         out = {"recipe": self.recipe, "dry_run": self.dry_run, "selection": self.selection.to_json(),
@@ -79,7 +83,8 @@ class TrainResult:
                         "runtime_load_id": self.runtime_load_id, "checkpoint": self.checkpoint,
                         "swap": self.swap, "trainer": self.trainer, "gate": self.gate,
                         "rolled_back": self.rollback is not None,
-                        "rollback_release_id": self.rollback.release_id if self.rollback else None})
+                        "rollback_release_id": self.rollback.release_id if self.rollback else None,
+                        "settled": self.settled})
         return out
 
 
@@ -245,15 +250,33 @@ def weight_head(store):
 
 
 def checkpoint_manifest(path: Path) -> dict:
-    """Every file of a checkpoint directory with its size and SHA-256, sorted: the bytes a weight release names."""
+    """Every file of a checkpoint directory with its size and SHA-256, sorted: the bytes a weight release names.
+
+    A symlinked file whose target lies inside the checkpoint is followed and named under the link's path (a loader
+    reads it through the link). One pointing outside (or nowhere), and a symlinked directory, are refused with one
+    line: skipping them named a checkpoint without bytes the engine loads, and following one outside would name
+    bytes the checkpoint does not hold, which a later rollback could not check again."""
+    root = path.resolve()
     files = {}
     for p in sorted(path.rglob("*")):
-        if p.is_file() and not p.is_symlink():
-            h = hashlib.sha256()
-            with open(p, "rb") as f:
-                for chunk in iter(lambda: f.read(1 << 20), b""):
-                    h.update(chunk)
-            files[p.relative_to(path).as_posix()] = {"bytes": p.stat().st_size, "sha256": h.hexdigest()}
+        if p.is_symlink():
+            target = p.resolve()
+            rel = p.relative_to(path).as_posix()
+            if not target.exists():
+                raise InvalidInput(f"checkpoint {path}: {rel} is a symlink to {os.readlink(p)}, which does not exist")
+            if target != root and root not in target.parents:
+                raise InvalidInput(f"checkpoint {path}: {rel} is a symlink to {target}, outside the checkpoint; copy "
+                                   "the file in (a weight release names only bytes its checkpoint holds)")
+            if not target.is_file():
+                raise InvalidInput(f"checkpoint {path}: {rel} is a symlink to a directory; copy or move the files "
+                                   "in (a weight release names files)")
+        elif not p.is_file():
+            continue
+        h = hashlib.sha256()
+        with open(p, "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                h.update(chunk)
+        files[p.relative_to(path).as_posix()] = {"bytes": p.stat().st_size, "sha256": h.hexdigest()}
     if not files:
         raise InvalidInput(f"checkpoint {path} holds no files")
     return {"format": MANIFEST_FORMAT, "files": files}
@@ -339,6 +362,15 @@ def _train(store, recipe, opts: TrainOptions, environ: dict | None,
         failed("engine", exc, locked=True, answered_version=str(engine_version))
         raise PolicyError(f"{exc}; weight updates are now locked — check the engine, then run 'reef train --unlock'")
 
+    if _settle_unjudged(store, engine, prev, gate_plan, url, environ, emit, result, opts):
+        prev = weight_head(store)  # rolled back: train from the weights the engine serves now, and their records
+        marks = prev.meta["records"] if prev else {}
+        selection = select(store.ledger(), recipe, from_seq=int(marks.get("through_seq", 0)),
+                           carried=marks.get("pending_ids", ()))
+        result.selection = selection
+        base_model = prev.meta.get("base_model_path") if prev else info.get("model_path")
+        start_from = prev.meta.get("checkpoint") if prev else info.get("model_path")
+
     run_dir = store.dir / "train" / run_id
     run_dir.mkdir(parents=True, exist_ok=True)
     result.run_dir = run_dir
@@ -371,7 +403,13 @@ def _train(store, recipe, opts: TrainOptions, environ: dict | None,
         raise
     result.trainer = trained.to_json()
     result.checkpoint = str(trained.checkpoint)
-    manifest = checkpoint_manifest(trained.checkpoint)
+    try:
+        manifest = checkpoint_manifest(trained.checkpoint)
+    except (InvalidInput, OSError) as exc:
+        failed("checkpoint", exc, checkpoint=str(trained.checkpoint))  # the engine was never touched
+        if isinstance(exc, OSError):
+            raise InvalidInput(f"checkpoint {trained.checkpoint} cannot be read: {exc.strerror or exc}") from None
+        raise
 
     head = store.head()
     step = (head.step + 1) if head else 1
@@ -391,6 +429,7 @@ def _train(store, recipe, opts: TrainOptions, environ: dict | None,
             "base_model_path": base_model, "previous_weight_version": swap.previous_version,
             "records": {"from_seq": selection.from_seq, "through_seq": selection.through_seq,
                         "count": len(selection.samples), "pending_ids": list(selection.pending)},
+            "gate_plan": None if gate_plan is None else gate_plan.kind,
             "trainer": {"argv": shown_argv(trained.argv), "duration_s": round(trained.duration_s, 3),
                         "log": str(trained.log_path)}}
     release = _publish(store, manifest, head, version, meta, "train",
@@ -404,6 +443,87 @@ def _train(store, recipe, opts: TrainOptions, environ: dict | None,
     if gate_plan is not None:
         _gate(store, engine, result, prev, baseline, gate_plan, url, environ, failed, emit, opts)
     return result
+
+
+def _weight_before(store, release):
+    """The weight release before `release` (what its gate compares with and a rollback reloads), or None."""
+    earlier = None
+    for rel in store.releases():
+        if rel.release_id == release.release_id:
+            return earlier
+        if rel.operation in WEIGHT_OPERATIONS and isinstance(rel.meta.get("records"), dict):
+            earlier = rel
+    return None
+
+
+def _settle_unjudged(store, engine, head, gate_plan, url: str, environ: dict, emit, result: TrainResult,
+                     opts: TrainOptions) -> bool:
+    """A `reef train` killed after publishing its weights but before the weight gate decided left them as the head
+    with no `weight_gate` record (or with a rollback verdict that was never carried out). Weights nobody judged do
+    not stay: before training on top of them, this gates them now, against the weights before them, exactly as
+    that run would have (the engine still serves them: the caller checked), and rolls them back if they lose or
+    cannot be judged; a recorded rollback verdict is carried out. Returns True when it rolled back."""
+    from . import gate as wgate
+
+    if head is None or head.operation != "train" or not head.meta.get("run_id"):
+        return False
+    planned = head.meta.get("gate_plan", "unknown")  # releases before this field: judged if a gate is planned now
+    if planned is None:
+        return False  # published with --no-gate (or with no canary tasks): every step publishes
+    run_id = head.meta["run_id"]
+    verdicts = [r.payload for r in store.ledger().iter_records(kind="weight_gate") if r.payload.get("run_id") == run_id]
+    if verdicts and verdicts[-1].get("passed"):
+        return False
+    what = f"the head's weights (release {head.release_id}, run {run_id}) were published by a 'reef train' that " \
+           "stopped before the weight gate decided"
+    if gate_plan is None and not verdicts:
+        result.warnings.append(f"{what}; they stay unjudged because this run has no weight gate (--no-gate)")
+        return False
+    earlier = _weight_before(store, head)
+    failed = _recorder(store, run_id, head.meta.get("recipe", result.recipe), url)
+    emit({"event": "settle", "release_id": head.release_id, "run_id": run_id})
+    settled = TrainResult(result.recipe, result.selection, run_id=run_id, run_dir=store.dir / "train" / run_id,
+                          release=head, runtime_load_id=head.runtime_load_id, warnings=result.warnings)
+    if verdicts:  # the verdict was recorded, the rollback never published: carry it out
+        verdict = verdicts[-1]
+        settled.gate = verdict
+        if earlier is not None and earlier.meta.get("checkpoint"):
+            settled.rollback = _restore(store, engine, earlier, run_id=run_id, failed=failed,
+                                        evidence=(head.release_id,),
+                                        reason=f"weight gate: {verdict.get('reason')}; reload step {earlier.step} "
+                                               f"({earlier.release_id}) (the interrupted run's verdict)",
+                                        meta={"rejected_gate": _brief(verdict)})
+    else:
+        if gate_plan.kind == "eval":
+            baseline = (wgate.stored_verdict(store, earlier) or earlier.meta.get("gate")) if earlier else None
+        else:
+            stored = wgate.stored_verdict(store, earlier) if earlier else None
+            baseline = stored if wgate.comparable(gate_plan.suite, stored) else None
+            if earlier is not None and baseline is None:
+                # the weights before them can no longer be measured (the engine serves these): not judged, not kept
+                settled.gate = {"kind": gate_plan.kind, "decision": wgate.ROLLBACK, "passed": False, "score": None,
+                                "baseline": None, "reason": "no comparable verdict of the previous weights to judge "
+                                                            "them against"}
+                store.ledger().append("weight_gate", {"run_id": run_id, **settled.gate},
+                                      release_id=head.release_id, content_id=head.content_id)
+                if earlier.meta.get("checkpoint"):
+                    settled.rollback = _restore(
+                        store, engine, earlier, run_id=run_id, failed=failed, evidence=(head.release_id,),
+                        reason=f"weight gate: {settled.gate['reason']}; reload step {earlier.step} "
+                               f"({earlier.release_id})", meta={"rejected_gate": _brief(settled.gate)})
+                baseline = False
+        if baseline is not False:
+            _gate(store, engine, settled, earlier, baseline, gate_plan, url, environ, failed, emit, opts)
+    if settled.rollback is not None and earlier is not None:
+        kept = wgate.stored_verdict(store, earlier)
+        if kept is not None:  # the same weights again: the next gate compares with their verdict
+            wgate.store_verdict(store, settled.rollback, kept)
+    decision = (f"rolled back — release {settled.rollback.release_id} serves step {earlier.step} again"
+                if settled.rollback else f"gated now: {((settled.gate or {}).get('decision') or 'kept')}")
+    result.warnings.append(f"{what}; {decision}")
+    result.settled = {"release_id": head.release_id, "run_id": run_id, "gate": settled.gate,
+                      "rollback_release_id": settled.rollback.release_id if settled.rollback else None}
+    return settled.rollback is not None
 
 
 def _baseline(store, prev, gate_plan, url: str, run_dir: Path, run_id: str, environ: dict, emit, result,

@@ -1,0 +1,156 @@
+"""An acknowledged record cut off the ledger's end is reported, never trimmed as a crash's torn write.
+
+A crashed writer's half line was never acknowledged and is cut off quietly by the next writer (tests/test_ledger.py);
+the same bytes left by `truncate -s -20` on a record that was appended, synced and acknowledged are a lost record:
+`reef ledger verify` fails naming the file, the record and the offset, appends refuse (nothing changed), and
+`reef repair ledger --accept-loss` keeps the cut bytes aside and records the loss in the chain."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from conftest import run_reef
+from reef_cli.errors import DamagedState
+from reef_cli.ledger import Ledger
+
+LEDGER = Path(".reef/scenarios/default/ledger.jsonl")
+
+APPEND = textwrap.dedent("""
+    import sys
+    from reef_cli.errors import ReefError
+    from reef_cli.ledger import Ledger
+    with Ledger(sys.argv[1], "default") as ledger:
+        try:
+            for i in range(int(sys.argv[2])):
+                print(ledger.append("interaction", {"i": i}, release_id="r", content_id="c").record_id, flush=True)
+        except ReefError as exc:
+            print(exc, file=sys.stderr)
+            sys.exit(int(exc.exit_code))
+""")
+
+
+def append(path: Path, n: int) -> subprocess.CompletedProcess:
+    """Append `n` records from a separate process (the acknowledgement is the printed id)."""
+    return subprocess.run([sys.executable, "-c", APPEND, str(path), str(n)], capture_output=True, text=True,
+                          timeout=60)
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    r = run_reef("init", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert append(tmp_path / LEDGER, 4).returncode == 0
+    return tmp_path
+
+
+def test_a_cut_acknowledged_last_record_fails_verify_and_appends_and_is_kept_by_repair(project: Path) -> None:
+    path = project / LEDGER
+    last = json.loads(path.read_bytes().splitlines()[-1])
+    whole = path.stat().st_size
+    subprocess.run(["truncate", "-s", "-20", str(path)], check=True)
+    damaged = path.read_bytes()
+
+    records_end = damaged.rfind(b"\n") + 1
+    r = run_reef("ledger", "verify", cwd=project)
+    assert r.returncode == 4, (r.stdout, r.stderr)
+    lines = r.stderr.strip().splitlines()
+    assert lines[0] == (
+        f"reef: error: ledger {path} lost acknowledged records: record seq 4 (hash {last['hash'][:16]}) was "
+        f"acknowledged ending at offset {whole}, but the file's complete records end at offset {records_end}, "
+        f"followed by {len(damaged) - records_end} bytes of a cut line; restore the ledger from a backup, or record "
+        f"the loss with 'reef repair ledger --accept-loss' (it keeps the cut bytes aside; nothing was changed)"
+    )
+    assert json.loads(run_reef("ledger", "verify", "--json", cwd=project).stdout)["problem"] == "cut"
+
+    r = append(path, 1)  # a later writer refuses rather than trimming the record as a torn write
+    assert r.returncode == 4 and "lost acknowledged records: record seq 4" in r.stderr and not r.stdout
+    assert path.read_bytes() == damaged
+    r = run_reef("repair", "ledger", cwd=project)
+    assert r.returncode == 4 and "record seq 4" in r.stderr
+    assert path.read_bytes() == damaged
+
+    r = run_reef("repair", "ledger", "--accept-loss", cwd=project)
+    assert r.returncode == 0, r.stderr
+    kept = list(path.parent.glob("ledger.jsonl.cut-*"))
+    assert len(kept) == 1 and kept[0].read_bytes() == damaged[records_end:]
+    assert f"kept in {kept[0].name}" in r.stdout and "records up to seq 4" in r.stdout
+    cut = json.loads(path.read_bytes().splitlines()[-1])
+    assert cut["kind"] == "ledger_cut" and cut["seq"] == 4
+    assert cut["payload"]["acknowledged"] == {"seq": 4, "hash": last["hash"][:16], "end": whole}
+    assert run_reef("ledger", "verify", cwd=project).returncode == 0
+    assert append(path, 1).returncode == 0
+
+
+def test_whole_records_cut_in_place_are_reported_too(project: Path) -> None:
+    path = project / LEDGER
+    lines = path.read_bytes().splitlines(keepends=True)
+    with open(path, "r+b") as handle:  # `head -n 2` written back into the same file
+        handle.truncate(len(b"".join(lines[:2])))
+    r = run_reef("ledger", "verify", cwd=project)
+    assert r.returncode == 4 and "record seq 4" in r.stderr and "followed by" not in r.stderr, r.stderr
+    assert append(path, 1).returncode == 4
+    assert path.read_bytes() == b"".join(lines[:2])
+
+
+def test_a_writer_killed_mid_write_leaves_a_torn_line_that_is_still_cut_quietly(project: Path) -> None:
+    """The never-acknowledged half line of a writer killed with SIGKILL inside its write: repaired, not refused."""
+    path = project / LEDGER
+    intact = path.read_bytes()
+    child = textwrap.dedent("""
+        import os, signal, sys
+        import reef_cli.ledger.writer as writer
+        from reef_cli.ledger import Ledger
+        real = os.write
+        def half(fd, data):
+            real(fd, data[: len(data) // 2])
+            os.kill(os.getpid(), signal.SIGKILL)
+        writer.os.write = half
+        with Ledger(sys.argv[1], "default") as ledger:
+            ledger.append("interaction", {"dies": True}, release_id="r", content_id="c")
+    """)
+    proc = subprocess.run([sys.executable, "-c", child, str(path)], capture_output=True, timeout=60)
+    assert proc.returncode == -signal.SIGKILL
+    assert len(path.read_bytes()) > len(intact)
+    r = run_reef("ledger", "verify", cwd=project)
+    assert r.returncode == 0, (r.stdout, r.stderr)
+    r = append(path, 1)
+    assert r.returncode == 0 and "cut a torn last line" in r.stderr
+    assert path.read_bytes().startswith(intact) and Ledger(path, "default").verify().ok
+
+
+def test_a_new_ledger_is_not_held_to_an_old_files_mark(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.jsonl"
+    assert append(path, 5).returncode == 0
+    path.unlink()
+    with Ledger(path, "default") as ledger:  # recreated (an inode number may be reused): starts afresh
+        assert ledger.append("interaction", {}, release_id="r", content_id="c").seq == 1
+        assert ledger.verify().ok
+
+
+def test_compaction_moves_the_mark_to_the_new_file(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.jsonl"
+    assert append(path, 6).returncode == 0
+    with Ledger(path, "default") as ledger:
+        ledger.compact(keep=2)
+        assert ledger.verify().ok
+    assert append(path, 1).returncode == 0
+    with Ledger(path, "default") as ledger:
+        assert ledger.verify().ok and ledger.acknowledged_cut() is None
+
+
+def test_append_refuses_in_process_with_damaged_state(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.jsonl"
+    with Ledger(path, "default") as ledger:
+        ledger.append("interaction", {}, release_id="r", content_id="c")
+    os.truncate(path, path.stat().st_size - 5)
+    with Ledger(path, "default") as ledger:
+        with pytest.raises(DamagedState, match=f"ledger {path} lost acknowledged records: record seq 1"):
+            ledger.append("interaction", {}, release_id="r", content_id="c")

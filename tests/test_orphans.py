@@ -1,0 +1,84 @@
+"""Episode commands (canary and gate agents, setup, check) die with reef, grandchildren included, even when reef is
+killed with SIGKILL: they run in their own sessions, so nothing else would stop them (weights/orphans.py)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from reef_cli.episodes import run_command
+
+REEF_LIKE = textwrap.dedent("""
+    import sys, threading
+    from pathlib import Path
+    from reef_cli.episodes import run_command
+    work = Path(sys.argv[1])
+    agent = ["/bin/sh", "-c", "sleep 300 & echo $! > grandchild; echo $$ > agent; wait"]
+    # from a worker thread that waits for it, as the episode pool runs agents
+    t = threading.Thread(target=run_command, args=(agent,), kwargs=dict(cwd=work, env={"PATH": "/usr/bin:/bin"},
+                         timeout=600, stdout=work / "out", stderr=work / "err"))
+    t.start()
+    t.join()
+""")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def _wait_for(path: Path, timeout: float = 30) -> int:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if path.exists() and path.read_text().strip():
+            return int(path.read_text())
+        time.sleep(0.05)
+    raise AssertionError(f"{path} never appeared")
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_kill_9_of_reef_takes_the_agent_and_its_children_down(tmp_path: Path) -> None:
+    proc = subprocess.Popen([sys.executable, "-c", REEF_LIKE, str(tmp_path)])
+    pids: list[int] = []
+    try:
+        pids = [_wait_for(tmp_path / "agent"), _wait_for(tmp_path / "grandchild")]
+        assert all(_alive(p) for p in pids)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        deadline = time.monotonic() + 10
+        while any(_alive(p) for p in pids) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not [p for p in pids if _alive(p)], "an agent process outlived the reef that started it"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+def test_the_reaper_keeps_exit_codes_signals_stdin_and_start_failures(tmp_path: Path) -> None:
+    (tmp_path / "in").write_text("hello\n")
+    run = dict(cwd=tmp_path, env={"PATH": "/usr/bin:/bin"}, timeout=30, stdout=tmp_path / "out",
+               stderr=tmp_path / "err")
+    assert run_command("exit 7", **run).exit == 7
+    assert run_command(["/bin/sh", "-c", "kill -TERM $$"], **run).exit == -signal.SIGTERM
+    assert run_command(["/bin/cat"], stdin=tmp_path / "in", **run).exit == 0
+    assert (tmp_path / "out").read_text() == "hello\n"
+    oc = run_command(["/nonexistent/agent"], **run)
+    assert oc.exit is None and oc.error == "cannot start '/nonexistent/agent': No such file or directory"
+    started = time.monotonic()
+    oc = run_command(["/bin/sh", "-c", "sleep 60 & wait"], **{**run, "timeout": 0.5}, kill_grace=0.5)
+    assert oc.timed_out and time.monotonic() - started < 10
