@@ -5,7 +5,7 @@ Per redactor: recall (formats whose every secret is gone, no 8-character run of 
 positives (look-alikes changed), precision (of the texts it changed, the share that held a secret) and throughput in
 MB/s on agent-output-like text (code, logs, test output, a secret every ~20 lines).
 
-    .venv/bin/python bench/redact_bench.py [--mb 0.5]
+    .venv/bin/python bench/redact_bench.py [--mb 0.5] [--baseline COMMIT] [--rounds 3]
 """
 
 from __future__ import annotations
@@ -40,9 +40,9 @@ FILLER = [
 ]
 
 
-def baseline_module() -> types.ModuleType | None:
+def baseline_module(commit: str = BASELINE_COMMIT) -> types.ModuleType | None:
     try:
-        source = subprocess.run(["git", "show", f"{BASELINE_COMMIT}:reef_cli/redact.py"], cwd=ROOT, check=True,
+        source = subprocess.run(["git", "show", f"{commit}:reef_cli/redact.py"], cwd=ROOT, check=True,
                                 capture_output=True, text=True).stdout
     except (OSError, subprocess.CalledProcessError):
         return None
@@ -145,11 +145,14 @@ def throughput(redactors: dict, text: str, rounds: int = 3) -> dict[str, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mb", type=float, default=0.5, help="size of each throughput text (default 0.5 MB)")
+    parser.add_argument("--baseline", default=BASELINE_COMMIT,
+                        help="the commit whose reef_cli/redact.py is 'reef (before)' (default: before issue 10)")
+    parser.add_argument("--rounds", type=int, default=3, help="best of this many timed rounds (default 3)")
     args = parser.parse_args()
     from reef_cli.redact import redact
 
     redactors = {"reef (now)": redact}
-    base = baseline_module()
+    base = baseline_module(args.baseline)
     if base is not None:
         redactors["reef (before)"] = base.redact
     ds = detect_secrets_redactor()
@@ -160,7 +163,7 @@ def main() -> None:
           "'mixed' (a corpus secret every ~20 lines) and 'clean' (none)")
     print(f"{'redactor':<16}{'recall':>8}{'secrets':>10}{'false+':>8}{'precision':>11}"
           f"{'mixed MB/s':>12}{'ratio':>7}{'clean MB/s':>12}{'ratio':>7}")
-    speed = {"mixed": throughput(redactors, mixed), "clean": throughput(redactors, clean)}
+    speed = {"mixed": throughput(redactors, mixed, args.rounds), "clean": throughput(redactors, clean, args.rounds)}
     rows = {name: score(fn) | {k: v[name] for k, v in speed.items()} for name, fn in redactors.items()}
     ref = rows.get("reef (before)", rows["reef (now)"])
     for name, r in rows.items():

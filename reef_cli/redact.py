@@ -2,8 +2,10 @@
 
 Best effort, tuned to miss as few real secrets as possible without mangling ordinary code and prose: provider
 tokens are matched by their documented shapes; `KEY=value`-style assignments only when the key names a secret
-and the value looks like a literal rather than code (`token = get_token()` stays). Every replacement reads
-`[REDACTED:<kind>]`, and text that is already redacted passes through unchanged (and uncounted).
+and the value looks like a literal rather than code (`token = get_token()` stays); a value may sit on the next line
+(YAML block scalars, INI continuations); a provider token may be wrapped over lines; flags and arguments that only a
+password fills (`mysql -pX`, `ssh-keygen -N X`, `echo X | sudo -S`) are read by the tool's own syntax. Every
+replacement reads `[REDACTED:<kind>]`, and text that is already redacted passes through unchanged (and uncounted).
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from .errors import InvalidInput
@@ -22,6 +24,22 @@ WINDOW = 4096  # how far past the excerpt a secret that starts inside it may run
 
 def _mark(kind: str) -> str:
     return f"[REDACTED:{kind}]"
+
+
+class _Lazy:
+    """A regex compiled on its first use: `reef run` imports this module on every call, and most texts never reach
+    the rarer rules (compiling them all up front doubled the module's import time)."""
+
+    __slots__ = ("_args", "_compiled")
+
+    def __init__(self, pattern: str, flags: int = 0) -> None:
+        self._args = (pattern, flags)
+        self._compiled: re.Pattern[str] | None = None
+
+    def __getattr__(self, name: str) -> Any:
+        if self._compiled is None:
+            self._compiled = re.compile(*self._args)
+        return getattr(self._compiled, name)
 
 
 _START = r"(?<![A-Za-z0-9])"  # a token starts where no letter or digit runs into it: after "-" or "_" too (s-ghp_..., x-sk-proj-...)
@@ -44,12 +62,14 @@ _TOKEN_SHAPES: list[tuple[str, tuple[str, ...], str]] = [
                       "glagent-", "glffct-", "glrtr-"),
      _START + r"gl(?:pat|dt|rt|cbt|ptt|ft|imt|oas|soat|agent|ffct|rtr)-[A-Za-z0-9_-]{20,}" + _END),
     ("gitlab_token", ("GR1348941",), _START + r"GR1348941[A-Za-z0-9_-]{20,}" + _END),
-    ("slack_token", ("xox",), _START + r"(?:xoxe\.)?xox[abposre]-[A-Za-z0-9-]{10,}" + _END),
+    ("slack_token", ("xox",), _START + r"(?:xoxe\.)?xox[abposrec]-[A-Za-z0-9-]{10,}" + _END),
+    ("slack_token", ("xoxd-",), _START + r"xoxd-[A-Za-z0-9%/+=-]{20,}" + _END),  # the browser `d` cookie
     ("slack_token", ("xapp-",), _START + r"xapp-\d-[A-Z0-9]+-\d+-[A-Za-z0-9]{20,}" + _END),
     ("slack_webhook", ("hooks.slack.com",),
      r"https://hooks\.slack\.com/(?:services|workflows|triggers)/[A-Za-z0-9_/-]{20,}"),
     ("google_api_key", ("AIza",), _START + r"AIza[0-9A-Za-z_-]{35}" + _END),
     ("google_oauth", ("ya29.", "GOCSPX-"), _START + r"(?:ya29\.|GOCSPX-)[A-Za-z0-9_-]{20,}" + _END),
+    ("google_oauth", ("1//0",), _START + r"1//0[A-Za-z0-9_-]{40,}" + _END),  # a refresh token
     ("huggingface_token", ("hf_",), _START + r"hf_[A-Za-z0-9]{30,}" + _END),
     ("npm_token", ("npm_",), _START + r"npm_[A-Za-z0-9]{36,}" + _END),
     ("pypi_token", ("pypi-AgE",), _START + r"pypi-AgE[A-Za-z0-9_-]{50,}" + _END),
@@ -101,6 +121,33 @@ _AUTH_HEADER = re.compile(
     r"(?P<secret>[^\s\"',;]+)",
     re.IGNORECASE,
 )
+# Digest credentials are parameters (`username="bob", response="<hash of the password>"`), quoted or JSON-escaped.
+_DIGEST = _Lazy(
+    r"(?P<head>\bauthorization[\"']?\s*[:=]\s*[\"']?digest\s+)"
+    r"(?P<secret>[A-Za-z-]+=(?:\\?\"(?:[^\"\\\n]|\\[^\"])*\\?\"|[^\s,\"]+)(?:,[ \t]*[A-Za-z-]+="
+    r"(?:\\?\"(?:[^\"\\\n]|\\[^\"])*\\?\"|[^\s,\"]+))*)",
+    re.IGNORECASE,
+)
+# ~/.pgpass: `host:port:database:user:password` (`:` and `\` escaped with a backslash), a host name, an IPv4 address
+# or `*`, and a port or `*`; a line of its own or a quoted word (`echo "..." >> ~/.pgpass`).
+_PGPASS = _Lazy(
+    r"(?<![^\s'\"])(?P<head>(?:\*|(?:\d{1,3}\.){3}\d{1,3}|[A-Za-z][A-Za-z0-9.-]*|\[[0-9A-Fa-f:]+\]):(?:\d{1,5}|\*)"
+    r":(?:[^\s:\\]|\\.)+:(?:[^\s:\\]|\\.)+:)(?P<secret>(?:[^\s:\\'\"]|\\.)+)(?=$|[\s'\"])",
+    re.MULTILINE,
+)
+# Where a .pgpass line can be: its port field and the two fields after it (a literal `:` first: a fast scan).
+_PGPASS_PORT = _Lazy(r":(?:\d{1,5}|\*):(?:[^\s:\\]|\\.)+:(?:[^\s:\\]|\\.)+:[^\s:'\"]")
+# A PuTTY key file's private half: the base64 lines after `Private-Lines: N`.
+_PPK = _Lazy(r"(?P<head>Private-Lines:[ \t]*\d+\r?\n)(?P<secret>(?:[A-Za-z0-9+/=]{4,}(?:\r?\n|$))+)")
+# ADO.NET / ODBC connection strings: a password runs to the next `;` (spaces and all), or is `{braced}`: after a `;`
+# (`Server=db;Password=a b;`), or first when another `key=` follows (`Password=a b;Server=db`; not `PWD=/x y; cd`).
+_CONN_VALUE = r"(?:\{[^}\n]*\}|[^;\"'\n{]*[^;\"'\s{])"
+_CONN_PASSWORD = _Lazy(
+    r"(?P<head>(?<=;)[ \t]*(?i:password|pwd)[ \t]*=[ \t]*)(?P<secret>" + _CONN_VALUE + r")(?=[ \t]*(?:;|[\"']|$))"
+    r"|(?P<head2>(?:^|(?<=[\"']))[ \t]*(?i:password|pwd)[ \t]*=[ \t]*)(?P<secret2>" + _CONN_VALUE + r")"
+    r"(?=[ \t]*;[ \t]*[A-Za-z][A-Za-z0-9 _]*=)",
+    re.MULTILINE,
+)
 _BEARER = re.compile(r"(?P<head>\bbearer\s+)(?P<secret>[A-Za-z0-9._~+/=-]{16,})", re.IGNORECASE)
 _QUOTED = r"""(?:"(?:[^"\\\n]|\\.)*"|'[^'\n]*')"""
 _ASSIGNMENT = re.compile(
@@ -127,6 +174,23 @@ _ASSIGNMENT = re.compile(
 _FLAG = re.compile(
     r"(?P<head>(?<![\w-])--?(?P<key>[A-Za-z][A-Za-z0-9_-]*)[ \t]+)(?P<secret>\"[^\"\n]*\"|'[^'\n]*'|[^\s\"'\\<>|&;()`-][^\s\"']*)"
 )
+# A value on the line after its key: a YAML block scalar (`password: |`, `>-`, `|2`) or a plain value on the next,
+# deeper line (`password:` + newline + `  X` in YAML, `password =` + newline + `    X` as an INI continuation). The
+# body is every following line indented deeper than the key's line; the rule trims it to the key's own column.
+_NEXT_LINE = _Lazy(
+    r"(?m)(?:^|(?<=\"))(?P<head>(?P<indent>[ \t]*)(?:-[ \t]+)?(?P<q>[\"']?)"
+    r"(?=[A-Za-z0-9_.-]*?(?i:key|token|secret|passphrase|credential|pwd|pass|auth|pat))"
+    r"(?P<key>[A-Za-z_][A-Za-z0-9_.-]*)(?P=q)[ \t]*[:=][ \t]*"
+    r"(?P<block>[|>](?:[1-9][+-]?|[+-][1-9]?)?)?[ \t]*(?:#[^\n]*)?\r?\n)"
+    r"(?P<body>(?(block)(?:_LINE){1,500}|_LINE))"  # a block's lines (at most 500); a plain value's one line
+    .replace("_LINE", r"(?:[ \t]*\r?\n)*(?P=indent)[ \t]+[^ \t\r\n][^\n]*(?:\n|\Z)")
+)
+_NEXT_INDENT = _Lazy(r"(?:[ \t]*\r?\n)*([ \t]*)(?=[^ \t\r\n])")
+# Where `_NEXT_LINE` can start: a line that ends at a separator (or a block indicator, or a comment after it) and
+# is followed by an indented line. Searching for these first is 10x cheaper than trying `^` at every position.
+_NEXT_LINE_END = _Lazy(r"[:=][ \t]*(?:[|>][1-9+-]{0,2}[ \t]*)?(?:#[^\n]*)?\r?\n[ \t\r\n]")
+_BLOCK_INDICATOR = _Lazy(r"[|>](?:[1-9][+-]?|[+-][1-9]?)?(?:\\[rn].*)?")  # and a JSON-escaped line break after it
+_MAPPING_LINE = _Lazy(r"[\"']?[A-Za-z0-9_.$-]+[\"']?[ \t]*:(?:[ \t]|$)|-(?:[ \t]|$)|#")
 # `mysql -uroot -pX`, `docker login -u bob -p X`, `sshpass -p X`: `-p` is a password only beside a user or in these;
 # `redis-cli -a X` / `--pass X`: redis-cli's `-a` takes nothing but the password; so does the `-p` of mongosh and
 # the mongo tools (`mongosh -p X -u admin`: the port is `--port`).
@@ -145,6 +209,85 @@ _SHORT_P = re.compile(
     r"|[ \t]-u[ \t]*\S+[ \t]+-p[ \t]*))"
     r"(?P<secret>\"[^\"\n]*\"|'[^'\n]*'|[^\s\"'\\<>|&;()`-][^\s\"']*)"
 )
+# The password options of common tools: (needles, pattern). A pattern never crosses a line and runs only on the
+# lines holding one of its needles (`_line_matches`); `head` is kept, `secret` is the password (`key`, when present,
+# must name a secret). A value already redacted is stepped over, so a second pass finds a command's second password
+# (`ssh-keygen -P old -N new`). The place says it is a password, so one plain word goes too; `$VAR`, `$(...)`,
+# `env:`/`file:` references and an empty `''` stay.
+_CMD = r"(?<![^\s;&|(`'\"/])"  # a command name starts a word (or follows a path's `/`)
+_SEG = r"\b(?!-)[^\n;&|]*?[ \t]"  # ... and the flag comes later in the same command
+_TOOL_VALUE = r"""(?!["']?\[REDACTED:)(?P<secret>"[^"\n]*"|'[^'\n]*'|[^\s"'\\<>|&;()`-][^\s"']*)"""
+_TOOL_SHAPES: list[tuple[tuple[str, ...], str]] = [
+    (("ssh-keygen",), _CMD + r"(?P<head>ssh-keygen" + _SEG + r"-[NP][ \t]*)"),
+    (("zip",), _CMD + r"(?P<head>(?:zip|zipcloak|unzip|funzip)" + _SEG + r"-P[ \t]*)"),
+    (("7z",), _CMD + r"(?P<head>7z[arz]?" + _SEG + r"-p)"),
+    (("sqlcmd", "bcp", "osql"), _CMD + r"(?P<head>(?:sqlcmd|bcp|osql)" + _SEG + r"-P[ \t]*)"),
+    (("ldap",), _CMD + r"(?P<head>ldap[a-z]*" + _SEG + r"-w[ \t]+)"),
+    (("keytool", "jarsigner"),
+     _CMD + r"(?P<head>(?:keytool|jarsigner)" + _SEG + r"-(?:(?:src|dest)?(?:store|key)pass|new)[ \t]+)"),
+    (("pass:",), r"(?P<head>(?<![\w-])-(?:pass(?:in|out|word)?|kpass)[ \t]+pass:)"),
+    (("openssl",), _CMD + r"(?P<head>openssl[ \t]+enc" + _SEG + r"-k[ \t]+)"),
+    (("-U", "--user"), _CMD + r"(?P<head>(?:smbclient|rpcclient|smbcacls|smbget|smbmap|net|mount\.cifs)" + _SEG
+     + r"(?:-U|--user(?:name)?)[ \t=]*['\"]?[^\s%'\"]+%)"),
+    (("htpasswd",), _CMD + r"(?P<head>htpasswd(?=[^\n;&|]*[ \t]-[A-Za-z]*b)(?:[ \t]+[^\s;&|<>]+)*?[ \t]+)"
+     + _TOOL_VALUE + r"(?=[ \t]*(?:$|[\n;&|<>\"]))"),
+    (("ecureString", "ecurestring"),
+     r"(?P<head>\b(?i:ConvertTo-SecureString)(?:[ \t]+-(?i:AsPlainText|Force|String))*[ \t]+)"),
+    (("/user:", "/USER:", "/User:"), r"(?P<head>\b(?i:net)[ \t]+(?i:use)\b[^\n;&|]*?[ \t]/(?i:user):\S+[ \t]+)(?!/)"),
+    (("setx", "SETX", "Setx"), r"(?P<head>\b(?i:setx)[ \t]+(?P<key>[A-Za-z_]\w*)[ \t]+)"),
+    (("config",), r"(?P<head>\b(?:aws[ \t]+configure[ \t]+set|git[ \t]+config"
+     r"|(?:npm|yarn|pnpm|pip|gcloud|conda)[ \t]+config[ \t]+set|dotnet[ \t]+user-secrets[ \t]+set)"
+     r"(?:[ \t]+--?[\w-]+)*[ \t]+(?P<key>[^\s=\-][^\s=]*)[ \t]+)"),
+    (("http-basic",), r"(?P<head>\bpoetry[ \t]+config[ \t]+http-basic\.\S+[ \t]+\S+[ \t]+)"),
+    (("secret set",), r"(?P<head>\bgh[ \t]+secret set\b[^\n;&|]*?[ \t](?:--body|-b)(?:[ \t]+|=))"),
+    # redis AUTH [user] password, given to redis-cli or typed at its `host:port>` prompt
+    (("AUTH", "auth", "Auth"), r"(?P<head>(?:" + _CMD + r"redis-cli\b[^\n;&|]*?[ \t]|[\w.:-]+:\d+(?:\[\d+\])?>[ \t]*)"
+     r"(?i:auth)[ \t]+(?:[^\s;&|]+[ \t]+(?=[^\s;&|]))?)" + _TOOL_VALUE + r"(?=[ \t]*(?:$|[\n;&|\"]))"),
+    # a password piped into the tool that reads it from standard input
+    (("-S", "stdin", "chpasswd"),
+     r"(?P<head>\b(?:echo|printf)(?:[ \t]+-[neE]+)*(?:[ \t]+['\"]?%s(?:\\n)?['\"]?)?[ \t]+)"
+     + _TOOL_VALUE + r"(?=[ \t]*\|[ \t]*(?:sudo(?:[ \t]+-\w+)*[ \t]+-S|chpasswd\b|[^\n;&|]*--stdin\b|"
+     r"[^\n;&|]*--pass(?:word)?-stdin\b))"),
+]
+_TOOL_RES: dict[str, re.Pattern[str]] = {}
+
+
+def _tool_re(shape: str) -> re.Pattern[str]:
+    pattern = _TOOL_RES.get(shape)
+    if pattern is None:
+        pattern = _TOOL_RES[shape] = re.compile(shape if "(?P<secret>" in shape else shape + _TOOL_VALUE)
+    return pattern
+
+
+# A secret literal handed to code: a subscript assignment (`os.environ["API_KEY"] = "x"`, `headers['X-Api-Key'] =
+# 'x'`), a setter call with the key and the value (`setdefault("SECRET_KEY", "x")`, `os.Setenv`, configparser's
+# `set("section", "password", "x")`), or the password of a credentials call (`auth=("bob", "x")`,
+# `HTTPBasicAuth("bob", "x")`, `smtp.login("bob", "x")`). Each stays on one line; (needles, pattern).
+_CODE_QUOTED = r"""(?:"(?:[^"\\\n]|\\.)*"|'(?:[^'\\\n]|\\.)*')"""
+_CODE_SHAPES: list[tuple[tuple[str, ...], _Lazy]] = [
+    (('"]', "']"), _Lazy(r"(?P<head>\[[ \t]*[\"'](?P<key>[A-Za-z_][\w.-]*)[\"']\][ \t]*=[ \t]*)"
+                             r"(?P<secret>" + _CODE_QUOTED + ")")),
+    (("setdefault(", "setenv(", "putenv(", "Setenv(", "SetEnvironmentVariable(", "set(", "put(", "setItem(",
+      "setProperty(", "set_key("), _Lazy(
+        r"(?P<head>\b(?:setdefault|setenv|putenv|Setenv|SetEnvironmentVariable|set|put|setItem|setProperty|set_key)"
+        r"\([ \t]*(?:" + _CODE_QUOTED + r"[ \t]*,[ \t]*)?[\"'](?P<key>[A-Za-z_][\w.-]*)[\"'][ \t]*,[ \t]*)"
+        r"(?P<secret>" + _CODE_QUOTED + ")")),
+    # a Dockerfile's `ENV NAME value` / `ARG NAME value` (the legacy space form): the value is the rest of the line
+    (("ENV", "ARG", "env ", "arg "), _Lazy(
+        r"(?P<head>(?:^|(?<=[\n\"]))[ \t]*(?i:env|arg)[ \t]+(?P<key>[A-Za-z_]\w*)[ \t]+)"
+        r"(?P<secret>" + _CODE_QUOTED + r"|[^\s\"'=][^\n]*?)(?=[ \t]*(?:\r?\n|$|\"))")),
+    (("auth=", "auth =", "Auth(", ".login("), _Lazy(
+        r"(?P<head>(?:\bauth ?= ?\(|(?:Basic|Digest)Auth\(|\.login\()[ \t]*" + _CODE_QUOTED
+        + r"[ \t]*,[ \t]*)(?P<secret>" + _CODE_QUOTED + ")")),
+]
+# `rclone config create|update NAME TYPE key value ...`: the pairs after the command, a secret-named key's value.
+_RCLONE = _Lazy(r"\brclone[ \t]+config[ \t]+(?:create|update)\b[^\n;&|]*")
+_RCLONE_PAIR = _Lazy(r"(?P<head>[ \t](?P<key>(?=[A-Za-z_]*(?:key|secret|pass|token))[A-Za-z_]+)[ \t]+)"
+                     r"(?P<secret>\"[^\"\n]*\"|'[^'\n]*'|[^\s\"'\\<>|&;()`-][^\s\"']*)")
+# `Basic <base64 of user:password>` outside an Authorization header.
+_BARE_BASIC = _Lazy(r"(?P<head>\b[Bb]asic[ \t]+)(?P<secret>[A-Za-z0-9+/]{8,}={0,2})(?![A-Za-z0-9+/=])")
+
+
 # SQL that sets a password: `IDENTIFIED BY 'x'`, `WITH [ENCRYPTED] PASSWORD 'x'`, `ALTER ROLE app PASSWORD 'x'`,
 # `PASSWORD('x')`, `SET PASSWORD [FOR u] = 'x'`. The value is a quoted literal, so it is data whatever it looks like.
 _SQL_PASSWORD = re.compile(
@@ -220,20 +363,48 @@ def is_secret_key(key: str) -> bool:
     `db.password`, `PGPASSWORD`, `REDIS_PASS`), as opposed to a name that merely mentions one (`max_tokens`,
     `sort_key`, `token_type`, `password-file`)?"""
     words = _key_words(key)
+    while len(words) > 1 and words[-1].isdigit():
+        words.pop()  # `KEY_FILE_2` is a file as `KEY_FILE` is; `API_KEY_2` a key
     if not words or words[-1] in _NOT_SECRET_LAST:
         return False
     if any(word in _SECRET_WORDS or word.endswith(_SECRET_SUFFIXES) for word in words):
         return True
     if "pwd" in words or (key.isupper() and {"pass", "pat"} & set(words)):
         return True  # MYSQL_PWD, REDIS_PASS, AZURE_DEVOPS_EXT_PAT; a lowercase `pass` is often a count or a round
+    if words[-1] == "pass" and len(words) > 1 and words[-2] in _PASS_OWNERS:
+        return True  # ansible_become_pass, db_pass, smtp_pass; not proxy_pass, first_pass, num_pass
+    if key.isupper() and words[-1] == "auth":
+        # REDISCLI_AUTH, REDIS_AUTH, NPM_CONFIG__AUTH, PROXY_AUTH hold a password; NO_AUTH, SKIP_AUTH are switches.
+        # A lowercase `auth` is too often a setting (`auth: required`, `auth = get_auth()`).
+        return len(words) == 1 or words[-2] not in _AUTH_SWITCHES
     if "key" in words:
         at = len(words) - 1 - words[::-1].index("key")
         return at > 0 and words[at - 1] not in _NOT_SECRET_KEY_QUALIFIERS
     return False
 
 
+# Whose password a lowercase `*_pass` names (`pass` alone is as often a round or a count).
+_PASS_OWNERS = {"ssh", "become", "sudo", "su", "ansible", "db", "database", "smtp", "mail", "email", "ftp", "sftp",
+                "admin", "root", "user", "login", "bind", "ldap", "redis", "mysql", "pg", "postgres", "mongo", "amqp",
+                "rabbitmq", "mq", "vnc", "wifi", "wpa", "keystore", "truststore", "store", "key", "http", "basic",
+                "api", "app", "service", "svc", "vault", "git"}
+# Words before AUTH that make the name a switch, and values of an AUTH name that name a scheme or a switch.
+_AUTH_SWITCHES = {"no", "skip", "disable", "disabled", "enable", "enabled", "require", "required", "use", "with",
+                  "without", "allow", "bypass", "need", "force", "has", "is"}
+_AUTH_SCHEMES = {"0", "1", "basic", "bearer", "digest", "oauth", "oauth2", "oidc", "saml", "ldap", "kerberos", "ntlm",
+                 "token", "password", "jwt", "apikey", "api_key", "iam", "mtls", "tls", "sasl", "scram", "trust",
+                 "peer", "md5", "cert", "plain", "anonymous", "local", "none"}
+
+
+def _is_auth_switch(key: str, value: str) -> bool:
+    """`REDIS_AUTH=0`, `AUTH=basic`: an AUTH name whose value is a switch or a scheme, not the password."""
+    return _key_words(key)[-1:] == ["auth"] and value.strip().lower() in _AUTH_SCHEMES
+
+
 def _secret_kind(key: str) -> str:
     words = _key_words(key)
+    if words[-1:] == ["auth"]:
+        return "auth"
     if any(w.endswith(("password", "passwd")) or w in ("passphrase", "pwd", "pass") for w in words):
         return "password"
     if any(w.endswith("token") for w in words):
@@ -268,6 +439,8 @@ def _looks_random(text: str) -> bool:
 
 def redact(text: str) -> tuple[str, int]:
     """Replace secret-shaped substrings with `[REDACTED:<kind>]`; returns the new text and how many were replaced.
+    A provider token wrapped over lines (a backslash-newline, or a newline and indentation, inside it) is replaced
+    whole, its line breaks with it.
 
     The text is also read through the encodings a secret hides behind in logs — terminal colour codes, JSON string
     escapes, URL percent-encoding — and a secret found in any of those readings is removed from the text in every
@@ -275,11 +448,83 @@ def redact(text: str) -> tuple[str, int]:
     continued over lines (`mysql -h db \\` + newline + `-pX`) lose its line breaks, read as the one line it is."""
     if not isinstance(text, str):
         raise InvalidInput(f"redact takes text, not {type(text).__name__}")
-    if "\\\n" in text or "\\\r\n" in text:
-        out, count = _redact_colours(text)
-        joined, joined_count = _redact_colours(_CONTINUATION.sub(" ", text))
-        return (joined, joined_count) if joined_count > count else (out, count)
-    return _redact_colours(text)
+    out, count = _redact_colours(text)
+    if "\\\n" in out or "\\\r\n" in out:
+        # read again as one line, from what the first reading left: a token wrapped with a backslash-newline
+        # (found above) and a flag continued on the next line (found here) are both removed
+        joined, joined_count = _redact_colours(_CONTINUATION.sub(" ", out))
+        if joined_count:
+            return joined, count + joined_count
+    return out, count
+
+
+# A token wrapped over lines (a terminal or a formatter breaking it at a column, a shell command continued with a
+# backslash): its line ends inside a run of token characters and the next line, after indentation, runs on.
+_RUN_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.+/=:~-")
+_RUN = _Lazy(r"[A-Za-z0-9_.+/=:~-]*")
+_WRAP = _Lazy(r"\\?\r?\n[ \t]*(?=[A-Za-z0-9_.+/=-])")
+_WRAP_LINES = 32  # a 2,500-character token at 80 columns
+_WRAP_COLUMN = 40  # a line this long may have been broken at a column
+_LINE_REST = _Lazy(r"[\"',;)\]}> \t\r]*(?:\n|$)")
+
+
+def _wrapped_spans(text: str, triggers: list[str], pattern: re.Pattern[str]) -> list[tuple[int, int, str]]:
+    """(start, end, token) of each `pattern` token split over lines in `text`, in order, not overlapping."""
+    spans: list[tuple[int, int, str]] = []
+    for trigger in triggers:
+        at = text.find(trigger)
+        while at >= 0:
+            span = _wrapped_at(text, at, trigger, pattern)
+            if span is not None:
+                spans.append(span)
+            at = text.find(trigger, span[1] if span is not None else at + 1)
+    spans.sort(key=lambda span: (span[0], -span[1]))
+    return [span for i, span in enumerate(spans) if not i or span[0] >= spans[i - 1][1]]
+
+
+def _wrapped_at(text: str, at: int, trigger: str, pattern: re.Pattern[str]) -> tuple[int, int, str] | None:
+    """(start, end, the token joined) in `text` of a `pattern` token that starts in the run holding `text[at]` and
+    runs on past the run's line break; None when there is none. The next line joins when the token is not complete
+    without it, or when the break is a backslash-newline; a token that is already complete at the break takes the
+    next line only when that line holds nothing but a random-looking run and the first line is long enough to have
+    been wrapped."""
+    end = _RUN.match(text, at).end()
+    if end - at < len(trigger) + 4:
+        return None  # `grep ghp_` + newline: a prefix alone is not a wrapped token
+    brk = _WRAP.match(text, end)
+    if brk is None:
+        return None
+    start = at
+    while start and text[start - 1] in _RUN_CHARS:
+        start -= 1
+    pieces = [(start, end)]
+    joined = text[start:end]
+    first = len(joined)
+    while brk is not None and len(pieces) < _WRAP_LINES:
+        nxt = brk.end()
+        nend = _RUN.match(text, nxt).end()
+        piece = text[nxt:nend]
+        if trigger in piece:
+            break  # the next token, not this one's rest
+        if text[end] != "\\" and any(m.end() == len(joined) for m in pattern.finditer(joined)):
+            line = text.rfind("\n", 0, end) + 1
+            if (end - line < _WRAP_COLUMN or not _LINE_REST.match(text, nend) or len(piece) < 8
+                    or not (any(c.isdigit() for c in piece) or piece[1:] != piece[1:].lower())):
+                break
+        pieces.append((nxt, nend))
+        joined += piece
+        end = nend
+        brk = _WRAP.match(text, end)
+    if len(pieces) == 1:
+        return None
+    for m in pattern.finditer(joined):
+        if m.start() < first < m.end():
+            offset = m.end()
+            for piece_start, piece_end in pieces:
+                if offset <= piece_end - piece_start:
+                    return start + m.start(), piece_start + offset, m.group(0)
+                offset -= piece_end - piece_start
+    return None
 
 
 # A backslash ending a line continues a shell command on the next: a flag and its value can sit on two lines.
@@ -380,7 +625,7 @@ def _scan(text: str, found: list[tuple[str, str]], in_context: list[tuple[str, s
     count = 0
 
     def sub(pattern: re.Pattern[str], rule: Callable[[re.Match[str]], tuple[str, str, str, str] | None],
-            source: str) -> str:
+            source: str, matches: Iterable[re.Match[str]] | None = None) -> str:
         def one(match: re.Match[str]) -> str:
             nonlocal count
             hit = rule(match)
@@ -393,27 +638,72 @@ def _scan(text: str, found: list[tuple[str, str]], in_context: list[tuple[str, s
                 in_context.append((head, secret, kind, depth))
             return head + _mark(kind) + tail
 
-        return pattern.sub(one, source)
+        if matches is None:
+            return pattern.sub(one, source)
+        out, done = [], 0
+        for match in matches:  # in order, not overlapping
+            out += [source[done : match.start()], one(match)]
+            done = match.end()
+        return "".join(out) + source[done:]
+
+    def unwrap(pattern: re.Pattern[str], triggers: list[str], kind: str, source: str) -> str:
+        nonlocal count
+        out, done = [], 0
+        for start, end, secret in _wrapped_spans(source, triggers, pattern):
+            out += [source[done:start], _mark(kind)]
+            done, count = end, count + 1
+            found.append((secret, kind))
+        return "".join(out) + source[done:] if out else source
 
     text = sub(_PRIVATE_KEY, _private_key, text)
     if "://" in text:
         text = sub(_URL_PASSWORD, _url_password, text)
+    lines = "\n" in text
     for kind, triggers, shape in _TOKEN_SHAPES:
-        if any(t in text for t in triggers):
+        present = [t for t in triggers if t in text]
+        if present:
+            if lines:  # before the one-line match, which would take a wrapped token's first line alone
+                text = unwrap(_token_re(shape), present, kind, text)
             text = sub(_token_re(shape), lambda m, kind=kind: ("", m.group(0), kind, ""), text)
+    if "igest" in text or "IGEST" in text:
+        text = sub(_DIGEST, _digest, text)
     text = sub(_AUTH_HEADER, _auth_header, text)
     text = sub(_BEARER, _bearer, text)
+    if "asic" in text:
+        text = sub(_BARE_BASIC, _bare_basic, text, _line_matches(_BARE_BASIC, text, ("Basic", "basic")))
+    if ";" in text and ("assword" in text or "ASSWORD" in text or "wd" in text or "WD" in text):
+        text = sub(_CONN_PASSWORD, _conn_password, text,
+                   _line_matches(_CONN_PASSWORD, text, ("assword", "ASSWORD", "wd", "WD", "Wd"), also=";"))
     text = sub(_ASSIGNMENT, _assignment, text)
     if "-" in text:
         text = sub(_FLAG, _flag, text)
         if "-p" in text or "redis-cli" in text:  # `-p` also covers redis-cli's `--pass`
-            text = sub(_SHORT_P, _short_p, text)
+            text = sub(_SHORT_P, _short_p, text, _line_matches(_SHORT_P, text, ("-p", "-a")))
         if "-u" in text:
-            text = sub(_CURL_USER, _loose_value, text)
+            text = sub(_CURL_USER, _curl_user, text, _line_matches(_CURL_USER, text, ("-u",)))
+    for needles, shape in _TOOL_SHAPES:
+        if any(needle in text for needle in needles):
+            pattern = _tool_re(shape)
+            for _ in range(3):  # a second password in the same command (`ssh-keygen -P old -N new`)
+                before = count
+                text = sub(pattern, _tool_value, text, _line_matches(pattern, text, needles))
+                if count == before:
+                    break
+    for needles, pattern in _CODE_SHAPES:
+        if any(needle in text for needle in needles):
+            text = sub(pattern, _code_secret, text, _line_matches(pattern, text, needles))
+    if "rclone" in text:
+        text = sub(_RCLONE_PAIR, _tool_value, text, _rclone_matches(text))
     if "assword" in text or "ASSWORD" in text or "dentified" in text or "DENTIFIED" in text:
         text = sub(_SQL_PASSWORD, _sql_password, text)
     if "password" in text:
         text = sub(_NETRC, _loose_value, text)
+    if ":" in text:
+        text = sub(_PGPASS, _pgpass, text, _pgpass_matches(text))
+    if "Private-Lines:" in text:
+        text = sub(_PPK, _ppk, text)
+    if "\n" in text:
+        text = sub(_NEXT_LINE, _next_line_value, text, _next_line_matches(text))
     if "ookie" in text or "OOKIE" in text:
         text = _COOKIE_LINE.sub(lambda m: m.group("head") + sub(_COOKIE, _cookie, m.group("value")), text)
     if "sig=" in text:
@@ -445,6 +735,55 @@ def _auth_header(match: re.Match[str]) -> Hit:
     return match.group("head"), secret, kind, ""
 
 
+def _digest(match: re.Match[str]) -> Hit:
+    secret = match.group("secret")
+    return None if "[REDACTED:" in secret else (match.group("head"), secret, "authorization", "")
+
+
+def _rclone_matches(text: str) -> Iterator[re.Match[str]]:
+    for command in _RCLONE.finditer(text):
+        yield from _RCLONE_PAIR.finditer(text, command.start(), command.end())
+
+
+def _pgpass_matches(text: str) -> Iterator[re.Match[str]]:
+    done = 0
+    for port in _PGPASS_PORT.finditer(text):
+        low = max(0, port.start() - 256)  # a host name is at most 253 characters: the scan back stays short
+        start = max(text.rfind(c, low, port.start()) for c in " \t\n'\"") + 1
+        if start == 0 and low:
+            continue
+        if start >= done:
+            match = _PGPASS.match(text, start)
+            if match is not None:
+                yield match
+                done = match.end()
+
+
+def _pgpass(match: re.Match[str]) -> Hit:
+    secret = match.group("secret")
+    if not _is_literal_secret(secret, literal=True) or _NUMBERS.fullmatch(secret):
+        return None  # `12:30:45:123:456`
+    return match.group("head"), secret, "password", ""
+
+
+def _ppk(match: re.Match[str]) -> Hit:
+    body = match.group("secret")
+    if not _KEY_MATERIAL.search(body):
+        return None
+    kept = body.rstrip("\r\n")
+    return match.group("head"), kept, "private_key", body[len(kept) :]
+
+
+def _conn_password(match: re.Match[str]) -> Hit:
+    head, secret = (match.group("head"), match.group("secret")) if match.group("head") is not None else (
+        match.group("head2"), match.group("secret2"))
+    quote = secret[0] if secret.startswith("{") else ""
+    value = secret[1:-1] if quote else secret
+    if not _is_literal_secret(value, literal=True):
+        return None
+    return head + quote, value, "password", "}" if quote else ""
+
+
 def _bearer(match: re.Match[str]) -> Hit:
     secret = match.group("secret")
     if secret.startswith("[REDACTED:") or not _looks_random(secret):
@@ -458,23 +797,40 @@ def _unquote(value: str) -> tuple[str, str]:
     return value, ""
 
 
+# The shell ends an unquoted word at a control or redirection operator: in `mysql -pX; ls` the password is `X`.
+_SHELL_OPERATOR = _Lazy(r"[;&|<>`)]")
+
+
+def _shell_word(value: str, quote: str) -> tuple[str, str]:
+    """An unquoted flag value cut where the shell cuts it, and the rest of the command line after it."""
+    cut = None if quote else _SHELL_OPERATOR.search(value)
+    return (value, "") if cut is None else (value[: cut.start()], value[cut.start() :])
+
+
 def _flag(match: re.Match[str]) -> Hit:
     key = match.group("key")
     if not is_secret_key(key):
         return None
     value, quote = _unquote(match.group("secret"))
+    value, rest = _shell_word(value, quote)
     if not _is_literal_secret(value, literal=bool(quote)):
         return None
-    return match.group("head") + quote, value, _secret_kind(key), quote
+    return match.group("head") + quote, value, _secret_kind(key), quote + rest
 
 
-def _loose_value(match: re.Match[str]) -> Hit:
+def _loose_value(match: re.Match[str], *, shell: bool = False) -> Hit:
     """A value whose place says it is a password (`-p`, `-u user:`, netrc's `password`): taken unless it is a
-    placeholder or one plain word (`mysql -u root -p app` prompts, and `app` is the database)."""
+    placeholder or one plain word (`mysql -u root -p app` prompts, and `app` is the database). `shell`: a command
+    line's word, which ends at a shell operator."""
     value, quote = _unquote(match.group("secret"))
+    value, rest = _shell_word(value, quote) if shell else (value, "")
     if not _is_literal_secret(value, literal=False) or _NUMBERS.fullmatch(value):
         return None  # `docker run -u 1000:1000 -p 8080:80`: ids and ports
-    return match.group("head") + quote, value, "password", quote
+    return match.group("head") + quote, value, "password", quote + rest
+
+
+def _curl_user(match: re.Match[str]) -> Hit:
+    return _loose_value(match, shell=True)
 
 
 def _short_p(match: re.Match[str]) -> Hit:
@@ -482,13 +838,52 @@ def _short_p(match: re.Match[str]) -> Hit:
     `-p`, or after sshpass's, it can be nothing but the password, so even one plain word or digits (`-psecret`,
     `-p123456`) go; otherwise as `_loose_value` (`-u root -p app` prompts, `-u 1000 -p 8080` is a port)."""
     value, quote = _unquote(match.group("secret"))
+    value, rest = _shell_word(value, quote)
     certain = any(match.group(name) is not None for name in ("mysql", "sshpass", "redis", "mongo"))
     attached = match.group("head")[-1:] == "p"
     if not _is_literal_secret(value, literal=bool(quote) or certain or attached):
         return None
     if not (quote or certain) and _NUMBERS.fullmatch(value):
         return None  # `ps -u root -p1234`, `docker run -u 1000:1000 -p 8080:80`: ids and ports
-    return match.group("head") + quote, value, "password", quote
+    return match.group("head") + quote, value, "password", quote + rest
+
+
+def _tool_value(match: re.Match[str]) -> Hit:
+    key = match.groupdict().get("key")
+    if key is not None and not is_secret_key(key):
+        return None  # `setx PATH ...`, `git config user.name ...`
+    value, quote = _unquote(match.group("secret"))
+    value, rest = _shell_word(value, quote)
+    if not _is_literal_secret(value, literal=True) or value.startswith(("env:", "file:", "fd:")):
+        return None
+    kind = "password" if key is None else _secret_kind(key)
+    return match.group("head") + quote, value, kind, quote + rest
+
+
+def _code_secret(match: re.Match[str]) -> Hit:
+    key = match.groupdict().get("key")
+    if key is not None and not is_secret_key(key):
+        return None
+    value, quote = _unquote(match.group("secret"))
+    if not _is_literal_secret(value, literal=True):
+        return None
+    return match.group("head") + quote, value, "password" if key is None else _secret_kind(key), quote
+
+
+def _bare_basic(match: re.Match[str]) -> Hit:
+    """Only a base64 that decodes to `user:password`: `Basic QWxhZGRpbg` is a word, not a credential."""
+    import base64
+    import binascii
+
+    secret = match.group("secret")
+    try:
+        decoded = base64.b64decode(secret + "=" * (-len(secret) % 4), validate=True).decode("ascii")
+    except (binascii.Error, UnicodeDecodeError):
+        return None
+    user, colon, password = decoded.partition(":")
+    if not (user and colon and password and decoded.isprintable()):
+        return None
+    return match.group("head"), secret, "authorization", ""
 
 
 def _sql_password(match: re.Match[str]) -> Hit:
@@ -496,6 +891,83 @@ def _sql_password(match: re.Match[str]) -> Hit:
     if not _is_literal_secret(value, literal=True):
         return None  # `IDENTIFIED BY '<password>'`, `PASSWORD '***'`
     return match.group("head") + quote, value, "password", quote
+
+
+def _line_matches(pattern: re.Pattern[str], text: str, needles: tuple[str, ...],
+                  also: str = "") -> Iterator[re.Match[str]]:
+    """`pattern`'s matches, in order, searched only on the lines that hold one of `needles`: for a pattern that
+    never crosses a line break and cannot match without a needle, the same matches as `pattern.finditer(text)`,
+    without trying the pattern at every position of every other line (a lookbehind still sees the line before).
+    `also`: a string the pattern needs on the same line too."""
+    lines = set()
+    for needle in needles:
+        at = text.find(needle)
+        while at >= 0:
+            end = text.find("\n", at)
+            end = len(text) if end < 0 else end
+            start = text.rfind("\n", 0, at) + 1
+            if not also or text.find(also, start, end) >= 0:
+                lines.add((start, end))
+            at = text.find(needle, end)
+    for start, end in sorted(lines):
+        yield from pattern.finditer(text, start, end)
+
+
+def _next_line_matches(text: str) -> Iterator[re.Match[str]]:
+    """The `_NEXT_LINE` matches whose value is a secret. One the rule declines does not hide the lines under it:
+    `auth:` + `  api_key:` + `    X` is a mapping under `auth` and a value under `api_key`."""
+    done = 0
+    for end in _NEXT_LINE_END.finditer(text):
+        line = text.rfind("\n", 0, end.start()) + 1
+        if line >= done:
+            match = _NEXT_LINE.match(text, line)
+            if match is None:  # a JSON string's first line, decoded: the key starts after the string's quote
+                quote = text.rfind('"', line, end.start())
+                match = _NEXT_LINE.match(text, quote + 1) if quote >= 0 else None
+            if match is not None and _next_line_value(match) is not None:
+                yield match
+                done = match.end()
+
+
+def _next_line_value(match: re.Match[str]) -> Hit:
+    """A secret key's value on the following lines: a block scalar's lines are data whatever they hold; a plain
+    value must be one line, one word (or quoted), and not a nested mapping, a list or a comment."""
+    key = match.group("key")
+    if not is_secret_key(key):
+        return None
+    column = match.start("q") - match.start()  # past a list item's `- `
+    lines = match.group("body").splitlines(keepends=True)
+    taken = 0
+    for line in lines:
+        stripped = line.strip()
+        if stripped and len(line) - len(line.lstrip(" \t")) <= column:
+            break
+        taken += 1
+    while taken and not lines[taken - 1].strip():
+        taken -= 1  # trailing blank lines are not the value's
+    values = [line.strip() for line in lines[:taken] if line.strip()]
+    if not values or any("[REDACTED:" in value for value in values):
+        return None
+    first = next(line for line in lines if line.strip())
+    lead = first[: len(first) - len(first.lstrip(" \t"))]
+    last = lines[taken - 1]
+    ending = last[len(last.rstrip("\r\n")) :]
+    tail = ending + "".join(lines[taken:])
+    kind = _secret_kind(key)
+    if match.group("block"):
+        value = "\n".join(values)
+        if not _is_literal_secret(value, literal=True):
+            return None
+        return match.group("head") + lead, value, kind, tail
+    after = _NEXT_INDENT.match(match.string, match.end())
+    if len(values) != 1 or _MAPPING_LINE.match(values[0]) or (after and len(after.group(1)) > column):
+        return None  # a mapping, a list, a comment, or a value running on over more lines
+    value, quote = _unquote(values[0])
+    if not quote and (re.search(r"\s", value) or not _is_literal_secret(value, literal=False)):
+        return None  # prose under a heading (`Password:` + `  then press enter`), a variable, a command
+    if quote and not _is_literal_secret(value, literal=True):
+        return None
+    return match.group("head") + lead + quote, value, kind, quote + tail
 
 
 def _cookie(match: re.Match[str]) -> Hit:
@@ -511,12 +983,21 @@ def _sas_signature(match: re.Match[str]) -> Hit:
 
 
 _DOCKER_AUTH_KEYS = {"auth", "_auth"}
+_RANDOM_WORD = _Lazy(r"[A-Za-z0-9+/=_]{16,}")
+_TRAILING_OPERATORS = _Lazy(r"[;&|]+$")
 _BASE64ISH = re.compile(r"[A-Za-z0-9+/_-]{12,}={0,2}")
 
 
 def _assignment(match: re.Match[str]) -> Hit:
     key = match.group("key")
     quoted = match.group("quoted") or match.group("paren")
+    if key == "KEY" and match.group("sep") == "=":
+        # A bare KEY names a loop variable or a cache key as often as a secret: taken when its value looks random.
+        value = quoted[1:-1] if quoted and len(quoted) >= 2 else match.group("bare") or ""
+        if not _RANDOM_WORD.fullmatch(value) or not _looks_random(value):
+            return None
+        quote = quoted[0] if quoted else ""
+        return match.group("head") + (match.group("open") or "") + quote, value, "api_key", quote
     if not is_secret_key(key):
         # docker config and .npmrc keep base64 `user:password` under a bare `auth` / `_auth`
         value = quoted[1:-1] if quoted and len(quoted) >= 2 else match.group("bare") or ""
@@ -528,11 +1009,13 @@ def _assignment(match: re.Match[str]) -> Hit:
     if quoted:
         parts = re.findall(r""""((?:[^"\\\n]|\\.)*)"|'([^'\n]*)'""", quoted)
         value = "".join(dq or sq for dq, sq in parts)
-        if not _is_literal_secret(value, literal=True):
+        if not _is_literal_secret(value, literal=True) or _is_auth_switch(key, value):
             return None
         quote = quoted[0]
         return match.group("head") + (match.group("open") or "") + quote, value, _secret_kind(key), quote
     value = match.group("bare")
+    if _BLOCK_INDICATOR.fullmatch(value):
+        return None  # `password: |`: a YAML block scalar, its value on the next lines (`_next_line_value`)
     rest = ""
     env_line = bool(match.group("export")) or (
         match.group("sep") == "=" and re.fullmatch(r"[A-Z][A-Z0-9_]*", key) is not None
@@ -549,7 +1032,13 @@ def _assignment(match: re.Match[str]) -> Hit:
         in_query = match.string[match.start() - 1 : match.start()] in ("?", "&")
         value = re.match(r"[^,;}\]&]*" if in_query else r"[^,;}\]]*", value).group(0)
         rest = match.group("bare")[len(value) :]
-    if not _is_literal_secret(value, literal=env_line or flag_value):
+    else:
+        # `PGPASSWORD=x; psql`, `export X=y&& z`: the shell operator that ends the line's command is kept (inside
+        # the value, `a;b` stays whole: an env file takes it literally).
+        operators = _TRAILING_OPERATORS.search(value)
+        if operators and operators.start():
+            value, rest = value[: operators.start()], value[operators.start() :]
+    if not _is_literal_secret(value, literal=env_line or flag_value) or _is_auth_switch(key, value):
         return None
     return match.group("head"), value, _secret_kind(key), rest
 
@@ -576,7 +1065,8 @@ def redact_obj(obj: Any) -> tuple[Any, int]:
                 out[key], total = _mark(_secret_kind(key)), total + 1
                 continue
             new, count = redact_obj(value)
-            if secret_key and count == 0 and isinstance(value, str) and _is_literal_secret(value, literal=True):
+            if (secret_key and count == 0 and isinstance(value, str) and _is_literal_secret(value, literal=True)
+                    and not _is_auth_switch(key, value)):
                 new, count = _mark(_secret_kind(key)), 1
             out[key] = new
             total += count

@@ -369,3 +369,39 @@ NEGATIVES: list[tuple[str, str]] = [
      "AuthError: password authentication failed"),
     ("git log line", f"{SHA1[:10]} (tag: v1.4.0) Merge pull request #42 from org/rotate-tokens"),
 ]
+
+# Session 6 (hx-secrets): the gaps a hostile pass found and the sweep after it. Generated after everything above, so
+# the fakes above keep their values.
+PW_GAP = [chars(string.ascii_lowercase, 10) for _ in range(8)]
+GHP_WRAP = "ghp_" + chars(ALNUM, 36)
+PROJ_WRAP = "sk-proj-" + chars(URLSAFE, 74) + "T3BlbkFJ" + chars(URLSAFE, 74)
+DIGEST_RESPONSE = chars(HEX, 32)
+REFRESH = "1//0" + chars(URLSAFE, 100)
+FORMATS += [
+    ("REDISCLI_AUTH=WORD (env assignment)", f"REDISCLI_AUTH={PW_GAP[0]} redis-cli -h cache ping", (PW_GAP[0],)),
+    ("yaml block scalar password", f"db:\n  password: |-\n    {V['pw1']}\n  host: db\n", (V["pw1"],)),
+    ("yaml value on the next line", f"auth:\n  api_key:\n    {V['opaque']}\n", (V["opaque"],)),
+    ("token wrapped with a backslash-newline", f"GH_TOKEN={GHP_WRAP[:20]}\\\n{GHP_WRAP[20:]} gh pr list", (GHP_WRAP,)),
+    ("token wrapped at a column", f"OPENAI_API_KEY={PROJ_WRAP[:65]}\n{PROJ_WRAP[65:]}\n", (PROJ_WRAP,)),
+    ("ssh-keygen -P old -N new", f"ssh-keygen -p -P {PW_GAP[1]} -N {PW_GAP[2]} -f id", (PW_GAP[1], PW_GAP[2])),
+    ("openssl pass:X", f"openssl pkcs12 -export -passout pass:{V['pw2']} -out a.p12", (V["pw2"],)),
+    ("echo PW | sudo -S", f"echo '{PW_GAP[3]}' | sudo -S systemctl restart app", (PW_GAP[3],)),
+    (".pgpass line", f"db.internal:5432:app:app:{V['pw3']}", (V["pw3"],)),
+    ("digest authorization", f'Authorization: Digest username="bob", nonce="x", response="{DIGEST_RESPONSE}"',
+     (DIGEST_RESPONSE,)),
+    ("connection string password with spaces", f"Server=db;User Id=sa;Password={PW_GAP[4]} {PW_GAP[5]};",
+     (PW_GAP[4], PW_GAP[5])),
+    ("os.environ subscript", f'os.environ["API_KEY"] = "{PW_GAP[6]}"', (PW_GAP[6],)),
+    ("requests auth tuple", f'requests.get(url, auth=("bob", "{PW_GAP[7]}"))', (PW_GAP[7],)),
+    ("google refresh token", f"refresh_token: {REFRESH}", (REFRESH,)),
+]
+NEGATIVES += [
+    ("auth switches", "NO_AUTH=1 SKIP_AUTH=true AUTH_URL=https://auth.example.com HTTP_AUTH=basic REDIS_AUTH=0 ./x"),
+    ("yaml mapping under a secret key", "inputs:\n  token:\n    description: 'GitHub token'\n    required: true\n"),
+    ("prose under a password heading", "Password:\n  then press enter to continue\n"),
+    ("a token prefix then a sha", "grep -rn ghp_\n" + SHA1),
+    ("tool flags without secrets", "ssh-keygen -N '' -f k && zip -r out.zip d && openssl req -passin env:PW"),
+    ("colons in times and compiler output", "12:30:45:123:456 and src/app.py:12:4:E501:line"),
+    ("code passing variables", "requests.get(url, auth=(user, password)); os.environ['API_KEY'] = api_key"),
+    ("a shell operator after a prompt flag", "mysql -uroot -p; ls && mysql -p < dump.sql"),
+]
