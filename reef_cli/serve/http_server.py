@@ -366,6 +366,9 @@ class _Connection(asyncio.Protocol):
         self.closing_after = False
         self.reading_paused = False
         self.timer: asyncio.TimerHandle | None = None
+        self.deadline: float | None = None  # when the timer's check acts (None: disarmed); see _arm
+        self.timer_at = 0.0
+        self.loop = asyncio.get_running_loop()
         self._url = b""
         self._fields: list[tuple[str, str]] = []
         self._head_bytes = 0
@@ -386,6 +389,7 @@ class _Connection(asyncio.Protocol):
         self.server.connections.discard(self)
         if self.timer is not None:
             self.timer.cancel()
+            self.timer = None
         for request in self.queue:
             request._cut()
         if self._drain is not None and not self._drain.done():
@@ -473,9 +477,7 @@ class _Connection(asyncio.Protocol):
         request, self.current = self.current, None
         if request is not None:
             request._finish()
-        if self.timer is not None:
-            self.timer.cancel()
-            self.timer = None
+        self.deadline = None
 
     # -- answering
     def _start(self, request: Request) -> None:
@@ -577,12 +579,23 @@ class _Connection(asyncio.Protocol):
         self._arm(LINGER_S)
 
     def _arm(self, seconds: float) -> None:
-        if self.timer is not None:
-            self.timer.cancel()
-        self.timer = asyncio.get_running_loop().call_later(seconds, self._timed_out)
+        """Move the connection's one deadline. Requests move it three times each; a timer is only scheduled when
+        none is pending, and one that fires early re-schedules itself for what is left (uvloop's call_later and
+        cancel cost more than the float)."""
+        self.deadline = deadline = self.loop.time() + seconds
+        if self.timer is None or self.timer_at > deadline:
+            if self.timer is not None:
+                self.timer.cancel()
+            self.timer, self.timer_at = self.loop.call_at(deadline, self._timed_out), deadline
 
     def _timed_out(self) -> None:
         self.timer = None
+        if self.deadline is None or self.lost:
+            return
+        if self.deadline > self.loop.time():
+            self.timer, self.timer_at = self.loop.call_at(self.deadline, self._timed_out), self.deadline
+            return
+        self.deadline = None
         if self.parser is None:
             self.close()
         elif self.task is None and not self.lost:  # nothing being answered: a silent or too slow client

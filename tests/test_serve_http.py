@@ -1,0 +1,125 @@
+"""reef serve's HTTP/1.1 server (reef_cli/serve/http_server.py) on its own, in-process, with short timeouts: what the
+gateway tests cannot wait for (a keep-alive idle timeout of 75 s)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import threading
+import time
+
+import pytest
+
+from reef_cli.serve import http_server
+from reef_cli.serve.http_server import HttpServer, Response, StreamResponse
+
+
+@pytest.fixture()
+def server(monkeypatch):
+    monkeypatch.setattr(http_server, "KEEPALIVE_S", 0.4)
+    monkeypatch.setattr(http_server, "HEAD_TIMEOUT_S", 0.6)
+    monkeypatch.setattr(http_server, "LINGER_S", 0.3)
+    notes: list[str] = []
+
+    async def handler(request):
+        if request.path == "/slow":  # longer than every timeout above: a handler at work is never cut
+            await asyncio.sleep(1.0)
+        if request.path == "/stream":
+            out = StreamResponse(200, [("Content-Type", "text/event-stream")])
+            await out.prepare(request)
+            for i in range(3):
+                await out.write(b"data: %d\n\n" % i)
+                await asyncio.sleep(0)
+            await out.write_eof()
+            return out
+        body = await request.read()
+        return Response(json.dumps({"path": request.path, "len": len(body)}).encode(), 200,
+                        {"Content-Type": "application/json"})
+
+    ready, box = threading.Event(), {}
+
+    def run():
+        async def main():
+            srv = HttpServer(handler, max_body=1000, error=lambda status, msg: Response(msg.encode(), status),
+                             access=lambda request, response: None, note=notes.append)
+            box["port"] = (await srv.start("127.0.0.1", 0))[1]
+            box["loop"], box["stop"] = asyncio.get_running_loop(), asyncio.Event()
+            ready.set()
+            await box["stop"].wait()
+            await srv.close()
+        asyncio.run(main())
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    assert ready.wait(10)
+    yield box["port"], notes
+    box["loop"].call_soon_threadsafe(box["stop"].set)
+    thread.join(10)
+
+
+def _connect(port: int) -> socket.socket:
+    return socket.create_connection(("127.0.0.1", port), timeout=5)
+
+
+def _closed_within(s: socket.socket, seconds: float) -> float:
+    """Seconds until the server ends the connection (reads and drops what it sends first)."""
+    started = time.monotonic()
+    s.settimeout(seconds)
+    while s.recv(65536):
+        pass
+    return time.monotonic() - started
+
+
+def test_an_idle_keep_alive_connection_is_closed_after_the_timeout(server):
+    port, _ = server
+    s = _connect(port)
+    s.sendall(b"GET /a HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert s.recv(65536).startswith(b"HTTP/1.1 200 OK")
+    assert 0.2 < _closed_within(s, 3) < 2.0
+
+
+def test_headers_dribbled_past_the_head_timeout_end_the_connection(server):
+    port, _ = server
+    s = _connect(port)
+    s.sendall(b"GET /a HTTP/1.1\r\n")
+    started = time.monotonic()
+    with pytest.raises((BrokenPipeError, ConnectionResetError)):
+        while time.monotonic() - started < 5:
+            s.sendall(b"X-A: b\r\n")  # a header line every 0.1 s keeps bytes coming, never the end of the head
+            time.sleep(0.1)
+    assert time.monotonic() - started < 2.0
+
+
+def test_a_handler_at_work_is_not_cut_by_the_connection_timers(server):
+    port, _ = server
+    s = _connect(port)
+    s.sendall(b"POST /slow HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}")
+    s.settimeout(5)
+    answer = s.recv(65536)
+    assert answer.startswith(b"HTTP/1.1 200 OK") and answer.endswith(b'{"path": "/slow", "len": 2}')
+
+
+def test_a_streamed_answer_is_chunked_and_keeps_the_connection(server):
+    port, _ = server
+    s = _connect(port)
+    s.sendall(b"GET /stream HTTP/1.1\r\nHost: x\r\n\r\n")
+    data = b""
+    while not data.endswith(b"0\r\n\r\n"):
+        data += s.recv(65536)
+    head, _, body = data.partition(b"\r\n\r\n")
+    assert b"Transfer-Encoding: chunked" in head and b"Connection: close" not in head
+    assert body.count(b"data: ") == 3
+    s.sendall(b"GET /again HTTP/1.1\r\nHost: x\r\n\r\n")  # the same connection serves the next request
+    assert b'"path": "/again"' in s.recv(65536)
+
+
+def test_a_refused_request_is_answered_and_logged_without_its_bytes(server):
+    port, notes = server
+    s = _connect(port)
+    s.sendall(b"GET /a HTTP/1.1\r\nAuthorization: Bearer sk-secret\x01\r\n\r\n")
+    s.settimeout(5)
+    answer = s.recv(65536)
+    assert answer.startswith(b"HTTP/1.1 400 Bad Request") and b"sk-secret" not in answer
+    assert _closed_within(s, 3) < 1.0
+    assert notes and all("sk-secret" not in note for note in notes)
