@@ -11,12 +11,13 @@ import ssl
 import subprocess
 from pathlib import Path
 
+import openai
 import pytest
 
 from conftest import run_reef
-from fakes import FakeLLM
+from fakes import FakeLLM, Reply
 from gateway import Gateway, exchanges, init_project
-from reef_cli.serve.upstream_http import BrokenOff, Unreachable, UpstreamClient
+from reef_cli.serve.upstream_http import AnswerTooLarge, BrokenOff, Unreachable, UpstreamClient
 
 openai = pytest.importorskip("openai")
 
@@ -306,3 +307,86 @@ def test_json_body_is_relayed_byte_for_byte_through_the_gateway(tmp_path):
         assert llm.calls[-1].path.endswith("/v1/chat/completions?x=a%20b")
         assert llm.calls[-1].headers["x-custom"] == "kept"
         assert gw.stop() == 0
+
+
+def test_a_non_streamed_answer_over_the_limit_is_refused_and_its_connection_dropped():
+    """The gateway holds a non-streamed answer whole; an upstream that sends without end must not take its memory."""
+    async def answer(n, _request, writer):
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 100000000\r\n\r\n")
+        try:
+            for _ in range(1000):
+                writer.write(b"x" * 100_000)
+                await writer.drain()
+        except ConnectionError:
+            pass
+        return False
+
+    async def main():
+        async with _Server(answer) as server:
+            client = UpstreamClient(server.url, connect_timeout=5, read_timeout=5)
+            resp = await client.start("POST", "/x", {}, b"{}")
+            with pytest.raises(AnswerTooLarge, match="its answer is over 300000 bytes"):
+                await resp.read(300_000)
+            resp.release()
+            assert client.idle == []
+
+    _run(main())
+
+
+def test_the_gateway_answers_502_for_an_answer_over_its_cap_and_records_it(tmp_path, monkeypatch):
+    import threading
+
+    from reef_cli.project import Project
+    from reef_cli.serve import app
+    from reef_cli.serve.app import Gateway as InProcess, ServeConfig
+
+    monkeypatch.setattr(app, "MAX_ANSWER", 2**20)
+    project = init_project(tmp_path / "proj")
+    with FakeLLM() as llm:
+        llm.reply(Reply(raw=b'{"pad": "' + b"x" * (2 * 2**20) + b'"}'))
+        gw = InProcess(ServeConfig(project=Project(project), scenario="default", upstream=llm.url, port=0), {},
+                       log=open(tmp_path / "log", "w"), out=open(tmp_path / "out", "w"))
+        ready, box = threading.Event(), {}
+
+        def serve():
+            async def main():
+                box["stop"], box["loop"] = asyncio.Event(), asyncio.get_running_loop()
+                box["code"] = await gw.run(box["stop"], on_ready=lambda url: (box.update(url=url), ready.set()))
+            asyncio.run(main())
+
+        thread = threading.Thread(target=serve)
+        thread.start()
+        assert ready.wait(20)
+        client = openai.OpenAI(base_url=box["url"] + "/v1", api_key="x", max_retries=0)
+        with pytest.raises(openai.APIStatusError) as big:
+            client.chat.completions.create(model="m", messages=[{"role": "user", "content": "x"}])
+        box["loop"].call_soon_threadsafe(box["stop"].set)
+        thread.join(20)
+    assert big.value.status_code == 502 and "over 1 MiB, the most the gateway holds whole" in str(big.value)
+    assert box["code"] == 0
+    [rec] = exchanges(project)
+    assert (rec.payload["outcome"], rec.payload["status"]) == ("upstream_too_large", 502)
+
+
+def test_the_upstream_urls_own_query_goes_on_every_call_and_is_never_shown(tmp_path):
+    """Azure OpenAI's base URL carries ?api-version=...; it was dropped. It is sent on every call (before the
+    client's own query) and, since a query may hold a key, never printed."""
+    project = init_project(tmp_path / "proj")
+    with FakeLLM() as llm, Gateway(project, llm.url + "/openai/v1?api-version=2024-10-21&key=sk-in-query-123") as gw:
+        client = openai.OpenAI(base_url=gw.url + "/v1", api_key="x", max_retries=0)
+        client.chat.completions.create(model="m", messages=[{"role": "user", "content": "x"}])
+        client.models.list(extra_query={"limit": "5"})
+        status = json.loads(urllib_get(gw.url + "/reef/status"))
+        assert gw.stop() == 0
+    paths = [r.path for r in llm.requests]
+    assert "/openai/v1/chat/completions?api-version=2024-10-21&key=sk-in-query-123" in paths
+    assert "/openai/v1/models?api-version=2024-10-21&key=sk-in-query-123&limit=5" in paths
+    assert "sk-in-query" not in gw.log() and "sk-in-query" not in json.dumps(status)
+    assert "sk-in-query" not in (project / ".reef" / "scenarios" / "default" / "ledger.jsonl").read_text()
+
+
+def urllib_get(url: str) -> bytes:
+    import urllib.request
+
+    with urllib.request.urlopen(url, timeout=10) as resp:
+        return resp.read()

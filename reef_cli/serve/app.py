@@ -25,10 +25,13 @@ from .http_server import BodyTooLarge, HttpServer, Request, Response, StreamResp
 from .recording import Exchange, Recorder
 from .relay import RECORDED, ROUTE_API, Upstream, error_body, response_headers
 from .sse import EventSplitter, StreamWatch
-from .upstream_http import UpstreamClient, UpstreamError
+from .upstream_http import AnswerTooLarge, UpstreamClient, UpstreamError
 
 SESSION_PREFIX = "/session/"  # /session/ID/v1/...: for agents that can set a base URL but no header
 MAX_TAGS = 32
+# A non-streamed answer is held whole (its usage is read and its digest recorded before the receipt): an upstream
+# that sends without end must not take the gateway's memory with it. Model answers are KiB to a few MiB.
+MAX_ANSWER = 256 * 2**20
 TAG_MAX_CHARS = 256
 
 
@@ -325,7 +328,11 @@ class Gateway:
             if resp.status < 400 and "text/event-stream" in resp.headers.get("Content-Type", ""):
                 return await self._stream(request, api, resp, ex, extra)
             try:
-                data = await resp.read()
+                data = await resp.read(MAX_ANSWER)
+            except AnswerTooLarge:
+                return await self._failed(api, ex, extra, 502, "upstream_too_large",
+                                          f"the upstream's answer is over {MAX_ANSWER // 2**20} MiB, the most the "
+                                          "gateway holds whole (a streamed answer has no such limit)")
             except asyncio.TimeoutError:
                 return await self._failed(api, ex, extra, 504, "timeout",
                                           f"the upstream stopped sending its answer for {t:g} s")

@@ -37,6 +37,7 @@ class Upstream:
     strip_v1: bool  # the base already ends in /v1: the client's /v1 is not repeated
     api: str  # openai | anthropic | auto
     env_keys: dict  # protocol -> key (never printed)
+    query: str = ""  # the upstream URL's own query (Azure's ?api-version=...), sent on every call, never printed
 
     @classmethod
     def parse(cls, url: str, api: str, environ: dict) -> "Upstream":
@@ -64,7 +65,7 @@ class Upstream:
             if api in ("auto", protocol) and key and ("\n" in key or "\r" in key):
                 name = "REEF_UPSTREAM_API_KEY" if shared else f"{protocol.upper()}_API_KEY"
                 raise InvalidInput(f"{name} holds a line break: it cannot be sent as a header (a pasted key?)")
-        return cls(base, path.endswith("/v1"), api, keys)
+        return cls(base, path.endswith("/v1"), api, keys, parts.query)
 
     def speaks(self, route_api: str) -> bool:
         return self.api == "auto" or route_api.startswith(self.api + ".") or route_api == "openai.models"
@@ -72,6 +73,7 @@ class Upstream:
     def target_for(self, path: str, query: str) -> str:
         """The request target on the upstream: its base path, the route (its /v1 not repeated), the query."""
         rest = path[3:] if self.strip_v1 and path.startswith("/v1/") else path
+        query = "&".join(q for q in (self.query, query) if q)
         return (urlsplit(self.base).path + rest or "/") + (f"?{query}" if query else "")
 
     def shown(self) -> str:

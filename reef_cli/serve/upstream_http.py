@@ -43,6 +43,10 @@ class Unreachable(UpstreamError):
     pass
 
 
+class AnswerTooLarge(UpstreamError):
+    """A non-streamed answer over the size the gateway will hold whole (`read(limit)`)."""
+
+
 class BrokenOff(UpstreamError):
     pass
 
@@ -192,12 +196,18 @@ class UpstreamResponse:
             self.conn.transport.resume_reading()
         return data
 
-    async def read(self) -> bytes:
-        """The whole body."""
+    async def read(self, limit: int | None = None) -> bytes:
+        """The whole body; AnswerTooLarge (and the connection dropped) once it passes `limit` bytes."""
         parts = []
+        size = 0
         while True:
             if self._chunks:
-                parts.append(self._take())
+                part = self._take()
+                parts.append(part)
+                size += len(part)
+                if limit is not None and size > limit:
+                    self.close()
+                    raise AnswerTooLarge(f"its answer is over {limit} bytes")
             if self.done:
                 return parts[0] if len(parts) == 1 else b"".join(parts)
             if self._error is not None:
