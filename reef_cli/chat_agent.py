@@ -202,8 +202,12 @@ def chat(url: str, messages: list[dict], *, model: str, max_tokens: int, tempera
     try:
         with urllib.request.urlopen(req, timeout=timeout) as resp:
             raw = resp.read(MAX_BODY + 1)
+            missing = resp.length  # bytes its Content-Length promised that never came (read(n) does not raise)
         if len(raw) > MAX_BODY:
             raise AgentError(f"{url}: the answer is larger than {MAX_BODY >> 20} MiB; not a chat completion")
+        if missing:
+            raise AgentError(f"{url}: the answer was cut off after {len(raw)} of {len(raw) + missing} bytes "
+                             "(the connection closed early)")
         data = json.loads(raw)
     except urllib.error.HTTPError as exc:
         detail = exc.read(300).decode("utf-8", "replace").strip()

@@ -120,7 +120,8 @@ def test_an_answer_that_is_not_http_or_cut_short_is_one_line_exit_1(tmp_path):
 
     for answer, says in (
         (b"\x00\xffthis is not http at all\r\n\r\n", "not a valid HTTP answer (BadStatusLine)"),
-        (b"HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n{\"choi", "the answer is not JSON"),  # cut short
+        (b"HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n{\"choi",  # cut short: it said "not JSON"
+         "the answer was cut off after 6 of 1000 bytes (the connection closed early)"),
         (b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\n\r\n<html>hello</html>", "the answer is not JSON"),
         (b"HTTP/1.1 200 OK\r\n\r\n" + b" " * (MAX_BODY + 2), "the answer is larger than 16 MiB"),
     ):
