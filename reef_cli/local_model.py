@@ -159,12 +159,20 @@ def start(model: Path, *, port: int = 0, host: str = "127.0.0.1", threads: int |
     except OSError as exc:
         raise InvalidInput(f"--log {log}: cannot append to it ({exc.strerror})") from None
     server = None
+    from .weights.orphans import group_dies_with_parent
+
+    why_r, why_w = os.pipe()  # the reaper says here why the server could not start
     try:
         try:
-            proc = subprocess.Popen(server_argv(model, port, host=host, threads=threads), stdin=subprocess.DEVNULL,
-                                    stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+            # Under a reaper that takes the server's group down when reef dies, even by SIGKILL: a killed
+            # `reef model serve-local` left the server holding its port (weights/orphans.py).
+            proc = subprocess.Popen(group_dies_with_parent(server_argv(model, port, host=host, threads=threads),
+                                                           why_w),
+                                    stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                    start_new_session=True, pass_fds=(why_w,),
                                     env=dict(os.environ if environ is None else environ))
         finally:
+            os.close(why_w)
             if log:
                 out.close()  # type: ignore[union-attr]
         server = LocalServer(proc, f"http://{host}:{port}/v1", model, log)
@@ -173,14 +181,20 @@ def start(model: Path, *, port: int = 0, host: str = "127.0.0.1", threads: int |
             if proc.poll() is not None:
                 break
             if _ready(server.url):
+                os.close(why_r)  # started: the reaper's report end is closed by then
                 return server
             time.sleep(0.25)
     except BaseException:  # Ctrl-C while the model loads: its own process group does not get the SIGINT
+        os.close(why_r)
         if server is not None:
             server.stop()
         raise
     exited = proc.poll()
     code = server.stop()
+    with os.fdopen(why_r, "rb") as why:
+        cannot = why.read(300).decode("utf-8", "replace").strip()
+    if cannot:
+        raise ReefError(f"the local model server could not start: {cannot}")
     tail = ""
     if log and log.exists():
         tail = " ".join(log.read_text(errors="replace").strip().splitlines()[-1:])[-300:]

@@ -217,6 +217,44 @@ def test_ctrl_c_or_sigterm_while_the_model_loads_stops_the_server(tmp_path, sig)
         proc.stderr.close()
 
 
+def test_a_killed_serve_local_takes_its_server_with_it(tmp_path):
+    """kill -9 of `reef model serve-local` left the server running in its own process group, holding the port."""
+    pkgs = fake_llama(tmp_path / "pkgs")
+    pidfile = tmp_path / "server.pid"
+    (pkgs / "llama_cpp" / "server" / "__main__.py").write_text(
+        f"import os, pathlib, time\npathlib.Path({str(pidfile)!r}).write_text(str(os.getpid()))\ntime.sleep(120)\n")
+    model = tmp_path / "slow.gguf"
+    model.write_bytes(b"GGUF")
+    proc = subprocess.Popen([reef_exe(), "model", "serve-local", "--port", "0", "--model", str(model)], cwd=tmp_path,
+                            env=reef_env(tmp_path, pkgs), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    pid = None
+    try:
+        deadline = time.monotonic() + 30
+        while not (pidfile.exists() and pidfile.read_text()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        pid = int(pidfile.read_text())
+        proc.kill()
+        proc.wait(timeout=30)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                break
+            time.sleep(0.05)
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        if pid:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
 def test_chat_agent_never_trusts_a_prompt_cache_others_can_write(tmp_path, monkeypatch):
     """The compiled-prompt cache lives in the shared temp dir: if its directory is open to others (or not ours), a
     planted file there would become the model's system prompt, so it is bypassed, not read."""
