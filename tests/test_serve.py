@@ -657,6 +657,10 @@ def test_a_body_over_the_cap_gets_its_413_not_a_reset(tmp_path, upstream):
                                          + b"\r\n\r\n" + body))
             assert [status for status, _, _ in got] == [413]
             assert "over the gateway's cap of 1000 bytes" in json.loads(got[0][2])["error"]["message"]
+        with socket.create_connection(("127.0.0.1", int(gw.url.rsplit(":", 1)[1])), timeout=5) as s:
+            s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\n"
+                      b"Content-Length: 5000 \r\n\r\n")  # OWS after the length: 413 at once, not an invitation
+            assert s.recv(100).startswith(b"HTTP/1.1 413 ")
         assert len(upstream.calls) == calls and gw.stop() == 0
     assert exchanges(project) == []
 
@@ -669,6 +673,94 @@ def test_request_line_header_and_version_limits(served):
                             (b"NOT A REQUEST\r\n\r\n", 400)):
         got = _answers(_raw_exchange(served, request))
         assert [s for s, _, _ in got] == [status] and json.loads(got[0][2])["error"]["code"] == status, got
+
+
+def test_text_that_is_not_utf8_in_a_session_or_tag_is_recorded_not_dropped(served):
+    """Header bytes and %ff in a /session/ path were decoded with surrogates: the call reached the upstream, then
+    the record could not be encoded, so the client got a 400 and the call had no record."""
+    before = len(exchanges(served.project))
+    chat = b'{"model": "m\\ud800", "messages": [{"role": "user", "content": "x"}]}'  # a lone surrogate, escaped
+    for target, header in ((b"/v1/chat/completions", b"x-reef-session: s\xff1\r\nx-reef-tag-team: t\xfe\r\n"),
+                           (b"/session/%ff%c3%28/v1/chat/completions", b"")):
+        got = _answers(_raw_exchange(served, b"POST " + target + b" HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+                                     + header + b"Content-Length: " + str(len(chat)).encode() + b"\r\n\r\n" + chat))
+        assert got[0][0] == 200, got
+    recs = exchanges(served.project)[before:]
+    assert len(recs) == 2 and all(r.payload["outcome"] == "ok" for r in recs)
+    assert recs[0].payload["session"] == "s\ufffd1" and recs[0].payload["tags"] == {"team": "t\ufffd"}
+    assert "\ufffd" in recs[1].payload["session"] and recs[0].payload["model"] == "m\ufffd"
+    verify(served.project)
+
+
+def test_pipelined_requests_before_a_malformed_one_are_all_answered_then_the_400(served):
+    good = b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
+    got = _answers(_raw_exchange(served, good * 3 + b"GET /healthz HTTP/1.1\r\nContent-Length: +1\r\n\r\n"))
+    assert [status for status, _, _ in got] == [200, 200, 200, 400]
+    # a request answered with Connection: close gets one answer, whatever follows it
+    got = _answers(_raw_exchange(served, b"GET /healthz HTTP/1.1\r\nConnection: close\r\n\r\nGARBAGE\r\n\r\n"))
+    assert [status for status, _, _ in got] == [200]
+
+
+def test_a_client_that_half_closes_after_its_request_gets_the_answer(served):
+    chat = json.dumps({"model": "m", "messages": [{"role": "user", "content": "x"}]}).encode()
+    with socket.create_connection(("127.0.0.1", int(served.url.rsplit(":", 1)[1])), timeout=10) as s:
+        s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: "
+                  + str(len(chat)).encode() + b"\r\n\r\n" + chat)
+        s.shutdown(socket.SHUT_WR)
+        answer = b""
+        while chunk := s.recv(65536):
+            answer += chunk
+    [(status, headers, _)] = _answers(answer)
+    assert status == 200 and ledger_of(served.project).get(headers["x-reef-agent-record-id"]).payload["outcome"] == "ok"
+
+
+def test_odd_framings_are_refused_not_relayed(served):
+    for request, status in (
+            (b"POST /v1/chat/completions HTTP/1.1\r\nTransfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n", 501),
+            (b"POST /v1/chat/completions HTTP/1.1\r\nConnection: Upgrade\r\nUpgrade: h2c\r\n"
+             b"Content-Length: 2\r\n\r\n{}", 400)):
+        got = _answers(_raw_exchange(served, request))
+        assert [s for s, _, _ in got] == [status], got
+
+
+def test_head_of_a_relayed_route_keeps_the_upstreams_length(tmp_path):
+    """The gateway answered HEAD /v1/models with Content-Length: 0 (the relayed headers drop the upstream's)."""
+    import http.server as httpd
+    import threading
+
+    class Upstream(httpd.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_HEAD(self):
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", "69")
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = httpd.ThreadingHTTPServer(("127.0.0.1", 0), Upstream)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        with Gateway(init_project(tmp_path / "proj"), f"http://127.0.0.1:{server.server_address[1]}") as gw:
+            status, headers, body = http(gw.url + "/v1/models", method="HEAD")
+            assert gw.stop() == 0
+    finally:
+        server.shutdown()
+    assert status == 200 and body == b"" and headers["Content-Length"] == "69"
+
+
+def test_an_endless_header_is_refused_before_it_ends(served):
+    """llhttp hands a header over only once it ends: one 64 MB header was swallowed whole before its 431."""
+    with socket.create_connection(("127.0.0.1", int(served.url.rsplit(":", 1)[1])), timeout=5) as s:
+        s.sendall(b"GET /healthz HTTP/1.1\r\nX-Big: ")
+        try:
+            for _ in range(40):
+                s.sendall(b"v" * 8192)
+        except OSError:
+            pass
+        assert s.recv(65536).startswith(b"HTTP/1.1 431 ")
 
 
 def test_provenance_hooks_see_the_answer_before_the_receipt(tmp_path, upstream):

@@ -15,16 +15,32 @@ from reef_cli.serve import http_server
 from reef_cli.serve.http_server import HttpServer, Response, StreamResponse
 
 
+_WRITTEN = [0]  # events the /flood handler got written
+
+
 @pytest.fixture()
 def server(monkeypatch):
     monkeypatch.setattr(http_server, "KEEPALIVE_S", 0.4)
     monkeypatch.setattr(http_server, "HEAD_TIMEOUT_S", 0.6)
     monkeypatch.setattr(http_server, "LINGER_S", 0.3)
+    monkeypatch.setattr(http_server, "BODY_IDLE_S", 0.5)
     notes: list[str] = []
+    _WRITTEN[0] = 0
 
     async def handler(request):
         if request.path == "/slow":  # longer than every timeout above: a handler at work is never cut
             await asyncio.sleep(1.0)
+        if request.path == "/flood":  # many small events to a client that does not read
+            out = StreamResponse(200, [("Content-Type", "text/event-stream")])
+            await out.prepare(request)
+            try:
+                for _ in range(20_000):
+                    await out.write(b"data: " + b"x" * 1000 + b"\n\n")
+                    _WRITTEN[0] += 1
+                    await asyncio.sleep(0)
+            except ConnectionError:
+                pass
+            return out
         if request.path == "/stream":
             out = StreamResponse(200, [("Content-Type", "text/event-stream")])
             await out.prepare(request)
@@ -123,3 +139,54 @@ def test_a_refused_request_is_answered_and_logged_without_its_bytes(server):
     assert answer.startswith(b"HTTP/1.1 400 Bad Request") and b"sk-secret" not in answer
     assert _closed_within(s, 3) < 1.0
     assert notes and all("sk-secret" not in note for note in notes)
+
+
+def test_a_pipelined_refusal_behind_a_long_answer_waits_for_it(server):
+    """A malformed request pipelined behind an answer under way: the head timeout it armed must not cut that answer
+    (it did: a 75 s stream died at 60 s, recorded as the client's hang-up); the 400 follows it."""
+    port, _ = server
+    s = _connect(port)
+    s.sendall(b"POST /slow HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}"
+              b"GET /a HTTP/1.1\r\nContent-Length: +1\r\n\r\n")
+    data = b""
+    s.settimeout(5)
+    while chunk := s.recv(65536):
+        data += chunk
+    first, _, second = data.partition(b"HTTP/1.1 400")
+    assert first.startswith(b"HTTP/1.1 200 OK") and first.endswith(b'{"path": "/slow", "len": 2}') and second
+
+
+def test_a_body_that_stops_arriving_gets_408(server):
+    port, notes = server
+    s = _connect(port)
+    s.sendall(b"POST /a HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{")
+    s.settimeout(5)
+    started = time.monotonic()
+    assert s.recv(65536).startswith(b"HTTP/1.1 408 Request Timeout")
+    assert time.monotonic() - started < 3 and any("body stopped arriving" in note for note in notes)
+
+
+def test_a_client_that_does_not_read_holds_the_writer(server):
+    port, _ = server
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    s.connect(("127.0.0.1", port))
+    s.sendall(b"GET /flood HTTP/1.1\r\nHost: x\r\n\r\n")
+    time.sleep(1.5)
+    held = _WRITTEN[0]
+    time.sleep(1.0)
+    # the writer waits once the transport's buffer passes its high-water mark (256 KiB, on top of what the kernel's
+    # socket buffers take): it did not, and all 20 MB piled up in the gateway
+    assert 0 < held == _WRITTEN[0] < 10_000, (held, _WRITTEN[0])
+    s.close()
+
+
+def test_half_closed_client_still_gets_its_answer(server):
+    port, _ = server
+    s = _connect(port)
+    s.sendall(b"POST /a HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}")
+    s.shutdown(socket.SHUT_WR)
+    data = b""
+    while chunk := s.recv(65536):
+        data += chunk
+    assert data.startswith(b"HTTP/1.1 200 OK") and data.endswith(b'{"path": "/a", "len": 2}')

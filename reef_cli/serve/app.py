@@ -340,8 +340,9 @@ class Gateway:
                 return await self._failed(api, ex, extra, 502, "upstream_died",
                                           f"the upstream's answer was cut off ({exc})")
             out_headers = response_headers(resp.headers) + extra
-            if ex is None:
-                return Response(data, resp.status, out_headers)
+            if ex is None:  # a HEAD's answer keeps the upstream's length (relayed headers drop Content-Length)
+                length = resp.headers.get("Content-Length") if request.method == "HEAD" else None
+                return Response(data, resp.status, out_headers, head_length=length)
             ex.add_response(data)
             ex.first_token()
             if resp.status >= 400:
@@ -375,9 +376,16 @@ class Gateway:
             await self._record(ex)
         return _json_response(error_body(api, status, message, "api_error"), status, headers=extra)
 
-    async def _stream(self, request, api, resp, ex: Exchange | None, extra) -> StreamResponse:
+    async def _stream(self, request, api, resp, ex: Exchange | None, extra) -> StreamResponse | None:
         out = StreamResponse(resp.status, response_headers(resp.headers) + extra)
-        await out.prepare(request)
+        try:
+            await out.prepare(request)
+        except ConnectionError:  # the client left before the answer began
+            resp.close()
+            if ex is not None:
+                ex.fail("client_disconnected", "the client hung up before the answer began")
+                await self._record(ex)
+            return None
 
         async def send(data: bytes, last: bool = False) -> None:
             """Write to the client; `last` ends the stream in the same write (one send fewer)."""

@@ -205,11 +205,12 @@ def _head(status: int, headers: list[tuple[str, str]], extra: str) -> bytes:
 class Response:
     """A whole answer: status, headers, body, written in one send."""
 
-    __slots__ = ("status", "headers", "body", "_bytes", "_close")
+    __slots__ = ("status", "headers", "body", "head_length", "_bytes", "_close")
 
     def __init__(self, body: bytes = b"", status: int = 200, headers: list[tuple[str, str]] | None = None,
-                 content_type: str | None = None):
+                 content_type: str | None = None, head_length: str | None = None):
         self.status, self.body = status, body
+        self.head_length = head_length  # the answer to a HEAD: the length a GET's body would have (relayed)
         self._bytes: bytes | None = None
         self._close = False
         self.headers = _pairs(headers)
@@ -224,7 +225,8 @@ class Response:
         """Build the bytes now (the gateway does it before a record's sync, so that after it only the send is
         left: ~70 us less between a durable record and its receipt on a small VM)."""
         self._close = close = not request.conn.keep_open(request)
-        extra = f"Content-Length: {len(self.body)}\r\n" + ("Connection: close\r\n" if close else
+        length = self.head_length if request.head and self.head_length is not None else len(self.body)
+        extra = f"Content-Length: {length}\r\n" + ("Connection: close\r\n" if close else
                                                               "" if request.http11 else "Connection: keep-alive\r\n")
         data = _head(self.status, self.headers, extra)
         self._bytes = data + self.body if not request.head and self.body else data
@@ -279,7 +281,7 @@ class StreamResponse:
         if not data or self._request.head:
             return
         self._queue(b"%x\r\n%b\r\n" % (len(data), data) if self._chunked else data)
-        if self._size >= FLUSH_AT:
+        if self._size >= FLUSH_AT or self._request.conn.paused:  # a client not reading holds the writer here
             await self._send_now()
 
     async def write_eof(self, data: bytes = b"") -> None:
@@ -368,9 +370,10 @@ class _Connection(asyncio.Protocol):
         self.paused = False
         self._drain: asyncio.Future | None = None
         self.queue: deque[Request] = deque()  # requests whose headers are in, in order; [0] is being answered
-        self.current: Request | None = None  # the request being parsed
+        self.current: Request | None = None  # the request whose body is being parsed
+        self.in_head = False  # a request's line and headers are arriving
         self.task: asyncio.Task | None = None
-        self.closing_after = False
+        self.closing_after = False  # the last answer said Connection: close: nothing after it is answered
         self.reading_paused = False
         self.timer: asyncio.TimerHandle | None = None
         self.deadline: float | None = None  # when the timer's check acts (None: disarmed); see _arm
@@ -379,8 +382,10 @@ class _Connection(asyncio.Protocol):
         self._url = b""
         self._fields: list[tuple[str, str]] = []
         self._head_bytes = 0
+        self._head_raw = 0  # bytes received while a head was incomplete (llhttp holds a header until it ends)
         self._upgrade = False
-        self.refusal: tuple[int, str] | None = None
+        self.refusal: tuple[int, str] | None = None  # the answer to a refused request, once those before it are out
+        self.refused: Request | None = None  # the queued request the refusal belongs to (its body broke)
         self.refusal_sent = False
 
     # -- asyncio.Protocol
@@ -406,10 +411,15 @@ class _Connection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self.parser is None:  # refused, or lingering after the last answer: what comes is dropped
             return
+        if self.in_head:
+            self._head_raw += len(data)
+            if self._head_raw > MAX_HEADERS_BYTES + MAX_LINE:  # one endless header: llhttp would hold all of it
+                self._refuse(431, f"the request's headers are over {MAX_HEADERS_BYTES} bytes")
+                return
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserUpgrade:
-            self._upgrade = True  # answered as a plain request; the connection ends after it
+            self._upgrade = True  # answered as a plain request (it has no body: on_headers_complete); then the end
         except httptools.HttpParserError as exc:
             refused = exc.__context__  # a callback's refusal comes wrapped in HttpParserCallbackError
             if isinstance(refused, _Refused):
@@ -418,7 +428,12 @@ class _Connection(asyncio.Protocol):
                 self._refuse(400, f"bad request: {_parser_reason(exc)}")
 
     def eof_received(self):
-        return False  # the client's end: close (a half-closed HTTP/1.1 client is not waited for)
+        """The client has sent all it will. Requests already in are still answered (a client may half-close after
+        its request); a request cut short is not."""
+        if self.queue and self.current is None and not self.in_head:
+            self.closing_after = True
+            return True
+        return False
 
     def pause_writing(self) -> None:
         self.paused = True
@@ -431,7 +446,8 @@ class _Connection(asyncio.Protocol):
 
     # -- httptools callbacks
     def on_message_begin(self) -> None:
-        self._url, self._fields, self._head_bytes = b"", [], 0
+        self._url, self._fields, self._head_bytes, self._head_raw = b"", [], 0, 0
+        self.in_head = True
         self._arm(HEAD_TIMEOUT_S)
 
     def on_url(self, url: bytes) -> None:
@@ -448,6 +464,7 @@ class _Connection(asyncio.Protocol):
         self._fields.append((name.decode("latin-1"), value.decode("utf-8", "surrogateescape")))
 
     def on_headers_complete(self) -> None:
+        self.in_head = False
         parser = self.parser
         version = parser.get_http_version()
         if version not in ("1.1", "1.0"):
@@ -465,6 +482,13 @@ class _Connection(asyncio.Protocol):
             raw = path + ("?" + query if query else "")
         headers = Headers(self._fields)
         length = headers.get("content-length")
+        length = length.strip() if length is not None else None
+        coding = headers.get("transfer-encoding")
+        if coding is not None and coding.strip().lower() != "chunked":
+            raise _Refused(501, f"Transfer-Encoding {coding.strip()[:40]} is not served (chunked only)")
+        if parser.should_upgrade() and (coding is not None or length not in (None, "0")):
+            # llhttp stops at an upgrade's headers, so its body would never be read: refused, not relayed empty
+            raise _Refused(400, "a request with a body cannot ask to switch protocols (Upgrade) here")
         request = Request(self, parser.get_method().decode("ascii"), raw, unquote(path, errors="surrogateescape"),
                           query, version == "1.1", headers, parser.should_keep_alive(),
                           int(length) if length is not None and length.isdigit() else None)
@@ -479,6 +503,7 @@ class _Connection(asyncio.Protocol):
 
     def on_body(self, body: bytes) -> None:
         self.current._feed(body)  # over the cap it is dropped as it comes; the handler answers 413
+        self._arm(BODY_IDLE_S)  # the body timeout counts silence, not the whole upload
 
     def on_message_complete(self) -> None:
         request, self.current = self.current, None
@@ -488,7 +513,7 @@ class _Connection(asyncio.Protocol):
 
     # -- answering
     def _start(self, request: Request) -> None:
-        self.task = asyncio.get_running_loop().create_task(self._answer(request))
+        self.task = self.loop.create_task(self._answer(request))
 
     async def _answer(self, request: Request) -> None:
         server = self.server
@@ -503,10 +528,12 @@ class _Connection(asyncio.Protocol):
             server.note(f"the gateway failed on {request.method} {request.path}: {type(exc).__name__}"
                         f"{_where(exc)}")
             response = server.error(500, f"the gateway failed ({type(exc).__name__}); see its log")
-        if response is None and self.refusal is not None and not self.refusal_sent:  # its body was refused
+        if self.refused is request and not self.refusal_sent:  # its body broke: one answer, the handler's or this
             self.refusal_sent = True
-            response = server.error(*self.refusal)
-        if response is not None and not self.lost:
+            if response is None:
+                response = server.error(*self.refusal)
+        sent = None
+        if response is not None and not self.lost and not self.transport.is_closing():
             try:
                 if isinstance(response, StreamResponse):
                     if response._request is None:
@@ -514,13 +541,16 @@ class _Connection(asyncio.Protocol):
                     await response.write_eof()
                 else:
                     response._send(request)
+                sent = response
             except (ClientGone, ConnectionError):
                 pass
             except BadHeader as exc:  # never written: it would split the response
                 server.note(f"the gateway's answer to {request.method} {request.path} was not sent: {exc}")
                 self.close()
+        elif isinstance(response, StreamResponse) and response._request is not None:
+            sent = response  # streamed until the client left: its status went out
         try:
-            server.access(request, response)
+            server.access(request, sent)
         except Exception:  # noqa: BLE001 - the log line must not end the connection
             pass
         self._next()
@@ -529,20 +559,27 @@ class _Connection(asyncio.Protocol):
         self.task = None
         if self.queue:
             self.queue.popleft()
-        if self.lost:
+        if self.lost or self.transport.is_closing():  # gone, or closed by the gateway (a broken stream)
             return
-        if self.closing_after or self._upgrade or (self.server.shutting_down and not self.queue):
-            if self.refusal is not None and not self.refusal_sent:
+        if self.closing_after or self._upgrade:
+            self.linger()
+        elif self.queue:  # pipelined requests complete before a refusal are answered first, in order
+            self._start(self.queue[0])
+            if self.reading_paused and len(self.queue) == 1:  # its body may still be coming
+                self.reading_paused = False
+                self.transport.resume_reading()
+        elif self.refusal is not None:
+            if not self.refusal_sent:
                 self._send_refusal()
             self.linger()
-            return
-        if self.queue:
-            self._start(self.queue[0])
-        if self.reading_paused and len(self.queue) <= 1:  # the next one's body may still be coming
-            self.reading_paused = False
-            self.transport.resume_reading()
-        if not self.queue and self.current is None:
-            self._arm(KEEPALIVE_S)
+        elif self.server.shutting_down:
+            self.linger()
+        else:
+            if self.reading_paused:
+                self.reading_paused = False
+                self.transport.resume_reading()
+            if self.current is None and not self.in_head:
+                self._arm(KEEPALIVE_S)
 
     def keep_open(self, request: Request) -> bool:
         return (request.keep_alive and not request.too_large and not self._upgrade and not self.server.shutting_down
@@ -558,11 +595,11 @@ class _Connection(asyncio.Protocol):
             raise ClientGone("the client hung up")
         if self.paused:
             if self._drain is None:
-                self._drain = asyncio.get_running_loop().create_future()
+                self._drain = self.loop.create_future()
             await self._drain
 
     def idle(self) -> bool:
-        return not self.queue and self.current is None
+        return not self.queue and self.current is None and not self.in_head
 
     def close(self) -> None:
         if not self.lost and self.transport is not None:
@@ -579,16 +616,17 @@ class _Connection(asyncio.Protocol):
         if not self.transport.can_write_eof():
             self.close()
             return
-        self.transport.write_eof()
+        if not self.transport.is_closing():
+            self.transport.write_eof()
         if self.reading_paused:
             self.reading_paused = False
             self.transport.resume_reading()
         self._arm(LINGER_S)
 
     def _arm(self, seconds: float) -> None:
-        """Move the connection's one deadline. Requests move it three times each; a timer is only scheduled when
-        none is pending, and one that fires early re-schedules itself for what is left (uvloop's call_later and
-        cancel cost more than the float)."""
+        """Move the connection's one deadline. Requests move it several times each; a timer is only scheduled when
+        none is pending or the new deadline is earlier, and one that fires early re-schedules itself for what is
+        left (uvloop's call_later and cancel cost more than the float)."""
         self.deadline = deadline = self.loop.time() + seconds
         if self.timer is None or self.timer_at > deadline:
             if self.timer is not None:
@@ -596,6 +634,9 @@ class _Connection(asyncio.Protocol):
             self.timer, self.timer_at = self.loop.call_at(deadline, self._timed_out), deadline
 
     def _timed_out(self) -> None:
+        """The client was silent too long: lingering after the last answer, idle between requests, or a head or a
+        body that stopped arriving. An answer under way is never cut here (the gateway has its own timeouts); a
+        request whose body stopped gets 408 from its handler's read()."""
         self.timer = None
         if self.deadline is None or self.lost:
             return
@@ -603,32 +644,37 @@ class _Connection(asyncio.Protocol):
             self.timer, self.timer_at = self.loop.call_at(self.deadline, self._timed_out), self.deadline
             return
         self.deadline = None
-        if self.parser is None:
-            self.close()
-        elif self.task is None and not self.lost:  # nothing being answered: a silent or too slow client
-            for request in self.queue:
-                request._cut()
+        current = self.current
+        if self.parser is not None and (self.in_head or current is not None):
+            what = "headers" if self.in_head else "body"
+            self.server.note(f"timed out a request from {self.peer[0] if self.peer else 'a client'}: its {what} "
+                             "stopped arriving")
+            self._refuse(408, f"the request's {what} stopped arriving")
+        elif self.task is None:
             self.close()
 
     def _refuse(self, status: int, message: str) -> None:
         """A request the server will not hand on: one log line (never its bytes), its answer once the answers
         before it are out (at once when none is under way), then the connection ends."""
         self.parser = None  # nothing more is parsed; bytes still coming are dropped
-        self.server.note(f"refused a request from {self.peer[0] if self.peer else 'a client'}: {status} {message}")
-        self.closing_after = True
+        if status != 408:
+            self.server.note(f"refused a request from {self.peer[0] if self.peer else 'a client'}: {status} "
+                             f"{message}")
         self.refusal = (status, message)
+        self.in_head = False
         current, self.current = self.current, None
         if current is not None and current is not (self.queue[0] if self.queue else None):
             self.queue.remove(current)  # pipelined behind an answer under way: the refusal replaces it
         elif current is not None:
-            current._cut()  # its handler stops at read(); the refusal is its answer
+            self.refused = current
+            current._cut()  # its handler stops at read(); the refusal is its answer unless it answered already
         if self.task is None and not self.lost:
             self._send_refusal()
             self.linger()
 
     def _send_refusal(self) -> None:
         self.refusal_sent = True
-        if not self.lost:
+        if not self.lost and not self.transport.is_closing():
             response = self.server.error(*self.refusal)
             data = _head(response.status, response.headers,
                          f"Content-Length: {len(response.body)}\r\nConnection: close\r\n")

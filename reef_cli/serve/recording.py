@@ -28,7 +28,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from ..errors import NotFound
+from ..errors import InvalidInput, NotFound
 from ..ledger import NewRecord
 from .commit import INLINE_MAX_CONTENT, Committer
 from .sse import tokens_of
@@ -272,8 +272,14 @@ class Recorder:
         ledger = state.ledger
 
         def append():
-            return ledger.append(RECORD_KIND, ex.payload(store_content), release_id=ex.release_id,
-                                 content_id=ex.content_id, record_id=ex.record_id)
+            payload = ex.payload(store_content)
+            try:
+                return ledger.append(RECORD_KIND, payload, release_id=ex.release_id, content_id=ex.content_id,
+                                     record_id=ex.record_id)
+            except InvalidInput:  # text the client sent that is not UTF-8 (a header's bytes, %ff in a path, a
+                # lone \ud800 in its JSON): the call reached the upstream, so it is recorded, with U+FFFD there
+                return ledger.append(RECORD_KIND, _unicode(payload), release_id=ex.release_id,
+                                     content_id=ex.content_id, record_id=ex.record_id)
 
         def item():
             return NewRecord(RECORD_KIND, ex.payload(store_content), ex.release_id, ex.content_id, ex.record_id)
@@ -294,3 +300,24 @@ class Recorder:
         self.committer.close()
         for state in self._scenarios.values():
             state.ledger.close()
+
+
+def _unicode(obj):
+    """`obj` with every string made encodable: bytes smuggled in as surrogates (surrogateescape) or lone
+    surrogates from JSON escapes become U+FFFD."""
+    if isinstance(obj, str):
+        try:
+            obj.encode("utf-8")
+            return obj
+        except UnicodeEncodeError:
+            out = bytearray()  # bytes smuggled as \udc80-\udcff go back to bytes; other lone surrogates are U+FFFD
+            for ch in obj:
+                code = ord(ch)
+                out += bytes((code - 0xDC00,)) if 0xDC80 <= code <= 0xDCFF else \
+                    ("\ufffd" if 0xD800 <= code <= 0xDFFF else ch).encode("utf-8")
+            return out.decode("utf-8", "replace")
+    if isinstance(obj, dict):
+        return {_unicode(k): _unicode(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_unicode(v) for v in obj]
+    return obj
