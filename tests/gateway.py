@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 from conftest import run_reef
@@ -71,3 +74,27 @@ def exchanges(project: Path) -> list:
     """The inference records in the default scenario's ledger, oldest first."""
     ledger = Ledger(project / ".reef" / "scenarios" / "default" / "ledger.jsonl", "default")
     return [r for r in ledger.iter_records() if r.kind == "inference"]
+
+
+@contextmanager
+def in_process(gw):
+    """Run a `reef_cli.serve.app.Gateway` (built by the test, e.g. with hooks added or a constant patched) on its own
+    thread; yields its URL; on exit stops it and asserts it stopped cleanly (ledgers verified)."""
+    ready, box = threading.Event(), {}
+
+    def serve():
+        async def main():
+            box["stop"], box["loop"] = asyncio.Event(), asyncio.get_running_loop()
+            box["code"] = await gw.run(box["stop"], on_ready=lambda url: (box.update(url=url), ready.set()))
+        asyncio.run(main())
+
+    thread = threading.Thread(target=serve)
+    thread.start()
+    try:
+        assert ready.wait(20), "the in-process gateway did not start"
+        yield box["url"]
+    finally:
+        if "loop" in box:
+            box["loop"].call_soon_threadsafe(box["stop"].set)
+        thread.join(20)
+    assert box.get("code") == 0

@@ -183,12 +183,7 @@ def test_busy_port_and_unwritable_log_are_named_before_the_server_starts(tmp_pat
 def test_ctrl_c_or_sigterm_while_the_model_loads_stops_the_server(tmp_path, sig):
     """The server runs in its own process group, so the terminal's SIGINT (or a SIGTERM) reaches reef only: before,
     either one while the model loaded left the server running."""
-    pkgs = fake_llama(tmp_path / "pkgs")
-    pidfile = tmp_path / "server.pid"
-    (pkgs / "llama_cpp" / "server" / "__main__.py").write_text(
-        f"import os, pathlib, time\npathlib.Path({str(pidfile)!r}).write_text(str(os.getpid()))\ntime.sleep(120)\n")
-    model = tmp_path / "slow.gguf"
-    model.write_bytes(b"GGUF")
+    pkgs, pidfile, model = _slow_server(tmp_path)
     # reef as a terminal starts it: SIGINT at its default (a suite launched in the background inherits it ignored,
     # and Python then never raises KeyboardInterrupt)
     proc = subprocess.Popen([reef_exe(), "model", "serve-local", "--port", "0", "--model", str(model)], cwd=tmp_path,
@@ -196,10 +191,7 @@ def test_ctrl_c_or_sigterm_while_the_model_loads_stops_the_server(tmp_path, sig)
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     pid = None
     try:
-        deadline = time.monotonic() + 30
-        while not (pidfile.exists() and pidfile.read_text()) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        pid = int(pidfile.read_text())
+        pid = _server_pid(pidfile)
         proc.send_signal(sig)
         assert proc.wait(timeout=60) == 130  # the server gets 5 s to stop; a loaded CI machine is slow
         time.sleep(0.2)
@@ -219,20 +211,12 @@ def test_ctrl_c_or_sigterm_while_the_model_loads_stops_the_server(tmp_path, sig)
 
 def test_a_killed_serve_local_takes_its_server_with_it(tmp_path):
     """kill -9 of `reef model serve-local` left the server running in its own process group, holding the port."""
-    pkgs = fake_llama(tmp_path / "pkgs")
-    pidfile = tmp_path / "server.pid"
-    (pkgs / "llama_cpp" / "server" / "__main__.py").write_text(
-        f"import os, pathlib, time\npathlib.Path({str(pidfile)!r}).write_text(str(os.getpid()))\ntime.sleep(120)\n")
-    model = tmp_path / "slow.gguf"
-    model.write_bytes(b"GGUF")
+    pkgs, pidfile, model = _slow_server(tmp_path)
     proc = subprocess.Popen([reef_exe(), "model", "serve-local", "--port", "0", "--model", str(model)], cwd=tmp_path,
                             env=reef_env(tmp_path, pkgs), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     pid = None
     try:
-        deadline = time.monotonic() + 30
-        while not (pidfile.exists() and pidfile.read_text()) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        pid = int(pidfile.read_text())
+        pid = _server_pid(pidfile)
         proc.kill()
         proc.wait(timeout=30)
         deadline = time.monotonic() + 10
@@ -253,6 +237,24 @@ def test_a_killed_serve_local_takes_its_server_with_it(tmp_path):
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+
+
+def _slow_server(tmp_path):
+    """A fake llama_cpp.server that writes its pid and never answers (a model still loading)."""
+    pkgs = fake_llama(tmp_path / "pkgs")
+    pidfile = tmp_path / "server.pid"
+    (pkgs / "llama_cpp" / "server" / "__main__.py").write_text(
+        f"import os, pathlib, time\npathlib.Path({str(pidfile)!r}).write_text(str(os.getpid()))\ntime.sleep(120)\n")
+    model = tmp_path / "slow.gguf"
+    model.write_bytes(b"GGUF")
+    return pkgs, pidfile, model
+
+
+def _server_pid(pidfile) -> int:
+    deadline = time.monotonic() + 30
+    while not (pidfile.exists() and pidfile.read_text()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return int(pidfile.read_text())
 
 
 def test_chat_agent_never_trusts_a_prompt_cache_others_can_write(tmp_path, monkeypatch):

@@ -19,7 +19,7 @@ import pytest
 
 from conftest import run_reef
 from fakes import FakeLLM, Reply, error, text
-from gateway import Gateway, exchanges, init_project
+from gateway import Gateway, exchanges, in_process, init_project
 from reef_cli.ledger import Ledger
 
 anthropic = pytest.importorskip("anthropic")
@@ -766,8 +766,6 @@ def test_an_endless_header_is_refused_before_it_ends(served):
 def test_provenance_hooks_see_the_answer_before_the_receipt(tmp_path, upstream):
     """The seam for engine provenance (e.g. which weights answered): a request hook edits the body that goes
     upstream, a response hook reads the upstream's answer before the record and may refuse it."""
-    import threading
-
     from reef_cli.project import Project
     from reef_cli.serve.app import Gateway as InProcess, ServeConfig
 
@@ -789,18 +787,12 @@ def test_provenance_hooks_see_the_answer_before_the_receipt(tmp_path, upstream):
 
     gw.recorder.request_hooks.append(ask_meta)
     gw.recorder.response_hooks.append(check_weights)
-    ready, box = threading.Event(), {}
+    with in_process(gw) as url:
+        _ask_and_check(url, upstream, project)
+    verify(project)
 
-    def serve():
-        async def main():
-            box["stop"], box["loop"] = asyncio.Event(), asyncio.get_running_loop()
-            box["code"] = await gw.run(box["stop"], on_ready=lambda url: (box.update(url=url), ready.set()))
-        asyncio.run(main())
 
-    t = threading.Thread(target=serve)
-    t.start()
-    assert ready.wait(20)
-    url = box["url"]
+def _ask_and_check(url, upstream, project):
     upstream.reply(Reply(raw=json.dumps({"id": "x", "object": "chat.completion", "model": "m", "choices": [],
                                          "meta_info": {"weight_version": "v7"}}).encode()))
     status, headers, _ = http(url + "/v1/chat/completions", {"model": "m", "messages": []})
@@ -812,10 +804,6 @@ def test_provenance_hooks_see_the_answer_before_the_receipt(tmp_path, upstream):
     assert status == 409 and "expected 'v7'" in json.loads(out)["error"]["message"]
     bad = ledger_of(project).get(headers["x-reef-agent-record-id"]).payload
     assert bad["outcome"] == "refused"
-    box["loop"].call_soon_threadsafe(box["stop"].set)
-    t.join(20)
-    assert box["code"] == 0
-    verify(project)
 
 
 def test_inject_of_a_harness_that_does_not_compile_says_why(tmp_path):

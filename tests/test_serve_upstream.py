@@ -16,7 +16,7 @@ import pytest
 
 from conftest import run_reef
 from fakes import FakeLLM, Reply
-from gateway import Gateway, exchanges, init_project
+from gateway import Gateway, exchanges, in_process, init_project
 from reef_cli.serve.upstream_http import AnswerTooLarge, BrokenOff, Unreachable, UpstreamClient
 
 openai = pytest.importorskip("openai")
@@ -334,8 +334,6 @@ def test_a_non_streamed_answer_over_the_limit_is_refused_and_its_connection_drop
 
 
 def test_the_gateway_answers_502_for_an_answer_over_its_cap_and_records_it(tmp_path, monkeypatch):
-    import threading
-
     from reef_cli.project import Project
     from reef_cli.serve import app
     from reef_cli.serve.app import Gateway as InProcess, ServeConfig
@@ -346,24 +344,11 @@ def test_the_gateway_answers_502_for_an_answer_over_its_cap_and_records_it(tmp_p
         llm.reply(Reply(raw=b'{"pad": "' + b"x" * (2 * 2**20) + b'"}'))
         gw = InProcess(ServeConfig(project=Project(project), scenario="default", upstream=llm.url, port=0), {},
                        log=open(tmp_path / "log", "w"), out=open(tmp_path / "out", "w"))
-        ready, box = threading.Event(), {}
-
-        def serve():
-            async def main():
-                box["stop"], box["loop"] = asyncio.Event(), asyncio.get_running_loop()
-                box["code"] = await gw.run(box["stop"], on_ready=lambda url: (box.update(url=url), ready.set()))
-            asyncio.run(main())
-
-        thread = threading.Thread(target=serve)
-        thread.start()
-        assert ready.wait(20)
-        client = openai.OpenAI(base_url=box["url"] + "/v1", api_key="x", max_retries=0)
-        with pytest.raises(openai.APIStatusError) as big:
-            client.chat.completions.create(model="m", messages=[{"role": "user", "content": "x"}])
-        box["loop"].call_soon_threadsafe(box["stop"].set)
-        thread.join(20)
+        with in_process(gw) as url:
+            client = openai.OpenAI(base_url=url + "/v1", api_key="x", max_retries=0)
+            with pytest.raises(openai.APIStatusError) as big:
+                client.chat.completions.create(model="m", messages=[{"role": "user", "content": "x"}])
     assert big.value.status_code == 502 and "over 1 MiB, the most the gateway holds whole" in str(big.value)
-    assert box["code"] == 0
     [rec] = exchanges(project)
     assert (rec.payload["outcome"], rec.payload["status"]) == ("upstream_too_large", 502)
 
