@@ -883,3 +883,45 @@ def test_committer_inlines_only_when_alone_and_fast(tmp_path):
     assert not committer.may_inline()
     committer.close()
     assert [r.record_id for r in ledger.iter_records()][0] == rec.record_id and ledger.verify().ok
+
+
+def test_headers_named_in_connection_stay_on_their_hop(tmp_path):
+    """A header named in Connection is for one connection only (RFC 9110 7.6.1): the client's did reach the
+    upstream, and the upstream's the client."""
+    import http.server as httpd
+    import threading
+
+    seen = []
+
+    class Upstream(httpd.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_POST(self):
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            seen.append(self.headers.get("X-Private"))
+            body = json.dumps({"id": "c", "object": "chat.completion", "model": "m", "choices": []}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.send_header("Connection", "X-Hop")
+            self.send_header("X-Hop", "upstream-only")
+            self.send_header("X-Kept", "yes")
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = httpd.ThreadingHTTPServer(("127.0.0.1", 0), Upstream)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        with Gateway(init_project(tmp_path / "proj"), f"http://127.0.0.1:{server.server_address[1]}") as gw:
+            body = b'{"model": "m", "messages": []}'
+            [(status, headers, _)] = _answers(_raw_exchange(
+                gw, b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nConnection: close, X-Private\r\n"
+                    b"X-Private: secret\r\nContent-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body))
+            assert gw.stop() == 0
+    finally:
+        server.shutdown()
+    assert status == 200 and seen == [None]
+    assert headers.get("x-kept") == "yes" and "x-hop" not in headers

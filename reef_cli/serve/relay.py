@@ -81,9 +81,10 @@ class Upstream:
 
     def request_headers(self, incoming, route_api: str, pass_client_key: bool) -> dict:
         out = {}
+        named = _connection_named(incoming)
         for name, value in incoming.items():
             low = name.lower()
-            if low in HOP_BY_HOP or low.startswith("x-reef-") or low == "accept-encoding":
+            if low in HOP_BY_HOP or low.startswith("x-reef-") or low == "accept-encoding" or low in named:
                 continue
             if low in CREDENTIALS and not (pass_client_key and low in ("authorization", "x-api-key")):
                 continue
@@ -101,7 +102,17 @@ class Upstream:
 
 
 def response_headers(upstream_headers) -> list[tuple[str, str]]:
-    return [(k, v) for k, v in upstream_headers.items() if k.lower() not in RESPONSE_DROP]
+    named = _connection_named(upstream_headers)
+    return [(k, v) for k, v in upstream_headers.items() if k.lower() not in RESPONSE_DROP and k.lower() not in named]
+
+
+def _connection_named(headers) -> frozenset:
+    """Headers the sender named in its Connection header: hop-by-hop for this one connection (RFC 9110 7.6.1), so
+    a proxy drops them rather than pass them on."""
+    value = headers.get("Connection")
+    if not value:
+        return frozenset()
+    return frozenset(part.strip().lower() for part in value.split(",") if part.strip())
 
 
 def shown(url: str) -> str:
