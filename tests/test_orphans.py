@@ -82,3 +82,31 @@ def test_the_reaper_keeps_exit_codes_signals_stdin_and_start_failures(tmp_path: 
     started = time.monotonic()
     oc = run_command(["/bin/sh", "-c", "sleep 60 & wait"], **{**run, "timeout": 0.5}, kill_grace=0.5)
     assert oc.timed_out and time.monotonic() - started < 10
+
+
+def test_the_reaper_passes_a_sigkill_and_gives_the_agent_a_shells_signals(tmp_path: Path) -> None:
+    """An agent killed by SIGKILL (the OOM killer) came back as exit 1 with a traceback in its stderr; agents
+    started with SIGPIPE ignored (Python's), so `yes | head -n1` failed with a broken pipe."""
+    killed = run_command("kill -KILL $$", cwd=tmp_path, env=dict(os.environ), timeout=20,
+                         stdout=tmp_path / "o1", stderr=tmp_path / "e1")
+    assert killed.exit == -signal.SIGKILL and (tmp_path / "e1").read_text() == ""
+    piped = run_command("yes | head -n1 >/dev/null; grep SigIgn /proc/self/status", cwd=tmp_path,
+                        env=dict(os.environ), timeout=20, stdout=tmp_path / "o2", stderr=tmp_path / "e2")
+    assert piped.exit == 0 and (tmp_path / "o2").read_text().split() == ["SigIgn:", "0" * 16]
+    assert (tmp_path / "e2").read_text() == ""
+
+
+def test_a_timeout_sends_one_sigterm_and_keeps_the_callers_grace(tmp_path: Path) -> None:
+    """The reaper passed reef's SIGTERM on a second time and cut the grace to its own 2 s."""
+    agent = [sys.executable, "-c", textwrap.dedent("""
+        import signal, time
+        n = [0]
+        def h(*_): n[0] += 1
+        signal.signal(signal.SIGTERM, h)
+        while not n[0]: time.sleep(0.01)
+        time.sleep(3)  # a slow clean-up, inside the caller's 5 s of grace
+        open('terms', 'w').write(str(n[0]))
+    """)]
+    out = run_command(agent, cwd=tmp_path, env=dict(os.environ), timeout=0.5, stdout=tmp_path / "o",
+                      stderr=tmp_path / "e", kill_grace=5)
+    assert out.timed_out and (tmp_path / "terms").read_text() == "1"

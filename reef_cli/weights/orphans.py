@@ -32,12 +32,17 @@ def die_with_parent(parent: int):
 
 
 _REAPER = r"""
-import os, signal, sys
+import os, signal, sys, time
 parent, report = int(sys.argv[1]), int(sys.argv[2])
 argv = sys.argv[3:]
 os.set_inheritable(report, False)
+orphaned = []
 def stop(*_):
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    # SIGTERM reaches the reaper from the kernel when reef died (PR_SET_PDEATHSIG), or from reef's own signal to
+    # the whole group (a timeout), which the agent got as well: only the first is passed on, once
+    if orphaned or os.getppid() == parent:
+        return
+    orphaned.append(time.monotonic())
     signal.signal(signal.SIGALRM, lambda *_: os.killpg(0, signal.SIGKILL))
     signal.alarm(2)
     os.killpg(0, signal.SIGTERM)
@@ -45,11 +50,13 @@ signal.signal(signal.SIGTERM, stop)
 if sys.platform.startswith("linux"):
     import ctypes
     ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)
-if os.getppid() != parent:
+if os.getppid() != parent or orphaned:
     os._exit(143)
 pid = os.fork()
 if pid == 0:
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    # the agent starts with the signal dispositions a shell would give it, not Python's (SIGPIPE, SIGXFSZ ignored)
+    for sig in (signal.SIGTERM, signal.SIGPIPE, signal.SIGXFSZ):
+        signal.signal(sig, signal.SIG_DFL)
     try:
         os.execvp(argv[0], argv)
     except OSError as exc:
@@ -62,9 +69,15 @@ while True:
         break
     except ChildProcessError:
         os._exit(127)
+if orphaned:
+    # reef is gone: what is left of the group (children that ignore SIGTERM) gets SIGKILL when the 2 s are up
+    time.sleep(max(0.0, 2.0 - (time.monotonic() - orphaned[0])))
+    os.killpg(0, signal.SIGKILL)
 if os.WIFSIGNALED(status):
-    signal.signal(os.WTERMSIG(status), signal.SIG_DFL)
-    os.kill(os.getpid(), os.WTERMSIG(status))
+    sig = os.WTERMSIG(status)
+    if sig not in (signal.SIGKILL, signal.SIGSTOP):
+        signal.signal(sig, signal.SIG_DFL)
+    os.kill(os.getpid(), sig)
 os._exit(os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 1)
 """
 
@@ -72,7 +85,9 @@ os._exit(os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 1)
 def group_dies_with_parent(argv: list[str], report_fd: int) -> list[str]:
     """`argv` run under a small reaper that leads its process group: when reef dies, the kernel sends the reaper
     SIGTERM (PR_SET_PDEATHSIG, set in the reaper's own single-threaded process: no `preexec_fn` in reef's episode
-    threads), and it passes SIGTERM to the whole group, the agent's own children included (SIGKILL 2 s later).
+    threads), and it passes SIGTERM to the whole group, the agent's own children included (SIGKILL 2 s later). A
+    SIGTERM that reef itself sends to the group (a timeout) is not passed on a second time, and leaves the grace to
+    reef; the agent gets SIGPIPE and SIGXFSZ at their defaults, as from a shell.
     The agent is forked from it in the same group, inherits stdin/stdout/stderr and the environment, and its exit
     status (or the signal that ended it) becomes the reaper's. When `argv` cannot be started, the reaper writes why
     to `report_fd` (pass it in `pass_fds`) and exits 127."""
