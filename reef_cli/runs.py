@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .durable import make_dirs
-from .errors import InvalidInput
+from .errors import DamagedState, InvalidInput
 from .releases import Release
 
 FORWARDED = (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2, signal.SIGWINCH)
@@ -179,6 +179,9 @@ def run_recorded(
         harness_dir = tree
     base_env = dict(os.environ if env is None else env)
     ledger = store.ledger()
+    cut = ledger.acknowledged_cut()
+    if cut is not None:  # its record would be refused after the whole session ran: say so before running it
+        raise DamagedState(cut[1])
     record_id = ledger.reserve_id()  # the receipt the child sees; reserved, so appending it needs no id lookup
     runs_dir = store.dir / "runs"
     make_dirs(runs_dir)  # reef's state: 0700 whatever the umask

@@ -154,3 +154,44 @@ def test_append_refuses_in_process_with_damaged_state(tmp_path: Path) -> None:
     with Ledger(path, "default") as ledger:
         with pytest.raises(DamagedState, match=f"ledger {path} lost acknowledged records: record seq 1"):
             ledger.append("interaction", {}, release_id="r", content_id="c")
+
+
+def test_reef_run_refuses_before_running_the_command_on_a_cut_ledger(tmp_path):
+    """`reef run` ran the agent's whole session and then could not record it (exit 4, the receipt lost): on a
+    ledger with an acknowledged record cut off, it now says so before running anything."""
+    from conftest import run_reef
+
+    project = tmp_path / "proj"
+    project.mkdir()
+    assert run_reef("init", cwd=project).returncode == 0
+    assert run_reef("run", "--", "true", cwd=project).returncode == 0
+    ledger = project / ".reef" / "scenarios" / "default" / "ledger.jsonl"
+    with open(ledger, "r+b") as handle:
+        handle.truncate(ledger.stat().st_size - 20)
+    marker = tmp_path / "ran"
+    r = run_reef("run", "--", "touch", str(marker), cwd=project)
+    assert r.returncode == 4 and "lost acknowledged records" in r.stderr and not marker.exists(), r.stderr
+
+
+def test_a_crash_while_a_removed_ledger_is_recreated_leaves_it_usable(tmp_path):
+    """The user removed the ledger (its .sync page stays); the reef that created the new one died before moving the
+    old file's mark: the new, empty ledger (often given the old inode number) was refused as cut for good."""
+    import signal
+    import subprocess
+    import sys
+
+    path = tmp_path / "ledger.jsonl"
+    ledger = Ledger(path, "default")
+    for i in range(3):
+        ledger.append("interaction", {"i": i}, release_id=None, content_id=None)
+    ledger.close()
+    path.unlink()
+    code = ("import os, signal, sys\nfrom reef_cli.ledger import writer, Ledger\n"
+            "writer.fsync_dir = lambda path: os.kill(os.getpid(), signal.SIGKILL)\n"
+            "Ledger(sys.argv[1], 'default').append('interaction', {'i': 0}, release_id=None, content_id=None)\n")
+    r = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True)
+    assert r.returncode == -signal.SIGKILL and path.exists()
+    again = Ledger(path, "default")
+    assert again.verify().ok
+    again.append("interaction", {"i": 1}, release_id=None, content_id=None)
+    assert [rec.payload["i"] for rec in again.iter_records()] == [1]

@@ -121,14 +121,19 @@ class Writer:
         flags = os.O_RDWR | os.O_APPEND | os.O_CLOEXEC
         created = False
         try:
+            if self._marks is None:
+                self._marks = acked.MarkPage(self._leader.page().map)
+            if not os.path.lexists(self.path):
+                # Forget the old file's mark before the new one exists: a crash between the create and the reset
+                # below left a new, empty ledger (often given the deleted one's inode number) refused as cut. A race
+                # with another creator only clears evidence, never invents it.
+                self._marks.reset(0, 0, 0, ZERO_HASH)
             try:
                 self._fd = os.open(self.path, flags | os.O_CREAT | os.O_EXCL, 0o600)
                 fsync_dir(self.path.parent)
                 created = True
             except FileExistsError:
                 self._fd = os.open(self.path, flags)
-            if self._marks is None:
-                self._marks = acked.MarkPage(self._leader.page().map)
         except OSError as exc:
             raise StoreError(f"cannot open ledger {self.path}: {exc.strerror}") from None
         st = os.fstat(self._fd)
