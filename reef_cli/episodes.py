@@ -133,6 +133,9 @@ def run_command(
                 break
             time.sleep(min(pause, deadline - now))
             pause = min(pause * 2, 0.02)
+    except BaseException:  # Ctrl-C while it ran: the reaper's report pipe is not read, so close it here
+        os.close(why_r)
+        raise
     finally:
         _signal_group(pgid, signal.SIGKILL)  # the leader's leftovers (and the leader, after a timeout)
         code = proc.wait()

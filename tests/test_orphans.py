@@ -110,3 +110,19 @@ def test_a_timeout_sends_one_sigterm_and_keeps_the_callers_grace(tmp_path: Path)
     out = run_command(agent, cwd=tmp_path, env=dict(os.environ), timeout=0.5, stdout=tmp_path / "o",
                       stderr=tmp_path / "e", kill_grace=5)
     assert out.timed_out and (tmp_path / "terms").read_text() == "1"
+
+
+def test_an_interrupted_command_leaves_no_descriptor_open(tmp_path: Path, monkeypatch) -> None:
+    """Ctrl-C while a command ran left the reaper's report pipe open: one descriptor per interrupted command."""
+    from reef_cli import episodes
+
+    def interrupted(pid):
+        raise KeyboardInterrupt
+
+    before = len(os.listdir("/proc/self/fd"))
+    monkeypatch.setattr(episodes, "_exited", interrupted)
+    for _ in range(5):
+        with pytest.raises(KeyboardInterrupt):
+            run_command("sleep 30", cwd=tmp_path, env=dict(os.environ), timeout=60, stdout=tmp_path / "o",
+                        stderr=tmp_path / "e")
+    assert len(os.listdir("/proc/self/fd")) == before
