@@ -215,8 +215,11 @@ def repair_ledger(
     if cut_rec is not None:
         p = cut_rec.payload
         kept = f"the {p['kept_bytes']} bytes of the cut line are kept in {p['kept_in']}; " if p["kept_in"] else ""
-        print(f"recorded the cut as {cut_rec.record_id} (seq {cut_rec.seq}): {kept}records up to seq "
-              f"{p['acknowledged']['seq']} (offset {p['acknowledged']['end']}) are given up")
+        # the cut record takes the first missing seq: what was lost runs from it to the last acknowledged one
+        first, last = cut_rec.seq, p["acknowledged"]["seq"]
+        lost = f"record seq {last} is" if first >= last else f"records seq {first}-{last} are"
+        print(f"recorded the cut as {cut_rec.record_id} (seq {cut_rec.seq}): {kept}{lost} lost (acknowledged up to "
+              f"offset {p['acknowledged']['end']})")
     if rec is not None:
         lost = ", ".join(f"step {a['step']} (seq {a['seq']})" for a in rec.payload["anchors"])
         print(f"recorded the loss as {rec.record_id} (seq {rec.seq}): anchors of {lost} are given up")
