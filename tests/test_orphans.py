@@ -20,7 +20,7 @@ REEF_LIKE = textwrap.dedent("""
     from pathlib import Path
     from reef_cli.episodes import run_command
     work = Path(sys.argv[1])
-    agent = ["/bin/sh", "-c", "sleep 300 & echo $! > grandchild; echo $$ > agent; wait"]
+    agent = ["/bin/sh", "-c", sys.argv[2]]
     # from a worker thread that waits for it, as the episode pool runs agents
     t = threading.Thread(target=run_command, args=(agent,), kwargs=dict(cwd=work, env={"PATH": "/usr/bin:/bin"},
                          timeout=600, stdout=work / "out", stderr=work / "err"))
@@ -47,8 +47,13 @@ def _wait_for(path: Path, timeout: float = 30) -> int:
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
-def test_kill_9_of_reef_takes_the_agent_and_its_children_down(tmp_path: Path) -> None:
-    proc = subprocess.Popen([sys.executable, "-c", REEF_LIKE, str(tmp_path)])
+@pytest.mark.parametrize("agent", [
+    "sleep 300 & echo $! > grandchild; echo $$ > agent; wait",
+    # a grandchild that ignores SIGTERM: it outlived reef when the agent itself died of the SIGTERM at once
+    "(trap '' TERM; exec sleep 301) & echo $! > grandchild; echo $$ > agent; wait",
+], ids=["plain", "grandchild-ignores-sigterm"])
+def test_kill_9_of_reef_takes_the_agent_and_its_children_down(tmp_path: Path, agent: str) -> None:
+    proc = subprocess.Popen([sys.executable, "-c", REEF_LIKE, str(tmp_path), agent])
     pids: list[int] = []
     try:
         pids = [_wait_for(tmp_path / "agent"), _wait_for(tmp_path / "grandchild")]
