@@ -123,3 +123,30 @@ def last_lines(handle, limit: int, block: int = 64 * 1024) -> list[tuple[int, by
     if position == 0 and seen_newline and len(found) < limit:
         found.append((0, pending))
     return found[:limit]
+
+
+def read_nofollow(path: Path) -> bytes | None:
+    """A user's file as reef is about to compare or replace it: its bytes, or None when absent. Never read through a
+    symlink, never a directory or device (InvalidInput naming the path); other OS errors are the caller's."""
+    import errno
+    import stat
+
+    from .errors import InvalidInput
+
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise InvalidInput(f"{path} is a symlink; reef never writes through symlinks") from None
+        raise
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise InvalidInput(f"{path} is not a regular file; reef will not replace it")
+        chunks = []
+        while chunk := os.read(fd, 1 << 20):
+            chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)

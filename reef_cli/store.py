@@ -23,7 +23,7 @@ from typing import Callable
 
 from . import chain_integrity
 from .config import CONFIG_NAME, HarnessConfig, parse_config
-from .durable import STATE_FILE_MODE, make_dirs, write_all
+from .durable import STATE_FILE_MODE, make_dirs, read_nofollow, write_all
 from .errors import ConflictError, DamagedState, InvalidInput, NotFound, StoreError
 from .gitstore import MODE_EXEC, MODE_LINK, Entry, GitStore, mode_of
 from .ids import new_id
@@ -251,20 +251,6 @@ def write_files(dest: Path, files: dict[str, Entry], *, read_only: bool = False,
         os.chmod(target, mode)
 
 
-def _read_nofollow(path: Path) -> bytes | None:
-    """A file's bytes (None: absent); a symlink is refused, never read through."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            raise InvalidInput(f"{path} is a symlink; reef never writes through symlinks") from None
-        raise
-    with os.fdopen(fd, "rb") as fh:
-        return fh.read()
-
-
 def _replace_user_file(target: Path, rel: str, entry: Entry, expected: dict[str, bytes | None] | None) -> None:
     """Stage `entry` beside `target`, compare the target with what the caller saw, then rename over it."""
     if os.path.exists(target) and not os.access(target, os.W_OK):  # a file made read-only is not replaced either
@@ -286,7 +272,7 @@ def _replace_user_file(target: Path, rel: str, entry: Entry, expected: dict[str,
             os.fsync(fd)
         finally:
             os.close(fd)
-        if expected is not None and rel in expected and _read_nofollow(target) != expected[rel]:
+        if expected is not None and rel in expected and read_nofollow(target) != expected[rel]:
             raise ConflictError(f"{target} changed while reef was writing it; your edit is kept and the file was "
                                 "not replaced — run the command again to re-check it")
         if os.path.islink(target):
@@ -639,7 +625,7 @@ class HarnessStore:
         edited: list[str] = []
         for rel in sorted(set(old) - set(new)):
             _writable_parents(root, rel)
-            if guard and _read_nofollow(root / rel) not in (old[rel].data, None):
+            if guard and read_nofollow(root / rel) not in (old[rel].data, None):
                 edited.append(rel)
                 continue
             try:

@@ -10,14 +10,13 @@ file is a user's "do not touch" and is refused before anything is written.
 
 from __future__ import annotations
 
-import errno
 import hashlib
 import os
 import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..durable import fsync_dir, write_all
+from ..durable import fsync_dir, read_nofollow, write_all
 from ..errors import ConflictError, InvalidInput, ReefError
 from ..gitstore import Entry
 from .common import fault
@@ -44,25 +43,11 @@ def read_current(root: Path, rel: str) -> bytes | None:
         if not stat.S_ISDIR(st.st_mode):
             raise InvalidInput(f"{cur} is not a directory; cannot write {rel} under it")
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-    except FileNotFoundError:
-        return None
+        return read_nofollow(path)
+    except InvalidInput:
+        raise
     except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            raise InvalidInput(f"{path} is a symlink; reef never writes through symlinks") from None
         raise ReefError(f"cannot read {path}: {exc.strerror}; nothing was written or published") from None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise InvalidInput(f"{path} is not a regular file; reef will not replace it")
-        chunks = []
-        while True:
-            chunk = os.read(fd, 1 << 20)
-            if not chunk:
-                break
-            chunks.append(chunk)
-        return b"".join(chunks)
-    finally:
-        os.close(fd)
 
 
 def expected_bytes(root: Path, paths) -> dict[str, str | None]:
