@@ -89,9 +89,6 @@ class Headers:
     def items(self):
         return iter(self._items)
 
-    def __len__(self) -> int:
-        return len(self._items)
-
 
 class Request:
     """One request as the handler sees it. The body is read with `await read()` (it may still be arriving)."""
@@ -118,11 +115,6 @@ class Request:
     def transport(self) -> asyncio.Transport | None:
         """The client's transport; None once the connection is lost."""
         return None if self.conn.lost else self.conn.transport
-
-    @property
-    def remote(self) -> str:
-        peer = self.conn.peer
-        return peer[0] if isinstance(peer, tuple) and peer else "client"
 
     @property
     def query(self) -> dict[str, str]:
@@ -202,7 +194,17 @@ def _head(status: int, headers: list[tuple[str, str]], extra: str) -> bytes:
     return ("\r\n".join(lines) + "\r\n" + extra + "\r\n").encode("utf-8", "surrogateescape")
 
 
-class Response:
+class _Answer:
+    """What both kinds of answer share: `headers` as (name, value) pairs, read back by the access log."""
+
+    __slots__ = ()
+
+    def header(self, name: str) -> str | None:
+        low = name.lower()
+        return next((v for k, v in self.headers if k.lower() == low), None)
+
+
+class Response(_Answer):
     """A whole answer: status, headers, body, written in one send."""
 
     __slots__ = ("status", "headers", "body", "head_length", "_bytes", "_close")
@@ -216,10 +218,6 @@ class Response:
         self.headers = _pairs(headers)
         if content_type is not None:
             self.headers.append(("Content-Type", content_type))
-
-    def header(self, name: str) -> str | None:
-        low = name.lower()
-        return next((v for k, v in self.headers if k.lower() == low), None)
 
     def render(self, request: Request) -> None:
         """Build the bytes now (the gateway does it before a record's sync, so that after it only the send is
@@ -240,7 +238,7 @@ class Response:
         conn.closing_after = conn.closing_after or self._close
 
 
-class StreamResponse:
+class StreamResponse(_Answer):
     """An answer written as it comes: chunked on HTTP/1.1, until the connection's end on HTTP/1.0.
 
     Writes made in one turn of the event loop go out as one send at the end of that turn (or at once past
@@ -259,10 +257,6 @@ class StreamResponse:
         self._size = 0
         self._scheduled = False
         self._gone = False
-
-    def header(self, name: str) -> str | None:
-        low = name.lower()
-        return next((v for k, v in self.headers if k.lower() == low), None)
 
     async def prepare(self, request: Request) -> None:
         self._request = request
