@@ -13,6 +13,7 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -256,43 +257,59 @@ def test_tokens_rotation_and_refusals(tmp_path, upstream):
     assert "sk-upstream-secret-9" not in (project / ".reef" / "scenarios" / "default" / "ledger.jsonl").read_text()
 
 
-def test_upstream_cookies_reach_their_client_only_and_json_logs(tmp_path):
-    """A Set-Cookie from the upstream is relayed to the client that got it, never kept by the gateway's shared
-    upstream session and sent on another client's call (a session cookie would leak between agents)."""
+@contextmanager
+def plain_upstream(extra=lambda calls: [], watch: str = ""):
+    """A threaded http.server upstream (not FakeLLM): a chat completion for POST with the response headers
+    `extra(calls)` adds, a HEAD answered with Content-Length 69; yields (port, values of request header `watch`)."""
     import http.server as httpd
     import threading
 
-    seen = []
+    seen: list = []
 
     class Upstream(httpd.BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
 
         def do_POST(self):
             self.rfile.read(int(self.headers.get("Content-Length") or 0))
-            seen.append(self.headers.get("Cookie"))
+            seen.append(self.headers.get(watch))
             body = json.dumps({"id": "c", "object": "chat.completion", "model": "m", "choices": []}).encode()
             self.send_response(200)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(body)))
-            self.send_header("Set-Cookie", f"upstream-session=for-call-{len(seen)}; Path=/")
+            for name, value in extra(len(seen)):
+                self.send_header(name, value)
             self.end_headers()
             self.wfile.write(body)
+
+        def do_HEAD(self):
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", "69")
+            self.end_headers()
 
         def log_message(self, *args):
             pass
 
     server = httpd.ThreadingHTTPServer(("127.0.0.1", 0), Upstream)
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    project = init_project(tmp_path / "proj")
     try:
+        yield server.server_address[1], seen
+    finally:
+        server.shutdown()
+
+
+def test_upstream_cookies_reach_their_client_only_and_json_logs(tmp_path):
+    """A Set-Cookie from the upstream is relayed to the client that got it, never kept by the gateway's shared
+    upstream session and sent on another client's call (a session cookie would leak between agents)."""
+    project = init_project(tmp_path / "proj")
+    cookie = lambda calls: [("Set-Cookie", f"upstream-session=for-call-{calls}; Path=/")]  # noqa: E731
+    with plain_upstream(cookie, watch="Cookie") as (port, seen):
         # a host name, not an address: aiohttp's default cookie jar ignores cookies from IP addresses
-        with Gateway(project, f"http://localhost:{server.server_address[1]}", "--json", "--loop", "asyncio") as gw:
+        with Gateway(project, f"http://localhost:{port}", "--json", "--loop", "asyncio") as gw:
             first = http(gw.url + "/v1/chat/completions", {"model": "m", "messages": []})
             second = http(gw.url + "/v1/chat/completions", {"model": "m", "messages": []})
             assert json.loads(http(gw.url + "/reef/status")[2])["loop"] == "asyncio"  # the fallback serves too
             assert gw.stop() == 0
-    finally:
-        server.shutdown()
     assert first[1]["Set-Cookie"].startswith("upstream-session=for-call-1")
     assert second[1]["Set-Cookie"].startswith("upstream-session=for-call-2")
     assert seen == [None, None]
@@ -725,29 +742,10 @@ def test_odd_framings_are_refused_not_relayed(served):
 
 def test_head_of_a_relayed_route_keeps_the_upstreams_length(tmp_path):
     """The gateway answered HEAD /v1/models with Content-Length: 0 (the relayed headers drop the upstream's)."""
-    import http.server as httpd
-    import threading
-
-    class Upstream(httpd.BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def do_HEAD(self):
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", "69")
-            self.end_headers()
-
-        def log_message(self, *args):
-            pass
-
-    server = httpd.ThreadingHTTPServer(("127.0.0.1", 0), Upstream)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        with Gateway(init_project(tmp_path / "proj"), f"http://127.0.0.1:{server.server_address[1]}") as gw:
+    with plain_upstream() as (port, _):
+        with Gateway(init_project(tmp_path / "proj"), f"http://127.0.0.1:{port}") as gw:
             status, headers, body = http(gw.url + "/v1/models", method="HEAD")
             assert gw.stop() == 0
-    finally:
-        server.shutdown()
     assert status == 200 and body == b"" and headers["Content-Length"] == "69"
 
 
@@ -888,40 +886,13 @@ def test_committer_inlines_only_when_alone_and_fast(tmp_path):
 def test_headers_named_in_connection_stay_on_their_hop(tmp_path):
     """A header named in Connection is for one connection only (RFC 9110 7.6.1): the client's did reach the
     upstream, and the upstream's the client."""
-    import http.server as httpd
-    import threading
-
-    seen = []
-
-    class Upstream(httpd.BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def do_POST(self):
-            self.rfile.read(int(self.headers.get("Content-Length") or 0))
-            seen.append(self.headers.get("X-Private"))
-            body = json.dumps({"id": "c", "object": "chat.completion", "model": "m", "choices": []}).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.send_header("Connection", "X-Hop")
-            self.send_header("X-Hop", "upstream-only")
-            self.send_header("X-Kept", "yes")
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args):
-            pass
-
-    server = httpd.ThreadingHTTPServer(("127.0.0.1", 0), Upstream)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        with Gateway(init_project(tmp_path / "proj"), f"http://127.0.0.1:{server.server_address[1]}") as gw:
+    hop = lambda calls: [("Connection", "X-Hop"), ("X-Hop", "upstream-only"), ("X-Kept", "yes")]  # noqa: E731
+    with plain_upstream(hop, watch="X-Private") as (port, seen):
+        with Gateway(init_project(tmp_path / "proj"), f"http://127.0.0.1:{port}") as gw:
             body = b'{"model": "m", "messages": []}'
             [(status, headers, _)] = _answers(_raw_exchange(
                 gw, b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nConnection: close, X-Private\r\n"
                     b"X-Private: secret\r\nContent-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body))
             assert gw.stop() == 0
-    finally:
-        server.shutdown()
     assert status == 200 and seen == [None]
     assert headers.get("x-kept") == "yes" and "x-hop" not in headers
