@@ -309,18 +309,30 @@ def _training_lock(store):
         os.close(fd)
 
 
-def _train(store, recipe, opts: TrainOptions, environ: dict | None,
-           progress: Callable[[dict], None] | None) -> TrainResult:
+def _selection(store, recipe, prev):
+    """The rewarded records a step trains on: those after the ones the head weight release `prev` took."""
     from .records import select
 
+    marks = prev.meta["records"] if prev else {}
+    return select(store.ledger(), recipe, from_seq=int(marks.get("through_seq", 0)),
+                  carried=marks.get("pending_ids", ()))
+
+
+def _start_point(prev, info: dict) -> tuple:
+    """(base model, checkpoint to train from): the head weight release's, else what the engine serves."""
+    if prev:
+        return prev.meta.get("base_model_path"), prev.meta.get("checkpoint")
+    return info.get("model_path"), info.get("model_path")
+
+
+def _train(store, recipe, opts: TrainOptions, environ: dict | None,
+           progress: Callable[[dict], None] | None) -> TrainResult:
     environ = dict(os.environ if environ is None else environ)
     emit = progress or (lambda event: None)
     if not opts.dry_run:
         _refuse_if_locked(store)
     prev = weight_head(store)
-    marks = prev.meta["records"] if prev else {}
-    selection = select(store.ledger(), recipe, from_seq=int(marks.get("through_seq", 0)),
-                       carried=marks.get("pending_ids", ()))
+    selection = _selection(store, recipe, prev)
     result = TrainResult(recipe.name, selection, dry_run=opts.dry_run)
     from . import gate as wgate
 
@@ -354,8 +366,7 @@ def _train(store, recipe, opts: TrainOptions, environ: dict | None,
         failed("engine", exc)
         raise
     engine_version = info.get("weight_version")
-    base_model = prev.meta.get("base_model_path") if prev else info.get("model_path")
-    start_from = prev.meta.get("checkpoint") if prev else info.get("model_path")
+    base_model, start_from = _start_point(prev, info)
     if prev and engine_version is not None and str(engine_version) != prev.runtime_load_id:
         exc = ReefError(f"the engine serves weight version {engine_version!r}, but the head weight release "
                         f"{prev.release_id} is {prev.runtime_load_id!r}")
@@ -364,12 +375,8 @@ def _train(store, recipe, opts: TrainOptions, environ: dict | None,
 
     if _settle_unjudged(store, engine, prev, gate_plan, url, environ, emit, result, opts):
         prev = weight_head(store)  # rolled back: train from the weights the engine serves now, and their records
-        marks = prev.meta["records"] if prev else {}
-        selection = select(store.ledger(), recipe, from_seq=int(marks.get("through_seq", 0)),
-                           carried=marks.get("pending_ids", ()))
-        result.selection = selection
-        base_model = prev.meta.get("base_model_path") if prev else info.get("model_path")
-        start_from = prev.meta.get("checkpoint") if prev else info.get("model_path")
+        selection = result.selection = _selection(store, recipe, prev)
+        base_model, start_from = _start_point(prev, info)
 
     run_dir = store.dir / "train" / run_id
     run_dir.mkdir(parents=True, exist_ok=True)
