@@ -150,3 +150,20 @@ def read_nofollow(path: Path) -> bytes | None:
         return b"".join(chunks)
     finally:
         os.close(fd)
+
+
+def open_state(path, flags: int, mode: int = 0o600) -> int:
+    """`os.open` for one of reef's own state files (the ledger, its index, lock and sync pages): never through a
+    symlink. A symlink planted there (to /etc/passwd, say) had reef write into its target; now InvalidInput (exit 4)
+    naming the path."""
+    import errno
+
+    try:
+        return os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            from .errors import InvalidInput
+
+            raise InvalidInput(f"{path} is a symlink; reef never writes its state through symlinks (move it away)") \
+                from None
+        raise

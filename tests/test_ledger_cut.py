@@ -195,3 +195,27 @@ def test_a_crash_while_a_removed_ledger_is_recreated_leaves_it_usable(tmp_path):
     assert again.verify().ok
     again.append("interaction", {"i": 1}, release_id=None, content_id=None)
     assert [rec.payload["i"] for rec in again.iter_records()] == [1]
+
+
+@pytest.mark.parametrize("name", ["ledger.jsonl", "ledger.jsonl.sync", "ledger.jsonl.idx", "ledger.jsonl.lock"])
+def test_a_symlink_planted_for_a_ledger_state_file_is_refused_and_its_target_untouched(tmp_path, name):
+    """A hostile pass pointed `ledger.jsonl.sync` at /etc/passwd: `reef run` wrote its sync page into it (the first
+    bytes overwritten, the file padded to 4 KiB). No state file of the ledger is opened through a symlink now."""
+    project = tmp_path / "proj"
+    project.mkdir()
+    assert run_reef("init", cwd=project).returncode == 0
+    first = run_reef("run", "--", "true", cwd=project)
+    assert first.returncode == 0
+    receipt = first.stderr.split("receipt ", 1)[1].split()[0]
+    state = project / ".reef" / "scenarios" / "default"
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"VICTIM\n")
+    link = state / name
+    if link.exists():
+        link.unlink()
+    link.symlink_to(victim)
+    # the index is opened by a lookup (show, an idempotent report), the rest by any append
+    r = run_reef(*(("ledger", "show", receipt) if name.endswith(".idx") else ("run", "--", "true")), cwd=project)
+    assert r.returncode == 4 and "is a symlink" in r.stderr and str(link) in r.stderr, r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+    assert victim.read_bytes() == b"VICTIM\n"

@@ -9,7 +9,7 @@ import os
 from datetime import datetime
 from typing import Any
 
-from ..durable import fsync_dir, write_all
+from ..durable import fsync_dir, open_state, write_all
 from ..errors import InvalidInput, StoreError
 from ..times import format_time
 from .chain import _Draft
@@ -64,7 +64,7 @@ class Compaction:
         removed: list[list[str]] = []
         first: Record | None = None
         last: Record | None = None
-        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+        fd = open_state(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         try:
             size = 0
             buffer: list[bytes] = []
@@ -114,7 +114,7 @@ class Compaction:
         os.replace(temp, self.path)
         fsync_dir(self.path.parent)
         self._retire(self._fd)
-        self._fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CLOEXEC)
+        self._fd = open_state(self.path, os.O_RDWR | os.O_APPEND)
         self._ino = os.fstat(self._fd).st_ino
         ino = self._ino  # the copy was synced whole before the swap: durable to its end, whatever the page said
         self._leader.correct(lambda current: True, lambda current: (ino, size))

@@ -26,6 +26,8 @@ import threading
 import time
 from collections.abc import Callable
 
+from ..durable import open_state
+
 COORDINATE_ABOVE_NS = 1_000_000
 """Syncs slower than this on average are led; faster ones are left to each writer and the kernel."""
 MAX_COMMIT_DELAY_NS = 1_000_000
@@ -74,7 +76,7 @@ class SyncLeader:
         """The page, mapped on first use."""
         with self._mapping:
             if self._page is None:
-                fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+                fd = open_state(self.path, os.O_RDWR | os.O_CREAT, 0o600)
                 try:
                     self._page = SyncPage(fd)
                 finally:
@@ -103,7 +105,7 @@ class SyncLeader:
                 self._wait_for(current[2])
                 waited = current[2]  # still "in flight" after its lock came free: its leader died; lead instead
                 continue
-            lead = os.open(self.path, os.O_RDWR | os.O_CLOEXEC)
+            lead = open_state(self.path, os.O_RDWR)
             try:
                 try:
                     fcntl.flock(lead, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -125,7 +127,7 @@ class SyncLeader:
         _, synced, gen, _, average, batch = current
         synced = synced if current[0] == ino else 0
         gen += 1
-        generation = os.open(self._generation_path(gen), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        generation = open_state(self._generation_path(gen), os.O_RDWR | os.O_CREAT, 0o600)
         try:
             fcntl.flock(generation, fcntl.LOCK_EX)  # free: its last waiters left two syncs ago
             page.write(ino, synced, gen, 1, average, batch)
@@ -147,7 +149,7 @@ class SyncLeader:
             os.close(generation)
 
     def _wait_for(self, gen: int) -> None:
-        waiter = os.open(self._generation_path(gen), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        waiter = open_state(self._generation_path(gen), os.O_RDWR | os.O_CREAT, 0o600)
         try:
             fcntl.flock(waiter, fcntl.LOCK_SH)  # granted when that sync's leader is done (or has died)
         finally:
@@ -161,7 +163,7 @@ class SyncLeader:
         always is), under the leader lock so no sync in flight publishes over it. The ledger calls this under its
         writer lock; leaders never wait for that lock, so this cannot deadlock. No page, no leaders: nothing."""
         try:
-            lead = os.open(self.path, os.O_RDWR | os.O_CLOEXEC)
+            lead = open_state(self.path, os.O_RDWR)
         except FileNotFoundError:
             return
         try:

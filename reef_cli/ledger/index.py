@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 
+from ..durable import open_state
 from ..errors import StoreError
 from .reading import _line_number, _lines, _read_line_at
 from .record import _ID_KEY, _ID_RE, Record, _decode
@@ -63,7 +64,7 @@ class IdIndex:
         """Make the index cover every record: index what was appended since its last entry, or rebuild it when its
         header names another file or its last entry does not point at that record."""
         if self._idx_fd < 0:
-            self._idx_fd = os.open(self.index_path, os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+            self._idx_fd = open_state(self.index_path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o600)
         header = self._index_header()
         size = os.fstat(self._idx_fd).st_size
         if size < len(header) or os.pread(self._idx_fd, len(header), 0) != header:

@@ -18,7 +18,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Self
 
-from ..durable import fsync_dir, make_dirs, write_all, write_atomic
+from ..durable import fsync_dir, make_dirs, open_state, write_all, write_atomic
 from ..errors import ConflictError, DamagedState, InvalidInput, StoreError
 from ..ids import new_id_at
 from ..times import format_ms, format_time
@@ -108,7 +108,7 @@ class Writer:
         self._close_fds()  # after fork: inherited descriptors would share the parent's locks, so start over
         try:
             make_dirs(self.path.parent)
-            self._lock_fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            self._lock_fd = open_state(self.lock_path, os.O_RDWR | os.O_CREAT, 0o600)
         except OSError as exc:
             raise StoreError(f"cannot open the ledger files next to {self.path}: {exc.strerror}") from None
         self._pid = _this_pid[0]
@@ -129,11 +129,11 @@ class Writer:
                 # with another creator only clears evidence, never invents it.
                 self._marks.reset(0, 0, 0, ZERO_HASH)
             try:
-                self._fd = os.open(self.path, flags | os.O_CREAT | os.O_EXCL, 0o600)
+                self._fd = open_state(self.path, flags | os.O_CREAT | os.O_EXCL, 0o600)
                 fsync_dir(self.path.parent)
                 created = True
             except FileExistsError:
-                self._fd = os.open(self.path, flags)
+                self._fd = open_state(self.path, flags)
         except OSError as exc:
             raise StoreError(f"cannot open ledger {self.path}: {exc.strerror}") from None
         st = os.fstat(self._fd)
