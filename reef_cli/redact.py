@@ -42,7 +42,10 @@ class _Lazy:
         return getattr(self._compiled, name)
 
 
-_START = r"(?<![A-Za-z0-9])"  # a token starts where no letter or digit runs into it: after "-" or "_" too (s-ghp_..., x-sk-proj-...)
+# A token starts where no letter or digit runs into it: after "-" or "_" too (s-ghp_..., x-sk-proj-...), and right
+# after a terminal colour code whose ESC was lost or escaped on the way (`[31msk-...`, `\u001b[1mghp_...` in a
+# transcript's JSON): its final "m" follows a digit or "[".
+_START = r"(?:(?<![A-Za-z0-9])|(?<=\dm)|(?<=\[m))"
 _END = r"(?![A-Za-z0-9_-])"
 
 # (kind, triggers, pattern): the whole match is the secret. A pattern runs only over text that contains one of its
@@ -55,7 +58,7 @@ _TOKEN_SHAPES: list[tuple[str, tuple[str, ...], str]] = [
     ("openai_key", ("sk-",), _START + r"sk-[A-Za-z0-9]{20,}" + _END),
     ("stripe_key", ("k_live_", "k_test_"), _START + r"(?:sk|rk)_(?:live|test)_[A-Za-z0-9]{16,}" + _END),
     ("stripe_key", ("whsec_",), _START + r"whsec_[A-Za-z0-9]{24,}" + _END),
-    ("aws_access_key", ("AKIA", "ASIA"), r"(?<![A-Za-z0-9])(?:AKIA|ASIA)[A-Z0-9]{16}(?![A-Za-z0-9])"),
+    ("aws_access_key", ("AKIA", "ASIA"), _START + r"(?:AKIA|ASIA)[A-Z0-9]{16}(?![A-Za-z0-9])"),
     ("github_token", ("ghp_", "gho_", "ghu_", "ghs_", "ghr_"), _START + r"gh[pousr]_[A-Za-z0-9]{36,}" + _END),
     ("github_token", ("github_pat_",), _START + r"github_pat_[A-Za-z0-9_]{22,}" + _END),
     ("gitlab_token", ("glpat-", "gldt-", "glrt-", "glcbt-", "glptt-", "glft-", "glimt-", "gloas-", "glsoat-",

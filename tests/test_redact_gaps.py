@@ -344,3 +344,16 @@ def tool_call(command: str) -> str:
 ])
 def test_shapes_inside_a_tool_call(command: str, want: str) -> None:
     fixed(tool_call(command), tool_call(want))
+
+
+def test_a_token_right_after_a_colour_code_whose_escape_was_lost_or_json_escaped() -> None:
+    """A hostile pass: `\\u001b[31msk-proj-...` in a request body stored with --store-content (JSON escapes the ESC)
+    kept the key in clear, as did `[1mghp_...` and `^[[0;32mAKIA...`: the colour code's final "m" ran into the token."""
+    from reef_cli.redact import redact_text
+
+    sk = "sk-proj-AbCdEfGhIjKlMnOpQrStUvWxYz0123456789abcd"
+    gh = "ghp_AbCdEfGhIjKlMnOpQrStUvWxYz0123456789"
+    for text, secret in (("\\u001b[31m" + sk + "\\u001b[0m", sk), ("[1m" + gh, gh),
+                         ("^[[0;32mAKIAIOSFODNN7EXAMPLE^[[m", "AKIAIOSFODNN7EXAMPLE"), ("[m" + gh, gh)):
+        assert secret not in redact_text(text), text
+    assert redact_text("xm" + gh) == "xm" + gh  # a letter running into it is still not a token start
