@@ -45,7 +45,7 @@ class _Lazy:
 # A token starts where no letter or digit runs into it: after "-" or "_" too (s-ghp_..., x-sk-proj-...), and right
 # after a terminal colour code whose ESC was lost or escaped on the way (`[31msk-...`, `\u001b[1mghp_...` in a
 # transcript's JSON): its final "m" follows a digit or "[".
-_START = r"(?:(?<![A-Za-z0-9])|(?<=\dm)|(?<=\[m))"
+_START = r"(?<![A-Za-ln-z0-9])(?<!(?<![0-9\[])m)"  # one class test, as before; an "m" only when it ends a code
 _END = r"(?![A-Za-z0-9_-])"
 
 # (kind, triggers, pattern): the whole match is the secret. A pattern runs only over text that contains one of its
