@@ -322,3 +322,21 @@ def test_a_deleted_current_directory_is_one_line_not_an_unexpected_error(tmp_pat
     r = subprocess.run(["sh", "-c", script], capture_output=True, text=True, timeout=60)
     assert r.returncode == 1, r.stderr
     assert "the current directory no longer exists" in r.stderr and "unexpected error" not in r.stderr
+
+
+@pytest.mark.parametrize("name,args", [("releases.jsonl", ("status",)), ("ledger.jsonl", ("ledger", "verify")),
+                                       ("ledger.jsonl.sync", ("run", "--", "true")), ("lock", ("publish", "-m", "x"))])
+def test_a_state_file_replaced_by_a_directory_is_one_line_exit_4(tmp_path, name, args):
+    """A hostile pass: each of these ended in 'unexpected error: IsADirectoryError' (exit 1, a traceback)."""
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    assert run_reef("init", cwd=tmp_path).returncode == 0
+    assert run_reef("run", "--", "true", cwd=tmp_path).returncode == 0
+    state = tmp_path / ".reef" / "scenarios" / "default" / name
+    if state.is_dir():
+        shutil.rmtree(state)
+    elif state.exists():
+        state.unlink()
+    state.mkdir()
+    r = run_reef(*args, cwd=tmp_path)
+    assert r.returncode == 4 and "unexpected" not in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert f"{state} is a directory where reef expects a file" in r.stderr

@@ -43,6 +43,21 @@ def environment_error(exc: BaseException) -> str | None:
     return f"{where}: {what} (check its permissions and the free space there)"
 
 
+# Reef's own state replaced by something else: a directory where a file was, a file where a directory was, a
+# symlink loop. The user's (or an attacker's) doing, and fixable by moving it away: exit 4, not a crash.
+_MISPLACED = {"EISDIR": "is a directory where reef expects a file", "ENOTDIR": "is not a directory where reef expects one",
+              "ELOOP": "is a symlink reef does not follow"}
+
+
+def misplaced_error(exc: BaseException) -> str | None:
+    import errno
+
+    if not isinstance(exc, OSError) or exc.filename is None:
+        return None
+    what = _MISPLACED.get(errno.errorcode.get(exc.errno or 0, ""))
+    return f"{exc.filename} {what}; move it away (nothing was changed by this command)" if what else None
+
+
 def guarded(fn, prog: str = "reef") -> int:
     """Run fn() and return its exit code; a ReefError prints `prog: error: ...` and exits with its code."""
     try:
@@ -60,6 +75,10 @@ def guarded(fn, prog: str = "reef") -> int:
         if line is not None:
             sys.stderr.write(f"{prog}: error: {line}\n")
             return int(ExitCode.ERROR)
+        line = misplaced_error(exc)
+        if line is not None:
+            sys.stderr.write(f"{prog}: error: {line}\n")
+            return int(ExitCode.INVALID)
         path = crash_log(exc)
         sys.stderr.write(f"{prog}: unexpected error: {type(exc).__name__}: {exc} (traceback in {path})\n")
         return int(ExitCode.ERROR)
