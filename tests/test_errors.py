@@ -340,3 +340,19 @@ def test_a_state_file_replaced_by_a_directory_is_one_line_exit_4(tmp_path, name,
     r = run_reef(*args, cwd=tmp_path)
     assert r.returncode == 4 and "unexpected" not in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert f"{state} is a directory where reef expects a file" in r.stderr
+
+
+def test_ledger_tail_and_show_never_print_control_characters_from_feedback(tmp_path):
+    """A hostile pass: feedback holding ESC[2J reached the terminal raw through `reef ledger tail` (it clears the
+    reader's screen; an attacker's text can forge output)."""
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    assert run_reef("init", cwd=tmp_path).returncode == 0
+    receipt = run_reef("run", "--", "true", cwd=tmp_path).stderr.split("receipt ", 1)[1].split()[0]
+    assert run_reef("report", "--score", "0", "--feedback", "x\x01\x1b[2J\x7fY", "--receipt", receipt,
+                    cwd=tmp_path).returncode == 0
+    tail = run_reef("ledger", "tail", "-n", "1", cwd=tmp_path, env={"COLUMNS": "300"})
+    record = json.loads(run_reef("ledger", "tail", "-n", "1", "--json", cwd=tmp_path).stdout)["record_id"]
+    show = run_reef("ledger", "show", record, cwd=tmp_path)
+    for out in (tail.stdout, show.stdout):
+        assert "\x1b" not in out and "\x01" not in out and "\x7f" not in out, out
+    assert "x\\x01\\x1b[2J\\x7fY" in tail.stdout

@@ -29,6 +29,12 @@ def _parse_time(value: str, flag: str) -> datetime:
 
 
 def _summary(rec) -> str:
+    from ..printable import printable
+
+    return printable(_summary_text(rec))
+
+
+def _summary_text(rec) -> str:
     p = rec.payload
     if rec.kind == "inference" and p.get("source") == "serve":  # a model call recorded by reef serve
         return f"{p.get('api')} {p.get('model')} {p.get('status')} {p.get('outcome')} in {p.get('latency_ms', 0):.0f}ms"
@@ -69,12 +75,15 @@ def tail(ctx: typer.Context, n: int = typer.Option(10, "-n", help="How many reco
 @app.command("show")
 def show(ctx: typer.Context, record_id: str = typer.Argument(...), as_json: bool = typer.Option(False, "--json")) -> None:
     """One record, whole."""
+    from ..printable import printable
+
     rec = _ledger(ctx).get(record_id)
     if as_json:
         emit_json(rec.to_json())
     else:
         for k, v in rec.to_json().items():
-            print(f"{k:11} {json.dumps(v, ensure_ascii=False, indent=2) if isinstance(v, (dict, list)) else v}")
+            text = json.dumps(v, ensure_ascii=False, indent=2) if isinstance(v, (dict, list)) else str(v)
+            print(f"{k:11} " + "\n".join(map(printable, text.split("\n"))))  # indented JSON keeps its lines
 
 
 @app.command("query")

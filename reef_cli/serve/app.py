@@ -613,7 +613,9 @@ def _shown(text: str) -> str:
     from ..redact import redact_text
 
     shown = redact_text(text)
-    return shown if shown.isprintable() else "".join(c if c.isprintable() else f"\\x{ord(c):02x}" for c in shown)
+    from ..printable import printable
+
+    return printable(shown)
 
 
 def _loop_name() -> str:
