@@ -114,6 +114,7 @@ _PRIVATE_KEY = re.compile(
     re.DOTALL,
 )
 _KEY_MATERIAL = re.compile(r"[A-Za-z0-9+/=]{40,}")  # a PEM body line; code that only names the header has none
+_KEY_BODY = re.compile(r"[A-Za-z0-9+/=]{8,}")  # base64 between a BEGIN and its END
 # The password runs to the last "@" before the host, so one that holds "@" itself (`u:p@ss@host`) goes whole.
 _URL_PASSWORD = re.compile(
     r"(?P<head>\b[A-Za-z][A-Za-z0-9+.-]{1,20}://[^\s/:@'\"<>\[\]]*:)(?P<secret>[^\s/'\"<>]+)"
@@ -718,7 +719,11 @@ Hit = tuple[str, str, str, str] | None  # (kept before, the secret, its kind, ke
 
 
 def _private_key(match: re.Match[str]) -> Hit:
-    return ("", match.group(0), "private_key", "") if _KEY_MATERIAL.search(match.group("body")) else None
+    body = match.group("body")
+    # A whole BEGIN...END block is a key whatever its lines' length (a short test key, a key re-wrapped at 29
+    # columns); an open header needs a body line of key length, or code that only names the header would go too.
+    whole = "-----END " in body and _KEY_BODY.search(body.split("-----END ", 1)[0])
+    return ("", match.group(0), "private_key", "") if whole or _KEY_MATERIAL.search(body) else None
 
 
 def _url_password(match: re.Match[str]) -> Hit:

@@ -357,3 +357,16 @@ def test_a_token_right_after_a_colour_code_whose_escape_was_lost_or_json_escaped
                          ("^[[0;32mAKIAIOSFODNN7EXAMPLE^[[m", "AKIAIOSFODNN7EXAMPLE"), ("[m" + gh, gh)):
         assert secret not in redact_text(text), text
     assert redact_text("xm" + gh) == "xm" + gh  # a letter running into it is still not a token start
+
+
+def test_a_whole_private_key_block_with_short_lines_is_redacted() -> None:
+    """A hostile pass: a BEGIN...END block whose base64 lines were under 40 characters (a short test key, or one
+    re-wrapped) was stored in clear, the OPENSSH form with CRLF too."""
+    from reef_cli.redact import redact_text
+
+    for text in ("-----BEGIN RSA PRIVATE KEY-----\nMIIEQ10pemBODYabcdefghijklmnop\n-----END RSA PRIVATE KEY-----",
+                 "-----BEGIN OPENSSH PRIVATE KEY-----\r\nb3BlbnNzaC1rZXktdjEAAAA\r\n-----END OPENSSH PRIVATE KEY-----"):
+        out = redact_text(text)
+        assert "pemBODY" not in out and "b3BlbnNzaC1rZXkt" not in out and "[REDACTED:private_key]" in out, out
+    code = 'if line.startswith("-----BEGIN RSA PRIVATE KEY-----"): return "-----END RSA PRIVATE KEY-----"'
+    assert redact_text(code) == code  # code naming the markers, no key between them
