@@ -540,7 +540,8 @@ def _redact_colours(text: str) -> tuple[str, int]:
         plain = _ANSI.sub("", text)
         if plain != text:
             out, count = _redact_views(plain)
-            return (out, count) if count else (text, 0)
+            # nothing in the text between the codes: the codes themselves may hold one (an OSC 8 hyperlink's URL)
+            return (out, count) if count else _redact_views(text)
     return _redact_views(text)
 
 

@@ -370,3 +370,13 @@ def test_a_whole_private_key_block_with_short_lines_is_redacted() -> None:
         assert "pemBODY" not in out and "b3BlbnNzaC1rZXkt" not in out and "[REDACTED:private_key]" in out, out
     code = 'if line.startswith("-----BEGIN RSA PRIVATE KEY-----"): return "-----END RSA PRIVATE KEY-----"'
     assert redact_text(code) == code  # code naming the markers, no key between them
+
+
+def test_a_password_inside_a_terminal_hyperlink_is_redacted() -> None:
+    """A hostile pass: OSC 8 hyperlinks (`ESC ]8;;URL ESC \\`) were stripped as colour codes before the search and the
+    text kept as it was when nothing was found outside them, so a URL password inside one was stored in clear."""
+    from reef_cli.redact import redact_text
+
+    text = "\x1b]8;;https://u:Qosc8pw@h/\x1b\\link\x1b]8;;\x1b\\"
+    assert "Qosc8pw" not in redact_text(text)
+    assert redact_text("\x1b[31mplain red\x1b[0m") == "\x1b[31mplain red\x1b[0m"  # colour without a secret is kept
