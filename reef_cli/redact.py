@@ -289,7 +289,10 @@ _RCLONE = _Lazy(r"\brclone[ \t]+config[ \t]+(?:create|update)\b[^\n;&|]*")
 _RCLONE_PAIR = _Lazy(r"(?P<head>[ \t](?P<key>(?=[A-Za-z_]*(?:key|secret|pass|token))[A-Za-z_]+)[ \t]+)"
                      r"(?P<secret>\"[^\"\n]*\"|'[^'\n]*'|[^\s\"'\\<>|&;()`-][^\s\"']*)")
 # `Basic <base64 of user:password>` outside an Authorization header.
-_BARE_BASIC = _Lazy(r"(?P<head>\b[Bb]asic[ \t]+)(?P<secret>[A-Za-z0-9+/]{8,}={0,2})(?![A-Za-z0-9+/=])")
+# `Basic <base64>` outside a header, and a Docker config's `"auth": "<base64>"` (~/.docker/config.json): both only
+# when the base64 decodes to `user:password`.
+_BARE_BASIC = _Lazy(r"(?P<head>\b[Bb]asic[ \t]+|\"auth\"[ \t]*:[ \t]*\")(?P<secret>[A-Za-z0-9+/]{8,}={0,2})"
+                    r"(?![A-Za-z0-9+/=])")
 
 
 # SQL that sets a password: `IDENTIFIED BY 'x'`, `WITH [ENCRYPTED] PASSWORD 'x'`, `ALTER ROLE app PASSWORD 'x'`,
@@ -674,8 +677,8 @@ def _scan(text: str, found: list[tuple[str, str]], in_context: list[tuple[str, s
         text = sub(_DIGEST, _digest, text)
     text = sub(_AUTH_HEADER, _auth_header, text)
     text = sub(_BEARER, _bearer, text)
-    if "asic" in text:
-        text = sub(_BARE_BASIC, _bare_basic, text, _line_matches(_BARE_BASIC, text, ("Basic", "basic")))
+    if "asic" in text or '"auth"' in text:
+        text = sub(_BARE_BASIC, _bare_basic, text, _line_matches(_BARE_BASIC, text, ("Basic", "basic", '"auth"')))
     if ";" in text and ("assword" in text or "ASSWORD" in text or "wd" in text or "WD" in text):
         text = sub(_CONN_PASSWORD, _conn_password, text,
                    _line_matches(_CONN_PASSWORD, text, ("assword", "ASSWORD", "wd", "WD", "Wd"), also=";"))

@@ -380,3 +380,13 @@ def test_a_password_inside_a_terminal_hyperlink_is_redacted() -> None:
     text = "\x1b]8;;https://u:Qosc8pw@h/\x1b\\link\x1b]8;;\x1b\\"
     assert "Qosc8pw" not in redact_text(text)
     assert redact_text("\x1b[31mplain red\x1b[0m") == "\x1b[31mplain red\x1b[0m"  # colour without a secret is kept
+
+
+def test_a_docker_config_auth_that_decodes_to_user_and_password_is_redacted() -> None:
+    """A hostile pass: `{"auth": "<base64 of user:password>"}` (~/.docker/config.json) was stored in clear: a
+    lowercase `auth` key is not a secret name. Only a value that decodes to `user:password` counts."""
+    from reef_cli.redact import redact_text
+
+    assert "dXNlcjpR" not in redact_text('{"auths": {"r.io": {"auth": "dXNlcjpRMTliNjRwYXNz"}}}')
+    for benign in ('{"auth": "none"}', '{"auth": "QWxhZGRpbg"}', '{"auth": "oauth2"}'):
+        assert redact_text(benign) == benign
