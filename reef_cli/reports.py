@@ -30,10 +30,19 @@ def parse_score(raw) -> float:
         raise InvalidInput(f"--score {raw!r}: a score must be a finite number")
     if not math.isfinite(value):
         raise InvalidInput(f"--score {raw}: a score must be a finite number, not NaN or infinity")
-    return value
+    return value + 0.0  # -0 is 0: it was stored and echoed as "reported -0"
 
 
 FEEDBACK_DEPTH = 16  # a lesson is a few keys deep; deeper is a mistake or an attack on the recursive code after it
+
+
+class _NotJSON(ValueError):
+    pass
+
+
+def _not_json(constant: str):
+    """Python's json reads NaN and Infinity, which JSON has not: the record could not be stored later."""
+    raise _NotJSON(constant)
 
 
 def load_feedback_json(path: Path) -> dict:
@@ -58,9 +67,11 @@ def load_feedback_json(path: Path) -> dict:
     except UnicodeDecodeError:
         raise InvalidInput(f"--feedback-json {path}: not UTF-8 text") from None
     try:
-        obj = json.loads(text)
+        obj = json.loads(text, parse_constant=_not_json)
     except RecursionError:
         raise InvalidInput(f"--feedback-json {path}: nested more than {FEEDBACK_DEPTH} levels deep") from None
+    except _NotJSON as exc:
+        raise InvalidInput(f"--feedback-json {path}: not valid JSON ({exc} is not a JSON value)") from None
     except ValueError as exc:
         raise InvalidInput(f"--feedback-json {path}: not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})") from None
     if not isinstance(obj, dict):

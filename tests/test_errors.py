@@ -356,3 +356,18 @@ def test_ledger_tail_and_show_never_print_control_characters_from_feedback(tmp_p
     for out in (tail.stdout, show.stdout):
         assert "\x1b" not in out and "\x01" not in out and "\x7f" not in out, out
     assert "x\\x01\\x1b[2J\\x7fY" in tail.stdout
+
+
+def test_feedback_json_with_nan_and_a_negative_zero_score(tmp_path):
+    """A hostile pass: NaN in --feedback-json (Python's json reads it) ended in 'payload of a report record is not
+    JSON-serialisable: Out of range float values...', and --score -0 was stored and echoed as -0."""
+    from reef_cli.reports import parse_score
+
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    assert run_reef("init", cwd=tmp_path).returncode == 0
+    receipt = run_reef("run", "--", "true", cwd=tmp_path).stderr.split("receipt ", 1)[1].split()[0]
+    bad = tmp_path / "fb.json"
+    bad.write_text('{"a": NaN}')
+    r = run_reef("report", "--score", "1", "--feedback-json", str(bad), "--receipt", receipt, cwd=tmp_path)
+    assert r.returncode == 4 and r.stderr.strip() == f"reef: error: --feedback-json {bad}: not valid JSON (NaN is not a JSON value)"
+    assert str(parse_score("-0")) == "0.0" and str(parse_score(-0.0)) == "0.0"
