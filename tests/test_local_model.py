@@ -198,14 +198,7 @@ def test_ctrl_c_or_sigterm_while_the_model_loads_stops_the_server(tmp_path, sig)
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        if pid:
-            try:
-                os.killpg(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        _reap(proc, pid)
         proc.stderr.close()
 
 
@@ -229,14 +222,7 @@ def test_a_killed_serve_local_takes_its_server_with_it(tmp_path):
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        if pid:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        _reap(proc, pid)
 
 
 def _slow_server(tmp_path):
@@ -248,6 +234,19 @@ def _slow_server(tmp_path):
     model = tmp_path / "slow.gguf"
     model.write_bytes(b"GGUF")
     return pkgs, pidfile, model
+
+
+def _reap(proc, pid) -> None:
+    """Whatever a failed test left: reef, and the server's group (its own, or the reaper's)."""
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait()
+    if pid:
+        for kill in (os.killpg, os.kill):
+            try:
+                kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
 
 
 def _server_pid(pidfile) -> int:
