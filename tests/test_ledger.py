@@ -1193,3 +1193,61 @@ def test_an_anchor_inside_a_compacted_prefix_still_holds(path: Path) -> None:
         ledger.compact(keep=2)
         ledger.check_anchors(anchors)
         assert ledger.verify(anchors).ok
+
+
+# -- `then`, and averages that one stalled sync does not swing ------------------------------------------------------
+def test_then_runs_right_after_the_sync_and_never_for_a_record_not_durable(path: Path,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """The gateway sends a receipt from `then`: it must come after the record's sync, once, on every append path
+    (the flat one, the general one, the led one), and not at all when the sync fails."""
+    import reef_cli.ledger.writer as writer_mod
+
+    events: list[str] = []
+    real_sync = writer_mod._fdatasync
+    monkeypatch.setattr(writer_mod, "_fdatasync", lambda fd: (real_sync(fd), events.append("sync")))
+    ledger = Ledger(path, "demo")
+    then = lambda: events.append("then")  # noqa: E731
+    ledger.append("interaction", {"n": 1}, release_id="r", content_id="c", then=then)  # the flat path
+    assert events == ["sync", "then"]
+    events.clear()
+    ledger.append("interaction", {"n": 2}, release_id="r", content_id="c", record_id="rec-given-2", then=then)
+    assert events == ["sync", "then"]  # a client-supplied id takes the general path
+    events.clear()
+    monkeypatch.setattr(group_commit, "COORDINATE_ABOVE_NS", 0)  # every sync led
+    ledger.append("interaction", {"n": 3}, release_id="r", content_id="c", then=then)
+    assert events == ["sync", "then"]
+    events.clear()
+
+    def failing(fd: int) -> None:
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(group_commit, "COORDINATE_ABOVE_NS", 10**18)
+    monkeypatch.setattr(writer_mod, "_fdatasync", failing)
+    with pytest.raises(StoreError, match="cannot sync"):
+        ledger.append("interaction", {"n": 4}, release_id="r", content_id="c", then=then)
+    assert events == []
+
+
+def test_one_stalled_sync_does_not_turn_a_fast_disk_into_a_slow_one(path: Path) -> None:
+    """Syncs averaging over 1 ms are led (group_commit). A single 80 ms stall among 0.2 ms syncs used to lift the
+    moving averages to ~10 ms, so the next dozen syncs took the leader's path; it now moves them by at most a
+    quarter of the threshold, and syncs that stay slow still cross it."""
+    ledger = Ledger(path, "demo")
+    ledger.append("interaction", {}, release_id="r", content_id="c")  # the ledger's files exist
+    for _ in range(20):
+        ledger._note_sync(200_000)
+    ledger._note_sync(80_000_000)
+    assert ledger._sync_ns < group_commit.COORDINATE_ABOVE_NS
+    for _ in range(4):
+        ledger._note_sync(5_000_000)
+    assert ledger._sync_ns >= group_commit.COORDINATE_ABOVE_NS
+
+    leader = group_commit.SyncLeader(str(path) + ".sync")
+    page = leader.page()
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        ino = os.fstat(fd).st_ino
+        leader._lead(page, fd, ino, 10, (ino, 0, 0, 0, 200_000, 0), lambda fd: time.sleep(0.08), lambda took: None)
+        assert page.read()[4] < group_commit.COORDINATE_ABOVE_NS  # the average leaders share
+    finally:
+        os.close(fd)

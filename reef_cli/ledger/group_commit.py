@@ -33,6 +33,13 @@ COORDINATE_ABOVE_NS = 1_000_000
 MAX_COMMIT_DELAY_NS = 1_000_000
 _LEADER_RETRY_S = 20e-6
 
+def clamped(took_ns: int) -> int:
+    """A sync's duration as the moving averages take it: at most twice `COORDINATE_ABOVE_NS`. One stalled sync
+    (a neighbour's I/O on a shared disk) then moves an average by at most a quarter of the threshold, so a fast
+    disk is not taken for a slow one for the next few syncs; syncs that stay slow still cross it within four."""
+    return min(took_ns, 2 * COORDINATE_ABOVE_NS)
+
+
 State = tuple[int, int, int, int, int, int]
 """(ledger inode, durable up to offset, generation of the latest sync, whether it is in flight, moving average of
 sync times in ns, bytes the last sync covered)."""
@@ -140,6 +147,7 @@ class SyncLeader:
             sync(fd)
             took = time.monotonic_ns() - started
             note(took)
+            took = clamped(took)
             average = took if not average else (7 * average + took) // 8
             page.write(ino, size, gen, 0, average, size - synced)
         except BaseException:
