@@ -896,3 +896,57 @@ def test_headers_named_in_connection_stay_on_their_hop(tmp_path):
             assert gw.stop() == 0
     assert status == 200 and seen == [None]
     assert headers.get("x-kept") == "yes" and "x-hop" not in headers
+
+
+def test_one_stalled_append_does_not_send_the_next_calls_to_the_thread():
+    """A lone request's record is appended on the loop while appends average under 1 ms. One 50 ms stall among
+    0.3 ms appends used to lift the average to ~6.5 ms, and the next dozen calls paid the hand-off to the thread
+    (two wake-ups each); appends that stay slow still send records to the thread."""
+    from reef_cli.serve.commit import Committer
+
+    committer = Committer()
+    for _ in range(20):
+        committer._note(300_000)
+    committer._note(50_000_000)
+    assert committer.may_inline()
+    for _ in range(4):
+        committer._note(5_000_000)
+    assert not committer.may_inline()
+
+
+def test_the_answer_leaves_the_moment_its_record_is_durable(tmp_path, upstream, monkeypatch):
+    """The answer that carries a receipt is sent from inside the append, right after the sync, not once the
+    gateway's code after the record has run: here that code is held up for 1.5 s, and the JSON answer and the
+    stream's end still arrive at once (before, each waited for it). Both ways a record is appended are taken:
+    on the loop, and by the committer thread."""
+    from reef_cli.project import Project
+    from reef_cli.serve import recording
+    from reef_cli.serve.app import Gateway as InProcess, ServeConfig
+
+    real_finish = recording.Recorder.finish
+
+    async def held_up(self, ex, alone=False, then=None):
+        record = await real_finish(self, ex, alone, then)
+        time.sleep(1.5)  # blocks the gateway's loop: nothing is sent after this point for 1.5 s
+        return record
+
+    monkeypatch.setattr(recording.Recorder, "finish", held_up)
+    project = init_project(tmp_path / "proj")
+    gw = InProcess(ServeConfig(project=Project(project), scenario="default", upstream=upstream.url, port=0), {},
+                   log=open(tmp_path / "log", "w"), out=open(tmp_path / "out", "w"))
+    with in_process(gw) as url:
+        for inline in (True, False):
+            for body in ({"model": "m", "messages": []}, {"model": "m", "messages": [], "stream": True}):
+                gw.recorder.committer.average_ns = 0 if inline else 10**12  # on the loop, or by the thread
+                started = time.monotonic()
+                status, headers, out = http(url + "/v1/chat/completions", body)
+                took = time.monotonic() - started
+                assert status == 200 and took < 1.0, (inline, body, took)
+                record = ledger_of(project).get(headers["x-reef-agent-record-id"])  # durable when the answer came
+                assert record.payload["outcome"] == "ok"
+                if body.get("stream"):
+                    assert b'"reef":{"agent_record_id":"' + record.record_id.encode() in out
+                    assert out.endswith(b"data: [DONE]\n\n")
+                time.sleep(1.6)  # the held-up handler ends before the next call
+        assert gw.recorder.committer.inline == 2 and gw.recorder.committer.batches == 2
+    verify(project)

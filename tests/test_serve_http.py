@@ -41,6 +41,19 @@ def server(monkeypatch):
             except ConnectionError:
                 pass
             return out
+        if request.path in ("/held-head", "/held-event"):  # what follows a held write comes in 3 ms, or in 0.5 s
+            pause = float(request.query.get("pause", 0.003))
+            out = StreamResponse(200, [("Content-Type", "text/event-stream")])
+            await out.prepare(request)
+            if request.path == "/held-event":
+                await out.write(b"data: 0\n\n")
+                await asyncio.sleep(0.05)  # that one goes out on its own
+                await out.write(b"data: held\n\n", hold=True)
+            await asyncio.sleep(pause)
+            await out.write(b"data: 1\n\n")
+            await asyncio.sleep(0.2)
+            await out.write_eof()
+            return out
         if request.path == "/stream":
             out = StreamResponse(200, [("Content-Type", "text/event-stream")])
             await out.prepare(request)
@@ -190,3 +203,35 @@ def test_half_closed_client_still_gets_its_answer(server):
     while chunk := s.recv(65536):
         data += chunk
     assert data.startswith(b"HTTP/1.1 200 OK") and data.endswith(b'{"path": "/a", "len": 2}')
+
+
+def _first_arrival(port: int, target: str) -> tuple[bytes, float]:
+    """The bytes of the first send a streamed answer came in (after any the test skips), and when they came."""
+    s = _connect(port)
+    started = time.monotonic()
+    s.sendall(b"GET " + target.encode() + b" HTTP/1.1\r\nHost: x\r\n\r\n")
+    first = s.recv(65536)
+    if target.startswith("/held-event"):  # the head and event 0 came first
+        assert first.endswith(b"data: 0\n\n\r\n"), first
+        first = s.recv(65536)
+    took = time.monotonic() - started
+    s.close()
+    return first, took
+
+
+def test_a_held_write_goes_out_with_what_follows_it(server):
+    """A stream's head, and the events the gateway holds once the upstream's final event is in, wait up to
+    HOLD_S for what comes next and go out in one send with it: the client is woken once, not twice, between the
+    upstream's answer and the receipt."""
+    port, _ = server
+    first, _ = _first_arrival(port, "/held-head")
+    assert first.startswith(b"HTTP/1.1 200 OK") and b"data: 1" in first  # the head waited for the event
+    first, _ = _first_arrival(port, "/held-event")
+    assert first.startswith(b"c\r\ndata: held") and b"data: 1" in first
+
+
+def test_a_held_write_is_not_held_longer_than_the_hold(server):
+    port, _ = server
+    for target in ("/held-head?pause=0.5", "/held-event?pause=0.5"):
+        first, took = _first_arrival(port, target)
+        assert b"data: 1" not in first and took < 0.4, (target, first, took)

@@ -16,6 +16,7 @@ import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 from ..errors import ConflictError, DamagedState, InvalidInput, NotFound, PolicyError, ReefError
@@ -299,8 +300,8 @@ class Gateway:
             return target
         return self.upstream.target_for(path, query)
 
-    async def _record(self, ex: Exchange):
-        return await self.recorder.finish(ex, alone=len(self.in_flight) <= 1)
+    async def _record(self, ex: Exchange, then=None):
+        return await self.recorder.finish(ex, alone=len(self.in_flight) <= 1, then=then)
 
     def _receipt(self, ex: Exchange) -> dict:
         return {"agent_record_id": ex.record_id, "release_id": ex.release_id, "content_id": ex.content_id,
@@ -364,8 +365,8 @@ class Gateway:
                 return _json_response(error_body(api, 409, f"the upstream's answer was refused: {ex.refused}",
                                                  "api_error"), 409, headers=extra)
             out = Response(data, resp.status, out_headers)
-            out.render(request)  # ready before the record's sync: after it, only the send is left
-            await self._record(ex)
+            out.render(request)  # ready before the record's sync: after it, only the send is left,
+            await self._record(ex, then=partial(out.send_now, request))  # made the moment the record is durable
             return out
         finally:
             resp.release()
@@ -387,13 +388,14 @@ class Gateway:
                 await self._record(ex)
             return None
 
-        async def send(data: bytes, last: bool = False) -> None:
-            """Write to the client; `last` ends the stream in the same write (one send fewer)."""
+        async def send(data: bytes, last: bool = False, hold: bool = False) -> None:
+            """Write to the client; `last` ends the stream in the same write (one send fewer); `hold`: see
+            StreamResponse (the end is near: these go out with it, unless it is late)."""
             try:
                 if last:
                     await out.write_eof(data)
                 else:
-                    await out.write(data)
+                    await out.write(data, hold)
             except (ConnectionError, RuntimeError) as exc:
                 raise _ClientGone() from exc
 
@@ -424,7 +426,7 @@ class Gateway:
                 if watch.first_token and ex.ttft is None:
                     ex.first_token()
                 if ready:
-                    await send(b"".join(ready))
+                    await send(b"".join(ready), hold=terminal is not None)
         except _ClientGone:
             ex.fail("client_disconnected", "the client hung up mid-stream")
         except asyncio.TimeoutError:
@@ -441,10 +443,10 @@ class Gateway:
             ex.fail("upstream_error", watch.error)
         if ex.outcome == "ok":
             await self.recorder.inspect(ex)
-        ending = None  # built before the record's sync: after it, only the send is left
-        if terminal is not None and ex.outcome in ("ok", "upstream_error"):
+        ending = None  # built before the record's sync: after it, only the send is left, made the moment the
+        if terminal is not None and ex.outcome in ("ok", "upstream_error"):  # record is durable
             ending = watch.receipt(terminal, self._receipt(ex)) + b"".join(after)
-        await self._record(ex)
+        await self._record(ex, then=None if ending is None else partial(out.end_now, ending))
         if ex.outcome == "client_disconnected":
             resp.close()
             return out

@@ -42,11 +42,11 @@ class Committer:
     def may_inline(self) -> bool:
         return self.queued == 0 and self.average_ns < INLINE_BELOW_NS
 
-    def run_inline(self, append: Append):
-        """Append on the caller's thread (the loop), timing it for the average."""
+    def run_inline(self, append: Callable[..., object], then: Callable[[], object] | None = None):
+        """Append on the caller's thread (the loop), timing it for the average; `then` is the append's."""
         started = time.monotonic_ns()
         try:
-            return append()
+            return append() if then is None else append(then)
         finally:
             self._note(time.monotonic_ns() - started)
             self.inline += 1
@@ -73,6 +73,10 @@ class Committer:
             self._thread = None
 
     def _note(self, took_ns: int) -> None:
+        # One sample moves the average by at most a quarter of the threshold: a lone stall (a neighbour's I/O, a
+        # descheduled vCPU) no longer sends the next few calls to the thread, at two wake-ups each; appends that
+        # stay slow still cross it within four.
+        took_ns = min(took_ns, 2 * INLINE_BELOW_NS)
         self.average_ns = took_ns if not self.average_ns else (7 * self.average_ns + took_ns) // 8
 
     # -- in the thread --------------------------------------------------------------------------------------------

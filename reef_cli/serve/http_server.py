@@ -37,6 +37,7 @@ BODY_IDLE_S = 300.0  # a request body that stops arriving for this long ends the
 LINGER_S = 2.0  # after the last answer on a closing connection, request bytes still coming are dropped this long
 WRITE_HIGH = 256 * 1024
 FLUSH_AT = 64 * 1024  # a streamed answer's writes are held to the end of the loop's turn up to this many bytes  # transport buffer above which a streamed write waits for the client to read
+HOLD_S = 0.01  # a held stream write (its head; the gateway's last events) waits this long for what follows it
 
 
 class BodyTooLarge(Exception):
@@ -207,7 +208,7 @@ class _Answer:
 class Response(_Answer):
     """A whole answer: status, headers, body, written in one send."""
 
-    __slots__ = ("status", "headers", "body", "head_length", "_bytes", "_close")
+    __slots__ = ("status", "headers", "body", "head_length", "_bytes", "_close", "_sent")
 
     def __init__(self, body: bytes = b"", status: int = 200, headers: list[tuple[str, str]] | None = None,
                  content_type: str | None = None, head_length: str | None = None):
@@ -215,6 +216,7 @@ class Response(_Answer):
         self.head_length = head_length  # the answer to a HEAD: the length a GET's body would have (relayed)
         self._bytes: bytes | None = None
         self._close = False
+        self._sent = False
         self.headers = _pairs(headers)
         if content_type is not None:
             self.headers.append(("Content-Type", content_type))
@@ -229,12 +231,23 @@ class Response(_Answer):
         data = _head(self.status, self.headers, extra)
         self._bytes = data + self.body if not request.head and self.body else data
 
+    def send_now(self, request: Request) -> None:
+        """Send it before the handler returns (the gateway does, the moment its record is durable); the server's
+        own send after the handler then sends nothing more. It must be the connection's current request."""
+        conn = request.conn
+        if self._sent or conn.lost or conn.transport.is_closing():
+            return
+        self._send(request)
+
     def _send(self, request: Request) -> None:
+        if self._sent:
+            return
         if self._bytes is None:
             self.render(request)
         conn = request.conn
         if not conn.lost:
             conn.transport.write(self._bytes)
+            self._sent = True
         conn.closing_after = conn.closing_after or self._close
 
 
@@ -244,9 +257,15 @@ class StreamResponse(_Answer):
     Writes made in one turn of the event loop go out as one send at the end of that turn (or at once past
     FLUSH_AT bytes or on `write_eof`): when the upstream's head, events and end arrive together, the client gets
     them in one send instead of three, and a write never waits longer than the handler's current turn. A send on
-    loopback costs ~0.1 ms on a small VM (it wakes the reader), which is what issue 11's budget is made of."""
+    loopback costs ~0.1 ms on a small VM (it wakes the reader), which is what issue 11's budget is made of.
 
-    __slots__ = ("status", "headers", "_request", "_chunked", "_ended", "_pending", "_size", "_scheduled", "_gone")
+    A held write waits up to HOLD_S for what follows it: the head, for the body's first bytes (an upstream
+    usually writes its head and its first events in separate sends), and the events the gateway has after an
+    upstream's final one, for the end of the stream. Relayed alone, each cost a send and a wake-up of the client
+    between the upstream's answer and its record. Nothing is held longer than HOLD_S."""
+
+    __slots__ = ("status", "headers", "_request", "_chunked", "_ended", "_pending", "_size", "_scheduled", "_gone",
+                 "_held")
 
     def __init__(self, status: int = 200, headers: list[tuple[str, str]] | None = None):
         self.status, self.headers = status, _pairs(headers)
@@ -257,6 +276,7 @@ class StreamResponse(_Answer):
         self._size = 0
         self._scheduled = False
         self._gone = False
+        self._held: asyncio.TimerHandle | None = None
 
     async def prepare(self, request: Request) -> None:
         self._request = request
@@ -267,18 +287,27 @@ class StreamResponse(_Answer):
         conn.closing_after = conn.closing_after or close
         if conn.lost or conn.transport.is_closing():
             raise ClientGone("the client hung up")
-        self._queue(_head(self.status, self.headers, extra))
+        self._queue(_head(self.status, self.headers, extra), hold=True)
 
-    async def write(self, data: bytes) -> None:
+    async def write(self, data: bytes, hold: bool = False) -> None:
+        """Queue `data` for this turn's send; `hold`: for up to HOLD_S, unless something not held comes first."""
         if self._gone or self._request.conn.lost:
             raise ClientGone("the client hung up")
         if not data or self._request.head:
             return
-        self._queue(b"%x\r\n%b\r\n" % (len(data), data) if self._chunked else data)
+        self._queue(b"%x\r\n%b\r\n" % (len(data), data) if self._chunked else data, hold)
         if self._size >= FLUSH_AT or self._request.conn.paused:  # a client not reading holds the writer here
             await self._send_now()
 
     async def write_eof(self, data: bytes = b"") -> None:
+        if self._ended:
+            return
+        self.end_now(data)
+        await self._send_now()
+
+    def end_now(self, data: bytes = b"") -> None:
+        """`write_eof` without waiting: `data` and the end go out in this send (the gateway ends a stream the
+        moment its record is durable); a later `write_eof` does nothing."""
         if self._ended:
             return
         self._ended = True
@@ -287,17 +316,24 @@ class StreamResponse(_Answer):
                 self._pending.append((b"%x\r\n%b\r\n0\r\n\r\n" % (len(data), data)) if data else b"0\r\n\r\n")
             elif data:
                 self._pending.append(data)
-        await self._send_now()
+        self._flush()
 
-    def _queue(self, data: bytes) -> None:
+    def _queue(self, data: bytes, hold: bool = False) -> None:
         self._pending.append(data)
         self._size += len(data)
-        if not self._scheduled:
+        if self._scheduled:
+            return
+        if not hold:
             self._scheduled = True
-            asyncio.get_running_loop().call_soon(self._flush)
+            self._request.conn.loop.call_soon(self._flush)
+        elif self._held is None:
+            self._held = self._request.conn.loop.call_later(HOLD_S, self._flush)
 
     def _flush(self) -> None:
         self._scheduled = False
+        if self._held is not None:
+            self._held.cancel()
+            self._held = None
         if not self._pending:
             return
         data = self._pending[0] if len(self._pending) == 1 else b"".join(self._pending)
@@ -543,6 +579,8 @@ class _Connection(asyncio.Protocol):
                 self.close()
         elif isinstance(response, StreamResponse) and response._request is not None:
             sent = response  # streamed until the client left: its status went out
+        elif isinstance(response, Response) and response._sent:
+            sent = response  # sent early (send_now), before the client left
         try:
             server.access(request, sent)
         except Exception:  # noqa: BLE001 - the log line must not end the connection

@@ -259,9 +259,11 @@ class Recorder:
             if inspect.isawaitable(result):
                 await result
 
-    async def finish(self, ex: Exchange, alone: bool = False):
+    async def finish(self, ex: Exchange, alone: bool = False, then: Callable[[], object] | None = None):
         """Append the record once; returns it when durable. Shielded: a cancelled handler still gets its record.
-        `alone`: no other request is in flight, so a fast append may run on the loop (commit.py says when)."""
+        `alone`: no other request is in flight, so a fast append may run on the loop (commit.py says when).
+        `then` (on the loop, must not raise) runs the moment the record is durable, before this returns: the
+        gateway sends the answer carrying the receipt there (`Ledger.append`'s `then`)."""
         if ex.record is not None:
             return ex.record
         if ex.pending is not None:
@@ -271,25 +273,27 @@ class Recorder:
         store_content = self.store_content
         ledger = state.ledger
 
-        def append():
+        def append(then=None):
             payload = ex.payload(store_content)
             try:
                 return ledger.append(RECORD_KIND, payload, release_id=ex.release_id, content_id=ex.content_id,
-                                     record_id=ex.record_id)
+                                     record_id=ex.record_id, then=then)
             except InvalidInput:  # text the client sent that is not UTF-8 (a header's bytes, %ff in a path, a
                 # lone \ud800 in its JSON): the call reached the upstream, so it is recorded, with U+FFFD there
                 return ledger.append(RECORD_KIND, _unicode(payload), release_id=ex.release_id,
-                                     content_id=ex.content_id, record_id=ex.record_id)
+                                     content_id=ex.content_id, record_id=ex.record_id, then=then)
 
         def item():
             return NewRecord(RECORD_KIND, ex.payload(store_content), ex.release_id, ex.content_id, ex.record_id)
 
         committer = self.committer
         if alone and committer.may_inline() and (not store_content or ex.content_size() <= INLINE_MAX_CONTENT):
-            record = ex.record = committer.run_inline(append)
+            record = ex.record = committer.run_inline(append, then)
         else:
             fut = ex.pending = committer.submit(ledger, item, append)
             record = ex.record = await asyncio.shield(fut)
+            if then is not None:
+                then()
         if ex.outcome == "ok":
             self.recorded += 1
         else:
