@@ -54,6 +54,11 @@ def server(monkeypatch):
             await asyncio.sleep(0.2)
             await out.write_eof()
             return out
+        if request.path == "/crash-stream":  # a handler that fails after its stream began
+            out = StreamResponse(200, [("Content-Type", "text/event-stream")])
+            await out.prepare(request)
+            await out.write(b"data: 0\n\n")
+            raise RuntimeError("boom")
         if request.path == "/stream":
             out = StreamResponse(200, [("Content-Type", "text/event-stream")])
             await out.prepare(request)
@@ -235,3 +240,17 @@ def test_a_held_write_is_not_held_longer_than_the_hold(server):
     for target in ("/held-head?pause=0.5", "/held-event?pause=0.5"):
         first, took = _first_arrival(port, target)
         assert b"data: 1" not in first and took < 0.4, (target, first, took)
+
+
+def test_a_handler_failing_mid_stream_breaks_the_stream_rather_than_answer_twice(server):
+    """A 500 after a stream's 200 head would be a second answer to one request, read by the client as the start
+    of the next one; the stream is cut instead (no chunked end), and the failure gets its one line."""
+    port, notes = server
+    s = _connect(port)
+    s.sendall(b"GET /crash-stream HTTP/1.1\r\nHost: x\r\n\r\n")
+    data = b""
+    while chunk := s.recv(65536):
+        data += chunk
+    assert data.startswith(b"HTTP/1.1 200 OK") and b"data: 0" in data
+    assert b"HTTP/1.1 500" not in data and not data.endswith(b"0\r\n\r\n")
+    assert any("RuntimeError" in note for note in notes)

@@ -95,7 +95,7 @@ class Request:
     """One request as the handler sees it. The body is read with `await read()` (it may still be arriving)."""
 
     __slots__ = ("method", "raw_path", "path", "query_string", "http11", "headers", "keep_alive", "content_length",
-                 "conn", "t0", "route", "_body", "_size", "_done", "_cut_off", "_waiter", "too_large", "head")
+                 "conn", "t0", "route", "_body", "_size", "_done", "_cut_off", "_waiter", "too_large", "head", "stream")
 
     def __init__(self, conn: "_Connection", method: str, raw_path: str, path: str, query: str, http11: bool,
                  headers: Headers, keep_alive: bool, content_length: int | None):
@@ -111,6 +111,7 @@ class Request:
         self._waiter: asyncio.Future | None = None
         self.too_large = content_length is not None and content_length > conn.server.max_body
         self.head = method == "HEAD"
+        self.stream: StreamResponse | None = None  # the streamed answer begun for it (its head is out or queued)
 
     @property
     def transport(self) -> asyncio.Transport | None:
@@ -280,6 +281,7 @@ class StreamResponse(_Answer):
 
     async def prepare(self, request: Request) -> None:
         self._request = request
+        request.stream = self
         conn = request.conn
         self._chunked = request.http11 and not request.head
         close = not self._chunked or not conn.keep_open(request)
@@ -317,6 +319,15 @@ class StreamResponse(_Answer):
             elif data:
                 self._pending.append(data)
         self._flush()
+
+    def cut(self) -> None:
+        """End the stream broken: what is queued goes out, then the connection closes without the chunked end, so
+        the client sees a cut stream (a handler failed after the head went out; a 500 now would be a second answer
+        to one request)."""
+        if not self._ended:
+            self._ended = True
+            self._flush()
+        self._request.conn.close()
 
     def _queue(self, data: bytes, hold: bool = False) -> None:
         self._pending.append(data)
@@ -557,7 +568,11 @@ class _Connection(asyncio.Protocol):
         except Exception as exc:  # noqa: BLE001 - a handler's bug: one 500 and one line, not a traceback
             server.note(f"the gateway failed on {request.method} {request.path}: {type(exc).__name__}"
                         f"{_where(exc)}")
-            response = server.error(500, f"the gateway failed ({type(exc).__name__}); see its log")
+            if request.stream is not None:  # its 200 head is out or queued: cut the stream instead
+                request.stream.cut()
+                response = None
+            else:
+                response = server.error(500, f"the gateway failed ({type(exc).__name__}); see its log")
         if self.refused is request and not self.refusal_sent:  # its body broke: one answer, the handler's or this
             self.refusal_sent = True
             if response is None:
