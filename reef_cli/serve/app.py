@@ -144,7 +144,7 @@ class Gateway:
             if refused is not None:
                 return refused
         try:
-            task = asyncio.current_task()
+            task = asyncio.current_task(request.conn.loop)  # given the loop: Python 3.11 asks getpid() otherwise
             self.in_flight.add(task)
             try:
                 resp = await handler(request)
