@@ -950,3 +950,114 @@ def test_the_answer_leaves_the_moment_its_record_is_durable(tmp_path, upstream, 
                 time.sleep(1.6)  # the held-up handler ends before the next call
         assert gw.recorder.committer.inline == 2 and gw.recorder.committer.batches == 2
     verify(project)
+
+
+def test_nan_in_the_upstreams_usage_is_recorded_as_null(served, upstream):
+    """Python's JSON parser takes NaN and Infinity from an upstream; the ledger's canonical JSON does not. The
+    billed call used to get no record at all, and a JSON client a 400 blaming its own request; a stream got a 400
+    written inside its open body."""
+    answer = ('{"id":"c","object":"chat.completion","model":"m","choices":[],'
+              '"usage":{"prompt_tokens":NaN,"completion_tokens":Infinity,"total_tokens":3}}')
+    upstream.reply(Reply(raw=answer.encode()))
+    status, headers, out = http(served.url + "/v1/chat/completions", {"model": "m", "messages": []})
+    assert status == 200 and out == answer.encode()
+    record = ledger_of(served.project).get(headers["x-reef-agent-record-id"]).payload
+    assert record["outcome"] == "ok" and record["usage"] == {"prompt_tokens": None, "completion_tokens": None,
+                                                              "total_tokens": 3}
+    events = ('data: {"id":"c","object":"chat.completion.chunk","model":"m","choices":[{"index":0,"delta":'
+              '{"content":"hi"},"finish_reason":"stop"}]}\n\n'
+              'data: {"id":"c","object":"chat.completion.chunk","model":"m","choices":[],'
+              '"usage":{"prompt_tokens":NaN,"completion_tokens":1,"total_tokens":1}}\n\ndata: [DONE]\n\n')
+    upstream.reply(Reply(raw=events.encode(), content_type="text/event-stream"))
+    status, headers, out = http(served.url + "/v1/chat/completions", {"model": "m", "messages": [], "stream": True})
+    assert status == 200 and b"HTTP/1.1" not in out and out.endswith(b"data: [DONE]\n\n")
+    record = ledger_of(served.project).get(headers["x-reef-agent-record-id"]).payload
+    assert record["outcome"] == "ok" and record["usage"]["prompt_tokens"] is None
+    assert b'"reef":{"agent_record_id":"' + headers["x-reef-agent-record-id"].encode() in out
+
+
+def _in_process_gateway(tmp_path, upstream):
+    from reef_cli.project import Project
+    from reef_cli.serve.app import Gateway as InProcess, ServeConfig
+
+    project = init_project(tmp_path / "proj")
+    gw = InProcess(ServeConfig(project=Project(project), scenario="default", upstream=upstream.url, port=0), {},
+                   log=open(tmp_path / "log", "w"), out=open(tmp_path / "out", "w"))
+    return project, gw
+
+
+def _read_to_end(port: int, request: bytes) -> bytes:
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(request)
+        data = b""
+        try:
+            while chunk := s.recv(65536):
+                data += chunk
+        except ConnectionResetError:
+            pass
+        return data
+
+
+def test_a_sync_that_fails_is_one_503_not_a_second_append(tmp_path, upstream, monkeypatch):
+    """A record whose sync fails gets no receipt. Its line may already be in the file, so appending it again as a
+    gateway_error clashed with its own id: the client got a 409 naming the ledger's path. It is now one 503."""
+    import reef_cli.ledger.writer as writer_mod
+
+    project, gw = _in_process_gateway(tmp_path, upstream)
+    with in_process(gw) as url:
+        http(url + "/v1/chat/completions", {"model": "m", "messages": []})  # the ledger's files exist
+
+        def failing(fd):
+            raise OSError(5, "Input/output error")
+
+        monkeypatch.setattr(writer_mod, "_fdatasync", failing)
+        for stream in (False, True):
+            for inline in (True, False):
+                gw.recorder.committer.average_ns = 0 if inline else 10**12
+                if stream:  # the head went out before the record: the stream is cut, with no receipt in it
+                    body = b'{"model": "m", "messages": [], "stream": true}'
+                    out = _read_to_end(int(url.rsplit(":", 1)[1]), b"POST /v1/chat/completions HTTP/1.1\r\n"
+                                       b"Host: x\r\nContent-Length: %d\r\n\r\n%b" % (len(body), body))
+                    assert out.startswith(b"HTTP/1.1 200 OK") and out.count(b"HTTP/1.1 ") == 1, out
+                    assert b'"reef"' not in out and not out.endswith(b"0\r\n\r\n")
+                else:
+                    status, headers, out = http(url + "/v1/chat/completions", {"model": "m", "messages": []})
+                    assert status == 503 and "cannot sync" in json.loads(out)["error"]["message"], out
+                    assert "x-reef-agent-record-id" not in {k.lower() for k in headers}  # no receipt
+        monkeypatch.undo()
+    assert [r.payload["outcome"] for r in exchanges(project)][1:] == ["ok"] * 4  # one line per call, no clash
+
+
+def test_an_error_after_the_early_send_does_not_answer_twice(tmp_path, upstream, monkeypatch):
+    """The answer is sent from inside the append; if anything fails after it, a second answer (409, 500) on the
+    same connection would be read as the answer to the client's next request. The connection ends instead."""
+    from reef_cli.serve import http_server
+
+    real = http_server.Response.send_now
+
+    def send_then_fail(self, request):
+        real(self, request)
+        raise RuntimeError("after the send")
+
+    monkeypatch.setattr(http_server.Response, "send_now", send_then_fail)
+    project, gw = _in_process_gateway(tmp_path, upstream)
+    with in_process(gw) as url:
+        port = int(url.rsplit(":", 1)[1])
+        body = b'{"model": "m", "messages": []}'
+        one = b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%b" % (len(body), body)
+        for inline in (True, False):
+            gw.recorder.committer.average_ns = 0 if inline else 10**12
+            data = _read_to_end(port, one + b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")  # pipelined
+            assert data.startswith(b"HTTP/1.1 200 OK") and data.count(b"HTTP/1.1 ") == 1, data
+        monkeypatch.undo()
+    assert len(exchanges(project)) == 2
+
+
+def test_an_inline_append_is_timed_without_what_then_sends():
+    """The committer's average decides whether lone calls append on the loop; the answer sent from `then` (a large
+    one to a slow client) is not the append's time."""
+    from reef_cli.serve.commit import INLINE_BELOW_NS, Committer
+
+    committer = Committer()
+    committer.run_inline(lambda then: then(), lambda: time.sleep(0.05))
+    assert committer.average_ns < INLINE_BELOW_NS

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
-from ..errors import ConflictError, DamagedState, InvalidInput, NotFound, PolicyError, ReefError
+from ..errors import ConflictError, DamagedState, InvalidInput, NotFound, PolicyError, ReefError, StoreError
 from ..times import format_ms
 from .auth import TokenSet, check_bind, presented_token
 from .http_server import BodyTooLarge, HttpServer, Request, Response, StreamResponse
@@ -155,7 +155,7 @@ class Gateway:
         except ReefError as exc:
             status = (404 if isinstance(exc, NotFound) else 409 if isinstance(exc, ConflictError)
                       else 400 if isinstance(exc, (InvalidInput, PolicyError))
-                      else 503 if isinstance(exc, DamagedState) else 500)  # 503: no record can be kept until fixed
+                      else 503 if isinstance(exc, StoreError) else 500)  # 503: this call's record could not be kept
             resp = _json_response(error_body(api, status, str(exc), "invalid_request_error" if status == 400
                                              else "not_found_error" if status == 404 else "api_error"), status)
         return resp

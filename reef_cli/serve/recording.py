@@ -23,12 +23,13 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import inspect
+import math
 import os
 import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from ..errors import InvalidInput, NotFound
+from ..errors import InvalidInput, NotFound, ReefError
 from ..ledger import NewRecord
 from .commit import INLINE_MAX_CONTENT, Committer
 from .sse import tokens_of
@@ -75,6 +76,7 @@ class Exchange:
     ended: float | None = None
     record: object = None  # the durable ledger record, once finish() has written it
     pending: object = None  # the append in flight (a handler cancelled while waiting for it must not append again)
+    append_error: BaseException | None = None  # the append failed (a sync that failed): not tried again
 
     def add_response(self, data: bytes) -> None:
         self.response_sha.update(data)
@@ -268,6 +270,8 @@ class Recorder:
             return ex.record
         if ex.pending is not None:
             return await asyncio.shield(ex.pending)
+        if ex.append_error is not None:  # its line may be in the ledger, unsynced: appending again would clash
+            raise ex.append_error
         state = self._scenarios[ex.scenario]
         ex.ended = time.perf_counter()
         store_content = self.store_content
@@ -279,21 +283,26 @@ class Recorder:
                 return ledger.append(RECORD_KIND, payload, release_id=ex.release_id, content_id=ex.content_id,
                                      record_id=ex.record_id, then=then)
             except InvalidInput:  # text the client sent that is not UTF-8 (a header's bytes, %ff in a path, a
-                # lone \ud800 in its JSON): the call reached the upstream, so it is recorded, with U+FFFD there
-                return ledger.append(RECORD_KIND, _unicode(payload), release_id=ex.release_id,
+                # lone \ud800 in its JSON), or NaN/Infinity in the upstream's usage: the call reached the upstream,
+                # so it is recorded, with U+FFFD and null there
+                return ledger.append(RECORD_KIND, _storable(payload), release_id=ex.release_id,
                                      content_id=ex.content_id, record_id=ex.record_id, then=then)
 
         def item():
             return NewRecord(RECORD_KIND, ex.payload(store_content), ex.release_id, ex.content_id, ex.record_id)
 
         committer = self.committer
-        if alone and committer.may_inline() and (not store_content or ex.content_size() <= INLINE_MAX_CONTENT):
-            record = ex.record = committer.run_inline(append, then)
-        else:
-            fut = ex.pending = committer.submit(ledger, item, append)
-            record = ex.record = await asyncio.shield(fut)
-            if then is not None:
-                then()
+        try:
+            if alone and committer.may_inline() and (not store_content or ex.content_size() <= INLINE_MAX_CONTENT):
+                record = ex.record = committer.run_inline(append, then)
+            else:
+                fut = ex.pending = committer.submit(ledger, item, append)
+                record = ex.record = await asyncio.shield(fut)
+                if then is not None:
+                    then()
+        except ReefError as exc:
+            ex.append_error = exc
+            raise
         if ex.outcome == "ok":
             self.recorded += 1
         else:
@@ -306,9 +315,12 @@ class Recorder:
             state.ledger.close()
 
 
-def _unicode(obj):
-    """`obj` with every string made encodable: bytes smuggled in as surrogates (surrogateescape) or lone
-    surrogates from JSON escapes become U+FFFD."""
+def _storable(obj):
+    """`obj` made storable as canonical JSON: every string encodable (bytes smuggled in as surrogates by
+    surrogateescape, or lone surrogates from JSON escapes, become U+FFFD) and NaN or Infinity (which Python's JSON
+    parser accepts from an upstream) null."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
     if isinstance(obj, str):
         try:
             obj.encode("utf-8")
@@ -321,7 +333,7 @@ def _unicode(obj):
                     ("\ufffd" if 0xD800 <= code <= 0xDFFF else ch).encode("utf-8")
             return out.decode("utf-8", "replace")
     if isinstance(obj, dict):
-        return {_unicode(k): _unicode(v) for k, v in obj.items()}
+        return {_storable(k): _storable(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
-        return [_unicode(v) for v in obj]
+        return [_storable(v) for v in obj]
     return obj
