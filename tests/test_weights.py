@@ -693,3 +693,34 @@ def test_a_checkpoint_follows_symlinks_inside_it_and_refuses_others(tmp_path):
             checkpoint_manifest(ckpt)
         assert "\n" not in str(caught.value)
         os.unlink(ckpt / name)
+
+
+def test_the_sglang_gateway_redacts_the_prompt_it_keeps_for_training(tmp_path, engine):
+    """In front of SGLang the gateway keeps the client's messages (and the call's token ids) for training, without
+    --store-content. They were stored as sent: a key pasted into a chat reached the ledger in clear. The messages
+    are now redacted like stored content, and a call with a secret keeps no token ids (they decode back to it)."""
+    import urllib.request
+
+    from gateway import in_process, init_project
+    from reef_cli.ledger import Ledger
+    from reef_cli.project import Project
+    from reef_cli.serve.app import Gateway, ServeConfig
+
+    project = init_project(tmp_path / "proj")
+    gw = Gateway(ServeConfig(project=Project(project), scenario="default", upstream=engine.url + "/v1",
+                             upstream_api="sglang", port=0), {},
+                 log=open(tmp_path / "log", "w"), out=open(tmp_path / "out", "w"))
+    secret = "sk-ant-api03-" + "A" * 90
+    with in_process(gw) as url:
+        for content in (f"my key is {secret}", "fix the bug"):
+            body = json.dumps({"model": "m", "messages": [{"role": "user", "content": content}]}).encode()
+            request = urllib.request.Request(url + "/v1/chat/completions", data=body,
+                                             headers={"content-type": "application/json"})
+            with urllib.request.urlopen(request, timeout=20) as answer:
+                assert answer.status == 200
+    ledger = project / ".reef" / "scenarios" / "default" / "ledger.jsonl"
+    assert secret not in ledger.read_text()
+    with_secret, plain = [r.payload for r in Ledger(ledger, "default").iter_records(kind="inference")]
+    assert "sk-ant-api03-" not in json.dumps(with_secret["prompt"]) and "training" not in with_secret
+    assert with_secret["training_withheld"].startswith("a secret was found")
+    assert plain["prompt"] == [{"role": "user", "content": "fix the bug"}] and plain["training"]["prompt_token_ids"]

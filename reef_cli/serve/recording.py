@@ -85,9 +85,11 @@ class Exchange:
             self.response_text += data
 
     def content_size(self) -> int:
-        """Bytes of stored content this exchange's record would redact (0 without --store-content)."""
+        """Bytes of stored content this exchange's record would redact (0 without --store-content and without a
+        prompt kept for training)."""
         return (len(self.response_text) if self.response_text is not None else 0) + \
-            (len(self.request_body) if self.request_body is not None else 0)
+            (len(self.request_body) if self.request_body is not None else 0) + \
+            (self.request.get("length", 0) if "prompt" in self.extra else 0)
 
     def first_token(self) -> None:
         if self.ttft is None:
@@ -157,7 +159,30 @@ class Exchange:
             p["retried"] = list(self.retries)
         if self.extra:
             p.update(self.extra)
+            if "prompt" in p or "training" in p:
+                _redact_training(p, self.upstream_meta)
         return p
+
+
+def _redact_training(p: dict, answer) -> None:
+    """The weights path keeps the client's messages (`prompt`) and the call's token ids (`training`) without
+    --store-content: the messages are redacted like stored content, and when a secret was found in them or in the
+    answer, the token ids (which decode back to the text) are not kept at all."""
+    from ..redact import redact, redact_obj
+
+    found = 0
+    if "prompt" in p:
+        p["prompt"], found = redact_obj(p["prompt"])
+    if "training" in p:
+        choices = answer.get("choices") if isinstance(answer, dict) else None
+        for choice in choices if isinstance(choices, list) else ():
+            message = choice.get("message") if isinstance(choice, dict) else None
+            text = message.get("content") if isinstance(message, dict) else None
+            if isinstance(text, str):  # the answer's text (its logprobs' "token" fields are not secrets)
+                found += redact(text)[1]
+        if found:
+            del p["training"]
+            p["training_withheld"] = "a secret was found in the prompt or the answer: their token ids are not kept"
 
 
 class _Scenario:
@@ -293,7 +318,7 @@ class Recorder:
 
         committer = self.committer
         try:
-            if alone and committer.may_inline() and (not store_content or ex.content_size() <= INLINE_MAX_CONTENT):
+            if alone and committer.may_inline() and ex.content_size() <= INLINE_MAX_CONTENT:
                 record = ex.record = committer.run_inline(append, then)
             else:
                 fut = ex.pending = committer.submit(ledger, item, append)
