@@ -1251,3 +1251,30 @@ def test_one_stalled_sync_does_not_turn_a_fast_disk_into_a_slow_one(path: Path) 
         assert page.read()[4] < group_commit.COORDINATE_ABOVE_NS  # the average leaders share
     finally:
         os.close(fd)
+
+
+def test_after_a_failed_sync_this_writer_acknowledges_nothing_more(path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """After an fdatasync fails the kernel may drop the pages it could not write and report the next sync as good:
+    a record appended after it would be acknowledged over a hole. The writer refuses from then on (both append
+    paths); a new writer, as after a restart, reads the ledger as it is and goes on."""
+    import reef_cli.ledger.writer as writer_mod
+
+    ledger = Ledger(path, "demo")
+    ledger.append("interaction", {"n": 1}, release_id="r", content_id="c")
+    real = writer_mod._fdatasync
+    monkeypatch.setattr(writer_mod, "_fdatasync", lambda fd: (_ for _ in ()).throw(OSError(5, "Input/output error")))
+    with pytest.raises(StoreError, match="cannot sync"):
+        ledger.append("interaction", {"n": 2}, release_id="r", content_id="c")
+    monkeypatch.setattr(writer_mod, "_fdatasync", real)
+    size = path.stat().st_size
+    for kw in ({}, {"record_id": "rec-given-3"}):
+        with pytest.raises(StoreError) as caught:
+            ledger.append("interaction", {"n": 3}, release_id="r", content_id="c", **kw)
+        assert str(caught.value) == (f"an earlier sync of {path} failed (Input/output error); records written since "
+                                     f"may not be on disk, so nothing more is appended by this process: check the "
+                                     f"disk, then restart it (nothing was appended)")
+    assert path.stat().st_size == size
+    fresh = Ledger(path, "demo")
+    assert fresh.append("interaction", {"n": 4}, release_id="r", content_id="c").seq == 3
+    assert fresh.verify().ok

@@ -1022,10 +1022,12 @@ def test_a_sync_that_fails_is_one_503_not_a_second_append(tmp_path, upstream, mo
                     assert b'"reef"' not in out and not out.endswith(b"0\r\n\r\n")
                 else:
                     status, headers, out = http(url + "/v1/chat/completions", {"model": "m", "messages": []})
-                    assert status == 503 and "cannot sync" in json.loads(out)["error"]["message"], out
+                    message = json.loads(out)["error"]["message"]
+                    assert status == 503 and ("cannot sync" in message or "an earlier sync" in message), out
                     assert "x-reef-agent-record-id" not in {k.lower() for k in headers}  # no receipt
         monkeypatch.undo()
-    assert [r.payload["outcome"] for r in exchanges(project)][1:] == ["ok"] * 4  # one line per call, no clash
+    # one line for the first failing call, none after it (nothing more is acknowledged), no clash
+    assert [r.payload["outcome"] for r in exchanges(project)][1:] == ["ok"]
 
 
 def test_an_error_after_the_early_send_does_not_answer_twice(tmp_path, upstream, monkeypatch):
@@ -1061,3 +1063,32 @@ def test_an_inline_append_is_timed_without_what_then_sends():
     committer = Committer()
     committer.run_inline(lambda then: then(), lambda: time.sleep(0.05))
     assert committer.average_ns < INLINE_BELOW_NS
+
+
+def test_a_batch_whose_sync_fails_fails_whole_and_is_not_appended_again(tmp_path, monkeypatch):
+    """Records batched into one write share its sync. When that sync failed, each was appended again on its own
+    and synced again: a second fdatasync can succeed after an I/O error without the data on disk, and those
+    clients got receipts. Now every record of the batch gets the sync's error."""
+    import reef_cli.ledger.writer as writer_mod
+    from reef_cli.ledger import NewRecord
+
+    committer, ledger = _committer_ledger(tmp_path)
+    ledger.append("inference", {"n": 0}, release_id=None, content_id=None)
+
+    def failing(fd):
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(writer_mod, "_fdatasync", failing)
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        futs = [loop.create_future() for _ in range(3)]
+        entries = [(loop, fut, ledger, lambda i=i: NewRecord("inference", {"n": i}, None, None, None),
+                    lambda i=i: ledger.append("inference", {"n": i}, release_id=None, content_id=None))
+                   for i, fut in enumerate(futs, 1)]
+        await loop.run_in_executor(None, committer._commit, entries)
+        return await asyncio.gather(*futs, return_exceptions=True)
+
+    results = asyncio.run(main())
+    assert [type(r).__name__ for r in results] == ["StoreError"] * 3
+    assert all("cannot sync" in str(r) for r in results), results

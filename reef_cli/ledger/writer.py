@@ -61,6 +61,7 @@ class Writer:
         self._sync_ns = 0  # moving average of this instance's syncs
         self._reserved: set[str] = set()  # ids from reserve_id(), not yet appended
         self._retired: list[int] = []
+        self._sync_failed: str | None = None  # a sync failed: nothing more is acknowledged (see _refuse_after_failed_sync)
         self._ino = 0
         self._size = -1  # ledger size when this process last held the writer lock; -1: unknown
         self._seq = 0
@@ -164,6 +165,7 @@ class Writer:
             if self._marks is not None:
                 self._marks.note(ino, end, seq, digest)
         except OSError as exc:
+            self._sync_failed = exc.strerror or type(exc).__name__
             raise StoreError(f"cannot sync {self.path}: {exc.strerror}; the last records may not be durable") from None
         else:
             if then is not None:
@@ -177,6 +179,14 @@ class Writer:
                     for old in self._retired:
                         os.close(old)
                     self._retired.clear()
+
+    def _refuse_after_failed_sync(self) -> None:
+        """After a failed fdatasync the kernel may have dropped the pages it could not write and report success for
+        the next sync: records chained after them would be acknowledged over a hole. This instance acknowledges
+        nothing more; a new one (a restarted gateway) reads the ledger as the disk holds it."""
+        raise StoreError(f"an earlier sync of {self.path} failed ({self._sync_failed}); records written since may not "
+                         f"be on disk, so nothing more is appended by this process: check the disk, then restart "
+                         f"it (nothing was appended)")
 
     def _note_sync(self, took: int) -> None:
         """Count a sync and fold its duration into this instance's moving average (under the mutex). A sample
@@ -423,6 +433,8 @@ class Writer:
         hashed = hashlib.sha256(head[0])
         hashed.update(head[1])
         with self._mutex:
+            if self._sync_failed is not None:
+                self._refuse_after_failed_sync()
             if self._pid != _this_pid[0]:
                 self._ensure_open()
             fcntl.flock(self._lock_fd, fcntl.LOCK_EX)
@@ -472,6 +484,8 @@ class Writer:
         # Everything that does not depend on the chain happens outside the writer lock, so it is held briefly.
         created_at, ids = self._stamp([d.record_id for d in drafts])
         with self._mutex:
+            if self._sync_failed is not None:
+                self._refuse_after_failed_sync()
             self._ensure_open()
             fcntl.flock(self._lock_fd, fcntl.LOCK_EX)
             try:

@@ -22,6 +22,8 @@ import threading
 import time
 from typing import Callable
 
+from ..errors import ConflictError, InvalidInput
+
 INLINE_BELOW_NS = 1_000_000  # appends averaging under this run on the loop when the gateway is otherwise idle
 INLINE_MAX_CONTENT = 64 * 1024  # stored content above this is redacted in the thread, never on the loop
 
@@ -126,8 +128,11 @@ class Committer:
                 continue
             try:
                 records = entries[0][2].append_many(items)
-            except BaseException:  # noqa: BLE001 - one bad record must not fail the batch: append one by one
+            except (InvalidInput, ConflictError):  # one bad record must not fail the batch: append one by one
                 results.extend(_call(entry) for entry in ready)
+            except BaseException as exc:  # noqa: BLE001 - the ledger failed (a sync, a write): no record of the
+                # batch may be acknowledged, and appending them again would sync over what may not be on disk
+                results.extend((entry[0], entry[1], None, exc) for entry in ready)
             else:
                 results.extend((entry[0], entry[1], record, None) for entry, record in zip(ready, records))
         took = time.monotonic_ns() - started
