@@ -1092,3 +1092,16 @@ def test_a_batch_whose_sync_fails_fails_whole_and_is_not_appended_again(tmp_path
     results = asyncio.run(main())
     assert [type(r).__name__ for r in results] == ["StoreError"] * 3
     assert all("cannot sync" in str(r) for r in results), results
+
+
+def test_an_unstorable_usage_nested_past_the_stack_still_gets_its_record(served, upstream):
+    """NaN at the bottom of a usage nested 600 deep: the walk that makes a payload storable ran out of stack, the
+    call got no record at all and the client a 500. The call is now recorded without the unstorable fields."""
+    answer = ('{"id":"c","object":"chat.completion","model":"m","choices":[],"usage":'
+              + '{"a":' * 600 + 'NaN' + '}' * 600 + '}')
+    upstream.reply(Reply(raw=answer.encode()))
+    status, headers, out = http(served.url + "/v1/chat/completions", {"model": "m", "messages": []})
+    assert status == 200 and out == answer.encode()
+    record = ledger_of(served.project).get(headers["x-reef-agent-record-id"]).payload
+    assert record["outcome"] == "ok" and record["usage"] is None and record["status"] == 200
+    assert record["unstorable"].startswith("the upstream's usage or a hook's fields could not be stored")

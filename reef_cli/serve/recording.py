@@ -29,7 +29,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from ..errors import InvalidInput, NotFound, ReefError
+from ..errors import InvalidInput, NotFound
 from ..ledger import NewRecord
 from .commit import INLINE_MAX_CONTENT, Committer
 from .sse import tokens_of
@@ -310,8 +310,16 @@ class Recorder:
             except InvalidInput:  # text the client sent that is not UTF-8 (a header's bytes, %ff in a path, a
                 # lone \ud800 in its JSON), or NaN/Infinity in the upstream's usage: the call reached the upstream,
                 # so it is recorded, with U+FFFD and null there
-                return ledger.append(RECORD_KIND, _storable(payload), release_id=ex.release_id,
-                                     content_id=ex.content_id, record_id=ex.record_id, then=then)
+                try:
+                    fixed = _storable(payload)
+                except RecursionError:  # nested past Python's stack: keep the call, not those fields
+                    fixed = _bare(payload)
+                try:
+                    return ledger.append(RECORD_KIND, fixed, release_id=ex.release_id, content_id=ex.content_id,
+                                         record_id=ex.record_id, then=then)
+                except InvalidInput:
+                    return ledger.append(RECORD_KIND, _bare(payload), release_id=ex.release_id,
+                                         content_id=ex.content_id, record_id=ex.record_id, then=then)
 
         def item():
             return NewRecord(RECORD_KIND, ex.payload(store_content), ex.release_id, ex.content_id, ex.record_id)
@@ -325,7 +333,7 @@ class Recorder:
                 record = ex.record = await asyncio.shield(fut)
                 if then is not None:
                     then()
-        except ReefError as exc:
+        except Exception as exc:
             ex.append_error = exc
             raise
         if ex.outcome == "ok":
@@ -338,6 +346,21 @@ class Recorder:
         self.committer.close()
         for state in self._scenarios.values():
             state.ledger.close()
+
+
+_BARE = ("source", "api", "route", "model", "stream", "status", "outcome", "error", "tokens", "latency_ms", "ttft_ms",
+         "tags", "session", "request", "response", "duration_s")
+
+
+def _bare(payload: dict) -> dict:
+    """The record of a call whose upstream usage, prompt or hook fields cannot be stored at all (nested past the
+    stack): the fields the gateway itself builds, made storable, and a note. The call is recorded either way."""
+    out = {key: payload.get(key) for key in _BARE}
+    out["tags"] = dict(list(out["tags"].items())[:64]) if isinstance(out["tags"], dict) else {}
+    out = _storable(out)
+    out["usage"] = None
+    out["unstorable"] = "the upstream's usage or a hook's fields could not be stored as JSON; they are left out"
+    return out
 
 
 def _storable(obj):
