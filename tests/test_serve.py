@@ -1105,3 +1105,17 @@ def test_an_unstorable_usage_nested_past_the_stack_still_gets_its_record(served,
     record = ledger_of(served.project).get(headers["x-reef-agent-record-id"]).payload
     assert record["outcome"] == "ok" and record["usage"] is None and record["status"] == 200
     assert record["unstorable"].startswith("the upstream's usage or a hook's fields could not be stored")
+
+
+def test_a_stream_the_upstream_broke_reaches_an_http_10_client_as_a_reset(served, upstream):
+    """On HTTP/1.0 a stream's body ends with the connection, so the plain close the gateway used for a broken
+    stream read as a complete answer; it is now a reset (a chunked client sees the missing end, as before)."""
+    upstream.reply(Reply(text="one two three four", die_after=2))
+    body = b'{"model": "m", "messages": [], "stream": true}'
+    with socket.create_connection(("127.0.0.1", int(served.url.rsplit(":", 1)[1])), timeout=10) as s:
+        s.sendall(b"POST /v1/chat/completions HTTP/1.0\r\nContent-Length: %d\r\n\r\n%b" % (len(body), body))
+        data = b""
+        with pytest.raises(ConnectionResetError):
+            while chunk := s.recv(65536):
+                data += chunk
+    assert data == b"" or data.startswith(b"HTTP/1.1 200 OK")

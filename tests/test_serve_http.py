@@ -61,16 +61,27 @@ def server(monkeypatch):
             await asyncio.sleep(0.2)
             await out.write_eof()
             return out
-        if request.path == "/stream-then-error":  # a handler that begins a stream, then answers an error
+        if request.path in ("/stream-then-error", "/held-then-error"):  # begins a stream, then answers an error
             out = StreamResponse(200, [("Content-Type", "text/event-stream")])
             await out.prepare(request)
-            await out.write(b"data: 0\n\n")
+            if request.path == "/stream-then-error":  # its head and first event leave (the held one does not)
+                await out.write(b"data: 0\n\n")
+                await asyncio.sleep(0.05)
             return Response(b"the record could not be kept", 503)
         if request.path == "/crash-stream":  # a handler that fails after its stream began
             out = StreamResponse(200, [("Content-Type", "text/event-stream")])
             await out.prepare(request)
             await out.write(b"data: 0\n\n")
+            await asyncio.sleep(0.05)
             raise RuntimeError("boom")
+        if request.path == "/endless-stream":  # still streaming when it is cancelled
+            out = StreamResponse(200, [("Content-Type", "text/event-stream")])
+            await out.prepare(request)
+            await out.write(b"data: 0\n\n")
+            await asyncio.sleep(30)
+        if request.path == "/early-then-crash":  # a whole answer sent early (as a receipt is), then a failure
+            Response(b"x" * (8 << 20), 200).send_now(request)
+            raise RuntimeError("after the answer")
         if request.path == "/stream":
             out = StreamResponse(200, [("Content-Type", "text/event-stream")])
             await out.prepare(request)
@@ -332,3 +343,41 @@ def test_a_request_cut_by_cancellation_still_gets_its_log_line(server):
     _until_closed(s)
     time.sleep(0.1)
     assert [path for path, _ in _ACCESS] == ["/slow"]
+
+
+def test_an_error_before_any_of_a_stream_left_is_the_only_answer(server):
+    """A stream whose head is still held has sent nothing: an error answer can still be the one answer, on a
+    connection that stays usable (it used to be cut, the access log saying 200)."""
+    port, notes = server
+    s = _connect(port)
+    s.sendall(b"GET /held-then-error HTTP/1.1\r\nHost: x\r\n\r\nGET /a HTTP/1.1\r\nHost: x\r\n"
+              b"Connection: close\r\n\r\n")
+    data = _until_closed(s)
+    assert data.startswith(b"HTTP/1.1 503 ") and b"text/event-stream" not in data
+    assert data.count(b"HTTP/1.1 ") == 2 and data.endswith(b'{"path": "/a", "len": 0}')
+    assert _ACCESS[:1] == [("/held-then-error", 503)] and not notes
+
+
+def test_a_stream_cancelled_by_the_drain_on_http_10_is_a_reset(server):
+    port, _ = server
+    s = _connect(port)
+    s.sendall(b"GET /endless-stream HTTP/1.0\r\n\r\n")
+    assert b"data: 0" in s.recv(65536)
+    loop = server_loop()
+    loop.call_soon_threadsafe(lambda: [t.cancel() for t in asyncio.all_tasks(loop) if "_answer" in repr(t)])
+    with pytest.raises(ConnectionResetError):
+        while s.recv(65536):
+            pass
+
+
+def test_an_answer_sent_early_reaches_a_slow_client_whole_when_the_handler_fails_after(server):
+    """The connection ends after an answer sent early when the handler then fails; an abrupt close with the
+    client's pipelined bytes unread reset it, cutting what the client had not read yet."""
+    port, _ = server
+    s = _connect(port)
+    junk = b"POST /x HTTP/1.1\r\nHost: x\r\nContent-Length: 900\r\n\r\n" + b"j" * 900
+    s.sendall(b"GET /early-then-crash HTTP/1.1\r\nHost: x\r\n\r\n" + junk * 200)
+    time.sleep(0.5)  # the server is done; the client has read nothing yet
+    data = _until_closed(s)
+    head, _, body = data.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200 OK") and len(body) == 8 << 20

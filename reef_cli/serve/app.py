@@ -405,7 +405,7 @@ class Gateway:
                     await send(chunk)
                 await out.write_eof()
             except (_ClientGone, UpstreamError, asyncio.TimeoutError):
-                _abort(request)
+                out.cut()
             return out
         watch = StreamWatch(api)
         splitter = EventSplitter()
@@ -456,7 +456,7 @@ class Gateway:
             elif terminal is not None and ex.refused:
                 await send(terminal + b"".join(after), last=True)  # the stream as it came, with no receipt
             else:
-                _abort(request)  # the client must see a broken stream, not a clean end
+                out.cut()  # the client must see a broken stream, not a clean end
         except _ClientGone:
             pass
         return out
@@ -664,12 +664,6 @@ def _read_answer(ex: Exchange, data: bytes) -> None:
     usage = obj.get("usage")
     if isinstance(usage, dict):
         ex.usage = usage
-
-
-def _abort(request: Request) -> None:
-    transport = request.transport
-    if transport is not None:
-        transport.close()
 
 
 def serve(config: ServeConfig, environ: dict) -> int:

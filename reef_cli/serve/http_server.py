@@ -271,7 +271,7 @@ class StreamResponse(_Answer):
     between the upstream's answer and its record. Nothing is held longer than HOLD_S."""
 
     __slots__ = ("status", "headers", "_request", "_chunked", "_ended", "_pending", "_size", "_scheduled", "_gone",
-                 "_held")
+                 "_held", "_wrote")
 
     def __init__(self, status: int = 200, headers: list[tuple[str, str]] | None = None):
         self.status, self.headers = status, _pairs(headers)
@@ -283,6 +283,7 @@ class StreamResponse(_Answer):
         self._scheduled = False
         self._gone = False
         self._held: asyncio.TimerHandle | None = None
+        self._wrote = False  # some of it has left (until then an error answer can still take its place)
 
     async def prepare(self, request: Request) -> None:
         self._request = request
@@ -293,8 +294,9 @@ class StreamResponse(_Answer):
         conn.closing_after = conn.closing_after or close
         if conn.lost or conn.transport.is_closing():
             raise ClientGone("the client hung up")
+        head = _head(self.status, self.headers, extra)  # a BadHeader here begins nothing
         request.answer = self
-        self._queue(_head(self.status, self.headers, extra), hold=True)
+        self._queue(head, hold=True)
 
     async def write(self, data: bytes, hold: bool = False) -> None:
         """Queue `data` for this turn's send; `hold`: for up to HOLD_S, unless something not held comes first."""
@@ -324,6 +326,16 @@ class StreamResponse(_Answer):
             elif data:
                 self._pending.append(data)
         self._flush()
+
+    def withdraw(self) -> bool:
+        """Take back an answer none of which has left (its head still held): True if it could be."""
+        if self._wrote:
+            return False
+        if self._held is not None:
+            self._held.cancel()
+            self._held = None
+        self._pending, self._size, self._ended = [], 0, True
+        return True
 
     def cut(self) -> None:
         """End the stream broken (a handler failed after the head went out: a 500 now would be a second answer to
@@ -362,6 +374,7 @@ class StreamResponse(_Answer):
             return
         data = self._pending[0] if len(self._pending) == 1 else b"".join(self._pending)
         self._pending, self._size = [], 0
+        self._wrote = True
         try:
             self._request.conn.write(data)
         except ClientGone:
@@ -577,7 +590,10 @@ class _Connection(asyncio.Protocol):
         except (ClientGone, ConnectionError):
             response = None
         except asyncio.CancelledError:  # the drain's time ran out: the connection ends with no answer
-            self.close()
+            if isinstance(request.answer, StreamResponse):
+                request.answer.cut()  # visibly broken, HTTP/1.0 included
+            else:
+                self.close()
             try:
                 server.access(request, request.answer)
             except Exception:  # noqa: BLE001 - the log line must not hide the cancellation
@@ -590,6 +606,8 @@ class _Connection(asyncio.Protocol):
             response = server.error(500, f"the gateway failed ({type(exc).__name__}); see its log")
             crashed = True  # its line is written: the one below would say it twice
         begun = request.answer
+        if isinstance(begun, StreamResponse) and response is not begun and begun.withdraw():
+            begun = request.answer = None  # nothing of it left: the error answer is the only one
         if begun is not None and response is not begun:
             # Its answer began (a stream's head, or a receipt sent the moment its record was durable) and something
             # else came back: an error answer or a crash. Sent, it would be a second answer to one request, read as
@@ -599,8 +617,8 @@ class _Connection(asyncio.Protocol):
                             f"({response.status}); the connection is closed")
             if isinstance(begun, StreamResponse):
                 begun.cut()
-            else:
-                self.close()
+            else:  # the answer is out whole: end after it (an abrupt close could reset what the client has not read)
+                self.closing_after = True
             response = None
         if self.refused is request and not self.refusal_sent:  # its body broke: one answer, the handler's or this
             self.refusal_sent = True
