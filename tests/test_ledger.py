@@ -1278,3 +1278,44 @@ def test_after_a_failed_sync_this_writer_acknowledges_nothing_more(path: Path,
     fresh = Ledger(path, "demo")
     assert fresh.append("interaction", {"n": 4}, release_id="r", content_id="c").seq == 3
     assert fresh.verify().ok
+
+
+@pytest.mark.parametrize("led", [False, True])
+def test_a_sync_told_0_beside_one_that_failed_acknowledges_nothing(path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                   led: bool) -> None:
+    """A writeback error is reported once per open file: of two threads syncing one instance's descriptor at the
+    same time, one is told EIO and the other 0 (modelled here). The one told 0 acknowledged a record chained onto
+    pages the kernel may have dropped; it now waits for the syncs it overlapped and refuses after a failure. Led
+    syncs too: a waiter took the lead after the leader's failure and synced the same descriptor again."""
+    import reef_cli.ledger.writer as writer_mod
+
+    ledger = Ledger(path, "demo")
+    ledger.append("interaction", {"n": 0}, release_id="r", content_id="c")
+    monkeypatch.setattr(group_commit, "COORDINATE_ABOVE_NS", 0 if led else 10**18)
+    calls: list[int] = []
+    guard = threading.Lock()
+
+    def once_per_file(fd: int) -> None:
+        with guard:
+            calls.append(fd)
+            n = len(calls)
+        if n == 1:
+            time.sleep(0.2)
+            raise OSError(5, "Input/output error")
+        time.sleep(0.4)  # the error was already reported to the first caller
+
+    monkeypatch.setattr(writer_mod, "_fdatasync", once_per_file)
+    out: dict = {}
+
+    def append(n: int) -> None:
+        try:
+            out[n] = ledger.append("interaction", {"n": n}, release_id="r", content_id="c")
+        except StoreError as exc:
+            out[n] = exc
+
+    first = background(lambda: append(1))
+    time.sleep(0.05)
+    second = background(lambda: append(2))
+    first.join(10)
+    second.join(10)
+    assert all(isinstance(out[n], StoreError) for n in (1, 2)), out
