@@ -1000,37 +1000,36 @@ def _read_to_end(port: int, request: bytes) -> bytes:
 
 def test_a_sync_that_fails_is_one_503_not_a_second_append(tmp_path, upstream, monkeypatch):
     """A record whose sync fails gets no receipt. Its line may already be in the file, so appending it again as a
-    gateway_error clashed with its own id: the client got a 409 naming the ledger's path. It is now one 503."""
+    gateway_error clashed with its own id: the client got a 409 naming the ledger's path. It is now one 503; and
+    as the writer acknowledges nothing more after a failed sync, the calls after it are refused before they reach
+    the upstream (billed, unrecorded), /healthz says so, and the gateway's exit is not 0."""
     import reef_cli.ledger.writer as writer_mod
 
     project, gw = _in_process_gateway(tmp_path, upstream)
-    with in_process(gw) as url:
+    with in_process(gw, code=1) as url:
         http(url + "/v1/chat/completions", {"model": "m", "messages": []})  # the ledger's files exist
+        calls = len(upstream.calls)
 
         def failing(fd):
             raise OSError(5, "Input/output error")
 
         monkeypatch.setattr(writer_mod, "_fdatasync", failing)
+        messages = []
         for stream in (False, True):
             for inline in (True, False):
                 gw.recorder.committer.average_ns = 0 if inline else 10**12
-                if stream:  # one answer: a 503 while none of the stream had left, else the stream cut short
-                    body = b'{"model": "m", "messages": [], "stream": true}'
-                    out = _read_to_end(int(url.rsplit(":", 1)[1]), b"POST /v1/chat/completions HTTP/1.1\r\n"
-                                       b"Host: x\r\nConnection: close\r\nContent-Length: %d\r\n\r\n%b"
-                                       % (len(body), body))
-                    assert out.count(b"HTTP/1.1 ") == 1 and b'"reef"' not in out, out
-                    assert out.startswith(b"HTTP/1.1 503 ") or (out.startswith(b"HTTP/1.1 200 OK")
-                                                               and not out.endswith(b"0\r\n\r\n")), out
-                else:
-                    status, headers, out = http(url + "/v1/chat/completions", {"model": "m", "messages": []})
-                    message = json.loads(out)["error"]["message"]
-                    assert status == 503 and ("cannot sync" in message or "an earlier sync" in message), out
-                    assert "x-reef-agent-record-id" not in {k.lower() for k in headers}  # no receipt
+                status, headers, out = http(url + "/v1/chat/completions",
+                                            {"model": "m", "messages": [], "stream": stream})
+                assert status == 503 and "x-reef-agent-record-id" not in {k.lower() for k in headers}, out
+                messages.append(json.loads(out)["error"]["message"])
         monkeypatch.undo()
-    # one line for the first failing call, none after it (nothing more is acknowledged), no clash
-    assert [r.payload["outcome"] for r in exchanges(project)][1:] == ["ok"]
-
+        assert "cannot sync" in messages[0] and all("cannot record this call: its ledger failed a sync "
+                                                    "(Input/output error)" in m for m in messages[1:]), messages
+        assert len(upstream.calls) == calls + 1  # only the call whose sync failed reached the upstream
+        status, _, out = http(url + "/healthz")
+        assert status == 503 and "failed a sync" in json.loads(out)["error"]
+    assert [r.payload["outcome"] for r in exchanges(project)][1:] == ["ok"]  # its line, never acknowledged
+    assert "failed a sync (Input/output error)" in (tmp_path / "log").read_text()
 
 def test_an_error_after_the_early_send_does_not_answer_twice(tmp_path, upstream, monkeypatch):
     """The answer is sent from inside the append; if anything fails after it, a second answer (409, 500) on the
@@ -1121,3 +1120,27 @@ def test_a_stream_the_upstream_broke_reaches_an_http_10_client_as_a_reset(served
             while chunk := s.recv(65536):
                 data += chunk
     assert data == b"" or data.startswith(b"HTTP/1.1 200 OK")
+
+
+def test_a_stream_with_an_odd_model_is_recorded_and_the_last_resort_cannot_nest(served, upstream, tmp_path):
+    """A stream chunk's `model` nested 600 deep with a NaN inside: the stream kept it unchecked, and the last-resort
+    record kept it too, so it hit the stack again and the billed call got no record. Models are strings or
+    nothing now, and the last resort forces each field to its type."""
+    from reef_cli.serve.recording import _bare
+
+    deep = "[" * 600 + "NaN" + "]" * 600
+    events = ('data: {"id":"c","object":"chat.completion.chunk","model":' + deep + ',"choices":[{"index":0,'
+              '"delta":{"content":"hi"}}]}\n\ndata: {"id":"c","object":"chat.completion.chunk","model":"m",'
+              '"choices":[],"usage":{"prompt_tokens":1,"completion_tokens":1,"total_tokens":2}}\n\ndata: [DONE]\n\n')
+    upstream.reply(Reply(raw=events.encode(), content_type="text/event-stream"))
+    status, headers, out = http(served.url + "/v1/chat/completions", {"model": "m", "messages": [], "stream": True})
+    assert status == 200 and out.endswith(b"data: [DONE]\n\n")
+    record = ledger_of(served.project).get(headers["x-reef-agent-record-id"]).payload
+    assert record["outcome"] == "ok" and record["model"] == "m"
+    nested: object = float("nan")
+    for _ in range(3000):
+        nested = [nested]
+    bare = _bare({key: nested for key in ("model", "error", "session", "tags", "tokens", "request", "response",
+                                         "status", "latency_ms", "usage", "provenance")})
+    led = Ledger(tmp_path / "ledger.jsonl", "default")
+    assert led.append("inference", bare, release_id=None, content_id=None).payload["usage"] is None

@@ -214,6 +214,10 @@ class Gateway:
         headers = request.headers
         capture = api in RECORDED and headers.get("x-reef-capture", "").strip().lower() not in ("false", "0", "no")
         state = self.recorder.scenario(headers.get("x-reef-scenario"))
+        if capture and state.ledger.sync_failure is not None:  # nothing more can be recorded: no upstream call
+            return _json_response(error_body(api, 503, f"the gateway cannot record this call: its ledger failed a "
+                                             f"sync ({state.ledger.sync_failure}); restart the gateway once the "
+                                             f"disk is checked", "api_error"), 503)
         release = state.release()  # frozen here: a publish during the request does not re-attribute it
         target = self._target(path, request.raw_path)
         extra = [("x-reef-release-id", release.release_id)]
@@ -504,7 +508,8 @@ class Gateway:
         scenarios = {}
         for name, state in sorted(self.recorder.scenarios.items()):
             rel = state.release()
-            scenarios[name] = {"release_id": rel.release_id, "content_id": rel.content_id, "step": rel.step}
+            scenarios[name] = {"release_id": rel.release_id, "content_id": rel.content_id, "step": rel.step,
+                               "ledger_failed": state.ledger.sync_failure}
         from .. import __version__
 
         return _json_response({
@@ -518,7 +523,15 @@ class Gateway:
             "loop": _loop_name()})
 
     async def _healthz(self, _request: Request) -> Response:
+        failed = self._failed_ledgers()
+        if failed:  # nothing more can be recorded until the gateway is restarted: not healthy
+            return _json_response({"ok": False, "error": failed[0]}, 503)
         return _json_response({"ok": True})
+
+    def _failed_ledgers(self) -> list[str]:
+        return [f"the ledger of scenario '{name}' failed a sync ({state.ledger.sync_failure}); calls are refused "
+                f"until the gateway is restarted" for name, state in sorted(self.recorder.scenarios.items())
+                if state.ledger.sync_failure is not None]
 
     # -- running ----------------------------------------------------------------------------------------------
     async def run(self, stop: asyncio.Event | None = None, on_ready=None) -> int:
@@ -569,6 +582,9 @@ class Gateway:
 
     def _verify(self) -> int:
         code = 0
+        for line in self._failed_ledgers():
+            self._note(f"stopped; {line}")
+            code = 1
         for name, state in sorted(self.recorder.scenarios.items()):
             result = state.ledger.verify()
             if result.ok:
