@@ -724,3 +724,32 @@ def test_the_sglang_gateway_redacts_the_prompt_it_keeps_for_training(tmp_path, e
     assert "sk-ant-api03-" not in json.dumps(with_secret["prompt"]) and "training" not in with_secret
     assert with_secret["training_withheld"].startswith("a secret was found")
     assert plain["prompt"] == [{"role": "user", "content": "fix the bug"}] and plain["training"]["prompt_token_ids"]
+
+
+def test_an_inline_image_in_a_kept_prompt_is_stored_as_its_digest(tmp_path, engine):
+    """Megabytes of base64 in a `data:` URL were redacted byte by byte (seconds, in the committer thread every
+    record waits behind) and stored whole; the training record keeps its media type, length and digest."""
+    import hashlib
+    import urllib.request
+
+    from gateway import in_process, init_project
+    from reef_cli.ledger import Ledger
+    from reef_cli.project import Project
+    from reef_cli.serve.app import Gateway, ServeConfig
+
+    project = init_project(tmp_path / "proj")
+    gw = Gateway(ServeConfig(project=Project(project), scenario="default", upstream=engine.url + "/v1",
+                             upstream_api="sglang", port=0), {},
+                 log=open(tmp_path / "log", "w"), out=open(tmp_path / "out", "w"))
+    image = "data:image/png;base64," + "iVBORw0KGgo" * 20_000
+    parts = [{"type": "text", "text": "what is this"}, {"type": "image_url", "image_url": {"url": image}}]
+    with in_process(gw) as url:
+        body = json.dumps({"model": "m", "messages": [{"role": "user", "content": parts}]}).encode()
+        request = urllib.request.Request(url + "/v1/chat/completions", data=body,
+                                         headers={"content-type": "application/json"})
+        with urllib.request.urlopen(request, timeout=60) as answer:
+            assert answer.status == 200
+    [payload] = [r.payload for r in Ledger(project / ".reef" / "scenarios" / "default" / "ledger.jsonl",
+                                           "default").iter_records(kind="inference")]
+    kept = payload["prompt"][0]["content"][1]["image_url"]["url"]
+    assert kept == f"data:image/png;length={len(image)};sha256={hashlib.sha256(image.encode()).hexdigest()}"

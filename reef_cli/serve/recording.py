@@ -89,7 +89,7 @@ class Exchange:
         prompt kept for training)."""
         return (len(self.response_text) if self.response_text is not None else 0) + \
             (len(self.request_body) if self.request_body is not None else 0) + \
-            (self.request.get("length", 0) if "prompt" in self.extra else 0)
+            (self.request.get("length", 0) + self.response_len if "prompt" in self.extra else 0)
 
     def first_token(self) -> None:
         if self.ttft is None:
@@ -172,7 +172,10 @@ def _redact_training(p: dict, answer) -> None:
 
     found = 0
     if "prompt" in p:
-        p["prompt"], found = redact_obj(p["prompt"])
+        try:
+            p["prompt"], found = redact_obj(_data_urls_digested(p["prompt"]))
+        except RecursionError:  # messages nested past the stack: neither they nor their token ids are kept
+            p["prompt"], found = None, 1
     if "training" in p:
         choices = answer.get("choices") if isinstance(answer, dict) else None
         for choice in choices if isinstance(choices, list) else ():
@@ -183,6 +186,22 @@ def _redact_training(p: dict, answer) -> None:
         if found:
             del p["training"]
             p["training_withheld"] = "a secret was found in the prompt or the answer: their token ids are not kept"
+
+
+def _data_urls_digested(obj):
+    """Inline files in the messages (an image as a `data:` URL, megabytes of base64) as their media type, length and
+    digest: the training record needs the conversation, not the file, and redacting megabytes of base64 held up
+    every record behind it in the committer thread."""
+    if isinstance(obj, str):
+        if len(obj) > 1024 and obj.startswith("data:"):
+            media = obj[5:obj.find(",", 5, 200)].split(";")[0] if "," in obj[5:200] else "unknown"
+            return f"data:{media};length={len(obj)};sha256={hashlib.sha256(obj.encode('utf-8', 'replace')).hexdigest()}"
+        return obj
+    if isinstance(obj, dict):
+        return {k: _data_urls_digested(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_data_urls_digested(v) for v in obj]
+    return obj
 
 
 class _Scenario:
@@ -348,15 +367,24 @@ class Recorder:
             state.ledger.close()
 
 
-_BARE = ("source", "api", "route", "model", "stream", "status", "outcome", "error", "tokens", "latency_ms", "ttft_ms",
-         "tags", "session", "request", "response", "duration_s")
-
-
 def _bare(payload: dict) -> dict:
     """The record of a call whose upstream usage, prompt or hook fields cannot be stored at all (nested past the
-    stack): the fields the gateway itself builds, made storable, and a note. The call is recorded either way."""
-    out = {key: payload.get(key) for key in _BARE}
-    out["tags"] = dict(list(out["tags"].items())[:64]) if isinstance(out["tags"], dict) else {}
+    stack): the fields the gateway itself builds, each forced to its own type, made storable, and a note. The call
+    is recorded either way; nothing here can nest."""
+    def of(key, kind):
+        value = payload.get(key)
+        return value if isinstance(value, kind) and not (kind is int and isinstance(value, bool)) else None
+
+    out = {key: of(key, str) for key in ("source", "api", "route", "model", "outcome", "error", "session")}
+    out.update(status=of("status", int), stream=payload.get("stream") is True,
+               latency_ms=of("latency_ms", float), ttft_ms=of("ttft_ms", float), duration_s=of("duration_s", float))
+    tokens = payload.get("tokens") if isinstance(payload.get("tokens"), dict) else {}
+    out["tokens"] = {key: tokens.get(key) if type(tokens.get(key)) is int else None for key in ("input", "output")}
+    tags = payload.get("tags") if isinstance(payload.get("tags"), dict) else {}
+    out["tags"] = {k: v for k, v in list(tags.items())[:64] if isinstance(k, str) and isinstance(v, str)}
+    for key in ("request", "response"):  # the gateway's digests (and, with --store-content, redacted text)
+        part = payload.get(key) if isinstance(payload.get(key), dict) else {}
+        out[key] = {k: v for k, v in part.items() if isinstance(v, (str, int)) and not isinstance(v, bool)}
     out = _storable(out)
     out["usage"] = None
     out["unstorable"] = "the upstream's usage or a hook's fields could not be stored as JSON; they are left out"
