@@ -711,16 +711,20 @@ def test_the_sglang_gateway_redacts_the_prompt_it_keeps_for_training(tmp_path, e
                              upstream_api="sglang", port=0), {},
                  log=open(tmp_path / "log", "w"), out=open(tmp_path / "out", "w"))
     secret = "sk-ant-api03-" + "A" * 90
+    tool = {"type": "function", "function": {"name": "deploy", "description": f"deploys with token {secret}",
+                                             "parameters": {"type": "object", "properties": {}}}}
     with in_process(gw) as url:
-        for content in (f"my key is {secret}", "fix the bug"):
-            body = json.dumps({"model": "m", "messages": [{"role": "user", "content": content}]}).encode()
+        for content, extra in ((f"my key is {secret}", {}), ("fix the bug", {}), ("deploy it", {"tools": [tool]})):
+            body = json.dumps({"model": "m", "messages": [{"role": "user", "content": content}], **extra}).encode()
             request = urllib.request.Request(url + "/v1/chat/completions", data=body,
                                              headers={"content-type": "application/json"})
             with urllib.request.urlopen(request, timeout=20) as answer:
                 assert answer.status == 200
     ledger = project / ".reef" / "scenarios" / "default" / "ledger.jsonl"
     assert secret not in ledger.read_text()
-    with_secret, plain = [r.payload for r in Ledger(ledger, "default").iter_records(kind="inference")]
+    with_secret, plain, in_a_tool = [r.payload for r in Ledger(ledger, "default").iter_records(kind="inference")]
+    # the token ids also encode the request's tools: a secret in one means none are kept
+    assert "training" not in in_a_tool and in_a_tool["training_withheld"].startswith("a secret was found")
     assert "sk-ant-api03-" not in json.dumps(with_secret["prompt"]) and "training" not in with_secret
     assert with_secret["training_withheld"].startswith("a secret was found")
     assert plain["prompt"] == [{"role": "user", "content": "fix the bug"}] and plain["training"]["prompt_token_ids"]

@@ -76,6 +76,7 @@ class Exchange:
     ended: float | None = None
     record: object = None  # the durable ledger record, once finish() has written it
     pending: object = None  # the append in flight (a handler cancelled while waiting for it must not append again)
+    training_context: dict | None = None  # the request's fields besides the messages, which token ids also encode
     append_error: BaseException | None = None  # the append failed (a sync that failed): not tried again
 
     def add_response(self, data: bytes) -> None:
@@ -160,15 +161,15 @@ class Exchange:
         if self.extra:
             p.update(self.extra)
             if "prompt" in p or "training" in p:
-                _redact_training(p, self.upstream_meta)
+                _redact_training(p, self.upstream_meta, self.training_context)
         return p
 
 
-def _redact_training(p: dict, answer) -> None:
+def _redact_training(p: dict, answer, context=None) -> None:
     """The weights path keeps the client's messages (`prompt`) and the call's token ids (`training`) without
     --store-content: the messages are redacted like stored content, and when a secret was found in them or in the
     answer, the token ids (which decode back to the text) are not kept at all."""
-    from ..redact import redact, redact_obj
+    from ..redact import redact_obj
 
     found = 0
     if "prompt" in p:
@@ -177,12 +178,17 @@ def _redact_training(p: dict, answer) -> None:
         except RecursionError:  # messages nested past the stack: neither they nor their token ids are kept
             p["prompt"], found = None, 1
     if "training" in p:
-        choices = answer.get("choices") if isinstance(answer, dict) else None
-        for choice in choices if isinstance(choices, list) else ():
-            message = choice.get("message") if isinstance(choice, dict) else None
-            text = message.get("content") if isinstance(message, dict) else None
-            if isinstance(text, str):  # the answer's text (its logprobs' "token" fields are not secrets)
-                found += redact(text)[1]
+        try:
+            # what else the token ids encode: the request's other fields (tools and their descriptions, a
+            # response format...) and the whole answer message (text, tool-call arguments, reasoning), not its
+            # logprobs, whose "token" fields are text tokens, not secrets
+            found += redact_obj(context)[1] if context else 0
+            choices = answer.get("choices") if isinstance(answer, dict) else None
+            for choice in choices if isinstance(choices, list) else ():
+                message = choice.get("message") if isinstance(choice, dict) else None
+                found += redact_obj(message)[1] if isinstance(message, dict) else 0
+        except RecursionError:
+            found += 1
         if found:
             del p["training"]
             p["training_withheld"] = "a secret was found in the prompt or the answer: their token ids are not kept"
