@@ -1144,3 +1144,23 @@ def test_a_stream_with_an_odd_model_is_recorded_and_the_last_resort_cannot_nest(
                                          "status", "latency_ms", "usage", "provenance")})
     led = Ledger(tmp_path / "ledger.jsonl", "default")
     assert led.append("inference", bare, release_id=None, content_id=None).payload["usage"] is None
+
+
+def test_the_log_line_of_a_stream_whose_record_failed_names_no_record(tmp_path, upstream, monkeypatch):
+    """A stream whose events had gone out when its record's sync failed is cut; its log line gave the 200 and the
+    record id from its head, for a record that does not exist."""
+    import reef_cli.ledger.writer as writer_mod
+
+    project, gw = _in_process_gateway(tmp_path, upstream)
+    with in_process(gw, code=1) as url:
+        http(url + "/v1/chat/completions", {"model": "m", "messages": []})  # the ledger's files exist
+        upstream.reply(Reply(text="one two three four", event_delay=0.05))
+        monkeypatch.setattr(writer_mod, "_fdatasync", lambda fd: (_ for _ in ()).throw(OSError(5, "I/O error")))
+        body = b'{"model": "m", "messages": [], "stream": true}'
+        out = _read_to_end(int(url.rsplit(":", 1)[1]), b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+                           b"Content-Length: %d\r\n\r\n%b" % (len(body), body))
+        monkeypatch.undo()
+        assert out.startswith(b"HTTP/1.1 200 OK") and b"x-reef-agent-record-id" in out.lower()
+        assert not out.endswith(b"0\r\n\r\n")
+    line = [ln for ln in (tmp_path / "log").read_text().splitlines() if "POST /v1/chat/completions 200" in ln][-1]
+    assert line.endswith("(no record kept)") and "rec_" not in line, line

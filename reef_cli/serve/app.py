@@ -183,15 +183,20 @@ class Gateway:
         """The request's log line, written once the response has gone out (None: the client hung up first)."""
         ms = (time.perf_counter() - request.t0) * 1000
         rid = resp.header("x-reef-agent-record-id") if resp is not None else None
+        ex = request.exchange
+        lost = ex is not None and ex.record is None  # its receipt's record was never kept (a failed sync)
+        if lost:
+            rid = None
         status = resp.status if resp is not None else 0
         path = request.path if request.path in self.routes else _shown(request.path)
         if self.config.json_logs:
             line = json.dumps({"t": format_ms(int(time.time() * 1000)), "method": request.method, "path": path,
-                               "status": status, "ms": round(ms, 3), "record_id": rid,
+                               "status": status, "ms": round(ms, 3), "record_id": rid, "recorded": not lost,
                                "release_id": resp.header("x-reef-release-id") if resp is not None else None},
                               sort_keys=True)
         else:
-            line = f"reef: {request.method} {path} {status} {ms:.1f}ms" + (f" {rid}" if rid else "")
+            line = f"reef: {request.method} {path} {status} {ms:.1f}ms" + (f" {rid}" if rid else "") + \
+                (" (no record kept)" if lost else "")
         try:
             self.log.write(line + "\n")
             self.log.flush()
@@ -252,6 +257,7 @@ class Gateway:
             raise
         if ex is None:
             return await self._relay(request, api, target, headers, body, None, extra, call)
+        request.exchange = ex
         extra.append(("x-reef-agent-record-id", ex.record_id))
         try:
             return await self._relay(request, api, target, headers, body, ex, extra, call)

@@ -97,7 +97,8 @@ class Request:
     """One request as the handler sees it. The body is read with `await read()` (it may still be arriving)."""
 
     __slots__ = ("method", "raw_path", "path", "query_string", "http11", "headers", "keep_alive", "content_length",
-                 "conn", "t0", "route", "_body", "_size", "_done", "_cut_off", "_waiter", "too_large", "head", "answer")
+                 "conn", "t0", "route", "_body", "_size", "_done", "_cut_off", "_waiter", "too_large", "head", "answer",
+                 "exchange")
 
     def __init__(self, conn: "_Connection", method: str, raw_path: str, path: str, query: str, http11: bool,
                  headers: Headers, keep_alive: bool, content_length: int | None):
@@ -116,6 +117,7 @@ class Request:
         # The answer that began to go out before the handler returned: a stream whose head is out or queued, or a
         # Response sent early (send_now). Nothing else may be sent for this request after it (_answer).
         self.answer: StreamResponse | Response | None = None
+        self.exchange = None  # what the gateway records of it (its log line says whether a record was kept)
 
     @property
     def transport(self) -> asyncio.Transport | None:
