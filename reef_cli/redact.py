@@ -455,7 +455,11 @@ def redact(text: str) -> tuple[str, int]:
     continued over lines (`mysql -h db \\` + newline + `-pX`) lose its line breaks, read as the one line it is."""
     if not isinstance(text, str):
         raise InvalidInput(f"redact takes text, not {type(text).__name__}")
+    hidden = 0
+    if (not text.isascii() or "\\u" in text) and _HIDDEN.search(text):  # isascii: a quick no for most texts
+        text, hidden = _redact_hidden(text)
     out, count = _redact_colours(text)
+    count += hidden
     if "\\\n" in out or "\\\r\n" in out:
         # read again as one line, from what the first reading left: a token wrapped with a backslash-newline
         # (found above) and a flag continued on the next line (found here) are both removed
@@ -463,6 +467,68 @@ def redact(text: str) -> tuple[str, int]:
         if joined_count:
             return joined, count + joined_count
     return out, count
+
+
+# Characters that render as nothing (zero-width space, non-joiner and joiner, word joiner, the invisible operators,
+# a byte-order mark, a soft hyphen) and no-break spaces (U+00A0, U+202F), raw or as a JSON `\uXXXX` escape. Pasted
+# from a chat, a web page or a PDF they sit inside a token (`ghp_abc<U+200B>def`) or beside a key (`password:<NBSP>x`)
+# and hide it from every pattern, while a terminal, a YAML loader or `.strip()` gives the secret back whole.
+_INVISIBLE = "\u200b-\u200d\u2060-\u2064\ufeff\u00ad"
+_HIDDEN = re.compile(f"[{_INVISIBLE}\u00a0\u202f]|\\\\u(?i:200[bcd]|206[0-4]|feff|00ad|00a0|202f)")
+_HIDDEN_SPACE = re.compile("[\u00a0\u202f]|\\\\u(?i:00a0|202f)")
+_GAP = f"(?:[{_INVISIBLE}]|\\\\u(?i:200[bcd]|206[0-4]|feff|00ad))*"
+_SPACE = "(?:[ \u00a0\u202f]|\\\\u(?i:00a0|202f))"
+
+
+def _tolerant(value: str) -> str:
+    """A pattern for `value` as it may stand in the text: any run of invisible characters between two of its
+    characters, and a no-break space wherever it has a space."""
+    return _GAP.join(_SPACE if c == " " else re.escape(c) for c in value)
+
+
+def _redact_hidden(text: str) -> tuple[str, int]:
+    """The lines holding an invisible character or a no-break space (and the line before each, where a value's key
+    may be) read with the invisible characters dropped and the no-break spaces made plain; each secret found there
+    is removed from the text with the invisible characters inside it, so no piece of it is left on either side of
+    one. (The indented lines after such a line are read too: a block scalar's value.) A secret is what a terminal would show, so the whole token, invisible characters included, is the secret."""
+    import json
+
+    lines = text.split("\n")
+    keep: set[int] = set()
+    for i, line in enumerate(lines):
+        if i not in keep and _HIDDEN.search(line):
+            keep.update((max(i - 1, 0), i))
+            j = i + 1
+            while j < len(lines) and j - i <= 500 and lines[j][:1] in (" ", "\t"):
+                keep.add(j)  # a block scalar's lines under `password:<NBSP>|`
+                j += 1
+    view = "\n".join(lines[i] for i in sorted(keep))
+    view = _HIDDEN.sub(lambda m: " " if _HIDDEN_SPACE.fullmatch(m.group(0)) else "", view)
+    found: list[tuple[str, str]] = []
+    in_context: list[tuple[str, str, str, int]] = []
+    _scan(view, found, in_context, 0)
+    if "\\" in view:
+        decoded = _lines_with(_JSON_ESCAPE, view)
+        for depth in range(1, 4):
+            if not decoded:
+                break
+            decoded = _JSON_ESCAPE.sub(_json_unescape, decoded)
+            _scan(decoded, found, in_context, depth)
+            decoded = _lines_with(_JSON_ESCAPE, decoded)
+    count = 0
+    for head, value, kind, depth in sorted(set(in_context), key=lambda f: -len(f[0]) - len(f[1])):
+        for _ in range(depth):
+            head, value = json.dumps(head)[1:-1], json.dumps(value)[1:-1]
+        pattern = re.compile(f"({_tolerant(head)}){_tolerant(value)}")
+        text, hits = pattern.subn(lambda m, kind=kind: m.group(1) + _mark(kind), text)
+        count += hits
+    for value, kind in sorted(set(found), key=lambda f: -len(f[0])):
+        if len(value) < _ECHO_MIN or value.isalpha() or value.startswith("[REDACTED:"):
+            continue  # a one-word value goes only beside its key (above): alone it is too common a word
+        for form in {value, json.dumps(value)[1:-1]}:
+            text, hits = re.subn(_tolerant(form), _mark(kind), text)
+            count += hits
+    return text, count
 
 
 # A token wrapped over lines (a terminal or a formatter breaking it at a column, a shell command continued with a

@@ -405,3 +405,20 @@ NEGATIVES += [
     ("code passing variables", "requests.get(url, auth=(user, password)); os.environ['API_KEY'] = api_key"),
     ("a shell operator after a prompt flag", "mysql -uroot -p; ls && mysql -p < dump.sql"),
 ]
+
+# Session 7 (hx-redact): secrets disguised by invisible characters, short session cookies, base64 blobs and
+# prefix-less values wrapped over lines. Generated after everything above, so the fakes above keep their values.
+ZW_GHP = "ghp_" + chars(ALNUM, 36)
+ZW_PROJ = "sk-proj-" + chars(URLSAFE, 74) + "T3BlbkFJ" + chars(URLSAFE, 74)
+ZW_AKIA = "AKIA" + chars(UPPER, 16)
+NBSP_PW = password()
+FORMATS += [
+    ("token split by a zero-width space", f"GH_TOKEN={ZW_GHP[:12]}\u200b{ZW_GHP[12:]}", (ZW_GHP[12:],)),
+    ("key split by a word joiner (json)", json.dumps({"env": f"OPENAI_API_KEY={ZW_PROJ[:40]}\u2060{ZW_PROJ[40:]}"}),
+     (ZW_PROJ[:40], ZW_PROJ[40:])),
+    ("aws key with a soft hyphen", f"aws_access_key_id = AKIA\u00ad{ZW_AKIA[4:]}", (ZW_AKIA[4:],)),
+    ("password after a no-break space", f"database:\n  password:\u00a0{NBSP_PW}\n", (NBSP_PW,)),
+]
+NEGATIVES += [
+    ("prose with no-break spaces", "Mot de passe\u00a0: voir le gestionnaire\u202f; token\u00a0count 3\ufeff"),
+]
