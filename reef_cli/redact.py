@@ -311,10 +311,19 @@ _CURL_USER = re.compile(r"(?P<head>(?<![\w-])(?:-u|--user)[ \t]+['\"]?[^\s:'\"]+
 _NETRC = re.compile(
     r"(?P<head>\b(?:machine[ \t]+\S+|default)(?:\s+(?:login|account|port)[ \t]+\S+)*\s+password[ \t]+)(?P<secret>\S+)"
 )
-# `Cookie:` / `Set-Cookie:` headers: a cookie named for a session or a credential is one.
-_COOKIE_LINE = re.compile(r"(?P<head>\b(?:set-)?cookie[\"']?[ \t]*[:=][ \t]*)(?P<value>[^\n]+)", re.IGNORECASE)
+# `Cookie:` / `Set-Cookie:` headers, and curl's `-b` / `--cookie`: a cookie named for a session or a credential is
+# one, however short (`sid=Xk3J9a`, `PHPSESSID=a1b2c3d4e5`: a test server's or an old framework's session id).
+_COOKIE_LINE = re.compile(r"(?P<head>(?:\b(?:set-)?cookie[\"']?[ \t]*[:=]|(?<![\w-])(?:-b|--cookie))[ \t]*)"
+                          r"(?P<value>[^\n]+)", re.IGNORECASE)
 _COOKIE = re.compile(r"(?P<head>(?<![A-Za-z0-9_.-])[A-Za-z0-9_.-]*(?:sess|sid|auth|token|jwt|remember)[A-Za-z0-9_.-]*=)"
-                     r"(?P<secret>[^\s;,\"']{16,})", re.IGNORECASE)
+                     r"(?P<secret>[^\s;,\"']{6,})", re.IGNORECASE)
+# The same session cookies outside a header (a URL's `;jsessionid=` or `?sid=`, a log's `session=...`): only the
+# names a session id goes by, and only a value with letters and digits that ends where a value ends (not a call).
+_SESSION = re.compile(
+    r"(?P<head>(?<![\w.-])(?i:(?:php|j|asp(?:\.net_)?)?sess(?:ion)?(?:[_-]?id)?|sid|connect\.sid)=)"
+    r"(?P<secret>[A-Za-z0-9%._:+/-]{8,256}={0,2})(?![\w(\[.])"
+)
+_IDENTIFIER = re.compile(r"[A-Za-z_]+[0-9]*|[0-9]+[A-Za-z]{1,3}|0[xX][0-9A-Fa-f]+")  # session2, 3600ms, 0x1f
 _SAS_SIGNATURE = re.compile(r"(?P<head>[?&]sig=)(?P<secret>[A-Za-z0-9%+/=_-]{16,})")
 _ANSI = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[@-Z\\-_])")
 _URL_ESCAPE = re.compile(r"%[0-9A-Fa-f]{2}")
@@ -778,8 +787,9 @@ def _scan(text: str, found: list[tuple[str, str]], in_context: list[tuple[str, s
         text = sub(_PPK, _ppk, text)
     if "\n" in text:
         text = sub(_NEXT_LINE, _next_line_value, text, _next_line_matches(text))
-    if "ookie" in text or "OOKIE" in text:
+    if "ookie" in text or "OOKIE" in text or " -b " in text:
         text = _COOKIE_LINE.sub(lambda m: m.group("head") + sub(_COOKIE, _cookie, m.group("value")), text)
+    text = sub(_SESSION, _session, text, _line_matches(_SESSION, text, ("sess", "Sess", "SESS", "sid=", "Sid=", "SID=")))
     if "sig=" in text:
         text = sub(_SAS_SIGNATURE, _sas_signature, text)
     return text, count
@@ -1048,9 +1058,29 @@ def _next_line_value(match: re.Match[str]) -> Hit:
     return match.group("head") + lead + quote, value, kind, quote + tail
 
 
+def _session_value(value: str) -> bool:
+    """A session cookie's value, however short: six characters or more with letters and digits (`Xk3J9a`,
+    `a1b2c3d4e5`), eight with both cases, or sixteen of anything. A counter (`sid=1`, `session_count=3`), one
+    lowercase word (`deleted`, `expired`, `true`) or a placeholder is not one."""
+    if value.startswith("[REDACTED:") or not _is_literal_secret(value, literal=True) or value.lower() == "deleted":
+        return False
+    letters = any(c.isalpha() for c in value)
+    if len(value) >= 6 and letters and any(c.isdigit() for c in value):
+        return True
+    return (len(value) >= 8 and any(c.isupper() for c in value) and any(c.islower() for c in value)
+            ) or (len(value) >= 16 and (letters or value.isdigit()))
+
+
 def _cookie(match: re.Match[str]) -> Hit:
     secret = match.group("secret")
-    if secret.startswith("[REDACTED:") or not _looks_random(secret):
+    return (match.group("head"), secret, "cookie", "") if _session_value(secret) else None
+
+
+def _session(match: re.Match[str]) -> Hit:
+    """Outside a header the value also needs a digit and must not read as code (`session=session2`)."""
+    secret = match.group("secret")
+    if (not any(c.isdigit() for c in secret) or _IDENTIFIER.fullmatch(secret) or _CODE_REF.fullmatch(secret)
+            or not _session_value(secret)):
         return None
     return match.group("head"), secret, "cookie", ""
 

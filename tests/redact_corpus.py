@@ -422,3 +422,15 @@ FORMATS += [
 NEGATIVES += [
     ("prose with no-break spaces", "Mot de passe\u00a0: voir le gestionnaire\u202f; token\u00a0count 3\ufeff"),
 ]
+SHORT_SID = chars(ALNUM, 4) + chars(string.digits, 2)
+SHORT_PHP = chars(HEX, 10) + "7"
+SHORT_JSESSION = chars(UPPER, 9) + "1"
+FORMATS += [
+    ("short session cookie", f"< Set-Cookie: sid={SHORT_SID}; Path=/; HttpOnly", (SHORT_SID,)),
+    ("short PHPSESSID in a cookie header", f"> Cookie: lang=en; PHPSESSID={SHORT_PHP}", (SHORT_PHP,)),
+    ("jsessionid in a url", f"GET /app/cart;jsessionid={SHORT_JSESSION}?item=3 HTTP/1.1", (SHORT_JSESSION,)),
+]
+NEGATIVES += [
+    ("short cookies that are not sessions", "Cookie: sid=1; lang=en; theme=dark\nSet-Cookie: sessionid=deleted; Max-Age=0"),
+    ("session in code", "client = Client(session=session2, sid=os.getsid(0))\ngit checkout -b session-cookies"),
+]

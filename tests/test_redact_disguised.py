@@ -56,3 +56,36 @@ def test_a_token_split_by_an_invisible_character(mark: str, token: str, kind: st
 ])
 def test_a_pair_beside_a_no_break_space_or_split_by_an_invisible_character(text: str, want: str | None) -> None:
     fixed(text, want)
+
+
+# 2. Short session cookies. A cookie named for a session or a credential in a `Cookie:` / `Set-Cookie:` header (or
+# curl's `-b` / `--cookie`) was a secret only from 16 characters with letters and digits, so a test server's or an
+# old framework's short session id (`sid=Xk3J9a`, `PHPSESSID=a1b2c3d4e5`) was stored in clear. Now: from six
+# characters with letters and digits, eight with both cases, or sixteen of anything. Outside a header, the names a
+# session id goes by (`session`, `sessionid`, `session_id`, `sid`, `PHPSESSID`, `JSESSIONID`, `connect.sid`) with a
+# value of eight or more that has a digit and does not read as code. A counter, a lowercase word (`deleted`) or
+# another cookie (`lang=en`) stays.
+@pytest.mark.parametrize(("text", "want"), [
+    ("Cookie: sessionid=abc123def456", "Cookie: sessionid=[REDACTED:cookie]"),
+    ("Set-Cookie: sid=Xk3J9a; Path=/; HttpOnly", "Set-Cookie: sid=[REDACTED:cookie]; Path=/; HttpOnly"),
+    ("Cookie: lang=en; PHPSESSID=a1b2c3d4e5; theme=dark", "Cookie: lang=en; PHPSESSID=[REDACTED:cookie]; theme=dark"),
+    ("Cookie: JSESSIONID=ABC123DEF", "Cookie: JSESSIONID=[REDACTED:cookie]"),
+    ("Set-Cookie: connect.sid=s%3Aab12cd; Path=/", "Set-Cookie: connect.sid=[REDACTED:cookie]; Path=/"),
+    ("Cookie: session=qZkmPaXy", "Cookie: session=[REDACTED:cookie]"),
+    ("curl -b 'sessionid=k2j3h4g5' https://x", "curl -b 'sessionid=[REDACTED:cookie]' https://x"),
+    ("curl --cookie \"sid=Xk3J9a\" https://x", "curl --cookie \"sid=[REDACTED:cookie]\" https://x"),
+    ("GET /cart;jsessionid=A1B2C3D4E5F6 HTTP/1.1", "GET /cart;jsessionid=[REDACTED:cookie] HTTP/1.1"),
+    ("redirect to /login?next=/&sid=k2j3h4g5q8", "redirect to /login?next=/&sid=[REDACTED:cookie]"),
+    ("auth ok session=Xk39aZq1 user=bob", "auth ok session=[REDACTED:cookie] user=bob"),
+    ("session_id=123e4567-e89b-12d3-a456-426614174000", "session_id=[REDACTED:cookie]"),
+    # look-alikes
+    ("Cookie: sid=1; lang=en; session_count=3", None),
+    ("Set-Cookie: sessionid=deleted; expires=Thu, 01 Jan 1970 00:00:00 GMT", None),
+    ("Set-Cookie: session=; Max-Age=0", None),
+    ("Cookie: remember_me=true; theme=dark", None),
+    ("client = Client(session=session2, sid=os.getsid(0)); session=self.session", None),
+    ("sess=make_session(cfg) sid=SID_DEFAULT session=MockSession", None),
+    ("git checkout -b session-cookies && sleep 3600s; session=12345678", None),
+])
+def test_a_short_session_cookie(text: str, want: str | None) -> None:
+    fixed(text, want)
