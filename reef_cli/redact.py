@@ -313,8 +313,8 @@ _NETRC = re.compile(
 )
 # `Cookie:` / `Set-Cookie:` headers, and curl's `-b` / `--cookie`: a cookie named for a session or a credential is
 # one, however short (`sid=Xk3J9a`, `PHPSESSID=a1b2c3d4e5`: a test server's or an old framework's session id).
-_COOKIE_LINE = re.compile(r"(?P<head>(?:\b(?:set-)?cookie[\"']?[ \t]*[:=]|(?<![\w-])(?:-b|--cookie))[ \t]*)"
-                          r"(?P<value>[^\n]+)", re.IGNORECASE)
+_COOKIE_LINE = re.compile(r"(?P<head>\b(?:set-)?cookie[\"']?[ \t]*[:=][ \t]*)(?P<value>[^\n]+)", re.IGNORECASE)
+_CURL_COOKIE = _Lazy(r"(?P<head>(?<![\w-])(?:-b|--cookie)[ \t]+)(?P<value>[^\n]+)")
 _COOKIE = re.compile(r"(?P<head>(?<![A-Za-z0-9_.-])[A-Za-z0-9_.-]*(?:sess|sid|auth|token|jwt|remember)[A-Za-z0-9_.-]*=)"
                      r"(?P<secret>[^\s;,\"']{6,})", re.IGNORECASE)
 # The same session cookies outside a header (a URL's `;jsessionid=` or `?sid=`, a log's `session=...`): only the
@@ -787,8 +787,14 @@ def _scan(text: str, found: list[tuple[str, str]], in_context: list[tuple[str, s
         text = sub(_PPK, _ppk, text)
     if "\n" in text:
         text = sub(_NEXT_LINE, _next_line_value, text, _next_line_matches(text))
-    if "ookie" in text or "OOKIE" in text or " -b " in text:
+    if "ookie" in text or "OOKIE" in text:
         text = _COOKIE_LINE.sub(lambda m: m.group("head") + sub(_COOKIE, _cookie, m.group("value")), text)
+    if "-b" in text or "--cookie" in text:  # curl's cookie flag: its value is a cookie line
+        parts, done = [], 0
+        for match in _line_matches(_CURL_COOKIE, text, ("-b", "--cookie")):
+            parts += [text[done : match.start("value")], sub(_COOKIE, _cookie, match.group("value"))]
+            done = match.end()
+        text = "".join(parts) + text[done:] if parts else text
     text = sub(_SESSION, _session, text, _line_matches(_SESSION, text, ("sess", "Sess", "SESS", "sid=", "Sid=", "SID=")))
     if "sig=" in text:
         text = sub(_SAS_SIGNATURE, _sas_signature, text)
