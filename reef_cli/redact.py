@@ -165,6 +165,7 @@ _ASSIGNMENT = re.compile(
       (?P<key>[A-Za-z_][A-Za-z0-9_.-]*)
       (?P=q)
       (?P<sep>[ \t]*(?::=|=>|=|:)(?!=)[ \t]*)
+      (?P<tag>!!(?:binary|str)[ \t]+)?
     )
     (?:
       (?P<open>\(\s*)(?P<paren>QUOTED(?:\s*\+?\s*QUOTED)*)
@@ -184,7 +185,7 @@ _FLAG = re.compile(
 _NEXT_LINE = _Lazy(
     r"(?m)(?:^|(?<=\"))(?P<head>(?P<indent>[ \t]*)(?:-[ \t]+)?(?P<q>[\"']?)"
     r"(?=[A-Za-z0-9_.-]*?(?i:key|token|secret|passphrase|credential|pwd|pass|auth|pat))"
-    r"(?P<key>[A-Za-z_][A-Za-z0-9_.-]*)(?P=q)[ \t]*[:=][ \t]*"
+    r"(?P<key>[A-Za-z_][A-Za-z0-9_.-]*)(?P=q)[ \t]*[:=][ \t]*(?:!!(?:binary|str)[ \t]*)?"
     r"(?P<block>[|>](?:[1-9][+-]?|[+-][1-9]?)?)?[ \t]*(?:#[^\n]*)?\r?\n)"
     r"(?P<body>(?(block)(?:_LINE){1,500}|_LINE))"  # a block's lines (at most 500); a plain value's one line
     .replace("_LINE", r"(?:[ \t]*\r?\n)*(?P=indent)[ \t]+[^ \t\r\n][^\n]*(?:\n|\Z)")
@@ -192,7 +193,7 @@ _NEXT_LINE = _Lazy(
 _NEXT_INDENT = _Lazy(r"(?:[ \t]*\r?\n)*([ \t]*)(?=[^ \t\r\n])")
 # Where `_NEXT_LINE` can start: a line that ends at a separator (or a block indicator, or a comment after it) and
 # is followed by an indented line. Searching for these first is 10x cheaper than trying `^` at every position.
-_NEXT_LINE_END = _Lazy(r"[:=][ \t]*(?:[|>][1-9+-]{0,2}[ \t]*)?(?:#[^\n]*)?\r?\n[ \t\r\n]")
+_NEXT_LINE_END = _Lazy(r"[:=][ \t]*(?:!!(?:binary|str)[ \t]*)?(?:[|>][1-9+-]{0,2}[ \t]*)?(?:#[^\n]*)?\r?\n[ \t\r\n]")
 _BLOCK_INDICATOR = _Lazy(r"[|>](?:[1-9][+-]?|[+-][1-9]?)?(?:\\[rn].*)?")  # and a JSON-escaped line break after it
 _MAPPING_LINE = _Lazy(r"[\"']?[A-Za-z0-9_.$-]+[\"']?[ \t]*:(?:[ \t]|$)|-(?:[ \t]|$)|#")
 # `mysql -uroot -pX`, `docker login -u bob -p X`, `sshpass -p X`: `-p` is a password only beside a user or in these;
@@ -293,6 +294,16 @@ _RCLONE_PAIR = _Lazy(r"(?P<head>[ \t](?P<key>(?=[A-Za-z_]*(?:key|secret|pass|tok
 # when the base64 decodes to `user:password`.
 _BARE_BASIC = _Lazy(r"(?P<head>\b[Bb]asic[ \t]+|\"auth\"[ \t]*:[ \t]*\")(?P<secret>[A-Za-z0-9+/]{8,}={0,2})"
                     r"(?![A-Za-z0-9+/=])")
+# Base64 anywhere that decodes to text holding a secret (a token, a private key, an env file's password) or to
+# `user:password`: a Kubernetes Secret's data, a `!!binary` YAML value, a blob echoed by `base64`. Only runs of 20+
+# characters with both cases are decoded (a hex digest, a path or a lowercase word has one case), and only text
+# that decodes to valid UTF-8 without control characters is read again: random bytes almost never do.
+_B64_RUN = _Lazy(r"(?<![A-Za-z0-9+/_-])(?P<secret>[A-Za-z0-9+/]{20,}={0,2})(?![A-Za-z0-9+/=_-])")
+# A `!!binary` block scalar anywhere (`icon: !!binary |` + base64 lines): its lines are one blob.
+_B64_BLOCK = _Lazy(r"(?P<head>!!binary[ \t]*(?:[|>][+-]?[ \t]*)?\r?\n(?P<lead>[ \t]+))"
+                   r"(?P<secret>[A-Za-z0-9+/=]+(?:[ \t]*\r?\n[ \t]+[A-Za-z0-9+/=]+)*)")
+_USER_PASSWORD = _Lazy(r"(?=[\w.@+-]*[A-Za-z])[\w.@+-]{1,64}:(?![/\\])\S{3,128}")  # not `https://...`
+_CONTROL = _Lazy(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 
 
 # SQL that sets a password: `IDENTIFIED BY 'x'`, `WITH [ENCRYPTED] PASSWORD 'x'`, `ALTER ROLE app PASSWORD 'x'`,
@@ -633,7 +644,7 @@ def _redact_views(text: str) -> tuple[str, int]:
             if not view:
                 break
             view = _JSON_ESCAPE.sub(_json_unescape, view)
-            _scan(view, found, in_context, depth)
+            _scan(view, found, in_context, depth, decode=False)  # base64 reads the same raw
             view = _lines_with(_JSON_ESCAPE, view)
         if in_context:
             out, count = _echo_in_context(out, in_context, count)
@@ -702,9 +713,10 @@ def _echo(text: str, found: list[tuple[str, str]], count: int) -> tuple[str, int
 
 
 def _scan(text: str, found: list[tuple[str, str]], in_context: list[tuple[str, str, str, int]] | None = None,
-          depth: int = 0) -> tuple[str, int]:
+          depth: int = 0, *, decode: bool = True) -> tuple[str, int]:
     """One pass of every rule over `text`; appends (secret, kind) for each replacement to `found`, and to
-    `in_context` (a JSON-decoded reading, `depth` times) the secret with what its rule read before it."""
+    `in_context` (a JSON-decoded reading, `depth` times) the secret with what its rule read before it. `decode`:
+    base64 blobs are decoded and read too (not inside a decoded blob: one level is enough)."""
     count = 0
 
     def sub(pattern: re.Pattern[str], rule: Callable[[re.Match[str]], tuple[str, str, str, str] | None],
@@ -798,6 +810,10 @@ def _scan(text: str, found: list[tuple[str, str]], in_context: list[tuple[str, s
     text = sub(_SESSION, _session, text, _line_matches(_SESSION, text, ("sess", "Sess", "SESS", "sid=", "Sid=", "SID=")))
     if "sig=" in text:
         text = sub(_SAS_SIGNATURE, _sas_signature, text)
+    if decode:  # last: a blob the rules above took (`password: <base64>`) keeps the kind they gave it
+        if "!!binary" in text:
+            text = sub(_B64_BLOCK, _b64_secret, text)
+        text = sub(_B64_RUN, _b64_secret, text)
     return text, count
 
 
@@ -980,6 +996,32 @@ def _bare_basic(match: re.Match[str]) -> Hit:
     return match.group("head"), secret, "authorization", ""
 
 
+def _decoded_secret(blob: str) -> str | None:
+    """The kind of secret base64 `blob` decodes to (text holding a secret, or `user:password`), or None."""
+    import binascii
+
+    data = "".join(blob.split()).rstrip("=")
+    if len(data) % 4 == 1 or data.islower() or data.isupper():
+        return None
+    try:
+        text = binascii.a2b_base64(data + "=" * (-len(data) % 4)).decode("utf-8")
+    except (binascii.Error, UnicodeDecodeError):
+        return None
+    if len(text) < 8 or _CONTROL.search(text):
+        return None
+    if _USER_PASSWORD.fullmatch(text.strip()):
+        return "password"
+    found: list[tuple[str, str]] = []
+    _scan(text, found, decode=False)
+    return found[0][1] if found else None
+
+
+def _b64_secret(match: re.Match[str]) -> Hit:
+    kind = _decoded_secret(match.group("secret"))
+    return None if kind is None else (match.group("head") if "head" in match.re.groupindex else "",
+                                      match.group("secret"), kind, "")
+
+
 def _sql_password(match: re.Match[str]) -> Hit:
     value, quote = _unquote(match.group("secret"))
     if not _is_literal_secret(value, literal=True):
@@ -1128,8 +1170,8 @@ def _assignment(match: re.Match[str]) -> Hit:
         quote = quoted[0]
         return match.group("head") + (match.group("open") or "") + quote, value, _secret_kind(key), quote
     value = match.group("bare")
-    if _BLOCK_INDICATOR.fullmatch(value):
-        return None  # `password: |`: a YAML block scalar, its value on the next lines (`_next_line_value`)
+    if _BLOCK_INDICATOR.fullmatch(value) or value in ("!!binary", "!!str"):
+        return None  # `password: |`, `password: !!binary`: the value is on the next lines (`_next_line_value`)
     rest = ""
     env_line = bool(match.group("export")) or (
         match.group("sep") == "=" and re.fullmatch(r"[A-Z][A-Z0-9_]*", key) is not None
@@ -1152,7 +1194,8 @@ def _assignment(match: re.Match[str]) -> Hit:
         operators = _TRAILING_OPERATORS.search(value)
         if operators and operators.start():
             value, rest = value[: operators.start()], value[operators.start() :]
-    if not _is_literal_secret(value, literal=env_line or flag_value) or _is_auth_switch(key, value):
+    literal = env_line or flag_value or bool(match.group("tag"))  # `password: !!binary X`: YAML data, tagged
+    if not _is_literal_secret(value, literal=literal) or _is_auth_switch(key, value):
         return None
     return match.group("head"), value, _secret_kind(key), rest
 

@@ -434,3 +434,21 @@ NEGATIVES += [
     ("short cookies that are not sessions", "Cookie: sid=1; lang=en; theme=dark\nSet-Cookie: sessionid=deleted; Max-Age=0"),
     ("session in code", "client = Client(session=session2, sid=os.getsid(0))\ngit checkout -b session-cookies"),
 ]
+BIN_PW = password()
+B64_GHP = "ghp_" + chars(ALNUM, 36)
+B64_PW = password()
+B64_ENV_PW = password()
+B64_BIN = b64(BIN_PW.encode())
+B64_TOKEN = b64(f"token={B64_GHP}\n".encode())
+B64_CREDS = b64(f"deploy-bot:{B64_PW}".encode())
+B64_ENV = b64(f"DEBUG=1\nDB_PASSWORD={B64_ENV_PW}\n".encode())
+FORMATS += [
+    ("yaml !!binary under a secret key", f"db:\n  password: !!binary {B64_BIN}\n", (B64_BIN, BIN_PW)),
+    ("base64 of a token (echoed)", f"$ echo {B64_TOKEN} | base64 -d", (B64_TOKEN, B64_GHP)),
+    ("base64 of user:password", f"creds={B64_CREDS}", (B64_CREDS, B64_PW)),
+    ("base64 of an env file (k8s secret data)", f"data:\n  app.env: {B64_ENV}\n", (B64_ENV, B64_ENV_PW)),
+]
+NEGATIVES += [
+    ("yaml !!binary of bytes", "icon: !!binary |\n  " + b64(randbytes(48)) + "\n  " + b64(randbytes(30)) + "\n"),
+    ("base64 of a url and camel case", "see " + b64(b"https://example.com/docs/index.html") + " AbstractContextManager"),
+]

@@ -5,6 +5,7 @@ around a secret fails as surely as one that leaks it."""
 
 from __future__ import annotations
 
+import base64
 import json
 
 import pytest
@@ -88,4 +89,39 @@ def test_a_pair_beside_a_no_break_space_or_split_by_an_invisible_character(text:
     ("git checkout -b session-cookies && sleep 3600s; session=12345678", None),
 ])
 def test_a_short_session_cookie(text: str, want: str | None) -> None:
+    fixed(text, want)
+
+
+def b64(text: str | bytes) -> str:
+    return base64.b64encode(text.encode() if isinstance(text, str) else text).decode()
+
+
+# 3. Base64. A YAML `!!binary` tag before a secret key's value was taken for the value (`password: !!binary X` kept
+# X), and base64 that decodes to a token, a private key, an env file's password or `user:password` was stored in
+# clear anywhere but under a secret key or after `Basic`. Decisions: under a secret key a `!!binary` value is data
+# (redacted whatever it decodes to, on the line or as a block); anywhere else a `!!binary` block or a base64 run of
+# 20+ characters with both cases is redacted only when it decodes to UTF-8 text that holds a secret (every rule is
+# run on the decoded text, once: not on a blob inside a blob) or is `user:password` (not `https://...`). Random
+# bytes (an icon, a digest), base64 of prose and code stay.
+@pytest.mark.parametrize(("text", "want"), [
+    (f"password: !!binary {b64('Hunter2xyz9!')}", "password: !!binary [REDACTED:password]"),
+    (f"api_key: !!binary \"{b64('s3cret')}\"", 'api_key: !!binary "[REDACTED:api_key]"'),
+    (f"password: !!binary |\n  {b64('Hunter2xyz9!')}\n  {b64('more bytes')}\nnext: 1",
+     "password: !!binary |\n  [REDACTED:password]\nnext: 1"),
+    (f"db:\n  password: !!binary\n    {b64('Hunter2xyz9!')}\n", "db:\n  password: !!binary\n    [REDACTED:password]\n"),
+    (f"icon: !!binary |\n  {b64(GH)[:40]}\n  {b64(GH)[40:]}\n", "icon: !!binary |\n  [REDACTED:github_token]\n"),
+    (f"$ echo {b64(GH)} | base64 -d", "$ echo [REDACTED:github_token] | base64 -d"),
+    (f"creds {b64('admin:Hunter2xyz')} end", "creds [REDACTED:password] end"),
+    (f"data:\n  config.env: {b64(chr(10).join(['DEBUG=1', 'DB_PASSWORD=Hunter2xyz9']))}\n",
+     "data:\n  config.env: [REDACTED:password]\n"),
+    (f"tls.crt: x\nblob: {b64('-----BEGIN PRIVATE KEY-----' + chr(10) + 'MIIEvQ' * 8 + chr(10) + '-----END PRIVATE KEY-----')}",
+     "tls.crt: x\nblob: [REDACTED:private_key]"),
+    # look-alikes
+    (f"icon: !!binary |\n  {b64(bytes(range(0, 200, 3)))}\n  {b64(bytes(range(5, 150, 3)))}\n", None),
+    (f"The string {b64('Hello, world! This is ordinary text.')} is base64.", None),
+    (f"see {b64('https://example.com/docs/index.html')} and {b64('12:30:45 build started')}", None),
+    ("AbstractAsyncContextManager WrapperDescriptorType sha1 3f786850e387550fdab836ed7e6dc881de23001b", None),
+    ("com/python/cpython/issues/86360 and /usr/lib/python3/dist-packages/AbcDef", None),
+])
+def test_base64_that_is_or_holds_a_secret(text: str, want: str | None) -> None:
     fixed(text, want)
