@@ -170,9 +170,17 @@ _ASSIGNMENT = re.compile(
     (?:
       (?P<open>\(\s*)(?P<paren>QUOTED(?:\s*\+?\s*QUOTED)*)
     | (?P<quoted>QUOTED(?:[ \t]*\+[ \t]*QUOTED|QUOTED)*)
+    | (?P<wrapped>(?P<wq>["'])RUN{16,}(?:[ \t]*\r?\n[ \t]*RUN+){1,64}(?P=wq))
+    | (?P<wrapbare>RUN{16,}(?:[ \t]*\r?\n[ \t]+RUN+(?=[ \t]*(?:\r?\n|\Z))){1,64})
     | (?P<bare>[^\s"'\\][^\s"']*)
     )
-    """.replace("QUOTED", _QUOTED),
+    """.replace("QUOTED", _QUOTED).replace("RUN", r"[A-Za-z0-9+/=_.~-]"),
+    re.VERBOSE,
+)
+# `_ASSIGNMENT` without the two wrapped forms: a wrapped reading that is declined falls back to the first line.
+_ASSIGNMENT_LINE = _Lazy(
+    _ASSIGNMENT.pattern.replace(_ASSIGNMENT.pattern[_ASSIGNMENT.pattern.index("    | (?P<wrapped>"):
+                                                     _ASSIGNMENT.pattern.index("    | (?P<bare>")], ""),
     re.VERBOSE,
 )
 # `--password X`, `--api-key 'X'`: a flag that names a secret, its value after a space (`=` is an assignment above).
@@ -187,10 +195,14 @@ _NEXT_LINE = _Lazy(
     r"(?=[A-Za-z0-9_.-]*?(?i:key|token|secret|passphrase|credential|pwd|pass|auth|pat))"
     r"(?P<key>[A-Za-z_][A-Za-z0-9_.-]*)(?P=q)[ \t]*[:=][ \t]*(?:!!(?:binary|str)[ \t]*)?"
     r"(?P<block>[|>](?:[1-9][+-]?|[+-][1-9]?)?)?[ \t]*(?:#[^\n]*)?\r?\n)"
-    r"(?P<body>(?(block)(?:_LINE){1,500}|_LINE))"  # a block's lines (at most 500); a plain value's one line
+    # a block's lines (at most 500); a plain value's line, and the lines of one unbroken run after it that YAML folds
+    # into it (a base64 body wrapped at 64 or 76 columns)
+    r"(?P<body>(?(block)(?:_LINE){1,500}|_LINE(?:_RUN){0,64}))"
     .replace("_LINE", r"(?:[ \t]*\r?\n)*(?P=indent)[ \t]+[^ \t\r\n][^\n]*(?:\n|\Z)")
+    .replace("_RUN", r"(?P=indent)[ \t]+[A-Za-z0-9+/=_.~-]+[ \t]*\r?(?:\n|\Z)")
 )
 _NEXT_INDENT = _Lazy(r"(?:[ \t]*\r?\n)*([ \t]*)(?=[^ \t\r\n])")
+_WRAPPED_PIECE = _Lazy(r"[A-Za-z0-9+/=_.~-]+")
 # Where `_NEXT_LINE` can start: a line that ends at a separator (or a block indicator, or a comment after it) and
 # is followed by an indented line. Searching for these first is 10x cheaper than trying `^` at every position.
 _NEXT_LINE_END = _Lazy(r"[:=][ \t]*(?:!!(?:binary|str)[ \t]*)?(?:[|>][1-9+-]{0,2}[ \t]*)?(?:#[^\n]*)?\r?\n[ \t\r\n]")
@@ -1095,8 +1107,14 @@ def _next_line_value(match: re.Match[str]) -> Hit:
         if not _is_literal_secret(value, literal=True):
             return None
         return match.group("head") + lead, value, kind, tail
+    if len(values) > 1:
+        # a plain scalar folded over lines: a base64 body wrapped at 64 or 76 columns under `private_key:`
+        value = "".join(values)
+        if not all(_WRAPPED_PIECE.fullmatch(v) for v in values) or not _looks_random(value):
+            return None  # a mapping, a list, prose, or lines that do not read as one random value
+        return match.group("head") + lead, "\n".join(values), kind, tail
     after = _NEXT_INDENT.match(match.string, match.end())
-    if len(values) != 1 or _MAPPING_LINE.match(values[0]) or (after and len(after.group(1)) > column):
+    if _MAPPING_LINE.match(values[0]) or (after and len(after.group(1)) > column):
         return None  # a mapping, a list, a comment, or a value running on over more lines
     value, quote = _unquote(values[0])
     if not quote and (re.search(r"\s", value) or not _is_literal_secret(value, literal=False)):
@@ -1144,7 +1162,44 @@ _TRAILING_OPERATORS = _Lazy(r"[;&|]+$")
 _BASE64ISH = re.compile(r"[A-Za-z0-9+/_-]{12,}={0,2}")
 
 
+def _wrapped_value(match: re.Match[str]) -> Hit:
+    """A secret key's value wrapped over lines with no prefix to follow: a quoted string whose closing quote is on
+    a later line, every line between one unbroken run (`"client_secret": "abc` + newline + `def"`), or a YAML/INI
+    value whose continuation lines sit deeper than the key's line (`private_key: <base64>` + indented base64
+    lines: a plain scalar folded over lines). Taken whole when it reads as random, not as words."""
+    key = match.group("key")
+    raw = match.group("wrapped") or match.group("wrapbare")
+    if not is_secret_key(key):
+        return None
+    quote = match.group("wq") or ""
+    body = raw[len(quote) : len(raw) - len(quote)]
+    pieces = [piece.strip() for piece in body.split("\n")]
+    if not quote:
+        line = match.string.rfind("\n", 0, match.start()) + 1
+        indent = len(match.string[line : match.start()]) - len(match.string[line : match.start()].lstrip(" \t"))
+        for piece in body.split("\n")[1:]:
+            if len(piece) - len(piece.lstrip(" \t")) <= indent:
+                return None  # the next key of the same mapping, not this value's rest
+        if any(not (len(piece) >= 16 or _RANDOMISH.search(piece)) for piece in pieces[1:]):
+            return None  # a word on the next line is not a wrapped random value
+    if not _looks_random("".join(pieces)):
+        return None
+    return match.group("head") + quote, body, _secret_kind(key), quote
+
+
+_RANDOMISH = _Lazy(r"[0-9A-Z+/=]")
+
+
 def _assignment(match: re.Match[str]) -> Hit:
+    if match.re is _ASSIGNMENT and (match.group("wrapped") is not None or match.group("wrapbare") is not None):
+        hit = _wrapped_value(match)
+        if hit is not None:
+            return hit
+        line = _ASSIGNMENT_LINE.match(match.string, match.start())
+        hit = _assignment(line) if line is not None else None
+        if hit is None:
+            return None
+        return hit[:3] + (hit[3] + match.string[line.end() : match.end()],)
     key = match.group("key")
     quoted = match.group("quoted") or match.group("paren")
     if key == "KEY" and match.group("sep") == "=":

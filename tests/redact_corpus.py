@@ -452,3 +452,16 @@ NEGATIVES += [
     ("yaml !!binary of bytes", "icon: !!binary |\n  " + b64(randbytes(48)) + "\n  " + b64(randbytes(30)) + "\n"),
     ("base64 of a url and camel case", "see " + b64(b"https://example.com/docs/index.html") + " AbstractContextManager"),
 ]
+WRAP_SECRET = chars(ALNUM, 64)
+WRAP_KEY_LINES = [b64(randbytes(48)) for _ in range(4)] + [b64(randbytes(20))]
+FORMATS += [
+    ("client secret wrapped in a quoted string", f'{{"client_id": "app", "client_secret": "{WRAP_SECRET[:30]}\n'
+     f'{WRAP_SECRET[30:]}"}}', (WRAP_SECRET[:30], WRAP_SECRET[30:])),
+    ("pem-less key body under private_key:", "service:\n  private_key: " + "\n    ".join(WRAP_KEY_LINES)
+     + "\n  user: ci\n", tuple(WRAP_KEY_LINES)),
+    ("pem-less key body on the lines after private_key:", "private_key:\n  " + "\n  ".join(WRAP_KEY_LINES[::-1])
+     + "\nuser: ci\n", tuple(WRAP_KEY_LINES)),
+]
+NEGATIVES += [
+    ("words under a secret key", "token:\n  description\n  required\npassword: |\n  ${DB_PASSWORD}\n"),
+]

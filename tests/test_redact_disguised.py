@@ -125,3 +125,37 @@ def b64(text: str | bytes) -> str:
 ])
 def test_base64_that_is_or_holds_a_secret(text: str, want: str | None) -> None:
     fixed(text, want)
+
+
+B64_LINES = ["MIIEvQIBADANBgkqhkiG9w0BAQEFAASCBKcwggSjAgEAAoIBAQC7Vx3Kf9aPq2Lm", "Zp8Qw1Xy4Rt6Uv0Nb3Mc5Ld7Ke9Jf2Hg4Sa6Dd8Ff0Gh1Jk3Lz5Xc7Vb9Nm2Qw4E",
+             "rT6yU8iO0pA2sD4fG6hJ8kL0=="]
+
+
+# 4. Prefix-less values wrapped over lines under a secret key: a quoted string whose closing quote is on a later
+# line (a terminal wrapping `"client_secret": "...`), a YAML/INI value whose continuation lines sit deeper than the
+# key (a base64 private key body wrapped at 64 or 76 columns after `private_key:`), and the same body starting on
+# the line after the key. Only the first line was redacted, or none. Decision: the whole value goes when every
+# continuation line is one unbroken run and the joined value reads as random; a word on the next line, the next key
+# of the same mapping or prose keeps the old reading (the first line alone, or nothing).
+@pytest.mark.parametrize(("text", "want"), [
+    ('{"client_secret": "3vlfFrGYJ3GxeYYXwSLQcWtxJTQr1F\nqXSTs98vPlL2aEJXquQrDs0GPRZwwrPwV8", "id": 7}',
+     '{"client_secret": "[REDACTED:secret]", "id": 7}'),
+    ("  api_token = 'AbC123dEf456GhI789\n      JkL012mNo345'\n", "  api_token = '[REDACTED:token]'\n"),
+    ("private_key: " + "\n  ".join(B64_LINES) + "\nhost: db\n", "private_key: [REDACTED:api_key]\nhost: db\n"),
+    ("creds:\n  private_key:\n    " + "\n    ".join(B64_LINES) + "\n  user: bob\n",
+     "creds:\n  private_key:\n    [REDACTED:api_key]\n  user: bob\n"),
+    ("[svc]\nclient_secret = " + B64_LINES[0] + "\n    " + B64_LINES[2] + "\nuser = bob\n",
+     "[svc]\nclient_secret = [REDACTED:secret]\nuser = bob\n"),
+    # in a transcript's JSON the newline is escaped and the value is one quoted string
+    (json.dumps({"out": '"client_secret": "3vlfFrGYJ3GxeYYXwSLQ\ncWtxJTQr1FqXSTs98vPlL2"'}),
+     '{"out": "\\"client_secret\\": \\"[REDACTED:secret]\\""}'),
+    # the first line alone, as before: a next key at the same depth, a word, prose
+    ("password: Hunter2xyz9abcdef12\npassword_hint: x\n", "password: [REDACTED:password]\npassword_hint: x\n"),
+    ("db:\n  password: Hunter2xyz9abcdef12\n    note\n", "db:\n  password: [REDACTED:password]\n    note\n"),
+    # look-alikes
+    ("token:\n  description\n  required\n", None),
+    ('"token": "the\nquick brown fox"', None),
+    ("api_key:\n  aaaaaaaaaaaaaaaaaaaa\n  bbbbbbbbbbbbbbbbbbbbbbb\n", None),
+])
+def test_a_value_wrapped_over_lines_without_a_prefix(text: str, want: str | None) -> None:
+    fixed(text, want)
