@@ -413,7 +413,7 @@ ZW_PROJ = "sk-proj-" + chars(URLSAFE, 74) + "T3BlbkFJ" + chars(URLSAFE, 74)
 ZW_AKIA = "AKIA" + chars(UPPER, 16)
 NBSP_PW = password()
 FORMATS += [
-    ("token split by a zero-width space", f"GH_TOKEN={ZW_GHP[:12]}\u200b{ZW_GHP[12:]}", (ZW_GHP[12:],)),
+    ("token split by a zero-width space", f"remote: {ZW_GHP[:12]}\u200b{ZW_GHP[12:]} rejected", (ZW_GHP[12:],)),
     ("key split by a word joiner (json)", json.dumps({"env": f"OPENAI_API_KEY={ZW_PROJ[:40]}\u2060{ZW_PROJ[40:]}"}),
      (ZW_PROJ[:40], ZW_PROJ[40:])),
     ("aws key with a soft hyphen", f"aws_access_key_id = AKIA\u00ad{ZW_AKIA[4:]}", (ZW_AKIA[4:],)),
