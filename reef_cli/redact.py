@@ -170,8 +170,8 @@ _ASSIGNMENT = re.compile(
     (?:
       (?P<open>\(\s*)(?P<paren>QUOTED(?:\s*\+?\s*QUOTED)*)
     | (?P<quoted>QUOTED(?:[ \t]*\+[ \t]*QUOTED|QUOTED)*)
-    | (?P<wrapped>(?P<wq>["'])RUN{16,}(?:[ \t]*\r?\n[ \t]*RUN+){1,64}(?P=wq))
-    | (?P<wrapbare>RUN{16,}(?:[ \t]*\r?\n[ \t]+RUN+(?=[ \t]*(?:\r?\n|\Z))){1,64})
+    | (?P<wrapped>(?P<wq>["'])RUN{16,}+(?:[ \t]*\r?\n[ \t]*RUN++){1,64}(?P=wq))
+    | (?P<wrapbare>RUN{16,}+(?:[ \t]*\r?\n[ \t]+RUN++(?=[ \t]*(?:\r?\n|\Z))){1,64})
     | (?P<bare>[^\s"'\\][^\s"']*)
     )
     """.replace("QUOTED", _QUOTED).replace("RUN", r"[A-Za-z0-9+/=_.~-]"),
@@ -310,7 +310,7 @@ _BARE_BASIC = _Lazy(r"(?P<head>\b[Bb]asic[ \t]+|\"auth\"[ \t]*:[ \t]*\")(?P<secr
 # `user:password`: a Kubernetes Secret's data, a `!!binary` YAML value, a blob echoed by `base64`. Only runs of 20+
 # characters with both cases are decoded (a hex digest, a path or a lowercase word has one case), and only text
 # that decodes to valid UTF-8 without control characters is read again: random bytes almost never do.
-_B64_RUN = _Lazy(r"(?<![A-Za-z0-9+/_-])(?P<secret>[A-Za-z0-9+/]{20,}={0,2})(?![A-Za-z0-9+/=_-])")
+_B64_RUN = _Lazy(r"(?<![A-Za-z0-9+/_-])(?P<secret>[A-Za-z0-9+/]{20,}+={0,2}+)(?![A-Za-z0-9+/=_-])")
 # A `!!binary` block scalar anywhere (`icon: !!binary |` + base64 lines): its lines are one blob.
 _B64_BLOCK = _Lazy(r"(?P<head>!!binary[ \t]*(?:[|>][+-]?[ \t]*)?\r?\n(?P<lead>[ \t]+))"
                    r"(?P<secret>[A-Za-z0-9+/=]+(?:[ \t]*\r?\n[ \t]+[A-Za-z0-9+/=]+)*)")
@@ -525,16 +525,24 @@ def _redact_hidden(text: str) -> tuple[str, int]:
     one. (The indented lines after such a line are read too: a block scalar's value.) A secret is what a terminal would show, so the whole token, invisible characters included, is the secret."""
     import json
 
-    lines = text.split("\n")
-    keep: set[int] = set()
-    for i, line in enumerate(lines):
-        if i not in keep and _HIDDEN.search(line):
-            keep.update((max(i - 1, 0), i))
-            j = i + 1
-            while j < len(lines) and j - i <= 500 and lines[j][:1] in (" ", "\t"):
-                keep.add(j)  # a block scalar's lines under `password:<NBSP>|`
-                j += 1
-    view = "\n".join(lines[i] for i in sorted(keep))
+    spans: list[list[int]] = []
+    for hit in _HIDDEN.finditer(text):
+        if spans and hit.start() < spans[-1][1]:
+            continue
+        line = text.rfind("\n", 0, hit.start()) + 1
+        start = text.rfind("\n", 0, line - 1) + 1 if line else 0
+        end = text.find("\n", hit.start())
+        end = len(text) if end < 0 else end
+        for _ in range(500):  # a block scalar's lines under `password:<NBSP>|`
+            if text[end + 1 : end + 2] not in (" ", "\t"):
+                break
+            end = text.find("\n", end + 1)
+            end = len(text) if end < 0 else end
+        if spans and start <= spans[-1][1]:
+            spans[-1][1] = end
+        else:
+            spans.append([start, end])
+    view = "\n".join(text[start:end] for start, end in spans)
     view = _HIDDEN.sub(lambda m: " " if _HIDDEN_SPACE.fullmatch(m.group(0)) else "", view)
     found: list[tuple[str, str]] = []
     in_context: list[tuple[str, str, str, int]] = []
