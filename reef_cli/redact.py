@@ -508,23 +508,16 @@ def redact(text: str) -> tuple[str, int]:
 _INVISIBLE = "\u200b-\u200d\u2060-\u2064\ufeff\u00ad"
 _HIDDEN = re.compile(f"[{_INVISIBLE}\u00a0\u202f]|\\\\u(?i:200[bcd]|206[0-4]|feff|00ad|00a0|202f)")
 _HIDDEN_SPACE = re.compile("[\u00a0\u202f]|\\\\u(?i:00a0|202f)")
-_GAP = f"(?:[{_INVISIBLE}]|\\\\u(?i:200[bcd]|206[0-4]|feff|00ad))*"
-_SPACE = "(?:[ \u00a0\u202f]|\\\\u(?i:00a0|202f))"
-
-
-def _tolerant(value: str) -> str:
-    """A pattern for `value` as it may stand in the text: any run of invisible characters between two of its
-    characters, and a no-break space wherever it has a space."""
-    return _GAP.join(_SPACE if c == " " else re.escape(c) for c in value)
+_MARK_RE = re.compile(r"\[REDACTED:[a-z_]+\]")
 
 
 def _redact_hidden(text: str) -> tuple[str, int]:
     """The lines holding an invisible character or a no-break space (and the line before each, where a value's key
-    may be) read with the invisible characters dropped and the no-break spaces made plain; each secret found there
-    is removed from the text with the invisible characters inside it, so no piece of it is left on either side of
-    one. (The indented lines after such a line are read too: a block scalar's value.) A secret is what a terminal would show, so the whole token, invisible characters included, is the secret."""
-    import json
-
+    may be; and the indented lines after it, a block scalar's value) read with the invisible characters dropped and
+    the no-break spaces made plain, as every other reading is (`_redact_views`); each secret found there is removed
+    from the text from its first character to its last, the invisible characters inside it with it. A secret is
+    what a terminal shows, so the whole token, invisible characters included, is the secret: no piece of it is left
+    on either side of one."""
     spans: list[list[int]] = []
     for hit in _HIDDEN.finditer(text):
         if spans and hit.start() < spans[-1][1]:
@@ -542,33 +535,62 @@ def _redact_hidden(text: str) -> tuple[str, int]:
             spans[-1][1] = end
         else:
             spans.append([start, end])
-    view = "\n".join(text[start:end] for start, end in spans)
-    view = _HIDDEN.sub(lambda m: " " if _HIDDEN_SPACE.fullmatch(m.group(0)) else "", view)
-    found: list[tuple[str, str]] = []
-    in_context: list[tuple[str, str, str, int]] = []
-    _scan(view, found, in_context, 0)
-    if "\\" in view:
-        decoded = _lines_with(_JSON_ESCAPE, view)
-        for depth in range(1, 4):
-            if not decoded:
-                break
-            decoded = _JSON_ESCAPE.sub(_json_unescape, decoded)
-            _scan(decoded, found, in_context, depth)
-            decoded = _lines_with(_JSON_ESCAPE, decoded)
-    count = 0
-    for head, value, kind, depth in sorted(set(in_context), key=lambda f: -len(f[0]) - len(f[1])):
-        for _ in range(depth):
-            head, value = json.dumps(head)[1:-1], json.dumps(value)[1:-1]
-        pattern = re.compile(f"({_tolerant(head)}){_tolerant(value)}")
-        text, hits = pattern.subn(lambda m, kind=kind: m.group(1) + _mark(kind), text)
-        count += hits
-    for value, kind in sorted(set(found), key=lambda f: -len(f[0])):
-        if len(value) < _ECHO_MIN or value.isalpha() or value.startswith("[REDACTED:"):
-            continue  # a one-word value goes only beside its key (above): alone it is too common a word
-        for form in {value, json.dumps(value)[1:-1]}:
-            text, hits = re.subn(_tolerant(form), _mark(kind), text)
-            count += hits
-    return text, count
+    # the view, and where each of its characters starts and ends in the text
+    pieces: list[str] = []
+    starts: list[int] = []
+    ends: list[int] = []
+    for start, end in spans:
+        at = start
+        for hit in _HIDDEN.finditer(text, start, end):
+            pieces.append(text[at : hit.start()])
+            starts.extend(range(at, hit.start()))
+            ends.extend(range(at + 1, hit.start() + 1))
+            if _HIDDEN_SPACE.fullmatch(hit.group(0)):
+                pieces.append(" ")
+                starts.append(hit.start())
+                ends.append(hit.end())
+            at = hit.end()
+        pieces.append(text[at:end] + "\n")
+        starts.extend(range(at, end + 1))
+        ends.extend(range(at + 1, end + 2))
+    view = "".join(pieces)
+    out, count = _redact_views(view)
+    if not count:
+        return text, 0
+    parts, done = [], 0
+    for begin, finish, marks in _replaced(view, out):
+        parts += [text[done : starts[begin]], marks]
+        done = ends[finish - 1]
+    return "".join(parts) + text[done:], count
+
+
+def _replaced(before: str, after: str) -> Iterator[tuple[int, int, str]]:
+    """(start, end, marks): the spans of `before` that `after` (the same text with secrets replaced by marks, and
+    nothing else changed) replaced, in order. The text after the last mark is the end of both; the text after any
+    other mark, up to the next, is found again in `before`: the secret ended where it starts. Marks side by side
+    make one span."""
+    i = j = 0
+    marks = list(_MARK_RE.finditer(after))
+    k = 0
+    while k < len(marks):
+        mark = marks[k]
+        i += mark.start() - j
+        if before.startswith(mark.group(0), i):  # a mark the text held already
+            i, j, k = i + len(mark.group(0)), mark.end(), k + 1
+            continue
+        group = mark.group(0)
+        while k + 1 < len(marks) and marks[k + 1].start() == marks[k].end():
+            k += 1
+            group += marks[k].group(0)
+        j = marks[k].end()
+        if k + 1 < len(marks):
+            end = before.find(after[j : marks[k + 1].start()], i)
+        else:  # the last: what follows it runs to the end of both
+            end = len(before) - (len(after) - j)
+        if end <= i:
+            return  # not a plain replacement: leave the text to the readings after this one
+        yield i, end, group
+        i, k = end, k + 1
 
 
 # A token wrapped over lines (a terminal or a formatter breaking it at a column, a shell command continued with a
