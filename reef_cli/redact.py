@@ -3,9 +3,11 @@
 Best effort, tuned to miss as few real secrets as possible without mangling ordinary code and prose: provider
 tokens are matched by their documented shapes; `KEY=value`-style assignments only when the key names a secret
 and the value looks like a literal rather than code (`token = get_token()` stays); a value may sit on the next line
-(YAML block scalars, INI continuations); a provider token may be wrapped over lines; flags and arguments that only a
-password fills (`mysql -pX`, `ssh-keygen -N X`, `echo X | sudo -S`) are read by the tool's own syntax. Every
-replacement reads `[REDACTED:<kind>]`, and text that is already redacted passes through unchanged (and uncounted).
+(YAML block scalars, INI continuations); a provider token may be wrapped over lines, and so may a random value under a
+secret key; flags and arguments that only a password fills (`mysql -pX`, `ssh-keygen -N X`, `echo X | sudo -S`) are
+read by the tool's own syntax. Text is also read with invisible characters dropped and no-break spaces made plain,
+and base64 is decoded and read. Every replacement reads `[REDACTED:<kind>]`, and text that is already redacted
+passes through unchanged (and uncounted).
 """
 
 from __future__ import annotations
