@@ -344,11 +344,11 @@ _COOKIE = re.compile(r"(?P<head>(?<![A-Za-z0-9_.-])[A-Za-z0-9_.-]*(?:sess|sid|au
                      r"(?P<secret>[^\s;,\"']{6,})", re.IGNORECASE)
 # The same session cookies outside a header (a URL's `;jsessionid=` or `?sid=`, a log's `session=...`): only the
 # names a session id goes by, and only a value with letters and digits that ends where a value ends (not a call).
-_SESSION = re.compile(
+_SESSION = _Lazy(
     r"(?P<head>(?<![\w.-])(?i:(?:php|j|asp(?:\.net_)?)?sess(?:ion)?(?:[_-]?id)?|sid|connect\.sid)=)"
     r"(?P<secret>[A-Za-z0-9%._:+/-]{8,256}={0,2})(?![\w(\[.])"
 )
-_IDENTIFIER = re.compile(r"[A-Za-z_]+[0-9]*|[0-9]+[A-Za-z]{1,3}|0[xX][0-9A-Fa-f]+")  # session2, 3600ms, 0x1f
+_IDENTIFIER = _Lazy(r"[A-Za-z_]+[0-9]*|[0-9]+[A-Za-z]{1,3}|0[xX][0-9A-Fa-f]+")  # session2, 3600ms, 0x1f
 _SAS_SIGNATURE = re.compile(r"(?P<head>[?&]sig=)(?P<secret>[A-Za-z0-9%+/=_-]{16,})")
 _ANSI = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[@-Z\\-_])")
 _URL_ESCAPE = re.compile(r"%[0-9A-Fa-f]{2}")
@@ -508,9 +508,9 @@ def redact(text: str) -> tuple[str, int]:
 # from a chat, a web page or a PDF they sit inside a token (`ghp_abc<U+200B>def`) or beside a key (`password:<NBSP>x`)
 # and hide it from every pattern, while a terminal, a YAML loader or `.strip()` gives the secret back whole.
 _INVISIBLE = "\u200b-\u200d\u2060-\u2064\ufeff\u00ad"
-_HIDDEN = re.compile(f"[{_INVISIBLE}\u00a0\u202f]|\\\\u(?i:200[bcd]|206[0-4]|feff|00ad|00a0|202f)")
-_HIDDEN_SPACE = re.compile("[\u00a0\u202f]|\\\\u(?i:00a0|202f)")
-_MARK_RE = re.compile(r"\[REDACTED:[a-z_]+\]")
+_HIDDEN = _Lazy(f"[{_INVISIBLE}\u00a0\u202f]|\\\\u(?i:200[bcd]|206[0-4]|feff|00ad|00a0|202f)")
+_HIDDEN_SPACE = _Lazy("[\u00a0\u202f]|\\\\u(?i:00a0|202f)")
+_MARK_RE = _Lazy(r"\[REDACTED:[a-z_]+\]")
 
 
 def _redact_hidden(text: str) -> tuple[str, int]:
