@@ -176,3 +176,11 @@ B64_LINES = ["MIIEvQIBADANBgkqhkiG9w0BAQEFAASCBKcwggSjAgEAAoIBAQC7Vx3Kf9aPq2Lm",
 ])
 def test_a_value_wrapped_over_lines_without_a_prefix(text: str, want: str | None) -> None:
     fixed(text, want)
+
+
+@pytest.mark.parametrize("space", ["\u2002", "\u2007", "\u2009", "\u200a", "\u205f", "\u3000"])
+def test_a_pair_beside_another_unicode_space(space: str) -> None:
+    """The en/em/thin/hair spaces, U+205F and the ideographic space hid a pair as a no-break space did."""
+    fixed(f"password:{space}Hunter2xyz9", f"password:{space}[REDACTED:password]")
+    fixed(f"API_KEY{space}={space}x9Fq2Lm8Zp", f"API_KEY{space}={space}[REDACTED:api_key]")
+    fixed(f"the{space}token{space}count{space}is 3", None)
