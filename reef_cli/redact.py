@@ -316,6 +316,7 @@ _B64_RUN = _Lazy(r"(?<![A-Za-z0-9+/_-])(?P<secret>[A-Za-z0-9+/]{20,}+={0,2}+)(?!
 # A `!!binary` block scalar anywhere (`icon: !!binary |` + base64 lines): its lines are one blob.
 _B64_BLOCK = _Lazy(r"(?P<head>!!binary[ \t]*(?:[|>][+-]?[ \t]*)?\r?\n(?P<lead>[ \t]+))"
                    r"(?P<secret>[A-Za-z0-9+/=]+(?:[ \t]*\r?\n[ \t]+[A-Za-z0-9+/=]+)*)")
+_B64_LINE = _Lazy(r"\r?\n(?P<lead>[ \t]*)(?P<run>[A-Za-z0-9+/]{1,76}={0,2})(?=[ \t]*(?:\r?\n|\Z))")
 _USER_PASSWORD = _Lazy(r"(?=[\w.@+-]*[A-Za-z])[\w.@+-]{1,64}:(?![/\\])\S{3,128}")  # not `https://...`
 _CONTROL = _Lazy(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 
@@ -796,6 +797,38 @@ def _scan(text: str, found: list[tuple[str, str]], in_context: list[tuple[str, s
             found.append((secret, kind))
         return "".join(out) + source[done:] if out else source
 
+    def base64_runs(source: str) -> str:
+        """Each base64 run that decodes to a secret, and each blob wrapped at 64 or 76 columns (`base64`'s own
+        output, a PEM-style body) read as one: a secret that straddles two of its lines is whole only joined."""
+        nonlocal count
+        out, done = [], 0
+        for run in _B64_RUN.finditer(source):
+            if run.start() < done:
+                continue
+            start, end, blob = run.start(), run.end(), run.group("secret")
+            line = source.rfind("\n", 0, start) + 1
+            if len(blob) in (64, 76) and not source[line:start].strip(" \t"):
+                lead, lines = source[line:start], [blob]
+                while True:
+                    nxt = _B64_LINE.match(source, end)
+                    if nxt is None or nxt.group("lead") != lead or len(nxt.group("run")) > len(blob):
+                        break
+                    lines.append(nxt.group("run"))
+                    end = nxt.end()
+                    if len(nxt.group("run")) < len(blob):
+                        break  # the last line
+                blob = "".join(lines) if len(lines) > 1 else blob
+                end = end if len(lines) > 1 else run.end()
+            kind = _decoded_secret(blob)
+            if kind is None and end != run.end():
+                blob, end = run.group("secret"), run.end()
+                kind = _decoded_secret(blob)
+            if kind is not None:
+                out += [source[done:start], _mark(kind)]
+                done, count = end, count + 1
+                found.append((blob, kind))
+        return "".join(out) + source[done:] if out else source
+
     text = sub(_PRIVATE_KEY, _private_key, text)
     if "://" in text:
         text = sub(_URL_PASSWORD, _url_password, text)
@@ -859,7 +892,7 @@ def _scan(text: str, found: list[tuple[str, str]], in_context: list[tuple[str, s
     if decode:  # last: a blob the rules above took (`password: <base64>`) keeps the kind they gave it
         if "!!binary" in text:
             text = sub(_B64_BLOCK, _b64_secret, text)
-        text = sub(_B64_RUN, _b64_secret, text)
+        text = base64_runs(text)
     return text, count
 
 

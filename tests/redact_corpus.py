@@ -465,3 +465,10 @@ FORMATS += [
 NEGATIVES += [
     ("words under a secret key", "token:\n  description\n  required\npassword: |\n  ${DB_PASSWORD}\n"),
 ]
+B64_WRAP_PW = password()
+B64_WRAP_ENV = (f"DEBUG=1\nLOG_LEVEL=info\nSERVICE=billing-api\nREGION=eu\nDB_PASSWORD={B64_WRAP_PW}\nX=1\n").encode()
+B64_WRAPPED = base64.encodebytes(B64_WRAP_ENV).decode()
+FORMATS += [
+    ("base64 of an env file wrapped at 76 columns", f"$ base64 app.env\n{B64_WRAPPED}$ ",
+     tuple(line for line in B64_WRAPPED.split("\n") if line) + (B64_WRAP_PW,)),
+]

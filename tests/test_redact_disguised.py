@@ -184,3 +184,17 @@ def test_a_pair_beside_another_unicode_space(space: str) -> None:
     fixed(f"password:{space}Hunter2xyz9", f"password:{space}[REDACTED:password]")
     fixed(f"API_KEY{space}={space}x9Fq2Lm8Zp", f"API_KEY{space}={space}[REDACTED:api_key]")
     fixed(f"the{space}token{space}count{space}is 3", None)
+
+
+def test_base64_wrapped_at_76_or_64_columns_is_read_as_one_blob() -> None:
+    """`base64 app.env` wraps its output at 76 columns (a PEM-style body at 64); each line decodes alone, so a
+    secret that straddles two lines (`DB_PASS` | `WORD=...`) was in no line whole and stayed in clear."""
+    env = "DEBUG=1\nLOG_LEVEL=info\nSERVICE=billing-api\nREGION=eu\nDB_PASSWORD=Hunter2xyz9Qq\nX=1\n"
+    wrapped = base64.encodebytes(env.encode()).decode()
+    assert wrapped.count("\n") == 2  # the password straddles the two lines
+    fixed(f"$ base64 app.env\n{wrapped}$ ", "$ base64 app.env\n[REDACTED:password]\n$ ")
+    blob = b64(env)
+    fixed("data:\n  " + "\n  ".join(blob[i : i + 64] for i in range(0, len(blob), 64)) + "\n",
+          "data:\n  [REDACTED:password]\n")
+    noise = b64(bytes(range(256)) * 2)
+    fixed("\n".join(noise[i : i + 76] for i in range(0, len(noise), 76)), None)
