@@ -349,6 +349,16 @@ _SESSION = _Lazy(
     r"(?P<head>(?<![\w.-])(?i:(?:php|j|asp(?:\.net_)?)?sess(?:ion)?(?:[_-]?id)?|sid|connect\.sid)=)"
     r"(?P<secret>[A-Za-z0-9%._:+/-]{8,256}={0,2})(?![\w(\[.])"
 )
+# Cookies handed to code: a `cookies={...}` mapping (requests, httpx, aiohttp) and a `set_cookie("sid", "X")` call
+# (Flask, Django, Selenium's `add_cookie`): a session-named cookie's value, as in a header. Only inside those, so
+# a transcript's `"sessionId": "..."` (an agent's session, not a secret) stays.
+_COOKIE_DICT = _Lazy(r"\bcookies[\"']?[ \t]*[=:][ \t]*(?:dict\()?\{(?P<body>[^}\n]*)\}")
+_COOKIE_PAIR = _Lazy(r"(?P<head>[\"'](?P<name>[\w.-]*(?i:sess|sid|auth|token|jwt|remember)[\w.-]*)[\"'][ \t]*:[ \t]*"
+                     r"(?P<q>[\"']))(?P<secret>[^\"'\s]{6,})(?=(?P=q))")
+_SET_COOKIE_CALL = _Lazy(r"(?P<head>\b(?:set_cookie|setCookie|add_cookie|set)\([ \t]*(?:\{[ \t]*)?"
+                         r"(?:[\"']?name[\"']?[ \t]*[:=][ \t]*)?"
+                         r"[\"'](?P<name>[\w.-]*(?i:sess|sid|auth|token|jwt|remember)[\w.-]*)[\"'][ \t]*,[ \t]*"
+                         r"(?:[\"']?value[\"']?[ \t]*[:=][ \t]*)?(?P<q>[\"']))(?P<secret>[^\"'\s]{6,})(?=(?P=q))")
 _IDENTIFIER = _Lazy(r"[A-Za-z_]+[0-9]*|[0-9]+[A-Za-z]{1,3}|0[xX][0-9A-Fa-f]+")  # session2, 3600ms, 0x1f
 _SAS_SIGNATURE = re.compile(r"(?P<head>[?&]sig=)(?P<secret>[A-Za-z0-9%+/=_-]{16,})")
 _ANSI = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[@-Z\\-_])")
@@ -886,7 +896,15 @@ def _scan(text: str, found: list[tuple[str, str]], in_context: list[tuple[str, s
             parts += [text[done : match.start("value")], sub(_COOKIE, _cookie, match.group("value"))]
             done = match.end()
         text = "".join(parts) + text[done:] if parts else text
-    text = sub(_SESSION, _session, text, _line_matches(_SESSION, text, ("sess", "Sess", "SESS", "sid=", "Sid=", "SID=")))
+    text = sub(_SESSION, _session, text,
+               _line_matches(_SESSION, text, ("sess", "Sess", "SESS", "sid=", "Sid=", "SID=")))
+    if "ookie" in text:
+        parts, done = [], 0
+        for match in _line_matches(_COOKIE_DICT, text, ("ookies",)):
+            parts += [text[done : match.start("body")], sub(_COOKIE_PAIR, _cookie, match.group("body"))]
+            done = match.end("body")
+        text = "".join(parts) + text[done:] if parts else text
+        text = sub(_SET_COOKIE_CALL, _cookie, text, _line_matches(_SET_COOKIE_CALL, text, ("ookie(", "ookies.set(")))
     if "sig=" in text:
         text = sub(_SAS_SIGNATURE, _sas_signature, text)
     if decode:  # last: a blob the rules above took (`password: <base64>`) keeps the kind they gave it

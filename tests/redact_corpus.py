@@ -431,7 +431,8 @@ FORMATS += [
     ("jsessionid in a url", f"GET /app/cart;jsessionid={SHORT_JSESSION}?item=3 HTTP/1.1", (SHORT_JSESSION,)),
 ]
 NEGATIVES += [
-    ("short cookies that are not sessions", "Cookie: sid=1; lang=en; theme=dark\nSet-Cookie: sessionid=deleted; Max-Age=0"),
+    ("short cookies that are not sessions",
+     "Cookie: sid=1; lang=en; theme=dark\nSet-Cookie: sessionid=deleted; Max-Age=0"),
     ("session in code", "client = Client(session=session2, sid=os.getsid(0))\ngit checkout -b session-cookies"),
 ]
 BIN_PW = password()
@@ -450,7 +451,8 @@ FORMATS += [
 ]
 NEGATIVES += [
     ("yaml !!binary of bytes", "icon: !!binary |\n  " + b64(randbytes(48)) + "\n  " + b64(randbytes(30)) + "\n"),
-    ("base64 of a url and camel case", "see " + b64(b"https://example.com/docs/index.html") + " AbstractContextManager"),
+    ("base64 of a url and camel case",
+     "see " + b64(b"https://example.com/docs/index.html") + " AbstractContextManager"),
 ]
 WRAP_SECRET = chars(ALNUM, 64)
 WRAP_KEY_LINES = [b64(randbytes(48)) for _ in range(4)] + [b64(randbytes(20))]

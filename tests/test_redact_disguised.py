@@ -131,7 +131,7 @@ def b64(text: str | bytes) -> str:
     (f"creds {b64('admin:Hunter2xyz')} end", "creds [REDACTED:password] end"),
     (f"data:\n  config.env: {b64(chr(10).join(['DEBUG=1', 'DB_PASSWORD=Hunter2xyz9']))}\n",
      "data:\n  config.env: [REDACTED:password]\n"),
-    (f"tls.crt: x\nblob: {b64('-----BEGIN PRIVATE KEY-----' + chr(10) + 'MIIEvQ' * 8 + chr(10) + '-----END PRIVATE KEY-----')}",
+    ("tls.crt: x\nblob: " + b64("\n".join(["-----BEGIN PRIVATE KEY-----", "MIIEvQ" * 8, "-----END PRIVATE KEY-----"])),
      "tls.crt: x\nblob: [REDACTED:private_key]"),
     # look-alikes
     (f"icon: !!binary |\n  {b64(bytes(range(0, 200, 3)))}\n  {b64(bytes(range(5, 150, 3)))}\n", None),
@@ -144,7 +144,8 @@ def test_base64_that_is_or_holds_a_secret(text: str, want: str | None) -> None:
     fixed(text, want)
 
 
-B64_LINES = ["MIIEvQIBADANBgkqhkiG9w0BAQEFAASCBKcwggSjAgEAAoIBAQC7Vx3Kf9aPq2Lm", "Zp8Qw1Xy4Rt6Uv0Nb3Mc5Ld7Ke9Jf2Hg4Sa6Dd8Ff0Gh1Jk3Lz5Xc7Vb9Nm2Qw4E",
+B64_LINES = ["MIIEvQIBADANBgkqhkiG9w0BAQEFAASCBKcwggSjAgEAAoIBAQC7Vx3Kf9aPq2Lm",
+             "Zp8Qw1Xy4Rt6Uv0Nb3Mc5Ld7Ke9Jf2Hg4Sa6Dd8Ff0Gh1Jk3Lz5Xc7Vb9Nm2Qw4E",
              "rT6yU8iO0pA2sD4fG6hJ8kL0=="]
 
 
@@ -198,3 +199,22 @@ def test_base64_wrapped_at_76_or_64_columns_is_read_as_one_blob() -> None:
           "data:\n  [REDACTED:password]\n")
     noise = b64(bytes(range(256)) * 2)
     fixed("\n".join(noise[i : i + 76] for i in range(0, len(noise), 76)), None)
+
+
+@pytest.mark.parametrize(("text", "want"), [
+    ('r = requests.get(url, cookies={"sessionid": "a1b2c3d4e5", "lang": "en"})',
+     'r = requests.get(url, cookies={"sessionid": "[REDACTED:cookie]", "lang": "en"})'),
+    ("cookies = {'sid': 'Xk3J9a'}", "cookies = {'sid': '[REDACTED:cookie]'}"),
+    ('resp.set_cookie("sessionid", "k2j3h4g5", httponly=True)',
+     'resp.set_cookie("sessionid", "[REDACTED:cookie]", httponly=True)'),
+    ("s.cookies.set('sid', 'Xk3J9a', domain='x')", "s.cookies.set('sid', '[REDACTED:cookie]', domain='x')"),
+    ("driver.add_cookie({'name': 'PHPSESSID', 'value': 'a1b2c3d4e5'})",
+     "driver.add_cookie({'name': 'PHPSESSID', 'value': '[REDACTED:cookie]'})"),
+    # look-alikes: other cookies, counters, and an agent's session id in a transcript line that mentions cookies
+    ('resp.set_cookie("theme", "dark"); cookies={"session_count": "3"}', None),
+    ('{"sessionId":"0c9f8e7d-1234-5678-9abc-def012345678","message":"set a cookie"}', None),
+])
+def test_a_session_cookie_handed_to_code(text: str, want: str | None) -> None:
+    """requests/httpx `cookies={...}`, Flask/Django `set_cookie`, Selenium `add_cookie`: the same session cookies
+    as in a header, read only inside those (a transcript's `"sessionId"` is an agent's session, not a secret)."""
+    fixed(text, want)
