@@ -312,11 +312,13 @@ _BARE_BASIC = _Lazy(r"(?P<head>\b[Bb]asic[ \t]+|\"auth\"[ \t]*:[ \t]*\")(?P<secr
 # `user:password`: a Kubernetes Secret's data, a `!!binary` YAML value, a blob echoed by `base64`. Only runs of 20+
 # characters with both cases are decoded (a hex digest, a path or a lowercase word has one case), and only text
 # that decodes to valid UTF-8 without control characters is read again: random bytes almost never do.
-_B64_RUN = _Lazy(r"(?<![A-Za-z0-9+/_-])(?P<secret>[A-Za-z0-9+/]{20,}+={0,2}+)(?![A-Za-z0-9+/=_-])")
+# (In a JSON string a line break is `\n`: a run starts after it, not at its `n`.)
+_B64_RUN = _Lazy(r"(?:(?<=\\[nrt])|(?<![A-Za-z0-9+/_\\-]))(?P<secret>[A-Za-z0-9+/]{20,}+={0,2}+)(?![A-Za-z0-9+/=_-])")
 # A `!!binary` block scalar anywhere (`icon: !!binary |` + base64 lines): its lines are one blob.
 _B64_BLOCK = _Lazy(r"(?P<head>!!binary[ \t]*(?:[|>][+-]?[ \t]*)?\r?\n(?P<lead>[ \t]+))"
                    r"(?P<secret>[A-Za-z0-9+/=]+(?:[ \t]*\r?\n[ \t]+[A-Za-z0-9+/=]+)*)")
-_B64_LINE = _Lazy(r"\r?\n(?P<lead>[ \t]*)(?P<run>[A-Za-z0-9+/]{1,76}={0,2})(?=[ \t]*(?:\r?\n|\Z))")
+_B64_LINE = _Lazy(r"(?:\r?\n|(?:\\r)?\\n)(?P<lead>[ \t]*)(?P<run>[A-Za-z0-9+/]{1,76}={0,2})"
+                  r"(?=[ \t]*(?:\r?\n|\\r|\\n|\Z|\"))")  # a line break, raw or JSON-escaped
 _USER_PASSWORD = _Lazy(r"(?=[\w.@+-]*[A-Za-z])[\w.@+-]{1,64}:(?![/\\])\S{3,128}")  # not `https://...`
 _CONTROL = _Lazy(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 
@@ -816,7 +818,8 @@ def _scan(text: str, found: list[tuple[str, str]], in_context: list[tuple[str, s
             if run.start() < done:
                 continue
             start, end, blob = run.start(), run.end(), run.group("secret")
-            line = source.rfind("\n", 0, start) + 1
+            escaped = source.rfind("\\n", 0, start)
+            line = max(source.rfind("\n", 0, start) + 1, escaped + 2 if escaped >= 0 else 0)
             if len(blob) in (64, 76) and not source[line:start].strip(" \t"):
                 lead, lines = source[line:start], [blob]
                 while True:

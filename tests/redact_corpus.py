@@ -474,3 +474,8 @@ FORMATS += [
     ("base64 of an env file wrapped at 76 columns", f"$ base64 app.env\n{B64_WRAPPED}$ ",
      tuple(line for line in B64_WRAPPED.split("\n") if line) + (B64_WRAP_PW,)),
 ]
+FORMATS += [
+    ("base64 env file in a transcript's json",
+     json.dumps({"type": "tool_result", "content": f"$ base64 app.env\n{B64_WRAPPED}"}),
+     (B64_WRAP_PW,) + tuple(line for line in B64_WRAPPED.split("\n") if line)),
+]

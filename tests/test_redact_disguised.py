@@ -218,3 +218,15 @@ def test_a_session_cookie_handed_to_code(text: str, want: str | None) -> None:
     """requests/httpx `cookies={...}`, Flask/Django `set_cookie`, Selenium `add_cookie`: the same session cookies
     as in a header, read only inside those (a transcript's `"sessionId"` is an agent's session, not a secret)."""
     fixed(text, want)
+
+
+def test_base64_in_a_transcripts_json_string() -> None:
+    """In a JSON string a line break is `\\n`: a base64 line after one was read from the escape's `n`, decoded
+    one character off, and a token, `user:password` or an env file's password in it was stored in clear."""
+    env = "DEBUG=1\nLOG_LEVEL=info\nSERVICE=billing-api\nREGION=eu\nDB_PASSWORD=Hunter2xyz9Qq\nX=1\n"
+    wrapped = base64.encodebytes(env.encode()).decode()
+    text = json.dumps({"type": "tool_result", "content": "$ base64 app.env\n" + wrapped})
+    fixed(text, '{"type": "tool_result", "content": "$ base64 app.env\\n[REDACTED:password]\\n"}')
+    fixed(json.dumps({"content": "x\n" + b64("token " + GH) + "\n"}), '{"content": "x\\n[REDACTED:github_token]\\n"}')
+    fixed(json.dumps({"content": "x\n" + b64("admin:Hunter2xyzQ") + "\n"}), '{"content": "x\\n[REDACTED:password]\\n"}')
+    fixed(json.dumps({"content": "x\n" + b64("Hello, world! This is ordinary text.") + "\n"}), None)
