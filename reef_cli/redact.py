@@ -312,8 +312,7 @@ _BARE_BASIC = _Lazy(r"(?P<head>\b[Bb]asic[ \t]+|\"auth\"[ \t]*:[ \t]*\")(?P<secr
 # `user:password`: a Kubernetes Secret's data, a `!!binary` YAML value, a blob echoed by `base64`. Only runs of 20+
 # characters with both cases are decoded (a hex digest, a path or a lowercase word has one case), and only text
 # that decodes to valid UTF-8 without control characters is read again: random bytes almost never do.
-# (In a JSON string a line break is `\n`: a run starts after it, not at its `n`.)
-_B64_RUN = _Lazy(r"(?:(?<=\\[nrt])|(?<![A-Za-z0-9+/_\\-]))(?P<secret>[A-Za-z0-9+/]{20,}+={0,2}+)(?![A-Za-z0-9+/=_-])")
+_B64_RUN = _Lazy(r"(?<![A-Za-z0-9+/_-])(?P<secret>[A-Za-z0-9+/]{20,}+={0,2}+)(?![A-Za-z0-9+/=_-])")
 # A `!!binary` block scalar anywhere (`icon: !!binary |` + base64 lines): its lines are one blob.
 _B64_BLOCK = _Lazy(r"(?P<head>!!binary[ \t]*(?:[|>][+-]?[ \t]*)?\r?\n(?P<lead>[ \t]+))"
                    r"(?P<secret>[A-Za-z0-9+/=]+(?:[ \t]*\r?\n[ \t]+[A-Za-z0-9+/=]+)*)")
@@ -530,11 +529,11 @@ _MARK_RE = _Lazy(r"\[REDACTED:[a-z_]+\]")
 
 def _redact_hidden(text: str) -> tuple[str, int]:
     """The lines holding an invisible character or a no-break space (and the line before each, where a value's key
-    may be; and the indented lines after it, a block scalar's value) read with the invisible characters dropped and
-    the no-break spaces made plain, as every other reading is (`_redact_views`); each secret found there is removed
-    from the text from its first character to its last, the invisible characters inside it with it. A secret is
-    what a terminal shows, so the whole token, invisible characters included, is the secret: no piece of it is left
-    on either side of one."""
+    may be; and, after a line that ends at its key or under one, the indented lines of its value) read with the
+    invisible characters dropped and the no-break spaces made plain, as every other reading is (`_redact_views`);
+    each secret found there is removed from the text from its first character to its last, the invisible
+    characters inside it with it. A secret is what a terminal shows, so the whole token, invisible characters
+    included, is the secret: no piece of it is left on either side of one."""
     spans: list[list[int]] = []
     for hit in _HIDDEN.finditer(text):
         if spans and hit.start() < spans[-1][1]:
@@ -543,42 +542,46 @@ def _redact_hidden(text: str) -> tuple[str, int]:
         start = text.rfind("\n", 0, line - 1) + 1 if line else 0
         end = text.find("\n", hit.start())
         end = len(text) if end < 0 else end
-        for _ in range(500):  # a block scalar's lines under `password:<NBSP>|`
-            if text[end + 1 : end + 2] not in (" ", "\t"):
-                break
-            end = text.find("\n", end + 1)
-            end = len(text) if end < 0 else end
+        if any(_AWAITS_VALUE.search(_HIDDEN.sub("", text[a:b]).rstrip()) for a, b in ((line, end), (start, line))):
+            for _ in range(500):  # a block scalar's lines under `password:<NBSP>|`
+                if text[end + 1 : end + 2] not in (" ", "\t"):
+                    break
+                end = text.find("\n", end + 1)
+                end = len(text) if end < 0 else end
         if spans and start <= spans[-1][1]:
-            spans[-1][1] = end
+            spans[-1][1] = max(spans[-1][1], end)
         else:
             spans.append([start, end])
-    # the view, and where each of its characters starts and ends in the text
-    pieces: list[str] = []
+    view = "".join(_HIDDEN.sub(_plain, text[start:end]) + "\n" for start, end in spans)
+    out, count = _redact_views(view)
+    if not count:
+        return text, 0
+    # where each of the view's characters starts and ends in the text
     starts: list[int] = []
     ends: list[int] = []
     for start, end in spans:
         at = start
         for hit in _HIDDEN.finditer(text, start, end):
-            pieces.append(text[at : hit.start()])
             starts.extend(range(at, hit.start()))
             ends.extend(range(at + 1, hit.start() + 1))
             if _HIDDEN_SPACE.fullmatch(hit.group(0)):
-                pieces.append(" ")
                 starts.append(hit.start())
                 ends.append(hit.end())
             at = hit.end()
-        pieces.append(text[at:end] + "\n")
         starts.extend(range(at, end + 1))
         ends.extend(range(at + 1, end + 2))
-    view = "".join(pieces)
-    out, count = _redact_views(view)
-    if not count:
-        return text, 0
     parts, done = [], 0
     for begin, finish, marks in _replaced(view, out):
         parts += [text[done : starts[begin]], marks]
         done = ends[finish - 1]
     return "".join(parts) + text[done:], count
+
+
+def _plain(hit: re.Match[str]) -> str:
+    return " " if _HIDDEN_SPACE.fullmatch(hit.group(0)) else ""
+
+
+_AWAITS_VALUE = _Lazy(r"[:=|>][1-9+-]{0,2}$")  # a key whose value is on the lines after it
 
 
 def _replaced(before: str, after: str) -> Iterator[tuple[int, int, str]]:
@@ -818,11 +821,17 @@ def _scan(text: str, found: list[tuple[str, str]], in_context: list[tuple[str, s
             if run.start() < done:
                 continue
             start, end, blob = run.start(), run.end(), run.group("secret")
-            escaped = source.rfind("\\n", 0, start)
-            line = max(source.rfind("\n", 0, start) + 1, escaped + 2 if escaped >= 0 else 0)
-            if len(blob) in (64, 76) and not source[line:start].strip(" \t"):
-                lead, lines = source[line:start], [blob]
-                while True:
+            if blob[0] in "nrt" and source[start - 1 : start] == "\\":
+                start, blob = start + 1, blob[1:]  # after a JSON string's `\n`, the run starts past its `n`
+            if len(blob) not in (64, 76):
+                if blob.islower() or blob.isupper():  # a digest, a path, a constant: one case, not base64 of text
+                    continue
+            else:  # a wrapped blob's first line when alone on its line (indentation: at most 80 characters back)
+                window = source[max(0, start - 80) : start]
+                escaped = window.rfind("\\n")
+                lead = window[max(window.rfind("\n") + 1, escaped + 2 if escaped >= 0 else 0) :]
+                lines = [blob] if not lead.strip(" \t") else []
+                while lines:
                     nxt = _B64_LINE.match(source, end)
                     if nxt is None or nxt.group("lead") != lead or len(nxt.group("run")) > len(blob):
                         break
@@ -830,11 +839,11 @@ def _scan(text: str, found: list[tuple[str, str]], in_context: list[tuple[str, s
                     end = nxt.end()
                     if len(nxt.group("run")) < len(blob):
                         break  # the last line
-                blob = "".join(lines) if len(lines) > 1 else blob
-                end = end if len(lines) > 1 else run.end()
+                if len(lines) > 1:
+                    blob = "".join(lines)
             kind = _decoded_secret(blob)
             if kind is None and end != run.end():
-                blob, end = run.group("secret"), run.end()
+                blob, end = source[start : run.end()], run.end()
                 kind = _decoded_secret(blob)
             if kind is not None:
                 out += [source[done:start], _mark(kind)]

@@ -45,6 +45,8 @@ def test_a_token_split_by_an_invisible_character(mark: str, token: str, kind: st
     ("tool\u00a0--password\u00a0hunter2x --verbose", "tool\u00a0--password\u00a0[REDACTED:password] --verbose"),
     ("db:\n  password:\u00a0|\n    s3cretPw9\n", "db:\n  password:\u00a0|\n    [REDACTED:password]\n"),
     ("password:\n  s3cr\u200betPw9\n", "password:\n  [REDACTED:password]\n"),
+    ("password: |\n  s3cr\u200betPw9\n  m0reLine9\nhost: x\n", "password: |\n  [REDACTED:password]\nhost: x\n"),
+    ("changes:\n  * fix\u00a0this\n    and that\n  * more\n", None),
     ("password:\u00a0|\n" + "  Ab3dEf6hIj9lMn2pQr5tUv8xYz1bCd4f\n" * 300 + "host: x\n",
      "password:\u00a0|\n  [REDACTED:password]\nhost: x\n"),
     ("password:\u00a0|\n  l1abc\n  l2def\ntoken:\u00a0Hunter2xyz\nx",
