@@ -659,6 +659,13 @@ class HarnessStore:
         if target.content_id == head.content_id:
             return PublishResult(head, False, ())
         new_files = self.files_of(target)
+        old_files = self.files_of(head)
+        try:  # before publishing: a rollback published and then not written would leave the tree on the old head
+            for rel in sorted(set(old_files) | set(new_files)):
+                if old_files.get(rel) != new_files.get(rel):
+                    _writable_parents(self.project.root, rel)
+        except InvalidInput as exc:
+            raise InvalidInput(f"cannot roll back: {exc} (nothing was published)") from None
         result = self.publish(
             reason=f"rollback to step {target.step} ({target.release_id})",
             operation="rollback",
@@ -667,7 +674,7 @@ class HarnessStore:
             meta={"rollback_target_release_id": target.release_id, "rolled_back_release_id": head.release_id},
         )
         try:
-            self.sync_worktree(self.files_of(head), new_files, guard=not force)
+            self.sync_worktree(old_files, new_files, guard=not force)
         except ConflictError as exc:
             raise ConflictError(f"rolled back: {result.release.release_id} is published, but {exc}; 'reef status' "
                                 "shows it against the new head") from None

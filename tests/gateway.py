@@ -77,9 +77,9 @@ def exchanges(project: Path) -> list:
 
 
 @contextmanager
-def in_process(gw):
+def in_process(gw, code: int = 0):
     """Run a `reef_cli.serve.app.Gateway` (built by the test, e.g. with hooks added or a constant patched) on its own
-    thread; yields its URL; on exit stops it and asserts it stopped cleanly (ledgers verified)."""
+    thread; yields its URL; on exit stops it and asserts it stopped with `code` (0: cleanly, ledgers verified)."""
     ready, box = threading.Event(), {}
 
     def serve():
@@ -97,4 +97,4 @@ def in_process(gw):
         if "loop" in box:
             box["loop"].call_soon_threadsafe(box["stop"].set)
         thread.join(20)
-    assert box.get("code") == 0
+    assert box.get("code") == code

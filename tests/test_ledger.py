@@ -1251,3 +1251,71 @@ def test_one_stalled_sync_does_not_turn_a_fast_disk_into_a_slow_one(path: Path) 
         assert page.read()[4] < group_commit.COORDINATE_ABOVE_NS  # the average leaders share
     finally:
         os.close(fd)
+
+
+def test_after_a_failed_sync_this_writer_acknowledges_nothing_more(path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """After an fdatasync fails the kernel may drop the pages it could not write and report the next sync as good:
+    a record appended after it would be acknowledged over a hole. The writer refuses from then on (both append
+    paths); a new writer, as after a restart, reads the ledger as it is and goes on."""
+    import reef_cli.ledger.writer as writer_mod
+
+    ledger = Ledger(path, "demo")
+    ledger.append("interaction", {"n": 1}, release_id="r", content_id="c")
+    real = writer_mod._fdatasync
+    monkeypatch.setattr(writer_mod, "_fdatasync", lambda fd: (_ for _ in ()).throw(OSError(5, "Input/output error")))
+    with pytest.raises(StoreError, match="cannot sync"):
+        ledger.append("interaction", {"n": 2}, release_id="r", content_id="c")
+    monkeypatch.setattr(writer_mod, "_fdatasync", real)
+    size = path.stat().st_size
+    for kw in ({}, {"record_id": "rec-given-3"}):
+        with pytest.raises(StoreError) as caught:
+            ledger.append("interaction", {"n": 3}, release_id="r", content_id="c", **kw)
+        assert str(caught.value) == (f"an earlier sync of {path} failed (Input/output error); records written since "
+                                     f"may not be on disk, so nothing more is appended by this process: check the "
+                                     f"disk, then restart it (nothing was appended)")
+    assert path.stat().st_size == size
+    fresh = Ledger(path, "demo")
+    assert fresh.append("interaction", {"n": 4}, release_id="r", content_id="c").seq == 3
+    assert fresh.verify().ok
+
+
+@pytest.mark.parametrize("led", [False, True])
+def test_a_sync_told_0_beside_one_that_failed_acknowledges_nothing(path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                   led: bool) -> None:
+    """A writeback error is reported once per open file: of two threads syncing one instance's descriptor at the
+    same time, one is told EIO and the other 0 (modelled here). The one told 0 acknowledged a record chained onto
+    pages the kernel may have dropped; it now waits for the syncs it overlapped and refuses after a failure. Led
+    syncs too: a waiter took the lead after the leader's failure and synced the same descriptor again."""
+    import reef_cli.ledger.writer as writer_mod
+
+    ledger = Ledger(path, "demo")
+    ledger.append("interaction", {"n": 0}, release_id="r", content_id="c")
+    monkeypatch.setattr(group_commit, "COORDINATE_ABOVE_NS", 0 if led else 10**18)
+    calls: list[int] = []
+    guard = threading.Lock()
+
+    def once_per_file(fd: int) -> None:
+        with guard:
+            calls.append(fd)
+            n = len(calls)
+        if n == 1:
+            time.sleep(0.2)
+            raise OSError(5, "Input/output error")
+        time.sleep(0.4)  # the error was already reported to the first caller
+
+    monkeypatch.setattr(writer_mod, "_fdatasync", once_per_file)
+    out: dict = {}
+
+    def append(n: int) -> None:
+        try:
+            out[n] = ledger.append("interaction", {"n": n}, release_id="r", content_id="c")
+        except StoreError as exc:
+            out[n] = exc
+
+    first = background(lambda: append(1))
+    time.sleep(0.05)
+    second = background(lambda: append(2))
+    first.join(10)
+    second.join(10)
+    assert all(isinstance(out[n], StoreError) for n in (1, 2)), out

@@ -219,3 +219,20 @@ def test_a_symlink_planted_for_a_ledger_state_file_is_refused_and_its_target_unt
     assert r.returncode == 4 and "is a symlink" in r.stderr and str(link) in r.stderr, r.stderr
     assert len(r.stderr.strip().splitlines()) == 1
     assert victim.read_bytes() == b"VICTIM\n"
+
+
+def test_repair_names_a_record_damaged_inside_the_ledger_instead_of_nothing_is_lost(project: Path) -> None:
+    """A record edited in the middle of the ledger is not at its end: neither a cut nor a missing anchor. `reef
+    repair ledger` said "nothing is lost" (exit 0) over it while `reef ledger verify` failed; it now names the
+    line and says what can mend it, with or without --accept-loss, and changes nothing."""
+    assert append(project / LEDGER, 4).returncode == 0
+    lines = (project / LEDGER).read_bytes().split(b"\n")
+    lines[1] = lines[1].replace(b'"kind"', b'"kimd"', 1)
+    (project / LEDGER).write_bytes(b"\n".join(lines))
+    before = (project / LEDGER).read_bytes()
+    for extra in ((), ("--accept-loss",)):
+        r = run_reef("repair", "ledger", *extra, cwd=project)
+        assert r.returncode == 4 and r.stdout == "", (extra, r.stdout)
+        assert r.stderr.count("\n") == 1 and "line 2 is not a ledger record" in r.stderr
+        assert "cannot mend a record damaged inside the ledger: restore the file from a backup" in r.stderr
+    assert (project / LEDGER).read_bytes() == before

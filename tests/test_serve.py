@@ -950,3 +950,217 @@ def test_the_answer_leaves_the_moment_its_record_is_durable(tmp_path, upstream, 
                 time.sleep(1.6)  # the held-up handler ends before the next call
         assert gw.recorder.committer.inline == 2 and gw.recorder.committer.batches == 2
     verify(project)
+
+
+def test_nan_in_the_upstreams_usage_is_recorded_as_null(served, upstream):
+    """Python's JSON parser takes NaN and Infinity from an upstream; the ledger's canonical JSON does not. The
+    billed call used to get no record at all, and a JSON client a 400 blaming its own request; a stream got a 400
+    written inside its open body."""
+    answer = ('{"id":"c","object":"chat.completion","model":"m","choices":[],'
+              '"usage":{"prompt_tokens":NaN,"completion_tokens":Infinity,"total_tokens":3}}')
+    upstream.reply(Reply(raw=answer.encode()))
+    status, headers, out = http(served.url + "/v1/chat/completions", {"model": "m", "messages": []})
+    assert status == 200 and out == answer.encode()
+    record = ledger_of(served.project).get(headers["x-reef-agent-record-id"]).payload
+    assert record["outcome"] == "ok" and record["usage"] == {"prompt_tokens": None, "completion_tokens": None,
+                                                              "total_tokens": 3}
+    events = ('data: {"id":"c","object":"chat.completion.chunk","model":"m","choices":[{"index":0,"delta":'
+              '{"content":"hi"},"finish_reason":"stop"}]}\n\n'
+              'data: {"id":"c","object":"chat.completion.chunk","model":"m","choices":[],'
+              '"usage":{"prompt_tokens":NaN,"completion_tokens":1,"total_tokens":1}}\n\ndata: [DONE]\n\n')
+    upstream.reply(Reply(raw=events.encode(), content_type="text/event-stream"))
+    status, headers, out = http(served.url + "/v1/chat/completions", {"model": "m", "messages": [], "stream": True})
+    assert status == 200 and b"HTTP/1.1" not in out and out.endswith(b"data: [DONE]\n\n")
+    record = ledger_of(served.project).get(headers["x-reef-agent-record-id"]).payload
+    assert record["outcome"] == "ok" and record["usage"]["prompt_tokens"] is None
+    assert b'"reef":{"agent_record_id":"' + headers["x-reef-agent-record-id"].encode() in out
+
+
+def _in_process_gateway(tmp_path, upstream):
+    from reef_cli.project import Project
+    from reef_cli.serve.app import Gateway as InProcess, ServeConfig
+
+    project = init_project(tmp_path / "proj")
+    gw = InProcess(ServeConfig(project=Project(project), scenario="default", upstream=upstream.url, port=0), {},
+                   log=open(tmp_path / "log", "w"), out=open(tmp_path / "out", "w"))
+    return project, gw
+
+
+def _read_to_end(port: int, request: bytes) -> bytes:
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(request)
+        data = b""
+        try:
+            while chunk := s.recv(65536):
+                data += chunk
+        except ConnectionResetError:
+            pass
+        return data
+
+
+def test_a_sync_that_fails_is_one_503_not_a_second_append(tmp_path, upstream, monkeypatch):
+    """A record whose sync fails gets no receipt. Its line may already be in the file, so appending it again as a
+    gateway_error clashed with its own id: the client got a 409 naming the ledger's path. It is now one 503; and
+    as the writer acknowledges nothing more after a failed sync, the calls after it are refused before they reach
+    the upstream (billed, unrecorded), /healthz says so, and the gateway's exit is not 0."""
+    import reef_cli.ledger.writer as writer_mod
+
+    project, gw = _in_process_gateway(tmp_path, upstream)
+    with in_process(gw, code=1) as url:
+        http(url + "/v1/chat/completions", {"model": "m", "messages": []})  # the ledger's files exist
+        calls = len(upstream.calls)
+
+        def failing(fd):
+            raise OSError(5, "Input/output error")
+
+        monkeypatch.setattr(writer_mod, "_fdatasync", failing)
+        messages = []
+        for stream in (False, True):
+            for inline in (True, False):
+                gw.recorder.committer.average_ns = 0 if inline else 10**12
+                status, headers, out = http(url + "/v1/chat/completions",
+                                            {"model": "m", "messages": [], "stream": stream})
+                assert status == 503 and "x-reef-agent-record-id" not in {k.lower() for k in headers}, out
+                messages.append(json.loads(out)["error"]["message"])
+        monkeypatch.undo()
+        assert "cannot sync" in messages[0] and all("cannot record this call: its ledger failed a sync "
+                                                    "(Input/output error)" in m for m in messages[1:]), messages
+        assert len(upstream.calls) == calls + 1  # only the call whose sync failed reached the upstream
+        status, _, out = http(url + "/healthz")
+        assert status == 503 and "failed a sync" in json.loads(out)["error"]
+    assert [r.payload["outcome"] for r in exchanges(project)][1:] == ["ok"]  # its line, never acknowledged
+    assert "failed a sync (Input/output error)" in (tmp_path / "log").read_text()
+
+def test_an_error_after_the_early_send_does_not_answer_twice(tmp_path, upstream, monkeypatch):
+    """The answer is sent from inside the append; if anything fails after it, a second answer (409, 500) on the
+    same connection would be read as the answer to the client's next request. The connection ends instead."""
+    from reef_cli.serve import http_server
+
+    real = http_server.Response.send_now
+
+    def send_then_fail(self, request):
+        real(self, request)
+        raise RuntimeError("after the send")
+
+    monkeypatch.setattr(http_server.Response, "send_now", send_then_fail)
+    project, gw = _in_process_gateway(tmp_path, upstream)
+    with in_process(gw) as url:
+        port = int(url.rsplit(":", 1)[1])
+        body = b'{"model": "m", "messages": []}'
+        one = b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%b" % (len(body), body)
+        for inline in (True, False):
+            gw.recorder.committer.average_ns = 0 if inline else 10**12
+            data = _read_to_end(port, one + b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")  # pipelined
+            assert data.startswith(b"HTTP/1.1 200 OK") and data.count(b"HTTP/1.1 ") == 1, data
+        monkeypatch.undo()
+    assert len(exchanges(project)) == 2
+
+
+def test_an_inline_append_is_timed_without_what_then_sends():
+    """The committer's average decides whether lone calls append on the loop; the answer sent from `then` (a large
+    one to a slow client) is not the append's time."""
+    from reef_cli.serve.commit import INLINE_BELOW_NS, Committer
+
+    committer = Committer()
+    committer.run_inline(lambda then: then(), lambda: time.sleep(0.05))
+    assert committer.average_ns < INLINE_BELOW_NS
+
+
+def test_a_batch_whose_sync_fails_fails_whole_and_is_not_appended_again(tmp_path, monkeypatch):
+    """Records batched into one write share its sync. When that sync failed, each was appended again on its own
+    and synced again: a second fdatasync can succeed after an I/O error without the data on disk, and those
+    clients got receipts. Now every record of the batch gets the sync's error."""
+    import reef_cli.ledger.writer as writer_mod
+    from reef_cli.ledger import NewRecord
+
+    committer, ledger = _committer_ledger(tmp_path)
+    ledger.append("inference", {"n": 0}, release_id=None, content_id=None)
+
+    def failing(fd):
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(writer_mod, "_fdatasync", failing)
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        futs = [loop.create_future() for _ in range(3)]
+        entries = [(loop, fut, ledger, lambda i=i: NewRecord("inference", {"n": i}, None, None, None),
+                    lambda i=i: ledger.append("inference", {"n": i}, release_id=None, content_id=None))
+                   for i, fut in enumerate(futs, 1)]
+        await loop.run_in_executor(None, committer._commit, entries)
+        return await asyncio.gather(*futs, return_exceptions=True)
+
+    results = asyncio.run(main())
+    assert [type(r).__name__ for r in results] == ["StoreError"] * 3
+    assert all("cannot sync" in str(r) for r in results), results
+
+
+def test_an_unstorable_usage_nested_past_the_stack_still_gets_its_record(served, upstream):
+    """NaN at the bottom of a usage nested 600 deep: the walk that makes a payload storable ran out of stack, the
+    call got no record at all and the client a 500. The call is now recorded without the unstorable fields."""
+    answer = ('{"id":"c","object":"chat.completion","model":"m","choices":[],"usage":'
+              + '{"a":' * 600 + 'NaN' + '}' * 600 + '}')
+    upstream.reply(Reply(raw=answer.encode()))
+    status, headers, out = http(served.url + "/v1/chat/completions", {"model": "m", "messages": []})
+    assert status == 200 and out == answer.encode()
+    record = ledger_of(served.project).get(headers["x-reef-agent-record-id"]).payload
+    assert record["outcome"] == "ok" and record["usage"] is None and record["status"] == 200
+    assert record["unstorable"].startswith("the upstream's usage or a hook's fields could not be stored")
+
+
+def test_a_stream_the_upstream_broke_reaches_an_http_10_client_as_a_reset(served, upstream):
+    """On HTTP/1.0 a stream's body ends with the connection, so the plain close the gateway used for a broken
+    stream read as a complete answer; it is now a reset (a chunked client sees the missing end, as before)."""
+    upstream.reply(Reply(text="one two three four", die_after=2))
+    body = b'{"model": "m", "messages": [], "stream": true}'
+    with socket.create_connection(("127.0.0.1", int(served.url.rsplit(":", 1)[1])), timeout=10) as s:
+        s.sendall(b"POST /v1/chat/completions HTTP/1.0\r\nContent-Length: %d\r\n\r\n%b" % (len(body), body))
+        data = b""
+        with pytest.raises(ConnectionResetError):
+            while chunk := s.recv(65536):
+                data += chunk
+    assert data == b"" or data.startswith(b"HTTP/1.1 200 OK")
+
+
+def test_a_stream_with_an_odd_model_is_recorded_and_the_last_resort_cannot_nest(served, upstream, tmp_path):
+    """A stream chunk's `model` nested 600 deep with a NaN inside: the stream kept it unchecked, and the last-resort
+    record kept it too, so it hit the stack again and the billed call got no record. Models are strings or
+    nothing now, and the last resort forces each field to its type."""
+    from reef_cli.serve.recording import _bare
+
+    deep = "[" * 600 + "NaN" + "]" * 600
+    events = ('data: {"id":"c","object":"chat.completion.chunk","model":' + deep + ',"choices":[{"index":0,'
+              '"delta":{"content":"hi"}}]}\n\ndata: {"id":"c","object":"chat.completion.chunk","model":"m",'
+              '"choices":[],"usage":{"prompt_tokens":1,"completion_tokens":1,"total_tokens":2}}\n\ndata: [DONE]\n\n')
+    upstream.reply(Reply(raw=events.encode(), content_type="text/event-stream"))
+    status, headers, out = http(served.url + "/v1/chat/completions", {"model": "m", "messages": [], "stream": True})
+    assert status == 200 and out.endswith(b"data: [DONE]\n\n")
+    record = ledger_of(served.project).get(headers["x-reef-agent-record-id"]).payload
+    assert record["outcome"] == "ok" and record["model"] == "m"
+    nested: object = float("nan")
+    for _ in range(3000):
+        nested = [nested]
+    bare = _bare({key: nested for key in ("model", "error", "session", "tags", "tokens", "request", "response",
+                                         "status", "latency_ms", "usage", "provenance")})
+    led = Ledger(tmp_path / "ledger.jsonl", "default")
+    assert led.append("inference", bare, release_id=None, content_id=None).payload["usage"] is None
+
+
+def test_the_log_line_of_a_stream_whose_record_failed_names_no_record(tmp_path, upstream, monkeypatch):
+    """A stream whose events had gone out when its record's sync failed is cut; its log line gave the 200 and the
+    record id from its head, for a record that does not exist."""
+    import reef_cli.ledger.writer as writer_mod
+
+    project, gw = _in_process_gateway(tmp_path, upstream)
+    with in_process(gw, code=1) as url:
+        http(url + "/v1/chat/completions", {"model": "m", "messages": []})  # the ledger's files exist
+        upstream.reply(Reply(text="one two three four", event_delay=0.05))
+        monkeypatch.setattr(writer_mod, "_fdatasync", lambda fd: (_ for _ in ()).throw(OSError(5, "I/O error")))
+        body = b'{"model": "m", "messages": [], "stream": true}'
+        out = _read_to_end(int(url.rsplit(":", 1)[1]), b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+                           b"Content-Length: %d\r\n\r\n%b" % (len(body), body))
+        monkeypatch.undo()
+        assert out.startswith(b"HTTP/1.1 200 OK") and b"x-reef-agent-record-id" in out.lower()
+        assert not out.endswith(b"0\r\n\r\n")
+    line = [ln for ln in (tmp_path / "log").read_text().splitlines() if "POST /v1/chat/completions 200" in ln][-1]
+    assert line.endswith("(no record kept)") and "rec_" not in line, line

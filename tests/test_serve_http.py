@@ -16,6 +16,12 @@ from reef_cli.serve.http_server import HttpServer, Response, StreamResponse
 
 
 _WRITTEN = [0]  # events the /flood handler got written
+_ACCESS: list = []  # (path, the status of the answer sent or None) per access-log call
+_LOOP: list = [None]  # the running server's loop
+
+
+def server_loop() -> asyncio.AbstractEventLoop:
+    return _LOOP[0]
 
 
 @pytest.fixture()
@@ -26,6 +32,7 @@ def server(monkeypatch):
     monkeypatch.setattr(http_server, "BODY_IDLE_S", 0.5)
     notes: list[str] = []
     _WRITTEN[0] = 0
+    _ACCESS.clear()
 
     async def handler(request):
         if request.path == "/slow":  # longer than every timeout above: a handler at work is never cut
@@ -54,11 +61,27 @@ def server(monkeypatch):
             await asyncio.sleep(0.2)
             await out.write_eof()
             return out
+        if request.path in ("/stream-then-error", "/held-then-error"):  # begins a stream, then answers an error
+            out = StreamResponse(200, [("Content-Type", "text/event-stream")])
+            await out.prepare(request)
+            if request.path == "/stream-then-error":  # its head and first event leave (the held one does not)
+                await out.write(b"data: 0\n\n")
+                await asyncio.sleep(0.05)
+            return Response(b"the record could not be kept", 503)
         if request.path == "/crash-stream":  # a handler that fails after its stream began
             out = StreamResponse(200, [("Content-Type", "text/event-stream")])
             await out.prepare(request)
             await out.write(b"data: 0\n\n")
+            await asyncio.sleep(0.05)
             raise RuntimeError("boom")
+        if request.path == "/endless-stream":  # still streaming when it is cancelled
+            out = StreamResponse(200, [("Content-Type", "text/event-stream")])
+            await out.prepare(request)
+            await out.write(b"data: 0\n\n")
+            await asyncio.sleep(30)
+        if request.path == "/early-then-crash":  # a whole answer sent early (as a receipt is), then a failure
+            Response(b"x" * (8 << 20), 200).send_now(request)
+            raise RuntimeError("after the answer")
         if request.path == "/stream":
             out = StreamResponse(200, [("Content-Type", "text/event-stream")])
             await out.prepare(request)
@@ -76,9 +99,11 @@ def server(monkeypatch):
     def run():
         async def main():
             srv = HttpServer(handler, max_body=1000, error=lambda status, msg: Response(msg.encode(), status),
-                             access=lambda request, response: None, note=notes.append)
+                             access=lambda request, response: _ACCESS.append((request.path, getattr(response, "status", None))),
+                             note=notes.append)
             box["port"] = (await srv.start("127.0.0.1", 0))[1]
             box["loop"], box["stop"] = asyncio.get_running_loop(), asyncio.Event()
+            _LOOP[0] = box["loop"]
             ready.set()
             await box["stop"].wait()
             await srv.close()
@@ -254,3 +279,105 @@ def test_a_handler_failing_mid_stream_breaks_the_stream_rather_than_answer_twice
     assert data.startswith(b"HTTP/1.1 200 OK") and b"data: 0" in data
     assert b"HTTP/1.1 500" not in data and not data.endswith(b"0\r\n\r\n")
     assert any("RuntimeError" in note for note in notes)
+
+
+def _until_closed(s: socket.socket) -> bytes:
+    data = b""
+    while chunk := s.recv(65536):
+        data += chunk
+    return data
+
+
+def test_an_error_answer_after_a_stream_began_cuts_the_stream(server):
+    """A handler that began a stream and then returned an error answer (the gateway's ReefError path: a record
+    that could not be kept, NaN in the upstream's usage) had that answer written inside the open chunked body."""
+    port, notes = server
+    s = _connect(port)
+    s.sendall(b"GET /stream-then-error HTTP/1.1\r\nHost: x\r\n\r\nGET /a HTTP/1.1\r\nHost: x\r\n\r\n")
+    data = _until_closed(s)
+    assert data.startswith(b"HTTP/1.1 200 OK") and b"data: 0" in data and data.count(b"HTTP/1.1 ") == 1
+    assert not data.endswith(b"0\r\n\r\n")
+    assert any("failed after it began (503)" in note for note in notes)
+    assert _ACCESS == [("/stream-then-error", 200)]
+
+
+def test_a_cut_stream_on_http_10_is_a_reset_not_a_clean_end(server):
+    """HTTP/1.0 streams end with the connection: a plain close would read as the body's clean end."""
+    port, _ = server
+    s = _connect(port)
+    s.sendall(b"GET /crash-stream HTTP/1.0\r\n\r\n")
+    with pytest.raises(ConnectionResetError):
+        while s.recv(65536):
+            pass
+
+
+def test_a_streamed_request_is_freed_without_the_garbage_collector(server):
+    """A stream referred back to its request and the request to the stream: each streamed request (with its body,
+    up to the body cap) stayed in memory until a full collection."""
+    import gc
+
+    port, _ = server
+    gc.collect()
+    gc.disable()
+    try:
+        for _ in range(20):
+            s = _connect(port)
+            s.sendall(b"GET /stream HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            _until_closed(s)
+            s.close()
+        time.sleep(0.2)
+        alive = sum(1 for obj in gc.get_objects() if type(obj) is http_server.Request)
+    finally:
+        gc.enable()
+    assert alive <= 1
+
+
+def test_a_request_cut_by_cancellation_still_gets_its_log_line(server):
+    """The gateway's drain cancels handlers still running when its time is up; each gets its access-log line."""
+    port, _ = server
+    s = _connect(port)
+    s.sendall(b"POST /slow HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}")
+    time.sleep(0.2)
+    loop = server_loop()
+    loop.call_soon_threadsafe(lambda: [t.cancel() for t in asyncio.all_tasks(loop) if "_answer" in repr(t)])
+    _until_closed(s)
+    time.sleep(0.1)
+    assert [path for path, _ in _ACCESS] == ["/slow"]
+
+
+def test_an_error_before_any_of_a_stream_left_is_the_only_answer(server):
+    """A stream whose head is still held has sent nothing: an error answer can still be the one answer, on a
+    connection that stays usable (it used to be cut, the access log saying 200)."""
+    port, notes = server
+    s = _connect(port)
+    s.sendall(b"GET /held-then-error HTTP/1.1\r\nHost: x\r\n\r\nGET /a HTTP/1.1\r\nHost: x\r\n"
+              b"Connection: close\r\n\r\n")
+    data = _until_closed(s)
+    assert data.startswith(b"HTTP/1.1 503 ") and b"text/event-stream" not in data
+    assert data.count(b"HTTP/1.1 ") == 2 and data.endswith(b'{"path": "/a", "len": 0}')
+    assert _ACCESS[:1] == [("/held-then-error", 503)] and not notes
+
+
+def test_a_stream_cancelled_by_the_drain_on_http_10_is_a_reset(server):
+    port, _ = server
+    s = _connect(port)
+    s.sendall(b"GET /endless-stream HTTP/1.0\r\n\r\n")
+    assert b"data: 0" in s.recv(65536)
+    loop = server_loop()
+    loop.call_soon_threadsafe(lambda: [t.cancel() for t in asyncio.all_tasks(loop) if "_answer" in repr(t)])
+    with pytest.raises(ConnectionResetError):
+        while s.recv(65536):
+            pass
+
+
+def test_an_answer_sent_early_reaches_a_slow_client_whole_when_the_handler_fails_after(server):
+    """The connection ends after an answer sent early when the handler then fails; an abrupt close with the
+    client's pipelined bytes unread reset it, cutting what the client had not read yet."""
+    port, _ = server
+    s = _connect(port)
+    junk = b"POST /x HTTP/1.1\r\nHost: x\r\nContent-Length: 900\r\n\r\n" + b"j" * 900
+    s.sendall(b"GET /early-then-crash HTTP/1.1\r\nHost: x\r\n\r\n" + junk * 200)
+    time.sleep(0.5)  # the server is done; the client has read nothing yet
+    data = _until_closed(s)
+    head, _, body = data.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200 OK") and len(body) == 8 << 20

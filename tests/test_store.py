@@ -164,6 +164,26 @@ def test_torn_tail_is_repaired_and_corruption_is_refused(reef, tmp_path):
     assert log_path.read_bytes() == corrupted
 
 
+def test_rollback_through_a_symlinked_directory_publishes_nothing(reef, tmp_path):
+    """`.claude` moved elsewhere and linked back: reef never writes through a symlink, so a rollback that must
+    write under it used to be published first and then fail to write the tree (exit 4 with the new head already
+    in the log, the files still the old head's). It now refuses before publishing."""
+    init(reef, tmp_path)
+    skill = tmp_path / ".claude" / "skills" / "two" / "SKILL.md"
+    skill.parent.mkdir(parents=True)
+    skill.write_text("---\nname: two\ndescription: the second skill\n---\nDo two.\n")
+    assert reef("-C", str(tmp_path), "publish", "-m", "two").code == 0
+    before = head(reef, tmp_path)
+    elsewhere = tmp_path.parent / f"{tmp_path.name}-claude"
+    (tmp_path / ".claude").rename(elsewhere)
+    (tmp_path / ".claude").symlink_to(elsewhere)
+    r = reef("-C", str(tmp_path), "rollback", "1", "--force")
+    assert r.code == 4 and r.err.strip() == (f"reef: error: cannot roll back: {tmp_path / '.claude'} is a symlink; "
+                                             f"reef never writes through symlinks (nothing was published)")
+    assert json.loads(reef("-C", str(tmp_path), "log", "--json").out)[0]["release_id"] == before["release_id"]
+    assert (elsewhere / "skills" / "two" / "SKILL.md").read_text().endswith("Do two.\n")
+
+
 def test_rollback_republishes_and_restores_worktree(reef, tmp_path):
     init(reef, tmp_path)
     one = head(reef, tmp_path)

@@ -693,3 +693,67 @@ def test_a_checkpoint_follows_symlinks_inside_it_and_refuses_others(tmp_path):
             checkpoint_manifest(ckpt)
         assert "\n" not in str(caught.value)
         os.unlink(ckpt / name)
+
+
+def test_the_sglang_gateway_redacts_the_prompt_it_keeps_for_training(tmp_path, engine):
+    """In front of SGLang the gateway keeps the client's messages (and the call's token ids) for training, without
+    --store-content. They were stored as sent: a key pasted into a chat reached the ledger in clear. The messages
+    are now redacted like stored content, and a call with a secret keeps no token ids (they decode back to it)."""
+    import urllib.request
+
+    from gateway import in_process, init_project
+    from reef_cli.ledger import Ledger
+    from reef_cli.project import Project
+    from reef_cli.serve.app import Gateway, ServeConfig
+
+    project = init_project(tmp_path / "proj")
+    gw = Gateway(ServeConfig(project=Project(project), scenario="default", upstream=engine.url + "/v1",
+                             upstream_api="sglang", port=0), {},
+                 log=open(tmp_path / "log", "w"), out=open(tmp_path / "out", "w"))
+    secret = "sk-ant-api03-" + "A" * 90
+    tool = {"type": "function", "function": {"name": "deploy", "description": f"deploys with token {secret}",
+                                             "parameters": {"type": "object", "properties": {}}}}
+    with in_process(gw) as url:
+        for content, extra in ((f"my key is {secret}", {}), ("fix the bug", {}), ("deploy it", {"tools": [tool]})):
+            body = json.dumps({"model": "m", "messages": [{"role": "user", "content": content}], **extra}).encode()
+            request = urllib.request.Request(url + "/v1/chat/completions", data=body,
+                                             headers={"content-type": "application/json"})
+            with urllib.request.urlopen(request, timeout=20) as answer:
+                assert answer.status == 200
+    ledger = project / ".reef" / "scenarios" / "default" / "ledger.jsonl"
+    assert secret not in ledger.read_text()
+    with_secret, plain, in_a_tool = [r.payload for r in Ledger(ledger, "default").iter_records(kind="inference")]
+    # the token ids also encode the request's tools: a secret in one means none are kept
+    assert "training" not in in_a_tool and in_a_tool["training_withheld"].startswith("a secret was found")
+    assert "sk-ant-api03-" not in json.dumps(with_secret["prompt"]) and "training" not in with_secret
+    assert with_secret["training_withheld"].startswith("a secret was found")
+    assert plain["prompt"] == [{"role": "user", "content": "fix the bug"}] and plain["training"]["prompt_token_ids"]
+
+
+def test_an_inline_image_in_a_kept_prompt_is_stored_as_its_digest(tmp_path, engine):
+    """Megabytes of base64 in a `data:` URL were redacted byte by byte (seconds, in the committer thread every
+    record waits behind) and stored whole; the training record keeps its media type, length and digest."""
+    import hashlib
+    import urllib.request
+
+    from gateway import in_process, init_project
+    from reef_cli.ledger import Ledger
+    from reef_cli.project import Project
+    from reef_cli.serve.app import Gateway, ServeConfig
+
+    project = init_project(tmp_path / "proj")
+    gw = Gateway(ServeConfig(project=Project(project), scenario="default", upstream=engine.url + "/v1",
+                             upstream_api="sglang", port=0), {},
+                 log=open(tmp_path / "log", "w"), out=open(tmp_path / "out", "w"))
+    image = "data:image/png;base64," + "iVBORw0KGgo" * 20_000
+    parts = [{"type": "text", "text": "what is this"}, {"type": "image_url", "image_url": {"url": image}}]
+    with in_process(gw) as url:
+        body = json.dumps({"model": "m", "messages": [{"role": "user", "content": parts}]}).encode()
+        request = urllib.request.Request(url + "/v1/chat/completions", data=body,
+                                         headers={"content-type": "application/json"})
+        with urllib.request.urlopen(request, timeout=60) as answer:
+            assert answer.status == 200
+    [payload] = [r.payload for r in Ledger(project / ".reef" / "scenarios" / "default" / "ledger.jsonl",
+                                           "default").iter_records(kind="inference")]
+    kept = payload["prompt"][0]["content"][1]["image_url"]["url"]
+    assert kept == f"data:image/png;length={len(image)};sha256={hashlib.sha256(image.encode()).hexdigest()}"

@@ -217,9 +217,11 @@ def repair_ledger(
             # the anchors are judged before the cut is recorded: the `ledger_cut` record takes the missing seq
             cut_rec = led.accept_cut()
             rec = led.accept_loss(anchors, found=found)
+        damage = led.verify()  # what --accept-loss cannot mend: a record edited, deleted or damaged in place
     if as_json:
         last = rec or cut_rec
         emit_json(last.to_json() if last else None)
+        _refuse_damage(damage)
         return
     if cut_rec is not None:
         p = cut_rec.payload
@@ -232,5 +234,15 @@ def repair_ledger(
     if rec is not None:
         lost = ", ".join(f"step {a['step']} (seq {a['seq']})" for a in rec.payload["anchors"])
         print(f"recorded the loss as {rec.record_id} (seq {rec.seq}): anchors of {lost} are given up")
+    _refuse_damage(damage)
     if rec is None and cut_rec is None:
         print(f"ledger holds all {len(anchors)} release anchor(s): nothing is lost")
+
+
+def _refuse_damage(result) -> None:
+    """A ledger whose chain breaks inside (not at its end) is not repaired by recording a loss: the break stays
+    where it is. Said plainly, exit 4, instead of "nothing is lost"."""
+    if not result.ok:
+        sys.stderr.write(f"reef: error: {result.message}; 'reef repair ledger' cannot mend a record damaged inside "
+                         f"the ledger: restore the file from a backup (nothing was changed by this check)\n")
+        raise typer.Exit(4)

@@ -61,6 +61,10 @@ class Writer:
         self._sync_ns = 0  # moving average of this instance's syncs
         self._reserved: set[str] = set()  # ids from reserve_id(), not yet appended
         self._retired: list[int] = []
+        self._sync_failed: str | None = None  # a sync failed: nothing more is acknowledged (see _refuse_after_failed_sync)
+        self._in_sync: set[int] = set()  # syncs of this instance in flight (see _sync_outside)
+        self._sync_ids = 0
+        self._sync_done = threading.Condition()
         self._ino = 0
         self._size = -1  # ledger size when this process last held the writer lock; -1: unknown
         self._seq = 0
@@ -155,17 +159,33 @@ class Writer:
         as soon as the sync returns (see `append`)."""
         took = 0
         try:
-            if max(self._sync_ns, self._leader.shared_average()) >= group_commit.COORDINATE_ABOVE_NS:
-                self._leader.make_durable(fd, ino, end, own, _fdatasync, self._noted)
-            else:
-                started = time.monotonic_ns()
-                _fdatasync(fd)
-                took = time.monotonic_ns() - started
+            if self._sync_failed is not None:
+                self._refuse_after_failed_sync(written=True)
+            # A writeback error is reported once per open file: of the threads syncing this instance's shared
+            # descriptor at the same time, one is told EIO and the others 0. So a sync that returned 0 is trusted
+            # only once every sync it overlapped has returned too, and none of them failed (_overlapped).
+            token = self._syncs_begin()
+            ok = False
+            try:
+                if max(self._sync_ns, self._leader.shared_average()) >= group_commit.COORDINATE_ABOVE_NS:
+                    self._leader.make_durable(fd, ino, end, own, _fdatasync, self._noted)
+                else:
+                    started = time.monotonic_ns()
+                    _fdatasync(fd)
+                    took = time.monotonic_ns() - started
+                ok = True
+            except OSError as exc:
+                self._sync_failed = exc.strerror or type(exc).__name__
+                raise StoreError(f"cannot sync {self.path}: {exc.strerror}; the last records may not be "
+                                 f"durable") from None
+            finally:
+                others = self._syncs_end(token)
+            if ok and others:
+                self._overlapped(others)
+            if self._sync_failed is not None:
+                self._refuse_after_failed_sync(written=True)
             if self._marks is not None:
                 self._marks.note(ino, end, seq, digest)
-        except OSError as exc:
-            raise StoreError(f"cannot sync {self.path}: {exc.strerror}; the last records may not be durable") from None
-        else:
             if then is not None:
                 then()
         finally:
@@ -177,6 +197,38 @@ class Writer:
                     for old in self._retired:
                         os.close(old)
                     self._retired.clear()
+
+    def _syncs_begin(self) -> int:
+        with self._sync_done:
+            self._sync_ids += 1
+            self._in_sync.add(self._sync_ids)
+            return self._sync_ids
+
+    def _syncs_end(self, token: int) -> set[int]:
+        """This sync is over: the others still in flight, which it overlapped."""
+        with self._sync_done:
+            self._in_sync.discard(token)
+            self._sync_done.notify_all()
+            return set(self._in_sync)
+
+    def _overlapped(self, others: set[int]) -> None:
+        """Wait until the syncs this one overlapped have returned (a failed one sets `_sync_failed` first)."""
+        with self._sync_done:
+            self._sync_done.wait_for(lambda: not (others & self._in_sync))
+
+    @property
+    def sync_failure(self) -> str | None:
+        """Why this instance acknowledges nothing more (a sync of it failed), or None."""
+        return self._sync_failed
+
+    def _refuse_after_failed_sync(self, written: bool = False) -> None:
+        """After a failed fdatasync the kernel may have dropped the pages it could not write and report success for
+        the next sync: records chained after them would be acknowledged over a hole. This instance acknowledges
+        nothing more; a new one (a restarted gateway) reads the ledger as the disk holds it."""
+        this = "this record was written but is not acknowledged" if written else "nothing was appended"
+        raise StoreError(f"an earlier sync of {self.path} failed ({self._sync_failed}); records written since may not "
+                         f"be on disk, so nothing more is appended by this process: check the disk, then restart "
+                         f"it ({this})")
 
     def _note_sync(self, took: int) -> None:
         """Count a sync and fold its duration into this instance's moving average (under the mutex). A sample
@@ -201,6 +253,7 @@ class Writer:
         try:
             _fdatasync(self._fd)
         except OSError as exc:
+            self._sync_failed = exc.strerror or type(exc).__name__
             raise StoreError(f"cannot sync {self.path}: {exc.strerror}; the last records may not be durable") from None
         self.fsyncs += 1
 
@@ -423,6 +476,8 @@ class Writer:
         hashed = hashlib.sha256(head[0])
         hashed.update(head[1])
         with self._mutex:
+            if self._sync_failed is not None:
+                self._refuse_after_failed_sync()
             if self._pid != _this_pid[0]:
                 self._ensure_open()
             fcntl.flock(self._lock_fd, fcntl.LOCK_EX)
@@ -472,6 +527,8 @@ class Writer:
         # Everything that does not depend on the chain happens outside the writer lock, so it is held briefly.
         created_at, ids = self._stamp([d.record_id for d in drafts])
         with self._mutex:
+            if self._sync_failed is not None:
+                self._refuse_after_failed_sync()
             self._ensure_open()
             fcntl.flock(self._lock_fd, fcntl.LOCK_EX)
             try:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
-from ..errors import ConflictError, DamagedState, InvalidInput, NotFound, PolicyError, ReefError
+from ..errors import ConflictError, DamagedState, InvalidInput, NotFound, PolicyError, ReefError, StoreError
 from ..times import format_ms
 from .auth import TokenSet, check_bind, presented_token
 from .http_server import BodyTooLarge, HttpServer, Request, Response, StreamResponse
@@ -155,7 +155,7 @@ class Gateway:
         except ReefError as exc:
             status = (404 if isinstance(exc, NotFound) else 409 if isinstance(exc, ConflictError)
                       else 400 if isinstance(exc, (InvalidInput, PolicyError))
-                      else 503 if isinstance(exc, DamagedState) else 500)  # 503: no record can be kept until fixed
+                      else 503 if isinstance(exc, StoreError) else 500)  # 503: this call's record could not be kept
             resp = _json_response(error_body(api, status, str(exc), "invalid_request_error" if status == 400
                                              else "not_found_error" if status == 404 else "api_error"), status)
         return resp
@@ -183,15 +183,20 @@ class Gateway:
         """The request's log line, written once the response has gone out (None: the client hung up first)."""
         ms = (time.perf_counter() - request.t0) * 1000
         rid = resp.header("x-reef-agent-record-id") if resp is not None else None
+        ex = request.exchange
+        lost = ex is not None and ex.record is None  # its receipt's record was never kept (a failed sync)
+        if lost:
+            rid = None
         status = resp.status if resp is not None else 0
         path = request.path if request.path in self.routes else _shown(request.path)
         if self.config.json_logs:
             line = json.dumps({"t": format_ms(int(time.time() * 1000)), "method": request.method, "path": path,
-                               "status": status, "ms": round(ms, 3), "record_id": rid,
+                               "status": status, "ms": round(ms, 3), "record_id": rid, "recorded": not lost,
                                "release_id": resp.header("x-reef-release-id") if resp is not None else None},
                               sort_keys=True)
         else:
-            line = f"reef: {request.method} {path} {status} {ms:.1f}ms" + (f" {rid}" if rid else "")
+            line = f"reef: {request.method} {path} {status} {ms:.1f}ms" + (f" {rid}" if rid else "") + \
+                (" (no record kept)" if lost else "")
         try:
             self.log.write(line + "\n")
             self.log.flush()
@@ -214,6 +219,10 @@ class Gateway:
         headers = request.headers
         capture = api in RECORDED and headers.get("x-reef-capture", "").strip().lower() not in ("false", "0", "no")
         state = self.recorder.scenario(headers.get("x-reef-scenario"))
+        if capture and state.ledger.sync_failure is not None:  # nothing more can be recorded: no upstream call
+            return _json_response(error_body(api, 503, f"the gateway cannot record this call: its ledger failed a "
+                                             f"sync ({state.ledger.sync_failure}); restart the gateway once the "
+                                             f"disk is checked", "api_error"), 503)
         release = state.release()  # frozen here: a publish during the request does not re-attribute it
         target = self._target(path, request.raw_path)
         extra = [("x-reef-release-id", release.release_id)]
@@ -248,6 +257,7 @@ class Gateway:
             raise
         if ex is None:
             return await self._relay(request, api, target, headers, body, None, extra, call)
+        request.exchange = ex
         extra.append(("x-reef-agent-record-id", ex.record_id))
         try:
             return await self._relay(request, api, target, headers, body, ex, extra, call)
@@ -405,7 +415,7 @@ class Gateway:
                     await send(chunk)
                 await out.write_eof()
             except (_ClientGone, UpstreamError, asyncio.TimeoutError):
-                _abort(request)
+                out.cut()
             return out
         watch = StreamWatch(api)
         splitter = EventSplitter()
@@ -456,7 +466,7 @@ class Gateway:
             elif terminal is not None and ex.refused:
                 await send(terminal + b"".join(after), last=True)  # the stream as it came, with no receipt
             else:
-                _abort(request)  # the client must see a broken stream, not a clean end
+                out.cut()  # the client must see a broken stream, not a clean end
         except _ClientGone:
             pass
         return out
@@ -504,7 +514,8 @@ class Gateway:
         scenarios = {}
         for name, state in sorted(self.recorder.scenarios.items()):
             rel = state.release()
-            scenarios[name] = {"release_id": rel.release_id, "content_id": rel.content_id, "step": rel.step}
+            scenarios[name] = {"release_id": rel.release_id, "content_id": rel.content_id, "step": rel.step,
+                               "ledger_failed": state.ledger.sync_failure}
         from .. import __version__
 
         return _json_response({
@@ -518,7 +529,15 @@ class Gateway:
             "loop": _loop_name()})
 
     async def _healthz(self, _request: Request) -> Response:
+        failed = self._failed_ledgers()
+        if failed:  # nothing more can be recorded until the gateway is restarted: not healthy
+            return _json_response({"ok": False, "error": failed[0]}, 503)
         return _json_response({"ok": True})
+
+    def _failed_ledgers(self) -> list[str]:
+        return [f"the ledger of scenario '{name}' failed a sync ({state.ledger.sync_failure}); calls are refused "
+                f"until the gateway is restarted" for name, state in sorted(self.recorder.scenarios.items())
+                if state.ledger.sync_failure is not None]
 
     # -- running ----------------------------------------------------------------------------------------------
     async def run(self, stop: asyncio.Event | None = None, on_ready=None) -> int:
@@ -569,6 +588,9 @@ class Gateway:
 
     def _verify(self) -> int:
         code = 0
+        for line in self._failed_ledgers():
+            self._note(f"stopped; {line}")
+            code = 1
         for name, state in sorted(self.recorder.scenarios.items()):
             result = state.ledger.verify()
             if result.ok:
@@ -664,12 +686,6 @@ def _read_answer(ex: Exchange, data: bytes) -> None:
     usage = obj.get("usage")
     if isinstance(usage, dict):
         ex.usage = usage
-
-
-def _abort(request: Request) -> None:
-    transport = request.transport
-    if transport is not None:
-        transport.close()
 
 
 def serve(config: ServeConfig, environ: dict) -> int:

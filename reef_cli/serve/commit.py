@@ -22,6 +22,8 @@ import threading
 import time
 from typing import Callable
 
+from ..errors import ConflictError, InvalidInput
+
 INLINE_BELOW_NS = 1_000_000  # appends averaging under this run on the loop when the gateway is otherwise idle
 INLINE_MAX_CONTENT = 64 * 1024  # stored content above this is redacted in the thread, never on the loop
 
@@ -43,12 +45,18 @@ class Committer:
         return self.queued == 0 and self.average_ns < INLINE_BELOW_NS
 
     def run_inline(self, append: Callable[..., object], then: Callable[[], object] | None = None):
-        """Append on the caller's thread (the loop), timing it for the average; `then` is the append's."""
+        """Append on the caller's thread (the loop), timing it for the average; `then` is the append's (what it
+        does, sending an answer, is not the append's time)."""
         started = time.monotonic_ns()
+        durable = [0]
+        if then is not None:
+            def timed_then() -> None:
+                durable[0] = time.monotonic_ns()
+                then()
         try:
-            return append() if then is None else append(then)
+            return append() if then is None else append(timed_then)
         finally:
-            self._note(time.monotonic_ns() - started)
+            self._note((durable[0] or time.monotonic_ns()) - started)
             self.inline += 1
 
     def submit(self, ledger, make_item: Callable[[], object], append: Append) -> asyncio.Future:
@@ -120,8 +128,11 @@ class Committer:
                 continue
             try:
                 records = entries[0][2].append_many(items)
-            except BaseException:  # noqa: BLE001 - one bad record must not fail the batch: append one by one
+            except (InvalidInput, ConflictError):  # one bad record must not fail the batch: append one by one
                 results.extend(_call(entry) for entry in ready)
+            except BaseException as exc:  # noqa: BLE001 - the ledger failed (a sync, a write): no record of the
+                # batch may be acknowledged, and appending them again would sync over what may not be on disk
+                results.extend((entry[0], entry[1], None, exc) for entry in ready)
             else:
                 results.extend((entry[0], entry[1], record, None) for entry, record in zip(ready, records))
         took = time.monotonic_ns() - started

@@ -19,6 +19,8 @@ never quotes the request's bytes (a malformed `Authorization: Bearer sk-...` mus
 from __future__ import annotations
 
 import asyncio
+import socket
+import struct
 import time
 from collections import deque
 from email.utils import formatdate
@@ -95,7 +97,8 @@ class Request:
     """One request as the handler sees it. The body is read with `await read()` (it may still be arriving)."""
 
     __slots__ = ("method", "raw_path", "path", "query_string", "http11", "headers", "keep_alive", "content_length",
-                 "conn", "t0", "route", "_body", "_size", "_done", "_cut_off", "_waiter", "too_large", "head", "stream")
+                 "conn", "t0", "route", "_body", "_size", "_done", "_cut_off", "_waiter", "too_large", "head", "answer",
+                 "exchange")
 
     def __init__(self, conn: "_Connection", method: str, raw_path: str, path: str, query: str, http11: bool,
                  headers: Headers, keep_alive: bool, content_length: int | None):
@@ -111,7 +114,10 @@ class Request:
         self._waiter: asyncio.Future | None = None
         self.too_large = content_length is not None and content_length > conn.server.max_body
         self.head = method == "HEAD"
-        self.stream: StreamResponse | None = None  # the streamed answer begun for it (its head is out or queued)
+        # The answer that began to go out before the handler returned: a stream whose head is out or queued, or a
+        # Response sent early (send_now). Nothing else may be sent for this request after it (_answer).
+        self.answer: StreamResponse | Response | None = None
+        self.exchange = None  # what the gateway records of it (its log line says whether a record was kept)
 
     @property
     def transport(self) -> asyncio.Transport | None:
@@ -238,6 +244,7 @@ class Response(_Answer):
         conn = request.conn
         if self._sent or conn.lost or conn.transport.is_closing():
             return
+        request.answer = self
         self._send(request)
 
     def _send(self, request: Request) -> None:
@@ -266,7 +273,7 @@ class StreamResponse(_Answer):
     between the upstream's answer and its record. Nothing is held longer than HOLD_S."""
 
     __slots__ = ("status", "headers", "_request", "_chunked", "_ended", "_pending", "_size", "_scheduled", "_gone",
-                 "_held")
+                 "_held", "_wrote")
 
     def __init__(self, status: int = 200, headers: list[tuple[str, str]] | None = None):
         self.status, self.headers = status, _pairs(headers)
@@ -278,10 +285,10 @@ class StreamResponse(_Answer):
         self._scheduled = False
         self._gone = False
         self._held: asyncio.TimerHandle | None = None
+        self._wrote = False  # some of it has left (until then an error answer can still take its place)
 
     async def prepare(self, request: Request) -> None:
         self._request = request
-        request.stream = self
         conn = request.conn
         self._chunked = request.http11 and not request.head
         close = not self._chunked or not conn.keep_open(request)
@@ -289,7 +296,9 @@ class StreamResponse(_Answer):
         conn.closing_after = conn.closing_after or close
         if conn.lost or conn.transport.is_closing():
             raise ClientGone("the client hung up")
-        self._queue(_head(self.status, self.headers, extra), hold=True)
+        head = _head(self.status, self.headers, extra)  # a BadHeader here begins nothing
+        request.answer = self
+        self._queue(head, hold=True)
 
     async def write(self, data: bytes, hold: bool = False) -> None:
         """Queue `data` for this turn's send; `hold`: for up to HOLD_S, unless something not held comes first."""
@@ -320,14 +329,32 @@ class StreamResponse(_Answer):
                 self._pending.append(data)
         self._flush()
 
+    def withdraw(self) -> bool:
+        """Take back an answer none of which has left (its head still held): True if it could be."""
+        if self._wrote:
+            return False
+        if self._held is not None:
+            self._held.cancel()
+            self._held = None
+        self._pending, self._size, self._ended = [], 0, True
+        return True
+
     def cut(self) -> None:
-        """End the stream broken: what is queued goes out, then the connection closes without the chunked end, so
-        the client sees a cut stream (a handler failed after the head went out; a 500 now would be a second answer
-        to one request)."""
+        """End the stream broken (a handler failed after the head went out: a 500 now would be a second answer to
+        one request). Chunked, what is queued goes out and the connection closes without the chunked end; on
+        HTTP/1.0, where a close is the body's clean end, the connection is reset."""
+        conn = self._request.conn
         if not self._ended:
             self._ended = True
-            self._flush()
-        self._request.conn.close()
+            if self._chunked:
+                self._flush()
+        if self._held is not None:
+            self._held.cancel()
+            self._held = None
+        if self._chunked or conn.lost:
+            conn.close()
+        else:
+            conn.reset()
 
     def _queue(self, data: bytes, hold: bool = False) -> None:
         self._pending.append(data)
@@ -349,6 +376,7 @@ class StreamResponse(_Answer):
             return
         data = self._pending[0] if len(self._pending) == 1 else b"".join(self._pending)
         self._pending, self._size = [], 0
+        self._wrote = True
         try:
             self._request.conn.write(data)
         except ClientGone:
@@ -558,21 +586,42 @@ class _Connection(asyncio.Protocol):
 
     async def _answer(self, request: Request) -> None:
         server = self.server
+        crashed = False
         try:
             response = await server.handler(request)
         except (ClientGone, ConnectionError):
             response = None
-        except asyncio.CancelledError:
-            self.close()
+        except asyncio.CancelledError:  # the drain's time ran out: the connection ends with no answer
+            if isinstance(request.answer, StreamResponse):
+                request.answer.cut()  # visibly broken, HTTP/1.0 included
+            else:
+                self.close()
+            try:
+                server.access(request, request.answer)
+            except Exception:  # noqa: BLE001 - the log line must not hide the cancellation
+                pass
+            request.answer = None
             raise
         except Exception as exc:  # noqa: BLE001 - a handler's bug: one 500 and one line, not a traceback
             server.note(f"the gateway failed on {request.method} {request.path}: {type(exc).__name__}"
                         f"{_where(exc)}")
-            if request.stream is not None:  # its 200 head is out or queued: cut the stream instead
-                request.stream.cut()
-                response = None
-            else:
-                response = server.error(500, f"the gateway failed ({type(exc).__name__}); see its log")
+            response = server.error(500, f"the gateway failed ({type(exc).__name__}); see its log")
+            crashed = True  # its line is written: the one below would say it twice
+        begun = request.answer
+        if isinstance(begun, StreamResponse) and response is not begun and begun.withdraw():
+            begun = request.answer = None  # nothing of it left: the error answer is the only one
+        if begun is not None and response is not begun:
+            # Its answer began (a stream's head, or a receipt sent the moment its record was durable) and something
+            # else came back: an error answer or a crash. Sent, it would be a second answer to one request, read as
+            # the answer to the next; the connection ends instead, a stream visibly cut.
+            if response is not None and not crashed:
+                server.note(f"the gateway's answer to {request.method} {request.path} failed after it began "
+                            f"({response.status}); the connection is closed")
+            if isinstance(begun, StreamResponse):
+                begun.cut()
+            else:  # the answer is out whole: end after it (an abrupt close could reset what the client has not read)
+                self.closing_after = True
+            response = None
         if self.refused is request and not self.refusal_sent:  # its body broke: one answer, the handler's or this
             self.refusal_sent = True
             if response is None:
@@ -592,14 +641,13 @@ class _Connection(asyncio.Protocol):
             except BadHeader as exc:  # never written: it would split the response
                 server.note(f"the gateway's answer to {request.method} {request.path} was not sent: {exc}")
                 self.close()
-        elif isinstance(response, StreamResponse) and response._request is not None:
-            sent = response  # streamed until the client left: its status went out
-        elif isinstance(response, Response) and response._sent:
-            sent = response  # sent early (send_now), before the client left
+        elif begun is not None:
+            sent = begun  # its status went out (streamed until the client left or it was cut; or sent early)
         try:
             server.access(request, sent)
         except Exception:  # noqa: BLE001 - the log line must not end the connection
             pass
+        request.answer = None  # a stream refers back to its request: no cycle left for the collector
         self._next()
 
     def _next(self) -> None:
@@ -647,6 +695,17 @@ class _Connection(asyncio.Protocol):
 
     def idle(self) -> bool:
         return not self.queue and self.current is None and not self.in_head
+
+    def reset(self) -> None:
+        """Close with a reset (RST), not the orderly end a client reads as a complete HTTP/1.0 body."""
+        if self.lost or self.transport is None:
+            return
+        sock = self.transport.get_extra_info("socket")
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        except (OSError, AttributeError):
+            pass
+        self.transport.abort()
 
     def close(self) -> None:
         if not self.lost and self.transport is not None:

@@ -74,6 +74,7 @@ class SGLangProvenance:
             return False
         if "messages" in body:
             ex.extra["prompt"] = body["messages"]
+            ex.training_context = {key: value for key, value in body.items() if key != "messages"}
         if body.get("stream") is True:
             opts = body.get("stream_options")
             if isinstance(opts, dict) and opts.get("include_usage") is True:

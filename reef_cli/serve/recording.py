@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import inspect
+import math
 import os
 import time
 from dataclasses import dataclass, field
@@ -75,6 +76,8 @@ class Exchange:
     ended: float | None = None
     record: object = None  # the durable ledger record, once finish() has written it
     pending: object = None  # the append in flight (a handler cancelled while waiting for it must not append again)
+    training_context: dict | None = None  # the request's fields besides the messages, which token ids also encode
+    append_error: BaseException | None = None  # the append failed (a sync that failed): not tried again
 
     def add_response(self, data: bytes) -> None:
         self.response_sha.update(data)
@@ -83,9 +86,11 @@ class Exchange:
             self.response_text += data
 
     def content_size(self) -> int:
-        """Bytes of stored content this exchange's record would redact (0 without --store-content)."""
+        """Bytes of stored content this exchange's record would redact (0 without --store-content and without a
+        prompt kept for training)."""
         return (len(self.response_text) if self.response_text is not None else 0) + \
-            (len(self.request_body) if self.request_body is not None else 0)
+            (len(self.request_body) if self.request_body is not None else 0) + \
+            (self.request.get("length", 0) + self.response_len if "prompt" in self.extra else 0)
 
     def first_token(self) -> None:
         if self.ttft is None:
@@ -155,7 +160,54 @@ class Exchange:
             p["retried"] = list(self.retries)
         if self.extra:
             p.update(self.extra)
+            if "prompt" in p or "training" in p:
+                _redact_training(p, self.upstream_meta, self.training_context)
         return p
+
+
+def _redact_training(p: dict, answer, context=None) -> None:
+    """The weights path keeps the client's messages (`prompt`) and the call's token ids (`training`) without
+    --store-content: the messages are redacted like stored content, and when a secret was found in them or in the
+    answer, the token ids (which decode back to the text) are not kept at all."""
+    from ..redact import redact_obj
+
+    found = 0
+    if "prompt" in p:
+        try:
+            p["prompt"], found = redact_obj(_data_urls_digested(p["prompt"]))
+        except RecursionError:  # messages nested past the stack: neither they nor their token ids are kept
+            p["prompt"], found = None, 1
+    if "training" in p:
+        try:
+            # what else the token ids encode: the request's other fields (tools and their descriptions, a
+            # response format...) and the whole answer message (text, tool-call arguments, reasoning), not its
+            # logprobs, whose "token" fields are text tokens, not secrets
+            found += redact_obj(context)[1] if context else 0
+            choices = answer.get("choices") if isinstance(answer, dict) else None
+            for choice in choices if isinstance(choices, list) else ():
+                message = choice.get("message") if isinstance(choice, dict) else None
+                found += redact_obj(message)[1] if isinstance(message, dict) else 0
+        except RecursionError:
+            found += 1
+        if found:
+            del p["training"]
+            p["training_withheld"] = "a secret was found in the prompt or the answer: their token ids are not kept"
+
+
+def _data_urls_digested(obj):
+    """Inline files in the messages (an image as a `data:` URL, megabytes of base64) as their media type, length and
+    digest: the training record needs the conversation, not the file, and redacting megabytes of base64 held up
+    every record behind it in the committer thread."""
+    if isinstance(obj, str):
+        if len(obj) > 1024 and obj.startswith("data:"):
+            media = obj[5:obj.find(",", 5, 200)].split(";")[0] if "," in obj[5:200] else "unknown"
+            return f"data:{media};length={len(obj)};sha256={hashlib.sha256(obj.encode('utf-8', 'replace')).hexdigest()}"
+        return obj
+    if isinstance(obj, dict):
+        return {k: _data_urls_digested(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_data_urls_digested(v) for v in obj]
+    return obj
 
 
 class _Scenario:
@@ -268,6 +320,8 @@ class Recorder:
             return ex.record
         if ex.pending is not None:
             return await asyncio.shield(ex.pending)
+        if ex.append_error is not None:  # its line may be in the ledger, unsynced: appending again would clash
+            raise ex.append_error
         state = self._scenarios[ex.scenario]
         ex.ended = time.perf_counter()
         store_content = self.store_content
@@ -279,21 +333,34 @@ class Recorder:
                 return ledger.append(RECORD_KIND, payload, release_id=ex.release_id, content_id=ex.content_id,
                                      record_id=ex.record_id, then=then)
             except InvalidInput:  # text the client sent that is not UTF-8 (a header's bytes, %ff in a path, a
-                # lone \ud800 in its JSON): the call reached the upstream, so it is recorded, with U+FFFD there
-                return ledger.append(RECORD_KIND, _unicode(payload), release_id=ex.release_id,
-                                     content_id=ex.content_id, record_id=ex.record_id, then=then)
+                # lone \ud800 in its JSON), or NaN/Infinity in the upstream's usage: the call reached the upstream,
+                # so it is recorded, with U+FFFD and null there
+                try:
+                    fixed = _storable(payload)
+                except RecursionError:  # nested past Python's stack: keep the call, not those fields
+                    fixed = _bare(payload)
+                try:
+                    return ledger.append(RECORD_KIND, fixed, release_id=ex.release_id, content_id=ex.content_id,
+                                         record_id=ex.record_id, then=then)
+                except InvalidInput:
+                    return ledger.append(RECORD_KIND, _bare(payload), release_id=ex.release_id,
+                                         content_id=ex.content_id, record_id=ex.record_id, then=then)
 
         def item():
             return NewRecord(RECORD_KIND, ex.payload(store_content), ex.release_id, ex.content_id, ex.record_id)
 
         committer = self.committer
-        if alone and committer.may_inline() and (not store_content or ex.content_size() <= INLINE_MAX_CONTENT):
-            record = ex.record = committer.run_inline(append, then)
-        else:
-            fut = ex.pending = committer.submit(ledger, item, append)
-            record = ex.record = await asyncio.shield(fut)
-            if then is not None:
-                then()
+        try:
+            if alone and committer.may_inline() and ex.content_size() <= INLINE_MAX_CONTENT:
+                record = ex.record = committer.run_inline(append, then)
+            else:
+                fut = ex.pending = committer.submit(ledger, item, append)
+                record = ex.record = await asyncio.shield(fut)
+                if then is not None:
+                    then()
+        except Exception as exc:
+            ex.append_error = exc
+            raise
         if ex.outcome == "ok":
             self.recorded += 1
         else:
@@ -306,9 +373,36 @@ class Recorder:
             state.ledger.close()
 
 
-def _unicode(obj):
-    """`obj` with every string made encodable: bytes smuggled in as surrogates (surrogateescape) or lone
-    surrogates from JSON escapes become U+FFFD."""
+def _bare(payload: dict) -> dict:
+    """The record of a call whose upstream usage, prompt or hook fields cannot be stored at all (nested past the
+    stack): the fields the gateway itself builds, each forced to its own type, made storable, and a note. The call
+    is recorded either way; nothing here can nest."""
+    def of(key, kind):
+        value = payload.get(key)
+        return value if isinstance(value, kind) and not (kind is int and isinstance(value, bool)) else None
+
+    out = {key: of(key, str) for key in ("source", "api", "route", "model", "outcome", "error", "session")}
+    out.update(status=of("status", int), stream=payload.get("stream") is True,
+               latency_ms=of("latency_ms", float), ttft_ms=of("ttft_ms", float), duration_s=of("duration_s", float))
+    tokens = payload.get("tokens") if isinstance(payload.get("tokens"), dict) else {}
+    out["tokens"] = {key: tokens.get(key) if type(tokens.get(key)) is int else None for key in ("input", "output")}
+    tags = payload.get("tags") if isinstance(payload.get("tags"), dict) else {}
+    out["tags"] = {k: v for k, v in list(tags.items())[:64] if isinstance(k, str) and isinstance(v, str)}
+    for key in ("request", "response"):  # the gateway's digests (and, with --store-content, redacted text)
+        part = payload.get(key) if isinstance(payload.get(key), dict) else {}
+        out[key] = {k: v for k, v in part.items() if isinstance(v, (str, int)) and not isinstance(v, bool)}
+    out = _storable(out)
+    out["usage"] = None
+    out["unstorable"] = "the upstream's usage or a hook's fields could not be stored as JSON; they are left out"
+    return out
+
+
+def _storable(obj):
+    """`obj` made storable as canonical JSON: every string encodable (bytes smuggled in as surrogates by
+    surrogateescape, or lone surrogates from JSON escapes, become U+FFFD) and NaN or Infinity (which Python's JSON
+    parser accepts from an upstream) null."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
     if isinstance(obj, str):
         try:
             obj.encode("utf-8")
@@ -321,7 +415,7 @@ def _unicode(obj):
                     ("\ufffd" if 0xD800 <= code <= 0xDFFF else ch).encode("utf-8")
             return out.decode("utf-8", "replace")
     if isinstance(obj, dict):
-        return {_unicode(k): _unicode(v) for k, v in obj.items()}
+        return {_storable(k): _storable(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
-        return [_unicode(v) for v in obj]
+        return [_storable(v) for v in obj]
     return obj

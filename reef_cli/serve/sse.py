@@ -112,7 +112,7 @@ class StreamWatch:
                 obj = _json(data)
                 if obj is not None:
                     self.last_chunk = obj
-                    self.model = self.model or obj.get("model")
+                    self.model = self.model or _text(obj.get("model"))
                     if isinstance(obj.get("usage"), dict):
                         self.usage = obj["usage"]
                         self.final = obj
@@ -129,7 +129,7 @@ class StreamWatch:
                 obj = _json(data)
                 if obj is not None:
                     msg = obj.get("message") if isinstance(obj.get("message"), dict) else {}
-                    self.model = self.model or msg.get("model")
+                    self.model = self.model or _text(msg.get("model"))
                     usage = msg.get("usage") if msg else obj.get("usage")
                     if isinstance(usage, dict):
                         self.usage = {**(self.usage or {}), **usage}
@@ -143,7 +143,7 @@ class StreamWatch:
             obj = _json(data) or {}
             self.final = obj
             resp = obj.get("response") if isinstance(obj.get("response"), dict) else {}
-            self.model = resp.get("model") or self.model
+            self.model = _text(resp.get("model")) or self.model
             if isinstance(resp.get("usage"), dict):
                 self.usage = resp["usage"]
             if kind != b"response.completed":
@@ -152,7 +152,7 @@ class StreamWatch:
         if kind == b"response.created" and self.model is None:
             obj = _json(data) or {}
             resp = obj.get("response") if isinstance(obj.get("response"), dict) else {}
-            self.model = resp.get("model")
+            self.model = _text(resp.get("model"))
         elif kind == b"error":
             self.error = data[:300].decode("utf-8", "replace")
         return False
@@ -179,6 +179,11 @@ def _type_of(data: bytes) -> bytes:
         return b""
     j = data.find(b'"', i + 8)
     return data[i + 8:j] if j > 0 else b""
+
+
+def _text(value) -> str | None:
+    """A model name as the record keeps it: a string, or nothing (an upstream's odd value is not stored)."""
+    return value if isinstance(value, str) else None
 
 
 def _dumps(obj) -> bytes:
