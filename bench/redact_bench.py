@@ -6,6 +6,10 @@ positives (look-alikes changed), precision (of the texts it changed, the share t
 MB/s on agent-output-like text (code, logs, test output, a secret every ~20 lines).
 
     .venv/bin/python bench/redact_bench.py [--mb 0.5] [--baseline COMMIT] [--rounds 3]
+
+`--real DIR...` instead compares the two redactors on real text (every readable text file under the folders, .gz
+decompressed, read only): how many files and places they redact differently, and each place (new false positives
+or new catches), with the time each took over all of it.
 """
 
 from __future__ import annotations
@@ -142,14 +146,62 @@ def throughput(redactors: dict, text: str, rounds: int = 3) -> dict[str, float]:
     return best
 
 
+def real_text(folders: list[str], now, before, show: int = 40) -> None:
+    """Both redactors over every text file under `folders` (whole files up to 2 MB, as reef hands a stream over);
+    prints the places (changed line runs) where their outputs differ."""
+    import difflib
+    import gzip
+    import os
+
+    files = places = size = 0
+    took = {"now": 0.0, "before": 0.0}
+    for folder in folders:
+        for dirpath, dirnames, names in os.walk(folder):
+            dirnames[:] = sorted(d for d in dirnames if d not in ("site-packages", "__pycache__"))
+            for name in sorted(names):
+                path = os.path.join(dirpath, name)
+                try:
+                    if os.path.islink(path) or not os.path.isfile(path):
+                        continue
+                    with (gzip.open(path, "rb") if name.endswith(".gz") else open(path, "rb")) as fh:
+                        raw = fh.read(2_000_000)
+                except (OSError, EOFError):
+                    continue
+                if b"\0" in raw[:4096]:
+                    continue
+                text = raw.decode("utf-8", errors="replace")
+                files, size = files + 1, size + len(raw)
+                outs = []
+                for label, fn in (("now", now), ("before", before)):
+                    start = time.perf_counter()
+                    outs.append(fn(text)[0])
+                    took[label] += time.perf_counter() - start
+                if outs[0] == outs[1]:
+                    continue
+                a, b = outs[1].splitlines(), outs[0].splitlines()
+                for op, i1, i2, j1, j2 in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
+                    if op != "equal":
+                        places += 1
+                        if places <= show:
+                            print(f"{path}:{i1 + 1}\n  before: {' | '.join(a[i1:i2])[:160]}\n  now:    "
+                                  f"{' | '.join(b[j1:j2])[:160]}")
+    print(f"{files} files, {size / 1e6:.1f} MB: {places} places redacted differently; "
+          f"now {took['now']:.1f} s, before {took['before']:.1f} s ({took['before'] / took['now']:.2f}x)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mb", type=float, default=0.5, help="size of each throughput text (default 0.5 MB)")
     parser.add_argument("--baseline", default=BASELINE_COMMIT,
                         help="the commit whose reef_cli/redact.py is 'reef (before)' (default: before issue 10)")
     parser.add_argument("--rounds", type=int, default=3, help="best of this many timed rounds (default 3)")
+    parser.add_argument("--real", nargs="+", metavar="DIR", help="compare now and the baseline on these folders' text")
     args = parser.parse_args()
     from reef_cli.redact import redact
+
+    if args.real:
+        real_text(args.real, redact, baseline_module(args.baseline).redact)
+        return
 
     redactors = {"reef (now)": redact}
     base = baseline_module(args.baseline)

@@ -3,9 +3,11 @@
 Best effort, tuned to miss as few real secrets as possible without mangling ordinary code and prose: provider
 tokens are matched by their documented shapes; `KEY=value`-style assignments only when the key names a secret
 and the value looks like a literal rather than code (`token = get_token()` stays); a value may sit on the next line
-(YAML block scalars, INI continuations); a provider token may be wrapped over lines; flags and arguments that only a
-password fills (`mysql -pX`, `ssh-keygen -N X`, `echo X | sudo -S`) are read by the tool's own syntax. Every
-replacement reads `[REDACTED:<kind>]`, and text that is already redacted passes through unchanged (and uncounted).
+(YAML block scalars, INI continuations); a provider token may be wrapped over lines, and so may a random value under a
+secret key; flags and arguments that only a password fills (`mysql -pX`, `ssh-keygen -N X`, `echo X | sudo -S`) are
+read by the tool's own syntax. Text is also read with invisible characters dropped and no-break spaces made plain,
+and base64 is decoded and read. Every replacement reads `[REDACTED:<kind>]`, and text that is already redacted
+passes through unchanged (and uncounted).
 """
 
 from __future__ import annotations
@@ -165,13 +167,22 @@ _ASSIGNMENT = re.compile(
       (?P<key>[A-Za-z_][A-Za-z0-9_.-]*)
       (?P=q)
       (?P<sep>[ \t]*(?::=|=>|=|:)(?!=)[ \t]*)
+      (?P<tag>!!(?:binary|str)[ \t]+)?
     )
     (?:
       (?P<open>\(\s*)(?P<paren>QUOTED(?:\s*\+?\s*QUOTED)*)
     | (?P<quoted>QUOTED(?:[ \t]*\+[ \t]*QUOTED|QUOTED)*)
+    | (?P<wrapped>(?P<wq>["'])RUN{16,}+(?:[ \t]*\r?\n[ \t]*RUN++){1,64}(?P=wq))
+    | (?P<wrapbare>RUN{16,}+(?:[ \t]*\r?\n[ \t]+RUN++(?=[ \t]*(?:\r?\n|\Z))){1,64})
     | (?P<bare>[^\s"'\\][^\s"']*)
     )
-    """.replace("QUOTED", _QUOTED),
+    """.replace("QUOTED", _QUOTED).replace("RUN", r"[A-Za-z0-9+/=_.~-]"),
+    re.VERBOSE,
+)
+# `_ASSIGNMENT` without the two wrapped forms: a wrapped reading that is declined falls back to the first line.
+_ASSIGNMENT_LINE = _Lazy(
+    _ASSIGNMENT.pattern.replace(_ASSIGNMENT.pattern[_ASSIGNMENT.pattern.index("    | (?P<wrapped>"):
+                                                     _ASSIGNMENT.pattern.index("    | (?P<bare>")], ""),
     re.VERBOSE,
 )
 # `--password X`, `--api-key 'X'`: a flag that names a secret, its value after a space (`=` is an assignment above).
@@ -184,15 +195,19 @@ _FLAG = re.compile(
 _NEXT_LINE = _Lazy(
     r"(?m)(?:^|(?<=\"))(?P<head>(?P<indent>[ \t]*)(?:-[ \t]+)?(?P<q>[\"']?)"
     r"(?=[A-Za-z0-9_.-]*?(?i:key|token|secret|passphrase|credential|pwd|pass|auth|pat))"
-    r"(?P<key>[A-Za-z_][A-Za-z0-9_.-]*)(?P=q)[ \t]*[:=][ \t]*"
+    r"(?P<key>[A-Za-z_][A-Za-z0-9_.-]*)(?P=q)[ \t]*[:=][ \t]*(?:!!(?:binary|str)[ \t]*)?"
     r"(?P<block>[|>](?:[1-9][+-]?|[+-][1-9]?)?)?[ \t]*(?:#[^\n]*)?\r?\n)"
-    r"(?P<body>(?(block)(?:_LINE){1,500}|_LINE))"  # a block's lines (at most 500); a plain value's one line
+    # a block's lines (at most 500); a plain value's line, and the lines of one unbroken run after it that YAML folds
+    # into it (a base64 body wrapped at 64 or 76 columns)
+    r"(?P<body>(?(block)(?:_LINE){1,500}|_LINE(?:_RUN){0,64}))"
     .replace("_LINE", r"(?:[ \t]*\r?\n)*(?P=indent)[ \t]+[^ \t\r\n][^\n]*(?:\n|\Z)")
+    .replace("_RUN", r"(?P=indent)[ \t]+[A-Za-z0-9+/=_.~-]+[ \t]*\r?(?:\n|\Z)")
 )
 _NEXT_INDENT = _Lazy(r"(?:[ \t]*\r?\n)*([ \t]*)(?=[^ \t\r\n])")
+_WRAPPED_PIECE = _Lazy(r"[A-Za-z0-9+/=_.~-]+")
 # Where `_NEXT_LINE` can start: a line that ends at a separator (or a block indicator, or a comment after it) and
 # is followed by an indented line. Searching for these first is 10x cheaper than trying `^` at every position.
-_NEXT_LINE_END = _Lazy(r"[:=][ \t]*(?:[|>][1-9+-]{0,2}[ \t]*)?(?:#[^\n]*)?\r?\n[ \t\r\n]")
+_NEXT_LINE_END = _Lazy(r"[:=][ \t]*(?:!!(?:binary|str)[ \t]*)?(?:[|>][1-9+-]{0,2}[ \t]*)?(?:#[^\n]*)?\r?\n[ \t\r\n]")
 _BLOCK_INDICATOR = _Lazy(r"[|>](?:[1-9][+-]?|[+-][1-9]?)?(?:\\[rn].*)?")  # and a JSON-escaped line break after it
 _MAPPING_LINE = _Lazy(r"[\"']?[A-Za-z0-9_.$-]+[\"']?[ \t]*:(?:[ \t]|$)|-(?:[ \t]|$)|#")
 # `mysql -uroot -pX`, `docker login -u bob -p X`, `sshpass -p X`: `-p` is a password only beside a user or in these;
@@ -293,6 +308,18 @@ _RCLONE_PAIR = _Lazy(r"(?P<head>[ \t](?P<key>(?=[A-Za-z_]*(?:key|secret|pass|tok
 # when the base64 decodes to `user:password`.
 _BARE_BASIC = _Lazy(r"(?P<head>\b[Bb]asic[ \t]+|\"auth\"[ \t]*:[ \t]*\")(?P<secret>[A-Za-z0-9+/]{8,}={0,2})"
                     r"(?![A-Za-z0-9+/=])")
+# Base64 anywhere that decodes to text holding a secret (a token, a private key, an env file's password) or to
+# `user:password`: a Kubernetes Secret's data, a `!!binary` YAML value, a blob echoed by `base64`. Only runs of 20+
+# characters with both cases are decoded (a hex digest, a path or a lowercase word has one case), and only text
+# that decodes to valid UTF-8 without control characters is read again: random bytes almost never do.
+_B64_RUN = _Lazy(r"(?<![A-Za-z0-9+/_-])(?P<secret>[A-Za-z0-9+/]{20,}+={0,2}+)(?![A-Za-z0-9+/=_-])")
+# A `!!binary` block scalar anywhere (`icon: !!binary |` + base64 lines): its lines are one blob.
+_B64_BLOCK = _Lazy(r"(?P<head>!!binary[ \t]*(?:[|>][+-]?[ \t]*)?\r?\n(?P<lead>[ \t]+))"
+                   r"(?P<secret>[A-Za-z0-9+/=]+(?:[ \t]*\r?\n[ \t]+[A-Za-z0-9+/=]+)*)")
+_B64_LINE = _Lazy(r"(?:\r?\n|(?:\\r)?\\n)(?P<lead>[ \t]*)(?P<run>[A-Za-z0-9+/]{1,76}={0,2})"
+                  r"(?=[ \t]*(?:\r?\n|\\r|\\n|\Z|\"))")  # a line break, raw or JSON-escaped
+_USER_PASSWORD = _Lazy(r"(?=[\w.@+-]*[A-Za-z])[\w.@+-]{1,64}:(?![/\\])\S{3,128}")  # not `https://...`
+_CONTROL = _Lazy(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 
 
 # SQL that sets a password: `IDENTIFIED BY 'x'`, `WITH [ENCRYPTED] PASSWORD 'x'`, `ALTER ROLE app PASSWORD 'x'`,
@@ -311,10 +338,29 @@ _CURL_USER = re.compile(r"(?P<head>(?<![\w-])(?:-u|--user)[ \t]+['\"]?[^\s:'\"]+
 _NETRC = re.compile(
     r"(?P<head>\b(?:machine[ \t]+\S+|default)(?:\s+(?:login|account|port)[ \t]+\S+)*\s+password[ \t]+)(?P<secret>\S+)"
 )
-# `Cookie:` / `Set-Cookie:` headers: a cookie named for a session or a credential is one.
+# `Cookie:` / `Set-Cookie:` headers, and curl's `-b` / `--cookie`: a cookie named for a session or a credential is
+# one, however short (`sid=Xk3J9a`, `PHPSESSID=a1b2c3d4e5`: a test server's or an old framework's session id).
 _COOKIE_LINE = re.compile(r"(?P<head>\b(?:set-)?cookie[\"']?[ \t]*[:=][ \t]*)(?P<value>[^\n]+)", re.IGNORECASE)
+_CURL_COOKIE = _Lazy(r"(?P<head>(?<![\w-])(?:-b|--cookie)[ \t]+)(?P<value>[^\n]+)")
 _COOKIE = re.compile(r"(?P<head>(?<![A-Za-z0-9_.-])[A-Za-z0-9_.-]*(?:sess|sid|auth|token|jwt|remember)[A-Za-z0-9_.-]*=)"
-                     r"(?P<secret>[^\s;,\"']{16,})", re.IGNORECASE)
+                     r"(?P<secret>[^\s;,\"']{6,})", re.IGNORECASE)
+# The same session cookies outside a header (a URL's `;jsessionid=` or `?sid=`, a log's `session=...`): only the
+# names a session id goes by, and only a value with letters and digits that ends where a value ends (not a call).
+_SESSION = _Lazy(
+    r"(?P<head>(?<![\w.-])(?i:(?:php|j|asp(?:\.net_)?)?sess(?:ion)?(?:[_-]?id)?|sid|connect\.sid)=)"
+    r"(?P<secret>[A-Za-z0-9%._:+/-]{8,256}={0,2})(?![\w(\[.])"
+)
+# Cookies handed to code: a `cookies={...}` mapping (requests, httpx, aiohttp) and a `set_cookie("sid", "X")` call
+# (Flask, Django, Selenium's `add_cookie`): a session-named cookie's value, as in a header. Only inside those, so
+# a transcript's `"sessionId": "..."` (an agent's session, not a secret) stays.
+_COOKIE_DICT = _Lazy(r"\bcookies[\"']?[ \t]*[=:][ \t]*(?:dict\()?\{(?P<body>[^}\n]*)\}")
+_COOKIE_PAIR = _Lazy(r"(?P<head>[\"'](?P<name>[\w.-]*(?i:sess|sid|auth|token|jwt|remember)[\w.-]*)[\"'][ \t]*:[ \t]*"
+                     r"(?P<q>[\"']))(?P<secret>[^\"'\s]{6,})(?=(?P=q))")
+_SET_COOKIE_CALL = _Lazy(r"(?P<head>\b(?:set_cookie|setCookie|add_cookie|set)\([ \t]*(?:\{[ \t]*)?"
+                         r"(?:[\"']?name[\"']?[ \t]*[:=][ \t]*)?"
+                         r"[\"'](?P<name>[\w.-]*(?i:sess|sid|auth|token|jwt|remember)[\w.-]*)[\"'][ \t]*,[ \t]*"
+                         r"(?:[\"']?value[\"']?[ \t]*[:=][ \t]*)?(?P<q>[\"']))(?P<secret>[^\"'\s]{6,})(?=(?P=q))")
+_IDENTIFIER = _Lazy(r"[A-Za-z_]+[0-9]*|[0-9]+[A-Za-z]{1,3}|0[xX][0-9A-Fa-f]+")  # session2, 3600ms, 0x1f
 _SAS_SIGNATURE = re.compile(r"(?P<head>[?&]sig=)(?P<secret>[A-Za-z0-9%+/=_-]{16,})")
 _ANSI = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[@-Z\\-_])")
 _URL_ESCAPE = re.compile(r"%[0-9A-Fa-f]{2}")
@@ -455,7 +501,11 @@ def redact(text: str) -> tuple[str, int]:
     continued over lines (`mysql -h db \\` + newline + `-pX`) lose its line breaks, read as the one line it is."""
     if not isinstance(text, str):
         raise InvalidInput(f"redact takes text, not {type(text).__name__}")
+    hidden = 0
+    if (not text.isascii() or "\\u" in text) and _HIDDEN.search(text):  # isascii: a quick no for most texts
+        text, hidden = _redact_hidden(text)
     out, count = _redact_colours(text)
+    count += hidden
     if "\\\n" in out or "\\\r\n" in out:
         # read again as one line, from what the first reading left: a token wrapped with a backslash-newline
         # (found above) and a flag continued on the next line (found here) are both removed
@@ -463,6 +513,104 @@ def redact(text: str) -> tuple[str, int]:
         if joined_count:
             return joined, count + joined_count
     return out, count
+
+
+# Characters that render as nothing (zero-width space, non-joiner and joiner, word joiner, the invisible operators,
+# a byte-order mark, a soft hyphen) and spaces other than the plain one (no-break U+00A0 and U+202F, the en/em/thin/
+# hair spaces U+2000-U+200A, U+205F, the ideographic U+3000), raw or as a JSON `\uXXXX` escape. Pasted
+# from a chat, a web page or a PDF they sit inside a token (`ghp_abc<U+200B>def`) or beside a key (`password:<NBSP>x`)
+# and hide it from every pattern, while a terminal, a YAML loader or `.strip()` gives the secret back whole.
+_INVISIBLE = "\u200b-\u200d\u2060-\u2064\ufeff\u00ad"
+_SPACES = "\u00a0\u202f\u2000-\u200a\u205f\u3000"  # no-break, en/em/thin/hair, figure, ideographic spaces
+_HIDDEN = _Lazy(f"[{_INVISIBLE}{_SPACES}]|\\\\u(?i:200[0-9a-d]|206[0-4]|feff|00ad|00a0|202f|205f|3000)")
+_HIDDEN_SPACE = _Lazy(f"[{_SPACES}]|\\\\u(?i:200[0-9a]|00a0|202f|205f|3000)")
+_MARK_RE = _Lazy(r"\[REDACTED:[a-z_]+\]")
+
+
+def _redact_hidden(text: str) -> tuple[str, int]:
+    """The lines holding an invisible character or a no-break space (and the line before each, where a value's key
+    may be; and, after a line that ends at its key or under one, the indented lines of its value) read with the
+    invisible characters dropped and the no-break spaces made plain, as every other reading is (`_redact_views`);
+    each secret found there is removed from the text from its first character to its last, the invisible
+    characters inside it with it. A secret is what a terminal shows, so the whole token, invisible characters
+    included, is the secret: no piece of it is left on either side of one."""
+    spans: list[list[int]] = []
+    for hit in _HIDDEN.finditer(text):
+        if spans and hit.start() < spans[-1][1]:
+            continue
+        line = text.rfind("\n", 0, hit.start()) + 1
+        start = text.rfind("\n", 0, line - 1) + 1 if line else 0
+        end = text.find("\n", hit.start())
+        end = len(text) if end < 0 else end
+        if any(_AWAITS_VALUE.search(_HIDDEN.sub("", text[a:b]).rstrip()) for a, b in ((line, end), (start, line))):
+            for _ in range(500):  # a block scalar's lines under `password:<NBSP>|`
+                if text[end + 1 : end + 2] not in (" ", "\t"):
+                    break
+                end = text.find("\n", end + 1)
+                end = len(text) if end < 0 else end
+        if spans and start <= spans[-1][1]:
+            spans[-1][1] = max(spans[-1][1], end)
+        else:
+            spans.append([start, end])
+    view = "".join(_HIDDEN.sub(_plain, text[start:end]) + "\n" for start, end in spans)
+    out, count = _redact_views(view)
+    if not count:
+        return text, 0
+    # where each of the view's characters starts and ends in the text
+    starts: list[int] = []
+    ends: list[int] = []
+    for start, end in spans:
+        at = start
+        for hit in _HIDDEN.finditer(text, start, end):
+            starts.extend(range(at, hit.start()))
+            ends.extend(range(at + 1, hit.start() + 1))
+            if _HIDDEN_SPACE.fullmatch(hit.group(0)):
+                starts.append(hit.start())
+                ends.append(hit.end())
+            at = hit.end()
+        starts.extend(range(at, end + 1))
+        ends.extend(range(at + 1, end + 2))
+    parts, done = [], 0
+    for begin, finish, marks in _replaced(view, out):
+        parts += [text[done : starts[begin]], marks]
+        done = ends[finish - 1]
+    return "".join(parts) + text[done:], count
+
+
+def _plain(hit: re.Match[str]) -> str:
+    return " " if _HIDDEN_SPACE.fullmatch(hit.group(0)) else ""
+
+
+_AWAITS_VALUE = _Lazy(r"[:=|>][1-9+-]{0,2}$")  # a key whose value is on the lines after it
+
+
+def _replaced(before: str, after: str) -> Iterator[tuple[int, int, str]]:
+    """(start, end, marks): the spans of `before` that `after` (the same text with secrets replaced by marks, and
+    nothing else changed) replaced, in order. The text after the last mark is the end of both; the text after any
+    other mark, up to the next, is found again in `before`: the secret ended where it starts. Marks side by side
+    make one span."""
+    i = j = 0
+    marks = list(_MARK_RE.finditer(after))
+    k = 0
+    while k < len(marks):
+        mark = marks[k]
+        i += mark.start() - j
+        if before.startswith(mark.group(0), i):  # a mark the text held already
+            i, j, k = i + len(mark.group(0)), mark.end(), k + 1
+            continue
+        group = mark.group(0)
+        while k + 1 < len(marks) and marks[k + 1].start() == marks[k].end():
+            k += 1
+            group += marks[k].group(0)
+        j = marks[k].end()
+        if k + 1 < len(marks):
+            end = before.find(after[j : marks[k + 1].start()], i)
+        else:  # the last: what follows it runs to the end of both
+            end = len(before) - (len(after) - j)
+        if end <= i:
+            return  # not a plain replacement: leave the text to the readings after this one
+        yield i, end, group
+        i, k = end, k + 1
 
 
 # A token wrapped over lines (a terminal or a formatter breaking it at a column, a shell command continued with a
@@ -558,7 +706,7 @@ def _redact_views(text: str) -> tuple[str, int]:
             if not view:
                 break
             view = _JSON_ESCAPE.sub(_json_unescape, view)
-            _scan(view, found, in_context, depth)
+            _scan(view, found, in_context, depth, decode=False)  # base64 reads the same raw
             view = _lines_with(_JSON_ESCAPE, view)
         if in_context:
             out, count = _echo_in_context(out, in_context, count)
@@ -627,9 +775,10 @@ def _echo(text: str, found: list[tuple[str, str]], count: int) -> tuple[str, int
 
 
 def _scan(text: str, found: list[tuple[str, str]], in_context: list[tuple[str, str, str, int]] | None = None,
-          depth: int = 0) -> tuple[str, int]:
+          depth: int = 0, *, decode: bool = True) -> tuple[str, int]:
     """One pass of every rule over `text`; appends (secret, kind) for each replacement to `found`, and to
-    `in_context` (a JSON-decoded reading, `depth` times) the secret with what its rule read before it."""
+    `in_context` (a JSON-decoded reading, `depth` times) the secret with what its rule read before it. `decode`:
+    base64 blobs are decoded and read too (not inside a decoded blob: one level is enough)."""
     count = 0
 
     def sub(pattern: re.Pattern[str], rule: Callable[[re.Match[str]], tuple[str, str, str, str] | None],
@@ -661,6 +810,45 @@ def _scan(text: str, found: list[tuple[str, str]], in_context: list[tuple[str, s
             out += [source[done:start], _mark(kind)]
             done, count = end, count + 1
             found.append((secret, kind))
+        return "".join(out) + source[done:] if out else source
+
+    def base64_runs(source: str) -> str:
+        """Each base64 run that decodes to a secret, and each blob wrapped at 64 or 76 columns (`base64`'s own
+        output, a PEM-style body) read as one: a secret that straddles two of its lines is whole only joined."""
+        nonlocal count
+        out, done = [], 0
+        for run in _B64_RUN.finditer(source):
+            if run.start() < done:
+                continue
+            start, end, blob = run.start(), run.end(), run.group("secret")
+            if blob[0] in "nrt" and source[start - 1 : start] == "\\":
+                start, blob = start + 1, blob[1:]  # after a JSON string's `\n`, the run starts past its `n`
+            if len(blob) not in (64, 76):
+                if blob.islower() or blob.isupper():  # a digest, a path, a constant: one case, not base64 of text
+                    continue
+            else:  # a wrapped blob's first line when alone on its line (indentation: at most 80 characters back)
+                window = source[max(0, start - 80) : start]
+                escaped = window.rfind("\\n")
+                lead = window[max(window.rfind("\n") + 1, escaped + 2 if escaped >= 0 else 0) :]
+                lines = [blob] if not lead.strip(" \t") else []
+                while lines:
+                    nxt = _B64_LINE.match(source, end)
+                    if nxt is None or nxt.group("lead") != lead or len(nxt.group("run")) > len(blob):
+                        break
+                    lines.append(nxt.group("run"))
+                    end = nxt.end()
+                    if len(nxt.group("run")) < len(blob):
+                        break  # the last line
+                if len(lines) > 1:
+                    blob = "".join(lines)
+            kind = _decoded_secret(blob)
+            if kind is None and end != run.end():
+                blob, end = source[start : run.end()], run.end()
+                kind = _decoded_secret(blob)
+            if kind is not None:
+                out += [source[done:start], _mark(kind)]
+                done, count = end, count + 1
+                found.append((blob, kind))
         return "".join(out) + source[done:] if out else source
 
     text = sub(_PRIVATE_KEY, _private_key, text)
@@ -714,8 +902,27 @@ def _scan(text: str, found: list[tuple[str, str]], in_context: list[tuple[str, s
         text = sub(_NEXT_LINE, _next_line_value, text, _next_line_matches(text))
     if "ookie" in text or "OOKIE" in text:
         text = _COOKIE_LINE.sub(lambda m: m.group("head") + sub(_COOKIE, _cookie, m.group("value")), text)
+    if "-b" in text or "--cookie" in text:  # curl's cookie flag: its value is a cookie line
+        parts, done = [], 0
+        for match in _line_matches(_CURL_COOKIE, text, ("-b", "--cookie")):
+            parts += [text[done : match.start("value")], sub(_COOKIE, _cookie, match.group("value"))]
+            done = match.end()
+        text = "".join(parts) + text[done:] if parts else text
+    text = sub(_SESSION, _session, text,
+               _line_matches(_SESSION, text, ("sess", "Sess", "SESS", "sid=", "Sid=", "SID=")))
+    if "ookie" in text:
+        parts, done = [], 0
+        for match in _line_matches(_COOKIE_DICT, text, ("ookies",)):
+            parts += [text[done : match.start("body")], sub(_COOKIE_PAIR, _cookie, match.group("body"))]
+            done = match.end("body")
+        text = "".join(parts) + text[done:] if parts else text
+        text = sub(_SET_COOKIE_CALL, _cookie, text, _line_matches(_SET_COOKIE_CALL, text, ("ookie(", "ookies.set(")))
     if "sig=" in text:
         text = sub(_SAS_SIGNATURE, _sas_signature, text)
+    if decode:  # last: a blob the rules above took (`password: <base64>`) keeps the kind they gave it
+        if "!!binary" in text:
+            text = sub(_B64_BLOCK, _b64_secret, text)
+        text = base64_runs(text)
     return text, count
 
 
@@ -898,6 +1105,32 @@ def _bare_basic(match: re.Match[str]) -> Hit:
     return match.group("head"), secret, "authorization", ""
 
 
+def _decoded_secret(blob: str) -> str | None:
+    """The kind of secret base64 `blob` decodes to (text holding a secret, or `user:password`), or None."""
+    import binascii
+
+    data = "".join(blob.split()).rstrip("=")
+    if len(data) % 4 == 1 or data.islower() or data.isupper():
+        return None
+    try:
+        text = binascii.a2b_base64(data + "=" * (-len(data) % 4)).decode("utf-8")
+    except (binascii.Error, UnicodeDecodeError):
+        return None
+    if len(text) < 8 or _CONTROL.search(text):
+        return None
+    if _USER_PASSWORD.fullmatch(text.strip()):
+        return "password"
+    found: list[tuple[str, str]] = []
+    _scan(text, found, decode=False)
+    return found[0][1] if found else None
+
+
+def _b64_secret(match: re.Match[str]) -> Hit:
+    kind = _decoded_secret(match.group("secret"))
+    return None if kind is None else (match.group("head") if "head" in match.re.groupindex else "",
+                                      match.group("secret"), kind, "")
+
+
 def _sql_password(match: re.Match[str]) -> Hit:
     value, quote = _unquote(match.group("secret"))
     if not _is_literal_secret(value, literal=True):
@@ -971,8 +1204,14 @@ def _next_line_value(match: re.Match[str]) -> Hit:
         if not _is_literal_secret(value, literal=True):
             return None
         return match.group("head") + lead, value, kind, tail
+    if len(values) > 1:
+        # a plain scalar folded over lines: a base64 body wrapped at 64 or 76 columns under `private_key:`
+        value = "".join(values)
+        if not all(_WRAPPED_PIECE.fullmatch(v) for v in values) or not _looks_random(value):
+            return None  # a mapping, a list, prose, or lines that do not read as one random value
+        return match.group("head") + lead, "\n".join(values), kind, tail
     after = _NEXT_INDENT.match(match.string, match.end())
-    if len(values) != 1 or _MAPPING_LINE.match(values[0]) or (after and len(after.group(1)) > column):
+    if _MAPPING_LINE.match(values[0]) or (after and len(after.group(1)) > column):
         return None  # a mapping, a list, a comment, or a value running on over more lines
     value, quote = _unquote(values[0])
     if not quote and (re.search(r"\s", value) or not _is_literal_secret(value, literal=False)):
@@ -982,9 +1221,29 @@ def _next_line_value(match: re.Match[str]) -> Hit:
     return match.group("head") + lead + quote, value, kind, quote + tail
 
 
+def _session_value(value: str) -> bool:
+    """A session cookie's value, however short: six characters or more with letters and digits (`Xk3J9a`,
+    `a1b2c3d4e5`), eight with both cases, or sixteen of anything. A counter (`sid=1`, `session_count=3`), one
+    lowercase word (`deleted`, `expired`, `true`) or a placeholder is not one."""
+    if value.startswith("[REDACTED:") or not _is_literal_secret(value, literal=True) or value.lower() == "deleted":
+        return False
+    letters = any(c.isalpha() for c in value)
+    if len(value) >= 6 and letters and any(c.isdigit() for c in value):
+        return True
+    return (len(value) >= 8 and any(c.isupper() for c in value) and any(c.islower() for c in value)
+            ) or (len(value) >= 16 and (letters or value.isdigit()))
+
+
 def _cookie(match: re.Match[str]) -> Hit:
     secret = match.group("secret")
-    if secret.startswith("[REDACTED:") or not _looks_random(secret):
+    return (match.group("head"), secret, "cookie", "") if _session_value(secret) else None
+
+
+def _session(match: re.Match[str]) -> Hit:
+    """Outside a header the value also needs a digit and must not read as code (`session=session2`)."""
+    secret = match.group("secret")
+    if (not any(c.isdigit() for c in secret) or _IDENTIFIER.fullmatch(secret) or _CODE_REF.fullmatch(secret)
+            or not _session_value(secret)):
         return None
     return match.group("head"), secret, "cookie", ""
 
@@ -1000,7 +1259,44 @@ _TRAILING_OPERATORS = _Lazy(r"[;&|]+$")
 _BASE64ISH = re.compile(r"[A-Za-z0-9+/_-]{12,}={0,2}")
 
 
+def _wrapped_value(match: re.Match[str]) -> Hit:
+    """A secret key's value wrapped over lines with no prefix to follow: a quoted string whose closing quote is on
+    a later line, every line between one unbroken run (`"client_secret": "abc` + newline + `def"`), or a YAML/INI
+    value whose continuation lines sit deeper than the key's line (`private_key: <base64>` + indented base64
+    lines: a plain scalar folded over lines). Taken whole when it reads as random, not as words."""
+    key = match.group("key")
+    raw = match.group("wrapped") or match.group("wrapbare")
+    if not is_secret_key(key):
+        return None
+    quote = match.group("wq") or ""
+    body = raw[len(quote) : len(raw) - len(quote)]
+    pieces = [piece.strip() for piece in body.split("\n")]
+    if not quote:
+        line = match.string.rfind("\n", 0, match.start()) + 1
+        indent = len(match.string[line : match.start()]) - len(match.string[line : match.start()].lstrip(" \t"))
+        for piece in body.split("\n")[1:]:
+            if len(piece) - len(piece.lstrip(" \t")) <= indent:
+                return None  # the next key of the same mapping, not this value's rest
+        if any(not (len(piece) >= 16 or _RANDOMISH.search(piece)) for piece in pieces[1:]):
+            return None  # a word on the next line is not a wrapped random value
+    if not _looks_random("".join(pieces)):
+        return None
+    return match.group("head") + quote, body, _secret_kind(key), quote
+
+
+_RANDOMISH = _Lazy(r"[0-9A-Z+/=]")
+
+
 def _assignment(match: re.Match[str]) -> Hit:
+    if match.re is _ASSIGNMENT and (match.group("wrapped") is not None or match.group("wrapbare") is not None):
+        hit = _wrapped_value(match)
+        if hit is not None:
+            return hit
+        line = _ASSIGNMENT_LINE.match(match.string, match.start())
+        hit = _assignment(line) if line is not None else None
+        if hit is None:
+            return None
+        return hit[:3] + (hit[3] + match.string[line.end() : match.end()],)
     key = match.group("key")
     quoted = match.group("quoted") or match.group("paren")
     if key == "KEY" and match.group("sep") == "=":
@@ -1026,8 +1322,8 @@ def _assignment(match: re.Match[str]) -> Hit:
         quote = quoted[0]
         return match.group("head") + (match.group("open") or "") + quote, value, _secret_kind(key), quote
     value = match.group("bare")
-    if _BLOCK_INDICATOR.fullmatch(value):
-        return None  # `password: |`: a YAML block scalar, its value on the next lines (`_next_line_value`)
+    if _BLOCK_INDICATOR.fullmatch(value) or value in ("!!binary", "!!str"):
+        return None  # `password: |`, `password: !!binary`: the value is on the next lines (`_next_line_value`)
     rest = ""
     env_line = bool(match.group("export")) or (
         match.group("sep") == "=" and re.fullmatch(r"[A-Z][A-Z0-9_]*", key) is not None
@@ -1050,7 +1346,8 @@ def _assignment(match: re.Match[str]) -> Hit:
         operators = _TRAILING_OPERATORS.search(value)
         if operators and operators.start():
             value, rest = value[: operators.start()], value[operators.start() :]
-    if not _is_literal_secret(value, literal=env_line or flag_value) or _is_auth_switch(key, value):
+    literal = env_line or flag_value or bool(match.group("tag"))  # `password: !!binary X`: YAML data, tagged
+    if not _is_literal_secret(value, literal=literal) or _is_auth_switch(key, value):
         return None
     return match.group("head"), value, _secret_kind(key), rest
 

@@ -405,3 +405,77 @@ NEGATIVES += [
     ("code passing variables", "requests.get(url, auth=(user, password)); os.environ['API_KEY'] = api_key"),
     ("a shell operator after a prompt flag", "mysql -uroot -p; ls && mysql -p < dump.sql"),
 ]
+
+# Session 7 (hx-redact): secrets disguised by invisible characters, short session cookies, base64 blobs and
+# prefix-less values wrapped over lines. Generated after everything above, so the fakes above keep their values.
+ZW_GHP = "ghp_" + chars(ALNUM, 36)
+ZW_PROJ = "sk-proj-" + chars(URLSAFE, 74) + "T3BlbkFJ" + chars(URLSAFE, 74)
+ZW_AKIA = "AKIA" + chars(UPPER, 16)
+NBSP_PW = password()
+FORMATS += [
+    ("token split by a zero-width space", f"remote: {ZW_GHP[:12]}\u200b{ZW_GHP[12:]} rejected", (ZW_GHP[12:],)),
+    ("key split by a word joiner (json)", json.dumps({"env": f"OPENAI_API_KEY={ZW_PROJ[:40]}\u2060{ZW_PROJ[40:]}"}),
+     (ZW_PROJ[:40], ZW_PROJ[40:])),
+    ("aws key with a soft hyphen", f"aws_access_key_id = AKIA\u00ad{ZW_AKIA[4:]}", (ZW_AKIA[4:],)),
+    ("password after a no-break space", f"database:\n  password:\u00a0{NBSP_PW}\n", (NBSP_PW,)),
+]
+NEGATIVES += [
+    ("prose with no-break spaces", "Mot de passe\u00a0: voir le gestionnaire\u202f; token\u00a0count 3\ufeff"),
+]
+SHORT_SID = chars(ALNUM, 4) + chars(string.digits, 2)
+SHORT_PHP = chars(HEX, 10) + "7"
+SHORT_JSESSION = chars(UPPER, 9) + "1"
+FORMATS += [
+    ("short session cookie", f"< Set-Cookie: sid={SHORT_SID}; Path=/; HttpOnly", (SHORT_SID,)),
+    ("short PHPSESSID in a cookie header", f"> Cookie: lang=en; PHPSESSID={SHORT_PHP}", (SHORT_PHP,)),
+    ("jsessionid in a url", f"GET /app/cart;jsessionid={SHORT_JSESSION}?item=3 HTTP/1.1", (SHORT_JSESSION,)),
+]
+NEGATIVES += [
+    ("short cookies that are not sessions",
+     "Cookie: sid=1; lang=en; theme=dark\nSet-Cookie: sessionid=deleted; Max-Age=0"),
+    ("session in code", "client = Client(session=session2, sid=os.getsid(0))\ngit checkout -b session-cookies"),
+]
+BIN_PW = password()
+B64_GHP = "ghp_" + chars(ALNUM, 36)
+B64_PW = password()
+B64_ENV_PW = password()
+B64_BIN = b64(BIN_PW.encode())
+B64_TOKEN = b64(f"token={B64_GHP}\n".encode())
+B64_CREDS = b64(f"deploy-bot:{B64_PW}".encode())
+B64_ENV = b64(f"DEBUG=1\nDB_PASSWORD={B64_ENV_PW}\n".encode())
+FORMATS += [
+    ("yaml !!binary under a secret key", f"db:\n  password: !!binary {B64_BIN}\n", (B64_BIN, BIN_PW)),
+    ("base64 of a token (echoed)", f"$ echo {B64_TOKEN} | base64 -d", (B64_TOKEN, B64_GHP)),
+    ("base64 of user:password", f"creds={B64_CREDS}", (B64_CREDS, B64_PW)),
+    ("base64 of an env file (k8s secret data)", f"data:\n  app.env: {B64_ENV}\n", (B64_ENV, B64_ENV_PW)),
+]
+NEGATIVES += [
+    ("yaml !!binary of bytes", "icon: !!binary |\n  " + b64(randbytes(48)) + "\n  " + b64(randbytes(30)) + "\n"),
+    ("base64 of a url and camel case",
+     "see " + b64(b"https://example.com/docs/index.html") + " AbstractContextManager"),
+]
+WRAP_SECRET = chars(ALNUM, 64)
+WRAP_KEY_LINES = [b64(randbytes(48)) for _ in range(4)] + [b64(randbytes(20))]
+FORMATS += [
+    ("client secret wrapped in a quoted string", f'{{"client_id": "app", "client_secret": "{WRAP_SECRET[:30]}\n'
+     f'{WRAP_SECRET[30:]}"}}', (WRAP_SECRET[:30], WRAP_SECRET[30:])),
+    ("pem-less key body under private_key:", "service:\n  private_key: " + "\n    ".join(WRAP_KEY_LINES)
+     + "\n  user: ci\n", tuple(WRAP_KEY_LINES)),
+    ("pem-less key body on the lines after private_key:", "private_key:\n  " + "\n  ".join(WRAP_KEY_LINES[::-1])
+     + "\nuser: ci\n", tuple(WRAP_KEY_LINES)),
+]
+NEGATIVES += [
+    ("words under a secret key", "token:\n  description\n  required\npassword: |\n  ${DB_PASSWORD}\n"),
+]
+B64_WRAP_PW = password()
+B64_WRAP_ENV = (f"DEBUG=1\nLOG_LEVEL=info\nSERVICE=billing-api\nREGION=eu\nDB_PASSWORD={B64_WRAP_PW}\nX=1\n").encode()
+B64_WRAPPED = base64.encodebytes(B64_WRAP_ENV).decode()
+FORMATS += [
+    ("base64 of an env file wrapped at 76 columns", f"$ base64 app.env\n{B64_WRAPPED}$ ",
+     tuple(line for line in B64_WRAPPED.split("\n") if line) + (B64_WRAP_PW,)),
+]
+FORMATS += [
+    ("base64 env file in a transcript's json",
+     json.dumps({"type": "tool_result", "content": f"$ base64 app.env\n{B64_WRAPPED}"}),
+     (B64_WRAP_PW,) + tuple(line for line in B64_WRAPPED.split("\n") if line)),
+]
