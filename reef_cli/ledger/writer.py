@@ -159,13 +159,10 @@ class Writer:
         as soon as the sync returns (see `append`)."""
         took = 0
         try:
-            if self._sync_failed is not None:
-                self._refuse_after_failed_sync(written=True)
             # A writeback error is reported once per open file: of the threads syncing this instance's shared
             # descriptor at the same time, one is told EIO and the others 0. So a sync that returned 0 is trusted
             # only once every sync it overlapped has returned too, and none of them failed (_overlapped).
             token = self._syncs_begin()
-            ok = False
             try:
                 if max(self._sync_ns, self._leader.shared_average()) >= group_commit.COORDINATE_ABOVE_NS:
                     self._leader.make_durable(fd, ino, end, own, _fdatasync, self._noted)
@@ -173,14 +170,13 @@ class Writer:
                     started = time.monotonic_ns()
                     _fdatasync(fd)
                     took = time.monotonic_ns() - started
-                ok = True
             except OSError as exc:
                 self._sync_failed = exc.strerror or type(exc).__name__
                 raise StoreError(f"cannot sync {self.path}: {exc.strerror}; the last records may not be "
                                  f"durable") from None
             finally:
                 others = self._syncs_end(token)
-            if ok and others:
+            if others:
                 self._overlapped(others)
             if self._sync_failed is not None:
                 self._refuse_after_failed_sync(written=True)
