@@ -333,9 +333,7 @@ class StreamResponse(_Answer):
         """Take back an answer none of which has left (its head still held): True if it could be."""
         if self._wrote:
             return False
-        if self._held is not None:
-            self._held.cancel()
-            self._held = None
+        self._unhold()
         self._pending, self._size, self._ended = [], 0, True
         return True
 
@@ -348,13 +346,16 @@ class StreamResponse(_Answer):
             self._ended = True
             if self._chunked:
                 self._flush()
-        if self._held is not None:
-            self._held.cancel()
-            self._held = None
+        self._unhold()
         if self._chunked or conn.lost:
             conn.close()
         else:
             conn.reset()
+
+    def _unhold(self) -> None:
+        if self._held is not None:
+            self._held.cancel()
+            self._held = None
 
     def _queue(self, data: bytes, hold: bool = False) -> None:
         self._pending.append(data)
@@ -369,9 +370,7 @@ class StreamResponse(_Answer):
 
     def _flush(self) -> None:
         self._scheduled = False
-        if self._held is not None:
-            self._held.cancel()
-            self._held = None
+        self._unhold()
         if not self._pending:
             return
         data = self._pending[0] if len(self._pending) == 1 else b"".join(self._pending)
