@@ -198,16 +198,23 @@ def _data_urls_digested(obj):
     """Inline files in the messages (an image as a `data:` URL, megabytes of base64) as their media type, length and
     digest: the training record needs the conversation, not the file, and redacting megabytes of base64 held up
     every record behind it in the committer thread."""
-    if isinstance(obj, str):
-        if len(obj) > 1024 and obj.startswith("data:"):
-            media = obj[5:obj.find(",", 5, 200)].split(";")[0] if "," in obj[5:200] else "unknown"
-            return f"data:{media};length={len(obj)};sha256={hashlib.sha256(obj.encode('utf-8', 'replace')).hexdigest()}"
-        return obj
+    return _leaves(obj, _digested_if_data_url)
+
+
+def _digested_if_data_url(value):
+    if isinstance(value, str) and len(value) > 1024 and value.startswith("data:"):
+        media = value[5:value.find(",", 5, 200)].split(";")[0] if "," in value[5:200] else "unknown"
+        return f"data:{media};length={len(value)};sha256={hashlib.sha256(value.encode('utf-8', 'replace')).hexdigest()}"
+    return value
+
+
+def _leaves(obj, leaf):
+    """`obj` (JSON-shaped) with `leaf` applied to every key and value that is not a dict or a list."""
     if isinstance(obj, dict):
-        return {k: _data_urls_digested(v) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [_data_urls_digested(v) for v in obj]
-    return obj
+        return {_leaves(k, leaf): _leaves(v, leaf) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_leaves(v, leaf) for v in obj]
+    return leaf(obj)
 
 
 class _Scenario:
@@ -401,21 +408,20 @@ def _storable(obj):
     """`obj` made storable as canonical JSON: every string encodable (bytes smuggled in as surrogates by
     surrogateescape, or lone surrogates from JSON escapes, become U+FFFD) and NaN or Infinity (which Python's JSON
     parser accepts from an upstream) null."""
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
-    if isinstance(obj, str):
+    return _leaves(obj, _storable_leaf)
+
+
+def _storable_leaf(value):
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, str):
         try:
-            obj.encode("utf-8")
-            return obj
+            value.encode("utf-8")
         except UnicodeEncodeError:
             out = bytearray()  # bytes smuggled as \udc80-\udcff go back to bytes; other lone surrogates are U+FFFD
-            for ch in obj:
+            for ch in value:
                 code = ord(ch)
                 out += bytes((code - 0xDC00,)) if 0xDC80 <= code <= 0xDCFF else \
                     ("\ufffd" if 0xD800 <= code <= 0xDFFF else ch).encode("utf-8")
             return out.decode("utf-8", "replace")
-    if isinstance(obj, dict):
-        return {_storable(k): _storable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_storable(v) for v in obj]
-    return obj
+    return value
