@@ -568,13 +568,18 @@ def test_expect_100_continue_is_answered_before_the_body(served):
     assert status == 417 and "unknown Expect: something-else" in json.loads(reply)["error"]["message"]
 
 
-def _raw_exchange(gw: Gateway, request: bytes) -> bytes:
-    """Bytes no HTTP client library would send; the whole answer (the request says Connection: close)."""
-    with socket.create_connection(("127.0.0.1", int(gw.url.rsplit(":", 1)[1])), timeout=10) as s:
+def _raw_exchange(gw: Gateway | str, request: bytes) -> bytes:
+    """Bytes no HTTP client library would send; everything until the gateway (or the URL's server) ends the
+    connection (the request says Connection: close, or the answer is cut)."""
+    url = gw if isinstance(gw, str) else gw.url
+    with socket.create_connection(("127.0.0.1", int(url.rsplit(":", 1)[1])), timeout=10) as s:
         s.sendall(request)
         answer = b""
-        while chunk := s.recv(65536):
-            answer += chunk
+        try:
+            while chunk := s.recv(65536):
+                answer += chunk
+        except ConnectionResetError:
+            pass
     return answer
 
 
@@ -761,15 +766,21 @@ def test_an_endless_header_is_refused_before_it_ends(served):
         assert s.recv(65536).startswith(b"HTTP/1.1 431 ")
 
 
-def test_provenance_hooks_see_the_answer_before_the_receipt(tmp_path, upstream):
-    """The seam for engine provenance (e.g. which weights answered): a request hook edits the body that goes
-    upstream, a response hook reads the upstream's answer before the record and may refuse it."""
+def _in_process_gateway(tmp_path, upstream):
+    """A project and a gateway in front of `upstream`, to run with `in_process` (its log in tmp_path/"log")."""
     from reef_cli.project import Project
     from reef_cli.serve.app import Gateway as InProcess, ServeConfig
 
     project = init_project(tmp_path / "proj")
     gw = InProcess(ServeConfig(project=Project(project), scenario="default", upstream=upstream.url, port=0), {},
                    log=open(tmp_path / "log", "w"), out=open(tmp_path / "out", "w"))
+    return project, gw
+
+
+def test_provenance_hooks_see_the_answer_before_the_receipt(tmp_path, upstream):
+    """The seam for engine provenance (e.g. which weights answered): a request hook edits the body that goes
+    upstream, a response hook reads the upstream's answer before the record and may refuse it."""
+    project, gw = _in_process_gateway(tmp_path, upstream)
 
     def ask_meta(ex, body):
         body["return_meta_info"] = True
@@ -919,9 +930,7 @@ def test_the_answer_leaves_the_moment_its_record_is_durable(tmp_path, upstream, 
     gateway's code after the record has run: here that code is held up for 1.5 s, and the JSON answer and the
     stream's end still arrive at once (before, each waited for it). Both ways a record is appended are taken:
     on the loop, and by the committer thread."""
-    from reef_cli.project import Project
     from reef_cli.serve import recording
-    from reef_cli.serve.app import Gateway as InProcess, ServeConfig
 
     real_finish = recording.Recorder.finish
 
@@ -931,9 +940,7 @@ def test_the_answer_leaves_the_moment_its_record_is_durable(tmp_path, upstream, 
         return record
 
     monkeypatch.setattr(recording.Recorder, "finish", held_up)
-    project = init_project(tmp_path / "proj")
-    gw = InProcess(ServeConfig(project=Project(project), scenario="default", upstream=upstream.url, port=0), {},
-                   log=open(tmp_path / "log", "w"), out=open(tmp_path / "out", "w"))
+    project, gw = _in_process_gateway(tmp_path, upstream)
     with in_process(gw) as url:
         for inline in (True, False):
             for body in ({"model": "m", "messages": []}, {"model": "m", "messages": [], "stream": True}):
@@ -974,28 +981,6 @@ def test_nan_in_the_upstreams_usage_is_recorded_as_null(served, upstream):
     record = ledger_of(served.project).get(headers["x-reef-agent-record-id"]).payload
     assert record["outcome"] == "ok" and record["usage"]["prompt_tokens"] is None
     assert b'"reef":{"agent_record_id":"' + headers["x-reef-agent-record-id"].encode() in out
-
-
-def _in_process_gateway(tmp_path, upstream):
-    from reef_cli.project import Project
-    from reef_cli.serve.app import Gateway as InProcess, ServeConfig
-
-    project = init_project(tmp_path / "proj")
-    gw = InProcess(ServeConfig(project=Project(project), scenario="default", upstream=upstream.url, port=0), {},
-                   log=open(tmp_path / "log", "w"), out=open(tmp_path / "out", "w"))
-    return project, gw
-
-
-def _read_to_end(port: int, request: bytes) -> bytes:
-    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
-        s.sendall(request)
-        data = b""
-        try:
-            while chunk := s.recv(65536):
-                data += chunk
-        except ConnectionResetError:
-            pass
-        return data
 
 
 def test_a_sync_that_fails_is_one_503_not_a_second_append(tmp_path, upstream, monkeypatch):
@@ -1045,12 +1030,11 @@ def test_an_error_after_the_early_send_does_not_answer_twice(tmp_path, upstream,
     monkeypatch.setattr(http_server.Response, "send_now", send_then_fail)
     project, gw = _in_process_gateway(tmp_path, upstream)
     with in_process(gw) as url:
-        port = int(url.rsplit(":", 1)[1])
         body = b'{"model": "m", "messages": []}'
         one = b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%b" % (len(body), body)
         for inline in (True, False):
             gw.recorder.committer.average_ns = 0 if inline else 10**12
-            data = _read_to_end(port, one + b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")  # pipelined
+            data = _raw_exchange(url, one + b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")  # pipelined
             assert data.startswith(b"HTTP/1.1 200 OK") and data.count(b"HTTP/1.1 ") == 1, data
         monkeypatch.undo()
     assert len(exchanges(project)) == 2
@@ -1157,7 +1141,7 @@ def test_the_log_line_of_a_stream_whose_record_failed_names_no_record(tmp_path, 
         upstream.reply(Reply(text="one two three four", event_delay=0.05))
         monkeypatch.setattr(writer_mod, "_fdatasync", lambda fd: (_ for _ in ()).throw(OSError(5, "I/O error")))
         body = b'{"model": "m", "messages": [], "stream": true}'
-        out = _read_to_end(int(url.rsplit(":", 1)[1]), b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+        out = _raw_exchange(url, b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
                            b"Content-Length: %d\r\n\r\n%b" % (len(body), body))
         monkeypatch.undo()
         assert out.startswith(b"HTTP/1.1 200 OK") and b"x-reef-agent-record-id" in out.lower()
