@@ -236,3 +236,19 @@ def test_repair_names_a_record_damaged_inside_the_ledger_instead_of_nothing_is_l
         assert r.stderr.count("\n") == 1 and "line 2 is not a ledger record" in r.stderr
         assert "cannot mend a record damaged inside the ledger: restore the file from a backup" in r.stderr
     assert (project / LEDGER).read_bytes() == before
+
+
+def test_accept_loss_over_a_line_damaged_inside_refuses_before_writing(project: Path) -> None:
+    """A middle line cut in half also reads as a missing release anchor: --accept-loss recorded an anchor_loss
+    (one more line per try) and then refused over the damage. The damage is now judged first: nothing written."""
+    (project / "CLAUDE.md").write_text((project / "CLAUDE.md").read_text() + "- a rule\n")
+    assert run_reef("publish", "-m", "a release anchors the ledger's end", cwd=project).returncode == 0
+    assert run_reef("run", "--", "true", cwd=project).returncode == 0
+    lines = (project / LEDGER).read_bytes().split(b"\n")
+    lines[2] = lines[2][: len(lines[2]) // 2]
+    (project / LEDGER).write_bytes(b"\n".join(lines))
+    before = (project / LEDGER).read_bytes()
+    for _ in range(2):
+        r = run_reef("repair", "ledger", "--accept-loss", cwd=project)
+        assert r.returncode == 4 and "line 3 is not a ledger record" in r.stderr, r.stderr
+    assert (project / LEDGER).read_bytes() == before

@@ -205,6 +205,10 @@ def repair_ledger(
     led = store.ledger()
     anchors = store.ledger_anchors()
     with led:
+        if led.acknowledged_cut() is None:
+            # a chain broken inside (not records cut off its end) is not mended by recording a loss: say so before
+            # anything is judged or written (a damaged line also reads as a missing anchor)
+            _refuse_damage(led.verify())
         found = ledger_anchors.problems(led, anchors, every=True)
         if not accept_loss:
             cut = led.acknowledged_cut()
