@@ -202,6 +202,19 @@ def _writable_parents(dest: Path, rel: str) -> None:
         raise InvalidInput(f"{blocked} is not a directory; cannot write {rel} under it")
 
 
+def _replaceable(target: Path, entry: Entry | None) -> None:
+    """InvalidInput unless writing `entry` at `target` (or removing it) replaces a file: a symlink there (where the
+    release holds a file) would be written through, a directory cannot be replaced by a file."""
+    try:
+        st = os.lstat(target)
+    except FileNotFoundError:
+        return
+    if stat.S_ISLNK(st.st_mode) and (entry is None or entry.mode != MODE_LINK):
+        raise InvalidInput(f"{target} is a symlink; reef never writes through symlinks")
+    if stat.S_ISDIR(st.st_mode):
+        raise InvalidInput(f"{target} is a directory; reef writes a file there")
+
+
 def write_files(dest: Path, files: dict[str, Entry], *, read_only: bool = False,
                 expected: dict[str, bytes | None] | None = None) -> None:
     """Byte-exact materialisation that refuses to write through symlinks (O_NOFOLLOW on every file). `read_only`:
@@ -664,6 +677,7 @@ class HarnessStore:
             for rel in sorted(set(old_files) | set(new_files)):
                 if old_files.get(rel) != new_files.get(rel):
                     _writable_parents(self.project.root, rel)
+                    _replaceable(self.project.root / rel, new_files.get(rel))
         except InvalidInput as exc:
             raise InvalidInput(f"cannot roll back: {exc} (nothing was published)") from None
         result = self.publish(

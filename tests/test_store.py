@@ -555,3 +555,25 @@ def test_rollback_keeps_an_edit_saved_after_its_clean_tree_check(reef, tmp_path)
     assert (tmp_path / "CLAUDE.local.md").read_bytes() == b"new file\n"
     store.sync_worktree(old, new)  # unguarded (--force): replaced as before
     assert (tmp_path / "CLAUDE.md").read_bytes() == b"rolled back\n"
+
+
+@pytest.mark.parametrize("damage", ["link-inside", "directory"])
+def test_rollback_over_a_symlinked_or_replaced_file_publishes_nothing(reef, tmp_path, damage):
+    """CLAUDE.md a symlink (to a file in the project) or a directory: rollback --force published the rollback, then
+    refused to write it (exit 4, the tree still the old head's)."""
+    init(reef, tmp_path)
+    claude = tmp_path / "CLAUDE.md"
+    claude.write_text(claude.read_text() + "- two\n")
+    assert reef("-C", str(tmp_path), "publish", "-m", "two").code == 0
+    before = json.loads(reef("-C", str(tmp_path), "log", "--json").out)[0]["release_id"]
+    if damage == "link-inside":
+        claude.rename(tmp_path / "real.md")
+        claude.symlink_to("real.md")
+        why = "is a symlink; reef never writes through symlinks"
+    else:
+        claude.unlink()
+        claude.mkdir()
+        why = "is a directory; reef writes a file there"
+    r = reef("-C", str(tmp_path), "rollback", "1", "--force")
+    assert r.code == 4 and r.err.strip() == f"reef: error: cannot roll back: {claude} {why} (nothing was published)"
+    assert json.loads(reef("-C", str(tmp_path), "log", "--json").out)[0]["release_id"] == before
