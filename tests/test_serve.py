@@ -1148,3 +1148,15 @@ def test_the_log_line_of_a_stream_whose_record_failed_names_no_record(tmp_path, 
         assert not out.endswith(b"0\r\n\r\n")
     line = [ln for ln in (tmp_path / "log").read_text().splitlines() if "POST /v1/chat/completions 200" in ln][-1]
     assert line.endswith("(no record kept)") and "rec_" not in line, line
+
+
+
+def test_a_body_nested_past_the_stack_is_relayed_and_recorded(served, upstream):
+    """A request body nested 50,000 deep made the gateway's own parse fail with RecursionError: a 500 blaming the
+    gateway. The body goes upstream as it came (the upstream judges it: this fake one drops the connection), and
+    the call is recorded with what the upstream did."""
+    body = b'{"model": "m", "messages": [], "x": ' + b"[" * 50_000 + b"]" * 50_000 + b"}"
+    status, headers, out = http(served.url + "/v1/chat/completions", body)
+    assert status != 500 and b"RecursionError" not in out, out
+    record = ledger_of(served.project).get(headers["x-reef-agent-record-id"]).payload
+    assert record["request"]["length"] == len(body) and record["status"] == status

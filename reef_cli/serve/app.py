@@ -649,7 +649,7 @@ def _loop_name() -> str:
 def _parse(body: bytes) -> dict | None:
     try:
         parsed = json.loads(body)
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or nested past the stack: relayed as it came, undescribed
         return None
     return parsed if isinstance(parsed, dict) else None
 
