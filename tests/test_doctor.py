@@ -151,7 +151,7 @@ def test_edited_installed_harness_fails_with_the_reinstall_fix(reef, project, tm
 
 def test_endpoints_live_and_dead(project):
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), http.server.SimpleHTTPRequestHandler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()  # shutdown() waits a poll
     try:
         live = f"http://127.0.0.1:{server.server_address[1]}"
         with socket.socket() as s:

@@ -291,7 +291,7 @@ def plain_upstream(extra=lambda calls: [], watch: str = ""):
             pass
 
     server = httpd.ThreadingHTTPServer(("127.0.0.1", 0), Upstream)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()  # shutdown() waits a poll
     try:
         yield server.server_address[1], seen
     finally:

@@ -31,7 +31,8 @@ class FakeSGLang:
         self.chat_bodies: list[dict] = []
         self.loads: list[dict] = []
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        # a short poll: shutdown() waits out one poll interval (the default 0.5 s was paid at every teardown)
+        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,), daemon=True)
 
     @property
     def url(self) -> str:
