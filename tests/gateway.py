@@ -13,7 +13,7 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
-from conftest import run_reef
+from conftest import reef_init, run_reef
 from reef_cli.ledger import Ledger
 
 REEF = str(Path(sys.executable).parent / "reef")
@@ -63,11 +63,8 @@ class Gateway:
 
 
 def init_project(path: Path) -> Path:
-    """A new project at `path` (`reef init`, the console script) for a gateway to record into."""
-    path.mkdir(parents=True, exist_ok=True)
-    r = run_reef("init", cwd=path)
-    assert r.returncode == 0, r.stderr
-    return path
+    """A new project at `path` (`reef init`, in-process: the gateway, not init, is under test) to record into."""
+    return reef_init(path)
 
 
 def exchanges(project: Path) -> list:

@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import run_reef
+from conftest import reef_init, run_reef
 from fakes.llm_server import FakeLLM, text
 from gateway import Gateway
 
@@ -29,9 +29,7 @@ def agent(prompt: str, *, url: str, cwd: Path, harness: Path | None = None, sess
 
 
 def minimal_project(root: Path, *bullets: str) -> Path:
-    root.mkdir(parents=True, exist_ok=True)
-    r = run_reef("init", "--template", "minimal", cwd=root)
-    assert r.returncode == 0, r.stderr
+    reef_init(root, "--template", "minimal")
     if bullets:
         path = root / "AGENTS.md"
         body = path.read_text().replace("<!-- reef:begin learned -->\n",

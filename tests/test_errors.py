@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import reef_exe, run_reef
+from conftest import reef_exe, reef_init, run_reef
 
 
 @pytest.fixture
@@ -329,7 +329,7 @@ def test_a_deleted_current_directory_is_one_line_not_an_unexpected_error(tmp_pat
 def test_a_state_file_replaced_by_a_directory_is_one_line_exit_4(tmp_path, name, args):
     """A hostile pass: each of these ended in 'unexpected error: IsADirectoryError' (exit 1, a traceback)."""
     subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
-    assert run_reef("init", cwd=tmp_path).returncode == 0
+    reef_init(tmp_path)
     assert run_reef("run", "--", "true", cwd=tmp_path).returncode == 0
     state = tmp_path / ".reef" / "scenarios" / "default" / name
     if state.is_dir():
@@ -346,7 +346,7 @@ def test_ledger_tail_and_show_never_print_control_characters_from_feedback(tmp_p
     """A hostile pass: feedback holding ESC[2J reached the terminal raw through `reef ledger tail` (it clears the
     reader's screen; an attacker's text can forge output)."""
     subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
-    assert run_reef("init", cwd=tmp_path).returncode == 0
+    reef_init(tmp_path)
     receipt = run_reef("run", "--", "true", cwd=tmp_path).stderr.split("receipt ", 1)[1].split()[0]
     assert run_reef("report", "--score", "0", "--feedback", "x\x01\x1b[2J\x7fY", "--receipt", receipt,
                     cwd=tmp_path).returncode == 0
@@ -364,7 +364,7 @@ def test_feedback_json_with_nan_and_a_negative_zero_score(tmp_path):
     from reef_cli.reports import parse_score
 
     subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
-    assert run_reef("init", cwd=tmp_path).returncode == 0
+    reef_init(tmp_path)
     receipt = run_reef("run", "--", "true", cwd=tmp_path).stderr.split("receipt ", 1)[1].split()[0]
     bad = tmp_path / "fb.json"
     bad.write_text('{"a": NaN}')

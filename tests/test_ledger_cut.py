@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import run_reef
+from conftest import reef_init, run_reef
 from reef_cli.errors import DamagedState
 from reef_cli.ledger import Ledger
 
@@ -45,8 +45,7 @@ def append(path: Path, n: int) -> subprocess.CompletedProcess:
 
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
-    r = run_reef("init", cwd=tmp_path)
-    assert r.returncode == 0, r.stderr
+    reef_init(tmp_path)  # in-process: set-up, not under test
     assert append(tmp_path / LEDGER, 4).returncode == 0
     return tmp_path
 
@@ -159,11 +158,11 @@ def test_append_refuses_in_process_with_damaged_state(tmp_path: Path) -> None:
 def test_reef_run_refuses_before_running_the_command_on_a_cut_ledger(tmp_path):
     """`reef run` ran the agent's whole session and then could not record it (exit 4, the receipt lost): on a
     ledger with an acknowledged record cut off, it now says so before running anything."""
-    from conftest import run_reef
+    from conftest import reef_init, run_reef
 
     project = tmp_path / "proj"
     project.mkdir()
-    assert run_reef("init", cwd=project).returncode == 0
+    reef_init(project)
     assert run_reef("run", "--", "true", cwd=project).returncode == 0
     ledger = project / ".reef" / "scenarios" / "default" / "ledger.jsonl"
     with open(ledger, "r+b") as handle:
@@ -203,7 +202,7 @@ def test_a_symlink_planted_for_a_ledger_state_file_is_refused_and_its_target_unt
     bytes overwritten, the file padded to 4 KiB). No state file of the ledger is opened through a symlink now."""
     project = tmp_path / "proj"
     project.mkdir()
-    assert run_reef("init", cwd=project).returncode == 0
+    reef_init(project)
     first = run_reef("run", "--", "true", cwd=project)
     assert first.returncode == 0
     receipt = first.stderr.split("receipt ", 1)[1].split()[0]

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from conftest import run_reef
+from conftest import reef_init, run_reef
 from redact_corpus import DOCKER_AUTH, PW_AT, V
 from test_redact_corpus import leaked
 
@@ -30,9 +30,7 @@ LEAKED_SHAPES = [
 def _init(tmp_path: Path) -> Path:
     root = tmp_path / "proj"
     root.mkdir()
-    r = run_reef("init", "--template", "claude", cwd=root)
-    assert r.returncode == 0, r.stderr
-    return root
+    return reef_init(root, "--template", "claude")
 
 
 def _published(root: Path) -> str:

@@ -12,14 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from conftest import reef_exe, run_reef
+from conftest import reef_exe, reef_init, run_reef
 
 
 @pytest.fixture
 def project(tmp_path):
-    r = run_reef("init", cwd=tmp_path)
-    assert r.returncode == 0, r.stderr
-    return tmp_path
+    return reef_init(tmp_path)  # in-process: `reef run`/`report` below are what go through the console script
 
 
 def session_env(name="t1") -> dict:
