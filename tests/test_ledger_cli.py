@@ -6,17 +6,19 @@ import json
 
 import pytest
 
-from conftest import run_reef
+from conftest import reef_init, run_reef
 
 
 @pytest.fixture
-def project(tmp_path):
-    assert run_reef("init", cwd=tmp_path).returncode == 0
-    env = {"REEF_SESSION": "ledger-cli"}
-    for i in range(4):
-        r = run_reef("run", "--", "sh", "-c", f"echo run {i}; exit {i % 2}", cwd=tmp_path, env=env)
-        assert r.returncode == i % 2
-        assert run_reef("report", "--score", str(i / 4), "--feedback", f"feedback {i}", cwd=tmp_path, env=env).returncode == 0
+def project(tmp_path, reef, monkeypatch):
+    """Four runs and four reports, made in-process (set-up: the `reef ledger` calls below use the console script)."""
+    reef_init(tmp_path)
+    with monkeypatch.context() as m:
+        m.setenv("REEF_SESSION", "ledger-cli")
+        for i in range(4):
+            r = reef("-C", str(tmp_path), "run", "--", "sh", "-c", f"echo run {i}; exit {i % 2}")
+            assert r.code == i % 2, r.err
+            assert reef("-C", str(tmp_path), "report", "--score", str(i / 4), "--feedback", f"feedback {i}").code == 0
     return tmp_path
 
 
