@@ -94,6 +94,20 @@ def reef_init(root: Path, *args: str) -> Path:
     return root
 
 
+def reef_read(*args: str, cwd: Path) -> Result:
+    """`reef -C cwd ARGS` in-process with its output captured here, for the read-only look-ups (ledger query,
+    status) a console-script test makes about what it just did, where no `reef` fixture is at hand."""
+    import contextlib
+    import io
+
+    from reef_cli.cli.main import run
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = run(["-C", str(cwd), *args])
+    return Result(code, out.getvalue(), err.getvalue())
+
+
 def set_block(root: Path, *bullets: str) -> None:
     """Replace the learned block of root/CLAUDE.md with `bullets`, one a line (a candidate in the working tree)."""
     path = root / "CLAUDE.md"

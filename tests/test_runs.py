@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import reef_exe, reef_init, run_reef
+from conftest import reef_exe, reef_init, reef_read, run_reef
 
 
 @pytest.fixture
@@ -26,9 +26,9 @@ def session_env(name="t1") -> dict:
 
 def records(project: Path, kind: str | None = None) -> list[dict]:
     args = ["ledger", "query", "--json"] + (["--kind", kind] if kind else [])
-    r = run_reef(*args, cwd=project)
-    assert r.returncode == 0, r.stderr
-    return [json.loads(l) for l in r.stdout.splitlines() if l.strip()]
+    r = reef_read(*args, cwd=project)  # in-process: a look-up, not the console script under test
+    assert r.code == 0, r.err
+    return [json.loads(l) for l in r.out.splitlines() if l.strip()]
 
 
 CHILD = r"""
@@ -54,7 +54,7 @@ def test_run_records_a_receipt_and_mirrors_exit(project, tmp_path):
     assert len(line) == 1
     receipt = line[0].split()[2]
     assert env["REEF_RECORD_ID"] == receipt
-    head = json.loads(run_reef("status", "--json", cwd=project).stdout)["head"]
+    head = json.loads(reef_read("status", "--json", cwd=project).out)["head"]
     assert f"(release {head['release_id']})" in line[0] and env["REEF_RELEASE_ID"] == head["release_id"]
     hdir = Path(env["REEF_HARNESS_DIR"])
     assert (hdir / "CLAUDE.md").read_bytes() == (project / "CLAUDE.md").read_bytes()
@@ -105,7 +105,7 @@ def test_run_freezes_the_release_it_started_on(project, tmp_path):
     proc = subprocess.Popen([reef_exe(), "run", "--", sys.executable, "-c", child], cwd=project,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     time.sleep(0.5)
-    before = json.loads(run_reef("status", "--json", cwd=project).stdout)["head"]
+    before = json.loads(reef_read("status", "--json", cwd=project).out)["head"]
     (project / "CLAUDE.local.md").write_text("new\n")
     assert run_reef("publish", "-m", "during the run", cwd=project).returncode == 0
     flag.write_text("go")
