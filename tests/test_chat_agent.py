@@ -102,7 +102,22 @@ def _raw_server(answer: bytes):
     def serve() -> None:
         conn, _ = srv.accept()
         with conn:
-            conn.recv(65536)
+            # the whole request first: closing with its body unread resets the connection, and the agent would
+            # see that reset instead of this answer (it did under load, when the body came in a second segment)
+            request = b""
+            while b"\r\n\r\n" not in request:
+                chunk = conn.recv(65536)
+                if not chunk:
+                    break
+                request += chunk
+            head, _, body = request.partition(b"\r\n\r\n")
+            length = next((int(line.split(b":", 1)[1]) for line in head.split(b"\r\n")
+                           if line.lower().startswith(b"content-length:")), 0)
+            while len(body) < length:
+                chunk = conn.recv(65536)
+                if not chunk:
+                    break
+                body += chunk
             try:
                 conn.sendall(answer)
             except OSError:
