@@ -666,6 +666,12 @@ def _wrapped_at(text: str, at: int, trigger: str, pattern: re.Pattern[str]) -> t
             if (end - line < _WRAP_COLUMN or not _LINE_REST.match(text, nend) or len(piece) < 8
                     or not (any(c.isdigit() for c in piece) or piece[1:] != piece[1:].lower())):
                 break
+            # A complete token takes the next line only when the whole line is its rest: a line the pattern stops
+            # inside (`8460733279:AA...`, `SG.x.y`, `https://...`) holds something else, often another secret,
+            # which the join would cut in two and leave half in clear.
+            if not any(m.start() < len(joined) and not (joined + piece)[m.end():].strip(".:")
+                       for m in pattern.finditer(joined + piece)) or _starts_a_token(piece):
+                break
         pieces.append((nxt, nend))
         joined += piece
         end = nend
@@ -680,6 +686,12 @@ def _wrapped_at(text: str, at: int, trigger: str, pattern: re.Pattern[str]) -> t
                     return start + m.start(), piece_start + offset, m.group(0)
                 offset -= piece_end - piece_start
     return None
+
+
+def _starts_a_token(piece: str) -> bool:
+    """Does this line start with a provider token of its own (`key-<hex>` after an OpenAI key that would run on)?"""
+    return any(any(t in piece for t in triggers) and _token_re(shape).match(piece)
+               for _, triggers, shape in _TOKEN_SHAPES)
 
 
 # A backslash ending a line continues a shell command on the next: a flag and its value can sit on two lines.
