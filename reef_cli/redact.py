@@ -1403,6 +1403,32 @@ def redact_obj(obj: Any) -> tuple[Any, int]:
     return obj, 0
 
 
+def redact_argv(argv: list[str]) -> list[str]:
+    """A command line's words, each redacted where the line as a whole says it holds a secret: `-pS3cret` is a
+    password only after `mysql`, `hunter2` only after `--password` — one word alone says neither. The words are
+    read joined by spaces (as typed), and each replacement is put back into the words it covered; each word is
+    then read alone too. The number of words never changes."""
+    words = [w if isinstance(w, str) else str(w) for w in argv]
+    joined = " ".join(words)
+    out, count = redact(joined)
+    if count:
+        bounds, at = [], 0
+        for word in words:
+            bounds.append((at, at + len(word)))
+            at += len(word) + 1
+        cuts: list[list[tuple[int, int, str]]] = [[] for _ in words]
+        for start, end, marks in _replaced(joined, out):
+            for i, (lo, hi) in enumerate(bounds):
+                if start < hi and end > lo:
+                    cuts[i].append((max(start, lo) - lo, min(end, hi) - lo, marks))
+        for i, spans in enumerate(cuts):
+            word = words[i]
+            for start, end, marks in reversed(spans):
+                word = word[:start] + marks + word[end:]
+            words[i] = word
+    return [redact(word)[0] for word in words]
+
+
 def content_fields(text: str | bytes, store_content: bool) -> dict:
     """What a record keeps of some content: always its digest (of the original bytes), length in bytes and a
     redacted excerpt; the redacted text too when the scenario stores content. The excerpt is cut after

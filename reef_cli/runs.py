@@ -253,12 +253,14 @@ def run_recorded(
                 payload.update(extra)
     if extra_payload:
         payload.update(extra_payload)
-    from .redact import redact_obj
+    from .redact import redact_argv, redact_obj
 
     # The full output text is already redact()'s output (redacting is idempotent) and costs ~0.5 s/MB to scan:
     # set it aside rather than redact it twice. Everything else, excerpts included, goes through redact_obj.
     texts = {name: payload[name].pop("text") for name in ("stdout", "stderr")
              if isinstance(payload.get(name), dict) and "text" in payload[name]}
+    if isinstance(payload.get("argv"), list):
+        payload["argv"] = redact_argv(payload["argv"])  # `mysql -pX`: a word is a secret by the words before it
     payload, _ = redact_obj(payload)
     for name, text in texts.items():
         payload[name]["text"] = text
