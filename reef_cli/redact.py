@@ -242,6 +242,9 @@ _TOOL_SHAPES: list[tuple[tuple[str, ...], str]] = [
     (("7z",), _CMD + r"(?P<head>7z[arz]?" + _SEG + r"-p)"),
     (("sqlcmd", "bcp", "osql"), _CMD + r"(?P<head>(?:sqlcmd|bcp|osql)" + _SEG + r"-P[ \t]*)"),
     (("ldap",), _CMD + r"(?P<head>ldap[a-z]*" + _SEG + r"-w[ \t]+)"),
+    # a MySQL client takes any unique prefix of a long option (`--pass=X`), and mysqladmin's `password NEW` sets one
+    (("--pass",), _CMD + r"(?P<head>(?:mysql[a-z]*|mariadb(?:-[a-z]+)*)" + _SEG + r"--pass(?:w|wo|wor)?=)"),
+    (("mysqladmin", "mariadb-admin"), _CMD + r"(?P<head>(?:mysqladmin|mariadb-admin)" + _SEG + r"password[ \t]+)"),
     (("keytool", "jarsigner"),
      _CMD + r"(?P<head>(?:keytool|jarsigner)" + _SEG + r"-(?:(?:src|dest)?(?:store|key)pass|new)[ \t]+)"),
     (("pass:",), r"(?P<head>(?<![\w-])-(?:pass(?:in|out|word)?|kpass)[ \t]+pass:)"),
