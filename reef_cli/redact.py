@@ -1374,25 +1374,42 @@ def redact_text(text: str) -> str:
     return redact(text)[0]
 
 
+@functools.lru_cache(maxsize=4096)
+def _redacted_key(key: str) -> tuple[str, int]:
+    """`redact` for a mapping's key, remembered: the same few keys recur in every record, and a key that is itself
+    a secret (a gateway tag named by a token: `x-reef-tag-<token>`) is rare."""
+    return redact(key)
+
+
 def redact_obj(obj: Any) -> tuple[Any, int]:
-    """`redact` over every string in nested dicts, lists and tuples (keys kept), plus any string or number stored
-    under a key that names a secret (`{"password": "hunter2"}`), which no pattern inside the value would catch.
-    Returns a new object and the number of replacements."""
+    """`redact` over every string in nested dicts, lists and tuples, keys included (a key that holds a secret is
+    replaced like a value; one that collides with another key after that gets a `#2`, `#3`... suffix, so no value
+    is dropped), plus any string or number stored under a key that names a secret (`{"password": "hunter2"}`),
+    which no pattern inside the value would catch. Returns a new object and the number of replacements."""
     if isinstance(obj, str):
         return redact(obj)
     if isinstance(obj, dict):
         out: dict = {}
         total = 0
         for key, value in obj.items():
-            secret_key = isinstance(key, str) and is_secret_key(key)
+            # a key redacted before (`[REDACTED:github_token]`) names no secret: redacting twice changes nothing
+            secret_key = isinstance(key, str) and not key.startswith("[REDACTED:") and is_secret_key(key)
+            stored = key
+            if isinstance(key, str):
+                shown, replaced = _redacted_key(key)
+                if replaced:
+                    total += replaced
+                    stored, n = shown, 2
+                    while stored in out or stored in obj:
+                        stored, n = f"{shown}#{n}", n + 1
             if secret_key and isinstance(value, (int, float)) and not isinstance(value, bool):
-                out[key], total = _mark(_secret_kind(key)), total + 1
+                out[stored], total = _mark(_secret_kind(key)), total + 1
                 continue
             new, count = redact_obj(value)
             if (secret_key and count == 0 and isinstance(value, str) and _is_literal_secret(value, literal=True)
                     and not _is_auth_switch(key, value)):
                 new, count = _mark(_secret_kind(key)), 1
-            out[key] = new
+            out[stored] = new
             total += count
         return out, total
     if isinstance(obj, (list, tuple)):
