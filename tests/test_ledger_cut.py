@@ -292,3 +292,37 @@ def test_a_writer_refuses_to_trim_a_copied_projects_cut_ledger(project: Path, tm
     r = run_reef("repair", "ledger", "--accept-loss", cwd=copy)
     assert r.returncode == 0 and "record seq 4 is lost" in r.stdout, r.stderr
     assert run_reef("ledger", "verify", cwd=copy).returncode == 0
+
+
+def test_repair_ledger_json_prints_one_object_in_every_outcome(project: Path) -> None:
+    """`reef repair ledger --json` printed `null` when nothing was lost, and nothing at all on stdout when it
+    refused. It prints one object whatever the outcome, with the exit code the text form has."""
+    def repair(*extra: str) -> tuple[int, dict, str]:
+        r = run_reef("repair", "ledger", "--json", *extra, cwd=project)
+        text = run_reef("repair", "ledger", *extra, cwd=project) if not extra else None
+        if text is not None:
+            assert text.returncode == r.returncode  # the same exit code as without --json
+        return r.returncode, json.loads(r.stdout), r.stderr
+
+    code, out, err = repair()
+    assert code == 0 and err == ""
+    assert out == {"outcome": "intact", "ok": True, "problem": None, "anchors_checked": 1, "recorded": [],
+                   "message": "ledger holds all 1 release anchor(s): nothing is lost"}
+    code, out, _ = repair("--accept-loss")  # nothing to accept: the same answer, nothing written
+    assert code == 0 and out["outcome"] == "intact" and out["recorded"] == []
+
+    path = project / LEDGER
+    subprocess.run(["truncate", "-s", "-20", str(path)], check=True)
+    code, out, err = repair()
+    assert code == 4 and out["outcome"] == "loss_found" and out["ok"] is False and out["problem"] == "cut"
+    assert "lost acknowledged records: record seq 4" in out["message"] and out["message"] in err
+    code, out, _ = repair("--accept-loss")
+    assert code == 0 and out["outcome"] == "loss_recorded" and out["ok"] is True
+    assert [r["kind"] for r in out["recorded"]] == ["ledger_cut"] and "record seq 4 is lost" in out["message"]
+
+    lines = path.read_bytes().split(b"\n")
+    lines[1] = lines[1].replace(b'"kind"', b'"kimd"', 1)
+    path.write_bytes(b"\n".join(lines))
+    code, out, err = repair()
+    assert code == 4 and out["outcome"] == "damaged" and "line 2 is not a ledger record" in out["message"]
+    assert err.count("\n") == 1 and out["message"] in err
