@@ -55,3 +55,16 @@ class PolicyError(ReefError):
 
 class UsageError(ReefError):
     exit_code = ExitCode.USAGE
+
+
+# Reef's own state replaced by something else: a directory where a file was, a file where a directory was, a
+# symlink loop. The user's (or an attacker's) doing, and fixable by moving it away: exit 4, not a crash.
+_MISPLACED = {"EISDIR": "is a directory where reef expects a file", "ENOTDIR": "is not a directory where reef expects one",
+              "ELOOP": "is a symlink reef does not follow"}
+
+
+def misplaced_message(path, errno_name: str) -> str | None:
+    """The one line for a state path that holds the wrong kind of thing (`errno_name`: EISDIR, ENOTDIR, ELOOP), the
+    same whichever command met it; None for any other error."""
+    what = _MISPLACED.get(errno_name)
+    return f"{path} {what}; move it away (nothing was changed by this command)" if what else None

@@ -326,3 +326,77 @@ def test_repair_ledger_json_prints_one_object_in_every_outcome(project: Path) ->
     code, out, err = repair()
     assert code == 4 and out["outcome"] == "damaged" and "line 2 is not a ledger record" in out["message"]
     assert err.count("\n") == 1 and out["message"] in err
+
+
+# (the state file, the commands that touch it and so refuse): every other command goes on as if it were not there
+_TOUCHED = {
+    "ledger.jsonl.lock": {"run", "report", "report-id", "show", "compact"},
+    "ledger.jsonl.idx": {"report", "report-id", "show", "compact"},
+    "ledger.jsonl.sync": {"run", "report", "report-id", "verify", "show", "repair", "compact"},
+}
+
+
+@pytest.mark.parametrize("name", sorted(_TOUCHED))
+def test_a_directory_where_a_ledger_state_file_goes_is_one_line_naming_it_and_exit_4(tmp_path, name):
+    """A directory in place of the ledger's lock, index or sync page gave "cannot open the ledger files next to
+    .../ledger.jsonl: Is a directory" (exit 1, naming the wrong file) from some commands and "... is a directory
+    where reef expects a file" (exit 4) from others, and `reef run` ran the whole command before failing to record
+    it. Now every command that touches the path says the same line naming it, exit 4, before changing anything."""
+    project = tmp_path / "proj"
+    project.mkdir()
+    assert run_reef("init", cwd=project).returncode == 0
+    first = run_reef("run", "--", "true", cwd=project)
+    receipt = first.stderr.split("receipt ", 1)[1].split()[0]
+    state = project / ".reef" / "scenarios" / "default"
+    target = state / name
+    if target.exists():
+        target.unlink()
+    target.mkdir()
+    before = (state / "ledger.jsonl").read_bytes()
+    marker = tmp_path / "ran"
+    commands = {
+        "run": ("run", "--", "touch", str(marker)), "report": ("report", "--score", "1", "--receipt", receipt),
+        "report-id": ("report", "--score", "1", "--receipt", receipt, "--id", "r1"), "verify": ("ledger", "verify"),
+        "show": ("ledger", "show", receipt), "status": ("status",), "reflect": ("harness", "reflect"),
+        "repair": ("repair", "ledger"), "compact": ("ledger", "compact", "--keep", "1"),
+    }
+    line = f"reef: error: {target} is a directory where reef expects a file; move it away (nothing was changed by " \
+           f"this command)\n"
+    for label, args in commands.items():
+        r = run_reef(*args, cwd=project)
+        if label in _TOUCHED[name]:
+            assert (r.returncode, r.stderr) == (4, line), (label, r.returncode, r.stderr)
+        else:
+            assert r.returncode == 0 and "error" not in r.stderr, (label, r.returncode, r.stderr)
+    if name.endswith(".sync"):  # verify reads the page: doctor's ledger check says the same, and how to fix it
+        r = run_reef("doctor", cwd=project)
+        assert r.returncode == 1 and line[len("reef: error: "):-1] in r.stdout and f"move {target} away" in r.stdout
+    after = (state / "ledger.jsonl").read_bytes()
+    assert after.startswith(before)  # nothing stored was lost
+    if "run" in _TOUCHED[name]:
+        assert not marker.exists() and after == before  # refused before the command ran, not after
+    target.rmdir()
+    assert run_reef("report", "--score", "1", "--receipt", receipt, cwd=project).returncode == 0
+    assert run_reef("ledger", "verify", cwd=project).returncode == 0
+
+
+def test_a_directory_where_a_shells_pending_receipts_lock_goes_is_refused_before_reef_run_runs(tmp_path):
+    """`reef run` ran the command and recorded it, then failed on the pending-receipts lock with exit 4 and "nothing
+    was changed by this command" (the record was in the ledger, the command's own exit code lost)."""
+    project = tmp_path / "proj"
+    project.mkdir()
+    assert run_reef("init", cwd=project).returncode == 0
+    env = {"REEF_SESSION": "s1"}
+    assert run_reef("run", "--", "true", cwd=project, env=env).returncode == 0
+    lock = project / ".reef" / "scenarios" / "default" / "pending" / "s-s1.json.lock"
+    assert lock.is_file()
+    lock.unlink()
+    lock.mkdir()
+    records = len((project / LEDGER).read_bytes().splitlines())
+    marker = tmp_path / "ran"
+    r = run_reef("run", "--", "touch", str(marker), cwd=project, env=env)
+    assert (r.returncode, r.stderr) == (4, f"reef: error: {lock} is a directory where reef expects a file; move it "
+                                           f"away (nothing was changed by this command)\n")
+    assert not marker.exists() and len((project / LEDGER).read_bytes().splitlines()) == records
+    r = run_reef("report", "--score", "1", cwd=project, env=env)
+    assert r.returncode == 4 and str(lock) in r.stderr and r.stderr.count("\n") == 1

@@ -44,6 +44,7 @@ import stat
 from collections.abc import Iterable
 from dataclasses import replace
 
+from ..durable import refuse_misplaced
 from ..errors import StoreError
 from . import acked as _acked
 from . import anchors as _anchors
@@ -121,6 +122,12 @@ class Ledger(Writer, Reader, IdIndex, Compaction):
         if not _acked.applies(mark, st.st_ino, torn):
             return None
         return mark, _acked.cut_message(self.path, mark, st.st_size - torn, torn)
+
+    def check_files(self) -> None:
+        """Raise InvalidInput (exit 4, the line `open_state` gives) when the ledger, its lock or its sync page is a
+        directory or a symlink: an append would meet it only after `reef run` had run the whole session."""
+        for path in (self.path, self.lock_path, self.sync_path):
+            refuse_misplaced(path)
 
     def accept_cut(self) -> Record | None:
         """Record that acknowledged records were cut off the end: the bytes after the last complete record are
