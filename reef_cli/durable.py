@@ -154,28 +154,28 @@ def read_nofollow(path: Path) -> bytes | None:
 
 def open_state(path, flags: int, mode: int = 0o600) -> int:
     """`os.open` for one of reef's own state files (the ledger, its index, lock and sync pages): never through a
-    symlink. A symlink planted there (to /etc/passwd, say) had reef write into its target; now InvalidInput (exit 4)
-    naming the path. A directory in a file's place (or a file in a directory's) is InvalidInput too, with the line
-    every command gives for it: callers that turn an OSError into their own message named the ledger instead of
-    the path at fault, with exit 1 where the others said 4."""
+    symlink. A symlink planted there (to /etc/passwd, say) had reef write into its target; now MisplacedState (exit
+    4) naming the path. A directory in a file's place (or a file in a directory's) is MisplacedState too, with the
+    line every command gives for it: callers that turn an OSError into their own message named the ledger instead
+    of the path at fault, with exit 1 where the others said 4."""
     import errno
 
     try:
         return os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
     except OSError as exc:
-        from .errors import InvalidInput, misplaced_message
+        from .errors import MisplacedState, misplaced_message
 
         if exc.errno == errno.ELOOP:
-            raise InvalidInput(f"{path} is a symlink; reef never writes its state through symlinks (move it away)") \
-                from None
+            raise MisplacedState(f"{path} is a symlink; reef never writes its state through symlinks (move it "
+                                 f"away)") from None
         message = misplaced_message(path, errno.errorcode.get(exc.errno or 0, ""))
         if message is not None:
-            raise InvalidInput(message) from None
+            raise MisplacedState(message) from None
         raise
 
 
 def refuse_misplaced(path) -> None:
-    """Raise `open_state`'s one line (InvalidInput, exit 4) when `path` exists and is a directory or a symlink, so a
+    """Raise `open_state`'s one line (MisplacedState, exit 4) when `path` exists and is a directory or a symlink, so a
     command can refuse before it changes anything rather than when it reaches the file; a missing file, a regular
     file or another kind of file (a FIFO) passes. One lstat(), no open, for the usual case."""
     import stat

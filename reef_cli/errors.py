@@ -37,6 +37,14 @@ class DamagedState(StoreError):
     exit_code = ExitCode.INVALID
 
 
+class MisplacedState(StoreError):
+    """One of reef's own state files replaced by something else (a directory, a symlink): the user's to move away,
+    so exit 4 as for invalid input; a StoreError still, so a caller that keeps a record (the gateway) answers that
+    the record could not be kept (503), not that the client sent something wrong (400)."""
+
+    exit_code = ExitCode.INVALID
+
+
 class ConflictError(ReefError):
     """Lost a compare-and-swap, an id reused with other content, a scenario bound to another recipe."""
 

@@ -400,3 +400,36 @@ def test_a_directory_where_a_shells_pending_receipts_lock_goes_is_refused_before
     assert not marker.exists() and len((project / LEDGER).read_bytes().splitlines()) == records
     r = run_reef("report", "--score", "1", cwd=project, env=env)
     assert r.returncode == 4 and str(lock) in r.stderr and r.stderr.count("\n") == 1
+
+
+def test_the_gateway_answers_503_naming_a_directory_where_the_ledger_lock_goes(tmp_path):
+    """Raised as invalid input, the line reached reef serve's clients as a 400 blaming their request; it is the
+    gateway's state that keeps the record from being kept (503), and the call after it is moved away is kept."""
+    import urllib.error
+    import urllib.request
+
+    from fakes import FakeLLM
+    from gateway import Gateway, exchanges, init_project
+
+    project = init_project(tmp_path / "proj")
+    lock = project / ".reef" / "scenarios" / "default" / "ledger.jsonl.lock"
+    if lock.exists():
+        lock.unlink()
+    lock.mkdir()
+    body = b'{"model": "m", "messages": [{"role": "user", "content": "x"}]}'
+
+    def call(url: str) -> tuple[int, dict]:
+        req = urllib.request.Request(url + "/v1/chat/completions", data=body,
+                                     headers={"content-type": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=30) as resp:
+                return resp.status, json.loads(resp.read())
+        except urllib.error.HTTPError as exc:
+            return exc.code, json.loads(exc.read())
+
+    with FakeLLM() as llm, Gateway(project, llm.url) as gw:
+        status, answer = call(gw.url)
+        assert status == 503 and answer["error"]["message"].startswith(f"{lock} is a directory where reef expects"), answer
+        lock.rmdir()
+        assert call(gw.url)[0] == 200
+    assert len(exchanges(project)) == 1

@@ -124,7 +124,7 @@ class Ledger(Writer, Reader, IdIndex, Compaction):
         return mark, _acked.cut_message(self.path, mark, st.st_size - torn, torn)
 
     def check_files(self) -> None:
-        """Raise InvalidInput (exit 4, the line `open_state` gives) when the ledger, its lock or its sync page is a
+        """Raise MisplacedState (exit 4, the line `open_state` gives) when the ledger, its lock or its sync page is a
         directory or a symlink: an append would meet it only after `reef run` had run the whole session."""
         for path in (self.path, self.lock_path, self.sync_path):
             refuse_misplaced(path)
