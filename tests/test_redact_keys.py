@@ -48,3 +48,20 @@ def test_a_gateway_tag_named_by_a_token_is_stored_redacted(tmp_path) -> None:
     assert GH[4:20].lower() not in ledger.lower() and PROJ[8:24].lower() not in ledger.lower()
     r = run_reef("ledger", "verify", cwd=project)
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+@pytest.mark.xfail(strict=True, reason="reef_cli/serve/app.py lowercases a tag name before redacting it: the "
+                                       "lead's patch to _describe, see the session report")
+def test_a_gateway_tag_named_by_a_token_with_capitals_is_stored_redacted(tmp_path) -> None:
+    """`AKIA...` lowercased is no longer an AWS key's shape: the name must be redacted as the client sent it."""
+    project = init_project(tmp_path / "proj")
+    body = b'{"model": "m", "messages": [{"role": "user", "content": "x"}]}'
+    with FakeLLM() as llm, Gateway(project, llm.url) as gw:
+        port = int(gw.url.rsplit(":", 1)[1])
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+            s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+                      b"x-reef-tag-AKIAIOSFODNN7EXAMPLQ: v\r\nx-reef-tag-Team: t\r\n"
+                      b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+            while s.recv(65536):
+                pass
+    assert exchanges(project)[-1].payload["tags"] == {"[REDACTED:aws_access_key]": "v", "team": "t"}
