@@ -34,6 +34,10 @@ MAX_TAGS = 32
 # that sends without end must not take the gateway's memory with it. Model answers are KiB to a few MiB.
 MAX_ANSWER = 256 * 2**20
 TAG_MAX_CHARS = 256
+AFTER_FINAL_S = 0.2
+"""How long a stream's upstream may take to end its answer once the final event is in: past it the answer, complete
+as far as its protocol goes, is recorded and its receipt sent (an upstream that kept the stream open held the
+receipt until the read timeout, then failed a whole answer as a timeout)."""
 
 
 @dataclass(frozen=True)
@@ -414,8 +418,13 @@ class Gateway:
                 async for chunk in resp.iter_any():
                     await send(chunk)
                 await out.write_eof()
-            except (_ClientGone, UpstreamError, asyncio.TimeoutError):
+            except _ClientGone:
                 out.cut()
+            except asyncio.TimeoutError:
+                return self._instead(out, api, 504, f"the upstream sent nothing for {self.config.timeout:g} s "
+                                     "mid-stream", extra)
+            except UpstreamError as exc:
+                return self._instead(out, api, 502, f"the upstream's stream broke off ({exc})", extra)
             return out
         watch = StreamWatch(api)
         splitter = EventSplitter()
@@ -431,6 +440,7 @@ class Gateway:
                         after.append(event)
                     elif watch.observe(event):
                         terminal = event
+                        resp.end_within(AFTER_FINAL_S)
                     else:
                         ready.append(event)
                 if watch.first_token and ex.ttft is None:
@@ -439,10 +449,12 @@ class Gateway:
                     await send(b"".join(ready), hold=terminal is not None)
         except _ClientGone:
             ex.fail("client_disconnected", "the client hung up mid-stream")
-        except asyncio.TimeoutError:
-            ex.fail("timeout", f"the upstream sent nothing for {t:g} s mid-stream", 504)
+        except asyncio.TimeoutError:  # after the final event: an upstream slow to end what is complete (its
+            if terminal is None:  # connection is dropped, not pooled)
+                ex.fail("timeout", f"the upstream sent nothing for {t:g} s mid-stream", 504)
         except UpstreamError as exc:
-            ex.fail("upstream_died", f"the upstream's stream broke off ({exc})", 502)
+            if terminal is None:  # after the final event the answer is whole: only its framing's end is missing
+                ex.fail("upstream_died", f"the upstream's stream broke off ({exc})", 502)
         if terminal is None and ex.outcome == "ok":
             ex.fail("upstream_died", "the upstream closed the stream before its final event", 502)
         ex.model = watch.model or ex.model
@@ -466,9 +478,18 @@ class Gateway:
             elif terminal is not None and ex.refused:
                 await send(terminal + b"".join(after), last=True)  # the stream as it came, with no receipt
             else:
-                out.cut()  # the client must see a broken stream, not a clean end
+                return self._instead(out, api, ex.status or 502, ex.error or "the stream broke off", extra)
         except _ClientGone:
             pass
+        return out
+
+    def _instead(self, out: StreamResponse, api: str, status: int, message: str, extra) -> StreamResponse | Response:
+        """A stream that failed: while none of it has left (its head still held, see StreamResponse), a plain error
+        answer with the status the record holds takes its place; once some has, the client must see a broken
+        stream, not a clean end."""
+        if out.withdraw():
+            return _json_response(error_body(api, status, message, "api_error"), status, headers=extra)
+        out.cut()
         return out
 
     # -- reef routes ------------------------------------------------------------------------------------------
