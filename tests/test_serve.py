@@ -1199,9 +1199,9 @@ def test_a_stream_that_breaks_before_any_of_it_left_is_a_502_answer(tmp_path, up
     """The upstream answered 200 for a stream and died before its first event: the client got that 200 head and a
     cut connection (an SDK reports a broken stream, not the upstream's failure). While the head is still held
     nothing has left, so a 502 with the reason takes its place, the status the record holds."""
-    from reef_cli.serve import http_server
+    from reef_cli.serve import answers
 
-    monkeypatch.setattr(http_server, "HOLD_S", 5.0)  # the head held for sure until the upstream's end is in
+    monkeypatch.setattr(answers, "HOLD_S", 5.0)  # the head held for sure until the upstream's end is in
     project, gw = _in_process_gateway(tmp_path, upstream)
     with in_process(gw) as url:
         # a 200 stream that promised 100 bytes and closed before any (with the connection as its end, an empty
