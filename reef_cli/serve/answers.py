@@ -96,7 +96,9 @@ class Response(_Answer):
     def render(self, request: Request) -> None:
         """Build the bytes now (the gateway does it before a record's sync, so that after it only the send is
         left: ~70 us less between a durable record and its receipt on a small VM)."""
-        self._close = close = not request.conn.keep_open(request)
+        # closing_after: the connection ends after this answer whatever the request asked (a stream withdrawn for
+        # this answer set it for an HTTP/1.0 client): the answer must say so, not promise keep-alive
+        self._close = close = request.conn.closing_after or not request.conn.keep_open(request)
         length = self.head_length if request.head and self.head_length is not None else len(self.body)
         extra = f"Content-Length: {length}\r\n" + ("Connection: close\r\n" if close else
                                                               "" if request.http11 else "Connection: keep-alive\r\n")
@@ -138,7 +140,7 @@ class StreamResponse(_Answer):
     between the upstream's answer and its record. Nothing is held longer than HOLD_S."""
 
     __slots__ = ("status", "headers", "_request", "_chunked", "_ended", "_pending", "_size", "_scheduled", "_gone",
-                 "_held", "_wrote")
+                 "_held", "_wrote", "_body")
 
     def __init__(self, status: int = 200, headers: list[tuple[str, str]] | None = None):
         self.status, self.headers = status, _pairs(headers)
@@ -151,6 +153,7 @@ class StreamResponse(_Answer):
         self._gone = False
         self._held: asyncio.TimerHandle | None = None
         self._wrote = False  # some of it has left (until then an error answer can still take its place)
+        self._body = False  # some of its body was given to write: the answer has begun, sent or not
 
     async def prepare(self, request: Request) -> None:
         self._request = request
@@ -171,6 +174,7 @@ class StreamResponse(_Answer):
             raise ClientGone("the client hung up")
         if not data or self._request.head:
             return
+        self._body = True
         self._queue(b"%x\r\n%b\r\n" % (len(data), data) if self._chunked else data, hold)
         if self._size >= FLUSH_AT or self._request.conn.paused:  # a client not reading holds the writer here
             await self._send_now()
@@ -195,8 +199,10 @@ class StreamResponse(_Answer):
         self._flush()
 
     def withdraw(self) -> bool:
-        """Take back an answer none of which has left (its head still held): True if it could be."""
-        if self._wrote:
+        """Take back an answer none of which has left and none of whose body was written (only its head, still
+        held): True if it could be. Body bytes queued for the loop's next turn are part of the answer already
+        (an upstream's error event: dropping it for a generic error would hide what the upstream said)."""
+        if self._wrote or self._body:
             return False
         self._unhold()
         self._pending, self._size, self._ended = [], 0, True

@@ -492,7 +492,11 @@ class _Connection(asyncio.Protocol):
             self.close()
             return
         if not self.transport.is_closing():
-            self.transport.write_eof()
+            try:
+                self.transport.write_eof()
+            except OSError:  # the client reset the connection meanwhile (asyncio's loop raises; uvloop does not)
+                self.close()
+                return
         if self.reading_paused:
             self.reading_paused = False
             self.transport.resume_reading()

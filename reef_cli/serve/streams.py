@@ -4,9 +4,11 @@ durable and then sent with the in-band receipt (sse.py), in the same send as the
 How a stream can end, and what its record and its client get:
 - the final event, then the upstream's end (or no end within AFTER_FINAL_S): recorded ok, the receipt sent;
 - the client hung up: recorded `client_disconnected`, nothing more sent;
+- the upstream streamed an error event and ended without a final event: recorded `upstream_error` with its
+  message, the stream relayed as it came;
 - the upstream stopped or broke off before the final event: recorded `timeout` (504) or `upstream_died` (502);
-  while none of the stream has left (its head still held, answers.py) a JSON error with that status takes its
-  place, else the client sees a broken stream (never a clean end);
+  while nothing but the stream's head was written (still held, answers.py) a JSON error with that status takes
+  its place, else the client sees a broken stream (never a clean end);
 - a response hook refused the answer: the stream as it came, with no receipt.
 """
 
@@ -74,6 +76,7 @@ class StreamRelay:
         terminal = None
         after: list[bytes] = []
         t = self.config.timeout
+        ended = False  # the upstream ended the stream (within AFTER_FINAL_S of its final event, if one came)
         try:
             async for chunk in resp.iter_any():
                 ex.add_response(chunk)
@@ -90,6 +93,7 @@ class StreamRelay:
                     ex.first_token()
                 if ready:
                     await send(b"".join(ready), hold=terminal is not None)
+            ended = True
         except _ClientGone:
             ex.fail("client_disconnected", "the client hung up mid-stream")
         except asyncio.TimeoutError:  # after the final event: an upstream slow to end what is complete (its
@@ -99,7 +103,10 @@ class StreamRelay:
             if terminal is None:  # after the final event the answer is whole: only its framing's end is missing
                 ex.fail("upstream_died", f"the upstream's stream broke off ({exc})", 502)
         if terminal is None and ex.outcome == "ok":
-            ex.fail("upstream_died", "the upstream closed the stream before its final event", 502)
+            if watch.error:  # the upstream streamed its own error and ended: that is what happened
+                ex.fail("upstream_error", watch.error)
+            else:
+                ex.fail("upstream_died", "the upstream closed the stream before its final event", 502)
         ex.model = watch.model or ex.model
         if watch.usage is not None:
             ex.usage = watch.usage
@@ -111,17 +118,27 @@ class StreamRelay:
         ending = None  # built before the record's sync: after it, only the send is left, made the moment the
         if terminal is not None and ex.outcome in ("ok", "upstream_error"):  # record is durable
             ending = watch.receipt(terminal, self._receipt(ex)) + b"".join(after)
+        # Without a receipt the client gets the stream as it came (a refused answer; an upstream's error event and
+        # its end) or, for one that broke, an error answer in its place while none of it has left: taken back now,
+        # before the record's sync gives the head's hold time to run out.
+        as_came = ending is None and ((terminal is not None and ex.refused) or
+                                      (terminal is None and ended and ex.outcome == "upstream_error"))
+        withdrawn = ending is None and not as_came and ex.outcome != "client_disconnected" and out.withdraw()
         await self._record(ex, then=None if ending is None else partial(out.end_now, ending))
         if ex.outcome == "client_disconnected":
             resp.close()
             return out
+        if withdrawn:
+            status = ex.status or 502
+            return json_response(error_body(api, status, ex.error or "the stream broke off", "api_error"), status,
+                                 headers=extra)
         try:
             if ending is not None:
                 await send(ending, last=True)
-            elif terminal is not None and ex.refused:
-                await send(terminal + b"".join(after), last=True)  # the stream as it came, with no receipt
+            elif as_came:
+                await send((terminal or b"") + b"".join(after), last=True)  # no receipt
             else:
-                return self._instead(out, api, ex.status or 502, ex.error or "the stream broke off", extra)
+                out.cut()  # the client must see a broken stream, not a clean end
         except _ClientGone:
             pass
         return out

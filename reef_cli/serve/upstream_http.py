@@ -109,6 +109,11 @@ class UpstreamResponse:
         conn.resp = self
 
     # -- parser callbacks (httptools) ------------------------------------------------------------------------------
+    def on_message_begin(self) -> None:
+        if self.done:  # a second answer to one request, in the same bytes: nothing after the first can be trusted,
+            self._fail(BrokenOff("it sent an answer nobody asked for"))  # so the connection is not pooled either
+            raise self._error  # stops the parser: its bytes are neither relayed nor recorded
+
     def on_header(self, name: bytes, value: bytes) -> None:
         self._head_bytes += len(name) + len(value)
         if self._head_bytes > MAX_HEAD:  # a broken or hostile upstream would otherwise grow the gateway's memory
