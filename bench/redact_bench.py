@@ -44,15 +44,51 @@ FILLER = [
 ]
 
 
-def baseline_module(commit: str = BASELINE_COMMIT) -> types.ModuleType | None:
+def _git_show(commit: str, path: str) -> str | None:
     try:
-        source = subprocess.run(["git", "show", f"{commit}:reef_cli/redact.py"], cwd=ROOT, check=True,
-                                capture_output=True, text=True).stdout
+        return subprocess.run(["git", "show", f"{commit}:{path}"], cwd=ROOT, check=True, capture_output=True,
+                              text=True).stdout
     except (OSError, subprocess.CalledProcessError):
         return None
-    module = types.ModuleType("reef_redact_baseline")
-    module.__dict__["__package__"] = "reef_cli"  # its `from .errors import InvalidInput` resolves in reef_cli
-    exec(compile(source, "redact@baseline", "exec"), module.__dict__)
+
+
+def baseline_module(commit: str = BASELINE_COMMIT) -> types.ModuleType | None:
+    """reef's redaction as it was at `commit`, loaded beside today's: one file (`reef_cli/redact.py`, before the
+    split) or the `reef_cli/redact/` package, imported under another name inside reef_cli so that its relative
+    imports (`..errors`, its own `.shapes`...) resolve."""
+    source = _git_show(commit, "reef_cli/redact.py")
+    if source is not None:
+        module = types.ModuleType("reef_redact_baseline")
+        module.__dict__["__package__"] = "reef_cli"  # its `from .errors import InvalidInput` resolves in reef_cli
+        exec(compile(source, "redact@baseline", "exec"), module.__dict__)
+        return module
+    try:
+        names = subprocess.run(["git", "ls-tree", "--name-only", commit, "reef_cli/redact/"], cwd=ROOT, check=True,
+                               capture_output=True, text=True).stdout.split()
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    if "reef_cli/redact/__init__.py" not in names:
+        return None
+    import importlib.util
+    import tempfile
+
+    import reef_cli
+
+    import atexit
+    import shutil
+
+    folder = Path(tempfile.mkdtemp(prefix="reef-redact-baseline-"))
+    atexit.register(shutil.rmtree, folder, True)
+    for name in names:
+        if name.endswith(".py"):
+            (folder / Path(name).name).write_text(_git_show(commit, name) or "")
+    package = "reef_cli._redact_baseline"
+    spec = importlib.util.spec_from_file_location(package, folder / "__init__.py",
+                                                  submodule_search_locations=[str(folder)])
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[package] = module
+    setattr(reef_cli, "_redact_baseline", module)
+    spec.loader.exec_module(module)
     return module
 
 

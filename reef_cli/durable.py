@@ -154,16 +154,35 @@ def read_nofollow(path: Path) -> bytes | None:
 
 def open_state(path, flags: int, mode: int = 0o600) -> int:
     """`os.open` for one of reef's own state files (the ledger, its index, lock and sync pages): never through a
-    symlink. A symlink planted there (to /etc/passwd, say) had reef write into its target; now InvalidInput (exit 4)
-    naming the path."""
+    symlink. A symlink planted there (to /etc/passwd, say) had reef write into its target; now MisplacedState (exit
+    4) naming the path. A directory in a file's place (or a file in a directory's) is MisplacedState too, with the
+    line every command gives for it: callers that turn an OSError into their own message named the ledger instead
+    of the path at fault, with exit 1 where the others said 4."""
     import errno
 
     try:
         return os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
     except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            from .errors import InvalidInput
+        from .errors import MisplacedState, misplaced_message
 
-            raise InvalidInput(f"{path} is a symlink; reef never writes its state through symlinks (move it away)") \
-                from None
+        if exc.errno == errno.ELOOP:
+            raise MisplacedState(f"{path} is a symlink; reef never writes its state through symlinks (move it "
+                                 f"away)") from None
+        message = misplaced_message(path, errno.errorcode.get(exc.errno or 0, ""))
+        if message is not None:
+            raise MisplacedState(message) from None
         raise
+
+
+def refuse_misplaced(path) -> None:
+    """Raise `open_state`'s one line (MisplacedState, exit 4) when `path` exists and is a directory or a symlink, so a
+    command can refuse before it changes anything rather than when it reaches the file; a missing file, a regular
+    file or another kind of file (a FIFO) passes. One lstat(), no open, for the usual case."""
+    import stat
+
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return
+    if not stat.S_ISREG(mode) and (stat.S_ISDIR(mode) or stat.S_ISLNK(mode)):
+        os.close(open_state(path, os.O_RDWR))  # raises its line

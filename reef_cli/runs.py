@@ -179,9 +179,12 @@ def run_recorded(
         harness_dir = tree
     base_env = dict(os.environ if env is None else env)
     ledger = store.ledger()
+    ledger.check_files()  # a directory where its lock is: refused before the session runs, not after
     cut = ledger.acknowledged_cut()
     if cut is not None:  # its record would be refused after the whole session ran: say so before running it
         raise DamagedState(cut[1])
+    pending = PendingReceipts(store.dir, shell_key(base_env))
+    pending.check()  # a directory where its lock goes failed after the record was kept, blaming "nothing changed"
     record_id = ledger.reserve_id()  # the receipt the child sees; reserved, so appending it needs no id lookup
     runs_dir = store.dir / "runs"
     make_dirs(runs_dir)  # reef's state: 0700 whatever the umask
@@ -253,12 +256,14 @@ def run_recorded(
                 payload.update(extra)
     if extra_payload:
         payload.update(extra_payload)
-    from .redact import redact_obj
+    from .redact import redact_argv, redact_obj
 
     # The full output text is already redact()'s output (redacting is idempotent) and costs ~0.5 s/MB to scan:
     # set it aside rather than redact it twice. Everything else, excerpts included, goes through redact_obj.
     texts = {name: payload[name].pop("text") for name in ("stdout", "stderr")
              if isinstance(payload.get(name), dict) and "text" in payload[name]}
+    if isinstance(payload.get("argv"), list):
+        payload["argv"] = redact_argv(payload["argv"])  # `mysql -pX`: a word is a secret by the words before it
     payload, _ = redact_obj(payload)
     for name, text in texts.items():
         payload[name]["text"] = text
@@ -268,5 +273,5 @@ def run_recorded(
         routing_file.unlink()
     except FileNotFoundError:
         pass
-    PendingReceipts(store.dir, shell_key(base_env)).add(record.record_id)
+    pending.add(record.record_id)
     return RunResult(exit_code, record, release, Path(harness_dir))

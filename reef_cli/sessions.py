@@ -12,7 +12,7 @@ import json
 import os
 from pathlib import Path
 
-from .durable import make_dirs, write_all
+from .durable import make_dirs, open_state, write_all
 
 
 def shell_key(environ: dict | None = None) -> str:
@@ -32,8 +32,9 @@ def shell_key(environ: dict | None = None) -> str:
 def flocked(path: str | Path):
     """An exclusive flock(2) on `path` (the primitive filelock.FileLock uses on the same file), taken directly:
     the filelock package's import alone costs 15-50 ms on every `reef run` and every agent start. The lock file is
-    reef's state, so owner-only (0600)."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    reef's state, so owner-only (0600), and never opened through a symlink or taken for a directory: either is one
+    line naming it, exit 4 (`open_state`), whichever command meets it."""
+    fd = open_state(path, os.O_RDWR | os.O_CREAT, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield
@@ -66,6 +67,12 @@ class PendingReceipts:
             return [str(r) for r in data.get("receipts", [])]
         except (FileNotFoundError, ValueError):
             return []
+
+    def check(self) -> None:
+        """Raise what `add` would meet on the way to its lock (a directory or a symlink in the lock file's place):
+        `reef run` asks before running the command, not after its record is in the ledger."""
+        with self._lock():
+            pass
 
     def add(self, receipt: str) -> None:
         with self._lock():

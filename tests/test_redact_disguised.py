@@ -65,6 +65,31 @@ def test_a_pair_beside_a_no_break_space_or_split_by_an_invisible_character(text:
     fixed(text, want)
 
 
+TG = "8460733279:AAKIO2kCJo58QDeB7z2ROZCUAPppprdj4Ly"
+SG = "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"
+MAILGUN = "key-9164247ee001a6a40fccd12e6fce2a80"
+HOOK = "https://hooks.slack.com/services/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"
+
+
+# Session 8 (a hostile pass): an invisible character in a token's prefix brings its line into the view read without
+# them, the line before it too; there a complete token ending a line 40+ columns long took the next line as its
+# wrapped rest when that line held another token, so the second token's tail (`:AA...` of a Telegram token, the
+# `.X.Y` of a SendGrid key) or the whole of it (a Mailgun key under an OpenAI key, whose pattern runs on) was left
+# in clear. The plain text had the same flaw wherever the two sat on consecutive lines.
+@pytest.mark.parametrize(("text", "want"), [
+    (f"{GH[:2]}\u200b{GH[2:]}\n{TG}", "[REDACTED:github_token]\n[REDACTED:telegram_token]"),
+    (f"{GH}\n{TG}", "[REDACTED:github_token]\n[REDACTED:telegram_token]"),
+    (f"{GH[:3]}\u2060{GH[3:]}\n{SG}", "[REDACTED:github_token]\n[REDACTED:sendgrid_key]"),
+    (f"{PROJ[:3]}\u200b{PROJ[3:]}\n{MAILGUN}", "[REDACTED:openai_key]\n[REDACTED:mailgun_key]"),
+    (f"({PROJ[:2]}\\u200d{PROJ[2:]}\\n{MAILGUN}\\\"", '([REDACTED:openai_key]\\n[REDACTED:mailgun_key]\\"'),
+    (f"{XOXB}\u200b\n{HOOK}", "[REDACTED:slack_token]\u200b\n[REDACTED:slack_webhook]"),
+    # still one token: a complete-looking token wrapped at a column, its rest alone on the next line
+    (f"key {PROJ}\n  Zz9Yy8Xx7Ww6Vv5\n", "key [REDACTED:openai_key]\n"),
+])
+def test_an_invisible_character_in_a_prefix_does_not_join_the_next_lines_token(text: str, want: str) -> None:
+    fixed(text, want)
+
+
 def test_hidden_characters_cost_little() -> None:
     """Each secret is mapped back by position, not found again by a pattern built from it (compiling one that
     allows an invisible character between any two characters cost ~0.3 ms per character: 45 ms a token)."""

@@ -390,3 +390,22 @@ def test_a_docker_config_auth_that_decodes_to_user_and_password_is_redacted() ->
     assert "dXNlcjpR" not in redact_text('{"auths": {"r.io": {"auth": "dXNlcjpRMTliNjRwYXNz"}}}')
     for benign in ('{"auth": "none"}', '{"auth": "QWxhZGRpbg"}', '{"auth": "oauth2"}'):
         assert redact_text(benign) == benign
+
+
+@pytest.mark.parametrize(("text", "want"), [
+    ("mysql --pass=S3cr3tPw db", "mysql --pass=[REDACTED:password] db"),
+    ("mysqldump --passw='hunter 2' --all-databases", "mysqldump --passw='[REDACTED:password]' --all-databases"),
+    ("mysqladmin -u root -pOldPw9 password NewPw9x",
+     "mysqladmin -u root -p[REDACTED:password] password [REDACTED:password]"),
+    ('mysqladmin -uroot password "NewPw9x"', 'mysqladmin -uroot password "[REDACTED:password]"'),
+    ("mariadb-admin -uroot password newpw", "mariadb-admin -uroot password [REDACTED:password]"),
+    # look-alikes: a prompt, a variable, another tool's option, the word in another command
+    ("mysqladmin -uroot -p password", None),
+    ("mysqladmin -uroot password $NEW_PW", None),
+    ("mysql --passport=x; grep --pass=x f", None),
+    ("mysqladmin status; echo password x", None),
+])
+def test_mysql_option_prefixes_and_mysqladmins_password_command(text: str, want: str | None) -> None:
+    """A hostile pass: a MySQL client takes any unique prefix of `--password` (`--pass=X`), and `mysqladmin
+    password NEW` sets a new one; both were stored in clear (a lowercase `pass` names a count as often)."""
+    fixed(text, want)

@@ -147,6 +147,23 @@ def test_run_redacts_secrets(project):
     assert key not in raw and "REDACTED" in raw
 
 
+def test_run_redacts_a_password_that_only_its_command_line_names(project):
+    """Each word of argv was redacted alone, and `-pS3cr3tPassw0rd` alone is not a password: only after `mysql`.
+    The words are read as the line they make; the line keeps its words, the password is gone."""
+    r = run_reef("run", "--", "true", "mysql", "-uroot", "-pS3cr3tPassw0rd", "db", cwd=project)
+    assert r.returncode == 0, r.stderr
+    r = run_reef("run", "--", "true", "mysqldump", "-p'hunter22'", "--all-databases", cwd=project)
+    assert r.returncode == 0, r.stderr
+    r = run_reef("run", "--", "true", "tool", "--password", "Xk3J9aPw7", "--verbose", cwd=project)
+    assert r.returncode == 0, r.stderr
+    raw = (project / ".reef/scenarios/default/ledger.jsonl").read_text()
+    assert "S3cr3tPassw0rd" not in raw and "hunter22" not in raw and "Xk3J9aPw7" not in raw
+    argvs = [rec["payload"]["argv"] for rec in records(project, "interaction")]
+    assert argvs == [["true", "mysql", "-uroot", "-p[REDACTED:password]", "db"],
+                     ["true", "mysqldump", "-p'[REDACTED:password]'", "--all-databases"],
+                     ["true", "tool", "--password", "[REDACTED:password]", "--verbose"]]
+
+
 def test_run_unknown_command(project):
     r = run_reef("run", "--", "definitely-not-a-command-xyz", cwd=project)
     assert r.returncode == 4 and "command not found: definitely-not-a-command-xyz" in r.stderr

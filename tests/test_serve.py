@@ -1160,3 +1160,60 @@ def test_a_body_nested_past_the_stack_is_relayed_and_recorded(served, upstream):
     assert status != 500 and b"RecursionError" not in out, out
     record = ledger_of(served.project).get(headers["x-reef-agent-record-id"]).payload
     assert record["request"]["length"] == len(body) and record["status"] == status
+
+
+def test_an_upstream_slow_to_end_a_finished_stream_holds_back_no_receipt(served, upstream):
+    """The upstream sent its final event and kept the stream open: the gateway waited for the stream's end until the
+    read timeout, then recorded the whole answer as a timeout and cut the client's stream. Now the stream's end is
+    due within AFTER_FINAL_S of the final event; past it the answer is recorded ok and its receipt sent."""
+    upstream.reply(Reply(text="all here", linger=4))
+    started = time.monotonic()
+    chunks = list(oai(served).chat.completions.create(model="m", messages=[{"role": "user", "content": "x"}],
+                                                       stream=True, stream_options={"include_usage": True}))
+    took = time.monotonic() - started
+    receipt = chunks[-1].model_extra["reef"]
+    assert took < 2.5, took  # the upstream ends the stream only 4 s after its [DONE]
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == "all here"
+    rec = ledger_of(served.project).get(receipt["agent_record_id"]).payload
+    assert (rec["outcome"], rec["status"], rec["usage"]["completion_tokens"]) == ("ok", 200, 3)
+
+
+def test_a_stream_whose_framing_breaks_after_its_final_event_is_whole(served, upstream):
+    """The upstream's connection broke after the stream's final event (it promised more bytes than it sent): the
+    answer is complete, so it is recorded ok and the client gets it with its receipt, not a cut stream."""
+    events = (b'data: {"id":"c1","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,'
+              b'"delta":{"role":"assistant","content":"whole"},"finish_reason":"stop"}]}\n\n'
+              b'data: {"id":"c1","object":"chat.completion.chunk","created":1,"model":"m","choices":[],'
+              b'"usage":{"prompt_tokens":4,"completion_tokens":1,"total_tokens":5}}\n\ndata: [DONE]\n\n')
+    upstream.reply(Reply(raw=events, content_type="text/event-stream", declared_length=len(events) + 100))
+    chunks = list(oai(served).chat.completions.create(model="m", messages=[{"role": "user", "content": "x"}],
+                                                       stream=True))
+    receipt = chunks[-1].model_extra["reef"]
+    assert chunks[0].choices[0].delta.content == "whole"
+    rec = ledger_of(served.project).get(receipt["agent_record_id"]).payload
+    assert (rec["outcome"], rec["status"], rec["usage"]["total_tokens"]) == ("ok", 200, 5)
+
+
+@pytest.mark.parametrize("capture", ["true", "false"])
+def test_a_stream_that_breaks_before_any_of_it_left_is_a_502_answer(tmp_path, upstream, monkeypatch, capture):
+    """The upstream answered 200 for a stream and died before its first event: the client got that 200 head and a
+    cut connection (an SDK reports a broken stream, not the upstream's failure). While the head is still held
+    nothing has left, so a 502 with the reason takes its place, the status the record holds."""
+    from reef_cli.serve import answers
+
+    monkeypatch.setattr(answers, "HOLD_S", 5.0)  # the head held for sure until the upstream's end is in
+    project, gw = _in_process_gateway(tmp_path, upstream)
+    with in_process(gw) as url:
+        # a 200 stream that promised 100 bytes and closed before any (with the connection as its end, an empty
+        # body is a clean one: relayed as such)
+        upstream.reply(Reply(raw=b"", content_type="text/event-stream", declared_length=100))
+        status, headers, body = http(url + "/v1/chat/completions", {"model": "m", "messages": [], "stream": True},
+                                     headers={"x-reef-capture": capture})
+        assert status == 502, (status, body)
+        assert "the upstream's stream broke off" in json.loads(body)["error"]["message"]
+        if capture == "true":
+            rec = ledger_of(project).get(headers["x-reef-agent-record-id"]).payload
+            assert (rec["outcome"], rec["status"]) == ("upstream_died", 502)
+        else:
+            assert "x-reef-agent-record-id" not in {k.lower() for k in headers}
+    verify(project)

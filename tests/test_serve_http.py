@@ -61,12 +61,14 @@ def server(monkeypatch):
             await asyncio.sleep(0.2)
             await out.write_eof()
             return out
-        if request.path in ("/stream-then-error", "/held-then-error"):  # begins a stream, then answers an error
-            out = StreamResponse(200, [("Content-Type", "text/event-stream")])
+        if request.path in ("/stream-then-error", "/held-then-error", "/queued-then-error"):  # begins a stream,
+            out = StreamResponse(200, [("Content-Type", "text/event-stream")])  # then answers an error
             await out.prepare(request)
             if request.path == "/stream-then-error":  # its head and first event leave (the held one does not)
                 await out.write(b"data: 0\n\n")
                 await asyncio.sleep(0.05)
+            if request.path == "/queued-then-error":  # an event queued for the loop's next turn, not yet sent
+                await out.write(b"data: queued\n\n")
             return Response(b"the record could not be kept", 503)
         if request.path == "/crash-stream":  # a handler that fails after its stream began
             out = StreamResponse(200, [("Content-Type", "text/event-stream")])
@@ -299,6 +301,17 @@ def test_an_error_answer_after_a_stream_began_cuts_the_stream(server):
     assert not data.endswith(b"0\r\n\r\n")
     assert any("failed after it began (503)" in note for note in notes)
     assert _ACCESS == [("/stream-then-error", 200)]
+
+
+def test_an_error_answer_after_a_streams_event_was_queued_cuts_the_stream(server):
+    """An event written but not yet sent (queued for the loop's next turn) begins the answer as much as one sent:
+    the stream was taken back for the error answer and the event, an upstream's own error message, was lost."""
+    port, notes = server
+    s = _connect(port)
+    s.sendall(b"GET /queued-then-error HTTP/1.1\r\nHost: x\r\n\r\n")
+    data = _until_closed(s)
+    assert data.startswith(b"HTTP/1.1 200 OK") and b"data: queued" in data and data.count(b"HTTP/1.1 ") == 1
+    assert not data.endswith(b"0\r\n\r\n") and b"could not be kept" not in data
 
 
 def test_a_cut_stream_on_http_10_is_a_reset_not_a_clean_end(server):

@@ -43,19 +43,15 @@ def environment_error(exc: BaseException) -> str | None:
     return f"{where}: {what} (check its permissions and the free space there)"
 
 
-# Reef's own state replaced by something else: a directory where a file was, a file where a directory was, a
-# symlink loop. The user's (or an attacker's) doing, and fixable by moving it away: exit 4, not a crash.
-_MISPLACED = {"EISDIR": "is a directory where reef expects a file", "ENOTDIR": "is not a directory where reef expects one",
-              "ELOOP": "is a symlink reef does not follow"}
-
-
 def misplaced_error(exc: BaseException) -> str | None:
+    """One line for reef's state replaced by the wrong kind of thing (`errors.misplaced_message`), or None."""
     import errno
+
+    from ..errors import misplaced_message
 
     if not isinstance(exc, OSError) or exc.filename is None:
         return None
-    what = _MISPLACED.get(errno.errorcode.get(exc.errno or 0, ""))
-    return f"{exc.filename} {what}; move it away (nothing was changed by this command)" if what else None
+    return misplaced_message(exc.filename, errno.errorcode.get(exc.errno or 0, ""))
 
 
 def guarded(fn, prog: str = "reef") -> int:

@@ -198,55 +198,82 @@ def repair_ledger(
 ) -> None:
     """Check the ledger against every release anchor and its acknowledged end; with --accept-loss, record in the
     ledger that the records behind the anchors it falls short of, or cut off its end, are lost (a cut line's bytes
-    are kept in ledger.jsonl.cut-*), so appends, reflect and evolve go on (restore a backup instead if you can)."""
+    are kept in ledger.jsonl.cut-*), so appends, reflect and evolve go on (restore a backup instead if you can).
+    --json prints one object whatever the outcome (intact, loss_found, loss_recorded, damaged), same exit code."""
     from ..ledger import anchors as ledger_anchors
 
     store = ctx.obj.store()
     led = store.ledger()
     anchors = store.ledger_anchors()
+    report = _RepairReport(as_json, len(anchors))
     with led:
         if led.acknowledged_cut() is None:
             # a chain broken inside (not records cut off its end) is not mended by recording a loss: say so before
             # anything is judged or written (a damaged line also reads as a missing anchor)
-            _refuse_damage(led.verify())
+            report.refuse_damage(led.verify())
         found = ledger_anchors.problems(led, anchors, every=True)
         if not accept_loss:
             cut = led.acknowledged_cut()
             if found or cut:
                 message = ledger_anchors.message(led, *found[0]) if found else cut[1]
-                sys.stderr.write(f"reef: error: {message}\n")
-                raise typer.Exit(4)
+                report.fail("loss_found", "short" if found else "cut", message)
             rec = cut_rec = None
         else:
             # the anchors are judged before the cut is recorded: the `ledger_cut` record takes the missing seq
             cut_rec = led.accept_cut()
             rec = led.accept_loss(anchors, found=found)
         damage = led.verify()  # what --accept-loss cannot mend: a record edited, deleted or damaged in place
-    if as_json:
-        last = rec or cut_rec
-        emit_json(last.to_json() if last else None)
-        _refuse_damage(damage)
-        return
+    lines = []
     if cut_rec is not None:
         p = cut_rec.payload
         kept = f"the {p['kept_bytes']} bytes of the cut line are kept in {p['kept_in']}; " if p["kept_in"] else ""
         # the cut record takes the first missing seq: what was lost runs from it to the last acknowledged one
         first, last = cut_rec.seq, p["acknowledged"]["seq"]
         lost = f"record seq {last} is" if first >= last else f"records seq {first}-{last} are"
-        print(f"recorded the cut as {cut_rec.record_id} (seq {cut_rec.seq}): {kept}{lost} lost (acknowledged up to "
-              f"offset {p['acknowledged']['end']})")
+        lines.append(f"recorded the cut as {cut_rec.record_id} (seq {cut_rec.seq}): {kept}{lost} lost (acknowledged "
+                     f"up to offset {p['acknowledged']['end']})")
     if rec is not None:
         lost = ", ".join(f"step {a['step']} (seq {a['seq']})" for a in rec.payload["anchors"])
-        print(f"recorded the loss as {rec.record_id} (seq {rec.seq}): anchors of {lost} are given up")
-    _refuse_damage(damage)
-    if rec is None and cut_rec is None:
-        print(f"ledger holds all {len(anchors)} release anchor(s): nothing is lost")
+        lines.append(f"recorded the loss as {rec.record_id} (seq {rec.seq}): anchors of {lost} are given up")
+    report.recorded = [r for r in (cut_rec, rec) if r is not None]
+    report.refuse_damage(damage, said=lines)
+    if not report.recorded:
+        lines.append(f"ledger holds all {len(anchors)} release anchor(s): nothing is lost")
+    report.done("loss_recorded" if report.recorded else "intact", lines)
 
 
-def _refuse_damage(result) -> None:
-    """A ledger whose chain breaks inside (not at its end) is not repaired by recording a loss: the break stays
-    where it is. Said plainly, exit 4, instead of "nothing is lost"."""
-    if not result.ok:
-        sys.stderr.write(f"reef: error: {result.message}; 'reef repair ledger' cannot mend a record damaged inside "
-                         f"the ledger: restore the file from a backup (nothing was changed by this check)\n")
+class _RepairReport:
+    """What `reef repair ledger` says, as lines or (--json) as one object, and the exit code that goes with it: with
+    --json, stdout holds the object in every outcome (it printed `null` when nothing was lost, and nothing at all on
+    a refusal), and a refusal still writes its one error line to stderr and exits 4."""
+
+    def __init__(self, as_json: bool, anchors: int) -> None:
+        self.as_json, self.anchors, self.recorded = as_json, anchors, []
+
+    def _emit(self, outcome: str, ok: bool, problem: str | None, message: str) -> None:
+        emit_json({"outcome": outcome, "ok": ok, "problem": problem, "message": message,
+                   "anchors_checked": self.anchors, "recorded": [r.to_json() for r in self.recorded]})
+
+    def fail(self, outcome: str, problem: str | None, message: str, said: list[str] = ()) -> None:
+        if self.as_json:
+            self._emit(outcome, False, problem, message)
+        else:
+            for line in said:
+                print(line)
+        sys.stderr.write(f"reef: error: {message}\n")
         raise typer.Exit(4)
+
+    def refuse_damage(self, result, said: list[str] = ()) -> None:
+        """A ledger whose chain breaks inside (not at its end) is not repaired by recording a loss: the break stays
+        where it is. Said plainly, exit 4, instead of "nothing is lost"."""
+        if not result.ok:
+            self.fail("damaged", result.problem,
+                      f"{result.message}; 'reef repair ledger' cannot mend a record damaged inside the ledger: restore "
+                      f"the file from a backup (nothing was changed by this check)", said)
+
+    def done(self, outcome: str, lines: list[str]) -> None:
+        if self.as_json:
+            self._emit(outcome, True, None, "; ".join(lines))
+        else:
+            for line in lines:
+                print(line)

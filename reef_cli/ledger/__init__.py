@@ -40,9 +40,11 @@ Why it is built this way:
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Iterable
 from dataclasses import replace
 
+from ..durable import refuse_misplaced
 from ..errors import StoreError
 from . import acked as _acked
 from . import anchors as _anchors
@@ -103,11 +105,13 @@ class Ledger(Writer, Reader, IdIndex, Compaction):
         if mark is None:
             return None
         try:
-            st = os.stat(self.path)
+            st = os.lstat(self.path)
         except FileNotFoundError:
             return None
-        if st.st_ino != mark.ino or st.st_size >= mark.end:
-            return None  # the file still reaches what was acknowledged (`reef run` asks this before every session)
+        if not stat.S_ISREG(st.st_mode):
+            return None  # a symlink or a directory in its place: refused by whatever opens it, naming it
+        if st.st_size >= mark.end:
+            return None  # it still reaches what was acknowledged (`reef run` asks this before every session)
         try:
             last = self.tail(1)
         except StoreError:
@@ -115,7 +119,15 @@ class Ledger(Writer, Reader, IdIndex, Compaction):
         if (last[0].seq if last else 0) >= mark.seq:
             return None  # shortened in the middle, if at all: the chain's to report
         torn = _Verifier(self.path, self.scenario)._torn_tail()
+        if not _acked.applies(mark, st.st_ino, torn):
+            return None
         return mark, _acked.cut_message(self.path, mark, st.st_size - torn, torn)
+
+    def check_files(self) -> None:
+        """Raise MisplacedState (exit 4, the line `open_state` gives) when the ledger, its lock or its sync page is a
+        directory or a symlink: an append would meet it only after `reef run` had run the whole session."""
+        for path in (self.path, self.lock_path, self.sync_path):
+            refuse_misplaced(path)
 
     def accept_cut(self) -> Record | None:
         """Record that acknowledged records were cut off the end: the bytes after the last complete record are

@@ -13,7 +13,14 @@ claims more than was durable: after a power cut it may be older (less is known, 
 crash's torn line, as before), never ahead. Writers store it without a lock: two stores racing may leave the lower
 end or a torn copy, which the check word turns into "nothing known"; both only lose evidence, never invent it.
 
-A ledger of that inode whose last complete record comes before the mark's lost acknowledged records off its end
+A mark speaks for the file of its inode, and also, against cutting a torn last line, for whatever file sits at the
+ledger's path (`applies`). A project copied with `cp -a` (or moved to another filesystem) has the same records
+under new inode numbers, and its `.sync` page, copied with it, still says what was acknowledged; keyed by inode
+alone, a copy cut afterwards had the cut taken for a crash's torn line and trimmed without a word, the bytes of an
+acknowledged record with it. A file of another inode that ends in whole records (an older copy put back by a
+rename) loses no bytes to a trim: what it lacks is the release anchors' to report, as before.
+
+A ledger whose last complete record comes before the mark's lost acknowledged records off its end
 (one shortened in the middle still ends in it: an edit the chain reports). The writer refuses to append over it,
 and to cut its last line as a torn write, and `verify` fails, both naming the file, the offset and the record (`cut_message`), until the record is restored
 or the loss is recorded (`reef repair ledger --accept-loss`, which keeps the cut bytes aside).
@@ -82,6 +89,13 @@ class MarkPage:
 
     reset = note
     """Set the mark outright (a new file, a compaction's copy, a recorded loss), under the writer lock."""
+
+
+def applies(mark: Mark, ino: int, torn: int) -> bool:
+    """Does `mark` speak for the ledger file of inode `ino`, which ends in `torn` bytes of an unfinished line? Its
+    own file's always; another inode's (a copy) only when a torn line would be cut: the one case where taking the
+    cut for a crash's unacknowledged write destroys an acknowledged record's bytes."""
+    return mark.ino == ino or torn > 0
 
 
 def cut_message(path: Path, mark: Mark, records_end: int, torn: int) -> str:

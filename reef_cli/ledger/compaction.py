@@ -9,7 +9,7 @@ import os
 from datetime import datetime
 from typing import Any
 
-from ..durable import fsync_dir, open_state, write_all
+from ..durable import fsync_dir, open_state, refuse_misplaced, write_all
 from ..errors import InvalidInput, StoreError
 from ..times import format_time
 from .chain import _Draft
@@ -33,6 +33,7 @@ class Compaction:
         if keep is not None and (type(keep) is not int or keep < 0):
             raise InvalidInput(f"keep must be an integer >= 0, not {keep!r}")
         before_text = format_time(before) if before is not None else None
+        refuse_misplaced(self.index_path)  # met only after the swap: the compaction done, then "nothing changed"
         with self._mutex:
             self._ensure_open()
             fcntl.flock(self._lock_fd, fcntl.LOCK_EX)

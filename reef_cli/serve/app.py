@@ -24,8 +24,9 @@ from ..times import format_ms
 from .auth import TokenSet, check_bind, presented_token
 from .http_server import BodyTooLarge, HttpServer, Request, Response, StreamResponse
 from .recording import Exchange, Recorder
-from .relay import RECORDED, ROUTE_API, Upstream, error_body, response_headers
-from .sse import EventSplitter, StreamWatch
+from .reef_routes import ReefRoutes
+from .relay import RECORDED, ROUTE_API, Upstream, error_body, json_response as _json_response, response_headers
+from .streams import StreamRelay
 from .upstream_http import AnswerTooLarge, UpstreamClient, UpstreamError
 
 SESSION_PREFIX = "/session/"  # /session/ID/v1/...: for agents that can set a base URL but no header
@@ -55,19 +56,10 @@ class ServeConfig:
     loop: str = "auto"  # auto (uvloop where installed) | uvloop | asyncio
 
 
-class _ClientGone(Exception):
-    pass
+class Gateway(StreamRelay, ReefRoutes):
+    """The gateway: routes, auth, the model routes' relay and record (streams: streams.py; reef's own routes:
+    reef_routes.py), the run and its drain."""
 
-
-def _json_response(obj, status: int = 200, headers=None) -> Response:
-    try:
-        body = json.dumps(obj, ensure_ascii=False, sort_keys=True).encode()
-    except UnicodeEncodeError:  # a header's non-UTF-8 bytes echoed in a message (surrogates): as JSON \u escapes
-        body = json.dumps(obj, sort_keys=True).encode()
-    return Response(body, status, headers, content_type="application/json")
-
-
-class Gateway:
     def __init__(self, config: ServeConfig, environ: dict, *, log=None, out=None):
         if config.inject not in ("system", "none"):
             raise InvalidInput(f"--inject {config.inject}: expected system or none")
@@ -387,158 +379,6 @@ class Gateway:
             await self._record(ex)
         return _json_response(error_body(api, status, message, "api_error"), status, headers=extra)
 
-    async def _stream(self, request, api, resp, ex: Exchange | None, extra) -> StreamResponse | None:
-        out = StreamResponse(resp.status, response_headers(resp.headers) + extra)
-        try:
-            await out.prepare(request)
-        except ConnectionError:  # the client left before the answer began
-            resp.close()
-            if ex is not None:
-                ex.fail("client_disconnected", "the client hung up before the answer began")
-                await self._record(ex)
-            return None
-
-        async def send(data: bytes, last: bool = False, hold: bool = False) -> None:
-            """Write to the client; `last` ends the stream in the same write (one send fewer); `hold`: see
-            StreamResponse (the end is near: these go out with it, unless it is late)."""
-            try:
-                if last:
-                    await out.write_eof(data)
-                else:
-                    await out.write(data, hold)
-            except (ConnectionError, RuntimeError) as exc:
-                raise _ClientGone() from exc
-
-        if ex is None:  # not recorded: a plain byte relay
-            try:
-                async for chunk in resp.iter_any():
-                    await send(chunk)
-                await out.write_eof()
-            except (_ClientGone, UpstreamError, asyncio.TimeoutError):
-                out.cut()
-            return out
-        watch = StreamWatch(api)
-        splitter = EventSplitter()
-        terminal = None
-        after: list[bytes] = []
-        t = self.config.timeout
-        try:
-            async for chunk in resp.iter_any():
-                ex.add_response(chunk)
-                ready = []
-                for event in splitter.feed(chunk):
-                    if terminal is not None:
-                        after.append(event)
-                    elif watch.observe(event):
-                        terminal = event
-                    else:
-                        ready.append(event)
-                if watch.first_token and ex.ttft is None:
-                    ex.first_token()
-                if ready:
-                    await send(b"".join(ready), hold=terminal is not None)
-        except _ClientGone:
-            ex.fail("client_disconnected", "the client hung up mid-stream")
-        except asyncio.TimeoutError:
-            ex.fail("timeout", f"the upstream sent nothing for {t:g} s mid-stream", 504)
-        except UpstreamError as exc:
-            ex.fail("upstream_died", f"the upstream's stream broke off ({exc})", 502)
-        if terminal is None and ex.outcome == "ok":
-            ex.fail("upstream_died", "the upstream closed the stream before its final event", 502)
-        ex.model = watch.model or ex.model
-        if watch.usage is not None:
-            ex.usage = watch.usage
-        ex.upstream_meta = watch.final
-        if watch.error and ex.outcome == "ok":
-            ex.fail("upstream_error", watch.error)
-        if ex.outcome == "ok":
-            await self.recorder.inspect(ex)
-        ending = None  # built before the record's sync: after it, only the send is left, made the moment the
-        if terminal is not None and ex.outcome in ("ok", "upstream_error"):  # record is durable
-            ending = watch.receipt(terminal, self._receipt(ex)) + b"".join(after)
-        await self._record(ex, then=None if ending is None else partial(out.end_now, ending))
-        if ex.outcome == "client_disconnected":
-            resp.close()
-            return out
-        try:
-            if ending is not None:
-                await send(ending, last=True)
-            elif terminal is not None and ex.refused:
-                await send(terminal + b"".join(after), last=True)  # the stream as it came, with no receipt
-            else:
-                out.cut()  # the client must see a broken stream, not a clean end
-        except _ClientGone:
-            pass
-        return out
-
-    # -- reef routes ------------------------------------------------------------------------------------------
-    async def _report(self, request: Request) -> Response:
-        try:
-            obj = json.loads(await request.read() or b"null")
-        except ValueError as exc:
-            raise InvalidInput(f"the report body is not valid JSON ({exc})") from None
-        if not isinstance(obj, dict):
-            raise InvalidInput("a report is a JSON object: {\"score\": 1, \"feedback\": \"...\", \"receipts\": [...]}")
-        unknown = sorted(set(obj) - {"score", "feedback", "receipts", "receipt", "id"})
-        if unknown:
-            raise InvalidInput(f"unknown report field(s): {', '.join(unknown)} (expected score, feedback, receipts, id)")
-        receipts = obj.get("receipts")
-        if receipts is None and obj.get("receipt") is not None:
-            receipts = [obj["receipt"]]
-        if not isinstance(receipts, list) or not receipts or not all(isinstance(r, str) for r in receipts):
-            raise InvalidInput("a report needs 'receipts': a non-empty list of receipt ids (x-reef-agent-record-id)")
-        if "score" not in obj:
-            raise InvalidInput("a report needs 'score': a finite number, e.g. 0 (bad) .. 1 (good)")
-        feedback = obj.get("feedback")
-        if feedback is not None and not isinstance(feedback, (str, dict)):
-            raise InvalidInput("'feedback' must be text or a JSON object (keys like lesson, do, dont)")
-        record_id = obj.get("id")
-        if record_id is not None and not isinstance(record_id, str):
-            raise InvalidInput("'id' (the idempotency id) must be a string")
-        state = self.recorder.scenario(request.headers.get("x-reef-scenario"))
-        from ..reports import report
-
-        shim = _ReportStore(state.store.project, state.store.scenario, state.ledger)
-        loop = asyncio.get_running_loop()
-        rec = await loop.run_in_executor(self.executor, lambda: report(
-            shim, obj["score"], feedback=feedback, receipts=receipts, record_id=record_id))
-        return _json_response(rec.to_json())
-
-    async def _releases(self, request: Request) -> Response:
-        state = self.recorder.scenario(request.headers.get("x-reef-scenario") or request.query.get("scenario"))
-        releases = state.store.releases()
-        return _json_response({"scenario": state.store.scenario, "head": releases[-1].release_id if releases else None,
-                               "releases": [r.to_json() for r in releases]})
-
-    async def _status(self, request: Request) -> Response:
-        scenarios = {}
-        for name, state in sorted(self.recorder.scenarios.items()):
-            rel = state.release()
-            scenarios[name] = {"release_id": rel.release_id, "content_id": rel.content_id, "step": rel.step,
-                               "ledger_failed": state.ledger.sync_failure}
-        from .. import __version__
-
-        return _json_response({
-            "version": __version__, "url": self.url, "upstream": self.upstream.shown(),
-            "upstream_api": "sglang" if self.config.upstream_api == "sglang" else self.upstream.api, "inject": self.config.inject,
-            "store_content": self.config.store_content, "pass_client_key": self.config.pass_client_key,
-            "auth": self.tokens is not None, "default_scenario": self.config.scenario, "scenarios": scenarios,
-            "in_flight": max(0, len(self.in_flight) - 1), "recorded": self.recorder.recorded,
-            "failed": self.recorder.failed, "uptime_s": round(time.time() - self.started, 3),
-            "appends": {"inline": self.recorder.committer.inline, "batches": self.recorder.committer.batches},
-            "loop": _loop_name()})
-
-    async def _healthz(self, _request: Request) -> Response:
-        failed = self._failed_ledgers()
-        if failed:  # nothing more can be recorded until the gateway is restarted: not healthy
-            return _json_response({"ok": False, "error": failed[0]}, 503)
-        return _json_response({"ok": True})
-
-    def _failed_ledgers(self) -> list[str]:
-        return [f"the ledger of scenario '{name}' failed a sync ({state.ledger.sync_failure}); calls are refused "
-                f"until the gateway is restarted" for name, state in sorted(self.recorder.scenarios.items())
-                if state.ledger.sync_failure is not None]
-
     # -- running ----------------------------------------------------------------------------------------------
     async def run(self, stop: asyncio.Event | None = None, on_ready=None) -> int:
         """Serve until `stop` is set (SIGTERM / SIGINT when not given); then stop accepting, drain in-flight
@@ -610,16 +450,6 @@ class Gateway:
         self.log.flush()
 
 
-class _ReportStore:
-    """What `reports.report` needs of a store, over the gateway's shared ledger."""
-
-    def __init__(self, project, scenario: str, ledger):
-        self.project, self.scenario, self._ledger = project, scenario, ledger
-
-    def ledger(self):
-        return self._ledger
-
-
 def _split_session(path: str) -> tuple[str, str | None]:
     """(the route without a /session/ID prefix, the ID or None); an ID is one non-empty path segment."""
     if not path.startswith(SESSION_PREFIX):
@@ -640,10 +470,6 @@ def _shown(text: str) -> str:
     from ..printable import printable
 
     return printable(shown)
-
-
-def _loop_name() -> str:
-    return "uvloop" if type(asyncio.get_running_loop()).__module__.startswith("uvloop") else "asyncio"
 
 
 def _parse(body: bytes) -> dict | None:

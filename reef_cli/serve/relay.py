@@ -9,10 +9,12 @@ gets are the bytes the upstream sent and the gateway can read usage from them.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from urllib.parse import urlsplit, urlunsplit
 
 from ..errors import InvalidInput
+from .answers import Response
 
 HOP_BY_HOP = frozenset({
     "connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer", "trailers",
@@ -133,3 +135,12 @@ def error_body(route_api: str, status: int, message: str, kind: str) -> dict:
     if route_api.startswith("anthropic."):
         return {"type": "error", "error": {"type": kind, "message": message}}
     return {"error": {"message": message, "type": kind, "param": None, "code": status}}
+
+
+def json_response(obj, status: int = 200, headers=None):
+    """One of the gateway's own JSON answers (errors included)."""
+    try:
+        body = json.dumps(obj, ensure_ascii=False, sort_keys=True).encode()
+    except UnicodeEncodeError:  # a header's non-UTF-8 bytes echoed in a message (surrogates): as JSON \u escapes
+        body = json.dumps(obj, sort_keys=True).encode()
+    return Response(body, status, headers, content_type="application/json")

@@ -105,9 +105,15 @@ class UpstreamResponse:
         self._paused = False
         self._error: UpstreamError | None = None
         self._waiter: asyncio.Future | None = None
+        self._deadline: float | None = None  # end_within's: the loop time by which the answer must end
         conn.resp = self
 
     # -- parser callbacks (httptools) ------------------------------------------------------------------------------
+    def on_message_begin(self) -> None:
+        if self.done:  # a second answer to one request, in the same bytes: nothing after the first can be trusted,
+            self._fail(BrokenOff("it sent an answer nobody asked for"))  # so the connection is not pooled either
+            raise self._error  # stops the parser: its bytes are neither relayed nor recorded
+
     def on_header(self, name: bytes, value: bytes) -> None:
         self._head_bytes += len(name) + len(value)
         if self._head_bytes > MAX_HEAD:  # a broken or hostile upstream would otherwise grow the gateway's memory
@@ -172,8 +178,13 @@ class UpstreamResponse:
     async def _wait(self) -> None:
         """Until the parser or the connection has news; asyncio.TimeoutError after the read timeout."""
         loop = self.client.loop
+        wait = self.client.read_timeout
+        if self._deadline is not None:
+            wait = min(wait, self._deadline - loop.time())
+            if wait <= 0:
+                raise asyncio.TimeoutError()
         waiter = self._waiter = loop.create_future()
-        timer = loop.call_later(self.client.read_timeout, _expire, waiter)
+        timer = loop.call_later(wait, _expire, waiter)
         try:
             await waiter
         finally:
@@ -213,6 +224,11 @@ class UpstreamResponse:
             if self._error is not None:
                 raise self._error
             await self._wait()
+
+    def end_within(self, seconds: float) -> None:
+        """The answer must end within `seconds` from now, whatever still arrives (it is complete as far as its
+        protocol goes; only the upstream's end of it is due): past that, reading raises asyncio.TimeoutError."""
+        self._deadline = self.client.loop.time() + seconds
 
     async def iter_any(self):
         """The body as it arrives: whatever came since the last step, joined."""

@@ -69,6 +69,7 @@ class Reply:
     delay: float = 0.0  # seconds to wait before answering (timeout tests)
     event_delay: float = 0.0  # streams: seconds between events (disconnect and drain tests)
     die_after: int | None = None  # streams: send this many events, then drop the connection (no final event)
+    linger: float = 0.0  # streams: seconds the connection stays open after the final event before it ends
     match: str | Callable[["Request"], bool] | None = None  # queued replies only: which calls may take it
     input_tokens: int = 12
     output_tokens: int = 3
@@ -380,6 +381,8 @@ def _make_handler(llm: FakeLLM):
                         self.wfile.flush()
                         time.sleep(reply.event_delay)
                 self.wfile.flush()
+                if reply.linger:
+                    time.sleep(reply.linger)  # the answer is whole; its end (the connection's) comes late
             except (BrokenPipeError, ConnectionResetError):
                 pass
 
