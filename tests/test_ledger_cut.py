@@ -343,7 +343,7 @@ def test_a_directory_where_a_ledger_state_file_goes_is_one_line_naming_it_and_ex
     it. Now every command that touches the path says the same line naming it, exit 4, before changing anything."""
     project = tmp_path / "proj"
     project.mkdir()
-    assert run_reef("init", cwd=project).returncode == 0
+    reef_init(project)  # set-up, in-process
     first = run_reef("run", "--", "true", cwd=project)
     receipt = first.stderr.split("receipt ", 1)[1].split()[0]
     state = project / ".reef" / "scenarios" / "default"
@@ -384,7 +384,7 @@ def test_a_directory_where_a_shells_pending_receipts_lock_goes_is_refused_before
     was changed by this command" (the record was in the ledger, the command's own exit code lost)."""
     project = tmp_path / "proj"
     project.mkdir()
-    assert run_reef("init", cwd=project).returncode == 0
+    reef_init(project)  # set-up, in-process
     env = {"REEF_SESSION": "s1"}
     assert run_reef("run", "--", "true", cwd=project, env=env).returncode == 0
     lock = project / ".reef" / "scenarios" / "default" / "pending" / "s-s1.json.lock"
