@@ -104,7 +104,16 @@ def _raw_server(answer: bytes):
     def serve() -> None:
         conn, _ = srv.accept()
         with conn:
-            conn.recv(65536)
+            # the whole request, body included: closing with some of it unread resets the connection, and the
+            # reset can throw away the answer before the agent has read it (a flaky "Connection reset" under load)
+            data = b""
+            while b"\r\n\r\n" not in data and (chunk := conn.recv(65536)):
+                data += chunk
+            head, _, body = data.partition(b"\r\n\r\n")
+            length = next((int(line.split(b":", 1)[1]) for line in head.split(b"\r\n")
+                           if line.lower().startswith(b"content-length:")), 0)
+            while len(body) < length and (chunk := conn.recv(65536)):
+                body += chunk
             try:
                 conn.sendall(answer)
             except OSError:
