@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import reef_init, run_reef
+from conftest import run_reef
 from fakes.llm_server import FakeLLM, text
 from gateway import Gateway
 
@@ -29,7 +29,9 @@ def agent(prompt: str, *, url: str, cwd: Path, harness: Path | None = None, sess
 
 
 def minimal_project(root: Path, *bullets: str) -> Path:
-    reef_init(root, "--template", "minimal")
+    root.mkdir(parents=True, exist_ok=True)
+    r = run_reef("init", "--template", "minimal", cwd=root)
+    assert r.returncode == 0, r.stderr
     if bullets:
         path = root / "AGENTS.md"
         body = path.read_text().replace("<!-- reef:begin learned -->\n",
@@ -102,21 +104,15 @@ def _raw_server(answer: bytes):
     def serve() -> None:
         conn, _ = srv.accept()
         with conn:
-            # the whole request first: closing with its body unread resets the connection, and the agent would
-            # see that reset instead of this answer (it did under load, when the body came in a second segment)
-            request = b""
-            while b"\r\n\r\n" not in request:
-                chunk = conn.recv(65536)
-                if not chunk:
-                    break
-                request += chunk
-            head, _, body = request.partition(b"\r\n\r\n")
+            # the whole request, body included: closing with some of it unread resets the connection, and the
+            # reset can throw away the answer before the agent has read it (a flaky "Connection reset" under load)
+            data = b""
+            while b"\r\n\r\n" not in data and (chunk := conn.recv(65536)):
+                data += chunk
+            head, _, body = data.partition(b"\r\n\r\n")
             length = next((int(line.split(b":", 1)[1]) for line in head.split(b"\r\n")
                            if line.lower().startswith(b"content-length:")), 0)
-            while len(body) < length:
-                chunk = conn.recv(65536)
-                if not chunk:
-                    break
+            while len(body) < length and (chunk := conn.recv(65536)):
                 body += chunk
             try:
                 conn.sendall(answer)

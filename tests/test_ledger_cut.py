@@ -279,11 +279,9 @@ def test_a_copied_projects_cut_ledger_is_reported_not_trimmed(project: Path, tmp
     assert run_reef("ledger", "verify", cwd=project).returncode == 0  # the original is untouched
 
 
-@pytest.mark.xfail(strict=True, reason="ledger/writer.py still ignores a mark whose inode differs "
-                                       "(Writer._acknowledged_cut): the lead's one-line patch, see the session report")
 def test_a_writer_refuses_to_trim_a_copied_projects_cut_ledger(project: Path, tmp_path: Path) -> None:
     """The writer's own check (an append from any command, and `reef repair ledger --accept-loss`, which asks the
-    writer to set the cut aside) still compares inodes."""
+    writer to set the cut aside) compared inodes only, so in a copy it trimmed the cut record as a torn line."""
     copy, damaged = _copied_and_cut(project, tmp_path)
     r = append(copy / LEDGER, 1)
     assert r.returncode == 4 and "lost acknowledged records: record seq 4" in r.stderr, r.stderr

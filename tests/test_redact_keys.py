@@ -50,8 +50,6 @@ def test_a_gateway_tag_named_by_a_token_is_stored_redacted(tmp_path) -> None:
     assert r.returncode == 0, r.stdout + r.stderr
 
 
-@pytest.mark.xfail(strict=True, reason="reef_cli/serve/app.py lowercases a tag name before redacting it: the "
-                                       "lead's patch to _describe, see the session report")
 def test_a_gateway_tag_named_by_a_token_with_capitals_is_stored_redacted(tmp_path) -> None:
     """`AKIA...` lowercased is no longer an AWS key's shape: the name must be redacted as the client sent it."""
     project = init_project(tmp_path / "proj")

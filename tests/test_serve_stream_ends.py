@@ -261,3 +261,40 @@ def test_an_error_event_before_the_stream_broke_is_not_taken_back(tmp_path):
     [rec] = [r.payload for r in Ledger(project / ".reef/scenarios/default/ledger.jsonl", "default").iter_records()
              if r.kind == "inference"]
     assert (rec["outcome"], rec["status"]) == ("upstream_died", 502), rec
+
+
+@pytest.mark.parametrize("tail,conns", [(b"0\r\n\r\n", 1), (b"9\r\ndata: x\n\n\r\n0\r\n\r\n", 2)])
+def test_an_upstream_slow_to_end_a_stream_keeps_its_connection_for_the_next_call(tmp_path, tail, conns):
+    """The receipt goes AFTER_FINAL_S after the final event; the upstream's end came later still. Its connection
+    was closed, so every call to such an upstream paid a new connect (and TLS handshake); it now waits for that end
+    (ENDING_S) and is pooled again. Bytes other than the end close it instead."""
+    async def ends_late(r, w):
+        while True:
+            try:
+                await read_request(r)
+            except Exception:  # noqa: BLE001 - the gateway closed the connection
+                return
+            ev = (b'data: {"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,'
+                  b'"delta":{"content":"hi"},"finish_reason":"stop"}]}\n\ndata: [DONE]\n\n')
+            w.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+                    + b"%x\r\n%b\r\n" % (len(ev), ev))
+            await w.drain()
+            await asyncio.sleep(0.9)  # past AFTER_FINAL_S (0.2 s): the receipt has gone
+            w.write(tail)
+            await w.drain()
+    up = RawUpstream(ends_late)
+    project, gw = gateway_for(tmp_path, up.url)
+    try:
+        with in_process(gw) as url:
+            for _ in range(2):
+                started = time.monotonic()
+                out = read_all(post(url, {"model": "m", "messages": [], "stream": True},
+                                    extra=b"Connection: close\r\n"))
+                assert b'"reef"' in out and out.endswith(b"0\r\n\r\n") and time.monotonic() - started < 0.75, out
+                time.sleep(1.0)  # the upstream's end is in: its connection is back in the pool
+    finally:
+        up.stop()
+    assert up.conns == conns
+    recs = [r.payload for r in Ledger(project / ".reef/scenarios/default/ledger.jsonl", "default").iter_records()
+            if r.kind == "inference"]
+    assert [r["outcome"] for r in recs] == ["ok"] * 2

@@ -757,3 +757,13 @@ def test_an_inline_image_in_a_kept_prompt_is_stored_as_its_digest(tmp_path, engi
                                            "default").iter_records(kind="inference")]
     kept = payload["prompt"][0]["content"][1]["image_url"]["url"]
     assert kept == f"data:image/png;length={len(image)};sha256={hashlib.sha256(image.encode()).hexdigest()}"
+
+
+def test_a_trainer_command_line_is_stored_with_its_secrets_redacted_as_typed():
+    """shown_argv joined the words with shlex, which quotes a word holding `$` or `!`: a MySQL-style `-pS3c$ret!x`
+    then sat inside quotes, where the password rule does not look, and was stored in clear (run.json, records)."""
+    from reef_cli.weights.trainer import shown_argv
+
+    assert shown_argv(["mysql", "-uroot", "-pS3c$ret!x", "db"]) == ["mysql", "-uroot", "-p[REDACTED:password]", "db"]
+    assert shown_argv(["python", "t.py", "--wandb-key", "abc$def1234567890xyz", "--lr", "1e-5"]) == \
+        ["python", "t.py", "--wandb-key", "[REDACTED:api_key]", "--lr", "1e-5"]

@@ -317,12 +317,13 @@ class Writer:
         self._size, self._seq, self._hash = size, record.seq, record.hash
         return None
 
-    def _acknowledged_cut(self, records_end: int, seq: int | None = None) -> acked.Mark | None:
+    def _acknowledged_cut(self, records_end: int, size: int, seq: int | None = None) -> acked.Mark | None:
         """The acknowledged mark when the last acknowledged record is gone from the end: the last complete record
         (ending at `records_end`; `seq`, looked up when not given) comes before it. A file shortened in the middle
-        (an edited or deleted line) still ends in that record: that is the chain's to report, not this."""
+        (an edited or deleted line) still ends in that record: that is the chain's to report, not this. A mark
+        of another inode speaks for this file too when it ends in a torn line (`acked.applies`: a `cp -a` copy)."""
         mark = self._marks.read() if self._marks is not None else None
-        if mark is None or mark.ino != self._ino:
+        if mark is None or not acked.applies(mark, self._ino, size - records_end):
             return None
         if seq is None:
             found = _quick_tail(_last_line_before(self._fd, records_end)) if records_end else (0, ZERO_HASH)
@@ -335,7 +336,7 @@ class Writer:
         """Refuse to go on over a ledger whose last acknowledged record is gone from the end: cutting its last line
         as a crash's torn write, or appending in place of the missing records, would delete a durable record.
         Nothing is changed; the user restores it or records the loss."""
-        mark = self._acknowledged_cut(records_end, seq)
+        mark = self._acknowledged_cut(records_end, size, seq)
         if mark is not None:
             self._size = -1  # look again next time: the user may have restored the file meanwhile
             raise DamagedState(acked.cut_message(self.path, mark, records_end, size - records_end))
@@ -353,7 +354,7 @@ class Writer:
                     self._open_ledger()
                 size = os.fstat(self._fd).st_size
                 records_end = self._records_end(size)
-                mark = self._acknowledged_cut(records_end)
+                mark = self._acknowledged_cut(records_end, size)
                 if mark is None:
                     return None
                 cut = os.pread(self._fd, size - records_end, records_end)

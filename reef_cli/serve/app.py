@@ -483,15 +483,15 @@ def _parse(body: bytes) -> dict | None:
 def _describe(ex: Exchange, headers, parsed: dict | None, path_session: str | None = None) -> None:
     tags = {}
     for name, value in headers.items():
-        low = name.lower()
-        if low.startswith("x-reef-tag-") and len(tags) < MAX_TAGS:
-            tags[low[11:]] = value[:TAG_MAX_CHARS]
-    session = headers.get("x-reef-session") or path_session
+        if name[:11].lower() == "x-reef-tag-" and len(tags) < MAX_TAGS:
+            tags[name[11:]] = value[:TAG_MAX_CHARS]  # the name as sent until redacted: AKIA..., AIza... lowercased
+    session = headers.get("x-reef-session") or path_session  # are no longer those keys' shapes
     if tags or session:
         from ..redact import redact_obj
 
-        tags, _ = redact_obj(tags)
-        session = redact_obj(session[:TAG_MAX_CHARS])[0] if session else None
+        shown, _ = redact_obj(tags)  # names too: a token sent as a tag's name is stored redacted
+        tags = {key.lower() if key in tags else key: value for key, value in shown.items()}  # a name redaction
+        session = redact_obj(session[:TAG_MAX_CHARS])[0] if session else None  # changed keeps its marker's case
     ex.tags, ex.session = tags, session
     if parsed is not None:
         model = parsed.get("model")

@@ -27,6 +27,9 @@ AFTER_FINAL_S = 0.2
 """How long a stream's upstream may take to end its answer once the final event is in: past it the answer, complete
 as far as its protocol goes, is recorded and its receipt sent (an upstream that kept the stream open held the
 receipt until the read timeout, then failed a whole answer as a timeout)."""
+ENDING_S = 10.0
+"""How long an upstream slow to end a complete stream keeps its connection, waiting for that end, before it is
+closed instead of pooled again."""
 
 
 class _ClientGone(Exception):
@@ -97,7 +100,7 @@ class StreamRelay:
         except _ClientGone:
             ex.fail("client_disconnected", "the client hung up mid-stream")
         except asyncio.TimeoutError:  # after the final event: an upstream slow to end what is complete (its
-            if terminal is None:  # connection is dropped, not pooled)
+            if terminal is None:  # connection waits for that end in the background, see below)
                 ex.fail("timeout", f"the upstream sent nothing for {t:g} s mid-stream", 504)
         except UpstreamError as exc:
             if terminal is None:  # after the final event the answer is whole: only its framing's end is missing
@@ -124,6 +127,8 @@ class StreamRelay:
         as_came = ending is None and ((terminal is not None and ex.refused) or
                                       (terminal is None and ended and ex.outcome == "upstream_error"))
         withdrawn = ending is None and not as_came and ex.outcome != "client_disconnected" and out.withdraw()
+        if terminal is not None and not ended:
+            resp.release_later(ENDING_S)  # pooled again if its end comes, unless more bytes do
         await self._record(ex, then=None if ending is None else partial(out.end_now, ending))
         if ex.outcome == "client_disconnected":
             resp.close()

@@ -106,6 +106,7 @@ class UpstreamResponse:
         self._error: UpstreamError | None = None
         self._waiter: asyncio.Future | None = None
         self._deadline: float | None = None  # end_within's: the loop time by which the answer must end
+        self._later: asyncio.Task | None = None  # release_later's wait for the end
         conn.resp = self
 
     # -- parser callbacks (httptools) ------------------------------------------------------------------------------
@@ -242,9 +243,34 @@ class UpstreamResponse:
                 raise self._error
             await self._wait()
 
+    def release_later(self, within: float) -> None:
+        """Done with an answer whose end is still due (a stream complete as far as its protocol goes, whose upstream
+        is slow to end it): its connection goes back to the pool if the end comes within `within` seconds with no
+        more body bytes, else it is closed. Closed at once, a slow-ending upstream never had a connection reused:
+        every call paid a new connect (and TLS handshake)."""
+        if self.done or self._error is not None or self.conn.lost or self._chunks or self.client.loop is None:
+            self.release()
+            return
+        self._deadline = self.client.loop.time() + within
+        self._later = task = self.client.loop.create_task(self._release_at_end())
+        self.client.ending.add(task)
+        task.add_done_callback(self.client.ending.discard)
+
+    async def _release_at_end(self) -> None:
+        try:
+            while not self.done and not self._chunks and self._error is None:
+                await self._wait()
+        except asyncio.TimeoutError:
+            pass
+        finally:
+            self._later = None
+            self.release()  # pooled only if it ended cleanly with nothing more: bytes after the end close it
+
     def release(self) -> None:
         """Done with the answer: its connection goes back to the pool when the answer ended cleanly and the upstream
         keeps the connection open, else it is closed."""
+        if self._later is not None:  # release_later's task decides
+            return
         conn = self.conn
         if conn.resp is not self:
             return
@@ -257,6 +283,9 @@ class UpstreamResponse:
 
     def close(self) -> None:
         """Drop the connection whatever state the answer is in (a client gone, a timeout, a shutdown)."""
+        if self._later is not None:
+            self._later.cancel()
+            self._later = None
         conn = self.conn
         if conn.resp is self:
             conn.resp = None
@@ -333,6 +362,7 @@ class UpstreamClient:
         self.ssl_context = ssl.create_default_context() if self.tls else None
         self.loop: asyncio.AbstractEventLoop | None = None
         self.idle: list[_Conn] = []
+        self.ending: set[asyncio.Task] = set()  # answers waiting for their end before their connection is pooled
 
     def start(self, method: str, target: str, headers: dict, body: bytes) -> Call:
         """Send `method target` with these headers (hop-by-hop ones already dropped) and body; await the Call for
@@ -381,7 +411,10 @@ class UpstreamClient:
         return conn
 
     def close(self) -> None:
-        """Close the idle connections (in-flight answers close theirs when released)."""
+        """Close the idle connections (in-flight answers close theirs when released; those waiting for their end
+        close theirs once cancelled)."""
+        for task in list(self.ending):
+            task.cancel()
         while self.idle:
             conn = self.idle.pop()
             if conn.transport is not None:

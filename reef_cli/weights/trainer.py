@@ -50,13 +50,11 @@ class TrainerResult:
 
 def shown_argv(argv) -> list[str]:
     """`argv` as reef stores and prints it: a key typed on the trainer's command line (`--wandb-key K`, `HF_TOKEN=K`)
-    redacted. Redacted as one line, so a flag names the secret that follows it as a separate word."""
-    from ..redact import redact
+    redacted. Read as the command line it makes (`redact_argv`), so a flag names the secret that follows it as a
+    separate word; a word shlex would quote (`-pS3c$ret` after mysql) is read as typed, not inside quotes."""
+    from ..redact import redact_argv
 
-    try:
-        return shlex.split(redact(shlex.join(argv))[0])
-    except ValueError:
-        return [redact(a)[0] for a in argv]
+    return redact_argv([str(a) for a in argv])
 
 
 def slime_flags(*, run_dir: Path, prompt_data: Path, hf_checkpoint: str, samples: int, trainer: dict) -> list[str]:
