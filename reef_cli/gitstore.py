@@ -322,7 +322,32 @@ class GitStore:
     def _push_local(self, url: str, path: str, local_ref: str, remote_ref: str, expected: str | None) -> str | None:
         """A remote on this machine (a path or file://): libgit2's local transport moves refs without checking their
         old value, so the objects go first to a private incoming ref and the ref itself is then moved by a real
-        compare-and-swap on the remote repository (its ref lock and old-value check)."""
+        compare-and-swap on the remote repository (its ref lock and old-value check). Pushes to one such remote
+        take turns (an flock on `reef-push.lock` in its git directory): libgit2 reading back a push's own incoming
+        ref while another push deleted its own failed now and then ("reference '...incoming...' not found", exit 1
+        where the loser of the race must get 3), and three quick retries did not always outlast it."""
+        import fcntl
+        import os
+
+        try:
+            gitdir = self._pygit2.discover_repository(path)
+        except Exception:  # noqa: BLE001 - not a repository: the push below says so in its own words
+            gitdir = None
+        if gitdir is None:
+            return self._push_local_turn(url, path, local_ref, remote_ref, expected)
+        from .durable import open_state
+
+        try:
+            fd = open_state(os.path.join(gitdir, "reef-push.lock"), os.O_RDWR | os.O_CREAT)
+        except OSError as exc:
+            raise StoreError(f"{url}: push failed (cannot lock the remote: {exc.strerror})") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            return self._push_local_turn(url, path, local_ref, remote_ref, expected)
+        finally:
+            os.close(fd)
+
+    def _push_local_turn(self, url: str, path: str, local_ref: str, remote_ref: str, expected: str | None) -> str | None:
         import os
         import uuid
 
