@@ -338,7 +338,9 @@ class GitStore:
         from .durable import open_state
 
         try:
-            fd = open_state(os.path.join(gitdir, "reef-push.lock"), os.O_RDWR | os.O_CREAT)
+            # read-only and readable by all: on a remote a team shares through group permissions, whoever created
+            # the lock first must not keep the others from taking it (an flock needs no write access)
+            fd = open_state(os.path.join(gitdir, "reef-push.lock"), os.O_RDONLY | os.O_CREAT, 0o644)
         except OSError as exc:
             raise StoreError(f"{url}: push failed (cannot lock the remote: {exc.strerror})") from None
         try:
