@@ -3,10 +3,7 @@ a NAME that is a token was stored in the record's tags in clear, since redact_ob
 
 from __future__ import annotations
 
-import json
 import socket
-
-import pytest
 
 from conftest import run_reef
 from fakes import FakeLLM
@@ -28,38 +25,36 @@ def test_a_key_holding_a_secret_is_redacted_and_no_value_is_dropped() -> None:
     assert redact_obj(plain) == (plain, 0)
 
 
-def test_a_gateway_tag_named_by_a_token_is_stored_redacted(tmp_path) -> None:
+def _tags_recorded(tmp_path, tag_lines: bytes):
+    """One call through a real gateway with these `x-reef-tag-...` header lines: (its record's tags, the ledger's
+    text), once `reef ledger verify` passed."""
     project = init_project(tmp_path / "proj")
     body = b'{"model": "m", "messages": [{"role": "user", "content": "x"}]}'
     with FakeLLM() as llm, Gateway(project, llm.url) as gw:
         port = int(gw.url.rsplit(":", 1)[1])
         with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
-            s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
-                      b"x-reef-tag-" + GH.encode() + b": v1\r\nx-reef-tag-" + PROJ.encode() + b": v2\r\n"
-                      b"x-reef-tag-team: t\r\nContent-Type: application/json\r\n"
-                      b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+            s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\n" + tag_lines +
+                      b"Content-Type: application/json\r\nContent-Length: " + str(len(body)).encode() + b"\r\n\r\n"
+                      + body)
             answer = b""
             while chunk := s.recv(65536):
                 answer += chunk
         assert answer.startswith(b"HTTP/1.1 200 "), answer
-    tags = exchanges(project)[-1].payload["tags"]
-    assert tags == {"[REDACTED:github_token]": "v1", "[REDACTED:openai_key]": "v2", "team": "t"}, tags
-    ledger = (project / ".reef" / "scenarios" / "default" / "ledger.jsonl").read_text()
-    assert GH[4:20].lower() not in ledger.lower() and PROJ[8:24].lower() not in ledger.lower()
     r = run_reef("ledger", "verify", cwd=project)
     assert r.returncode == 0, r.stdout + r.stderr
+    ledger = (project / ".reef" / "scenarios" / "default" / "ledger.jsonl").read_text()
+    return exchanges(project)[-1].payload["tags"], ledger
+
+
+def test_a_gateway_tag_named_by_a_token_is_stored_redacted(tmp_path) -> None:
+    tags, ledger = _tags_recorded(tmp_path, b"x-reef-tag-" + GH.encode() + b": v1\r\nx-reef-tag-" + PROJ.encode()
+                                  + b": v2\r\nx-reef-tag-team: t\r\n")
+    assert tags == {"[REDACTED:github_token]": "v1", "[REDACTED:openai_key]": "v2", "team": "t"}, tags
+    assert GH[4:20].lower() not in ledger.lower() and PROJ[8:24].lower() not in ledger.lower()
 
 
 def test_a_gateway_tag_named_by_a_token_with_capitals_is_stored_redacted(tmp_path) -> None:
     """`AKIA...` lowercased is no longer an AWS key's shape: the name must be redacted as the client sent it."""
-    project = init_project(tmp_path / "proj")
-    body = b'{"model": "m", "messages": [{"role": "user", "content": "x"}]}'
-    with FakeLLM() as llm, Gateway(project, llm.url) as gw:
-        port = int(gw.url.rsplit(":", 1)[1])
-        with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
-            s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
-                      b"x-reef-tag-AKIAIOSFODNN7EXAMPLQ: v\r\nx-reef-tag-Team: t\r\n"
-                      b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
-            while s.recv(65536):
-                pass
-    assert exchanges(project)[-1].payload["tags"] == {"[REDACTED:aws_access_key]": "v", "team": "t"}
+    tags, ledger = _tags_recorded(tmp_path, b"x-reef-tag-AKIAIOSFODNN7EXAMPLQ: v\r\nx-reef-tag-Team: t\r\n")
+    assert tags == {"[REDACTED:aws_access_key]": "v", "team": "t"}, tags
+    assert "AKIAIOSFODNN7EXAMPLQ" not in ledger

@@ -72,11 +72,19 @@ def post(url, body, version=b"HTTP/1.1", extra=b"", sock=None):
     return s
 
 
-def read_all(s, timeout=5):
+def read_all(s, timeout=5, whole_answer=False):
+    """What the gateway sends until it closes (or `timeout`); with `whole_answer`, done once one answer with a
+    Content-Length is in (a 502 on a kept-alive connection is complete there: no EOF comes)."""
     s.settimeout(timeout)
     out = b""
     try:
         while True:
+            head, sep, body = out.partition(b"\r\n\r\n")
+            if whole_answer and sep:
+                n = next((int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                          if line.lower().startswith(b"content-length:")), None)
+                if n is not None and len(body) >= n:
+                    break
             got = s.recv(65536)
             if not got:
                 break
@@ -87,25 +95,7 @@ def read_all(s, timeout=5):
 
 
 def read_answer(s, timeout=5):
-    """Like read_all, but done once one whole answer with a Content-Length is in: a 502 on a kept-alive connection
-    is complete there, where read_all would wait out its timeout for an EOF that never comes."""
-    s.settimeout(timeout)
-    out = b""
-    try:
-        while True:
-            head, sep, body = out.partition(b"\r\n\r\n")
-            if sep:
-                n = next((int(l.split(b":")[1]) for l in head.split(b"\r\n")
-                          if l.lower().startswith(b"content-length:")), None)
-                if n is not None and len(body) >= n:
-                    break
-            got = s.recv(65536)
-            if not got:
-                break
-            out += got
-    except (socket.timeout, ConnectionResetError):
-        pass
-    return out
+    return read_all(s, timeout, whole_answer=True)
 
 
 async def dies_after_head(r, w):
