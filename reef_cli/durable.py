@@ -184,5 +184,5 @@ def refuse_misplaced(path) -> None:
         mode = os.lstat(path).st_mode
     except FileNotFoundError:
         return
-    if not stat.S_ISREG(mode) and (stat.S_ISDIR(mode) or stat.S_ISLNK(mode)):
+    if stat.S_ISDIR(mode) or stat.S_ISLNK(mode):
         os.close(open_state(path, os.O_RDWR))  # raises its line

@@ -25,7 +25,8 @@ from .auth import TokenSet, check_bind, presented_token
 from .http_server import BodyTooLarge, HttpServer, Request, Response, StreamResponse
 from .recording import Exchange, Recorder
 from .reef_routes import ReefRoutes
-from .relay import RECORDED, ROUTE_API, Upstream, error_body, json_response as _json_response, response_headers
+from .relay import (RECORDED, ROUTE_API, Upstream, error_body, failure_response, json_response as _json_response,
+                    response_headers)
 from .streams import StreamRelay
 from .upstream_http import AnswerTooLarge, UpstreamClient, UpstreamError
 
@@ -377,7 +378,7 @@ class Gateway(StreamRelay, ReefRoutes):
         if ex is not None:
             ex.fail(outcome, message, status)
             await self._record(ex)
-        return _json_response(error_body(api, status, message, "api_error"), status, headers=extra)
+        return failure_response(api, status, message, extra)
 
     # -- running ----------------------------------------------------------------------------------------------
     async def run(self, stop: asyncio.Event | None = None, on_ready=None) -> int:

@@ -144,3 +144,9 @@ def json_response(obj, status: int = 200, headers=None):
     except UnicodeEncodeError:  # a header's non-UTF-8 bytes echoed in a message (surrogates): as JSON \u escapes
         body = json.dumps(obj, sort_keys=True).encode()
     return Response(body, status, headers, content_type="application/json")
+
+
+def failure_response(api: str, status: int, message: str, headers=None):
+    """The answer for a call the upstream failed (timeout, unreachable, a stream that broke before it began): the
+    client's protocol's error shape, with the gateway's receipt headers."""
+    return json_response(error_body(api, status, message, "api_error"), status, headers=headers)

@@ -19,7 +19,7 @@ from functools import partial
 
 from .answers import Response, StreamResponse
 from .recording import Exchange
-from .relay import error_body, json_response, response_headers
+from .relay import failure_response, response_headers
 from .sse import EventSplitter, StreamWatch
 from .upstream_http import UpstreamError
 
@@ -135,8 +135,7 @@ class StreamRelay:
             return out
         if withdrawn:
             status = ex.status or 502
-            return json_response(error_body(api, status, ex.error or "the stream broke off", "api_error"), status,
-                                 headers=extra)
+            return failure_response(api, status, ex.error or "the stream broke off", extra)
         try:
             if ending is not None:
                 await send(ending, last=True)
@@ -153,7 +152,7 @@ class StreamRelay:
         answer with the status the record holds takes its place; once some has, the client must see a broken
         stream, not a clean end."""
         if out.withdraw():
-            return json_response(error_body(api, status, message, "api_error"), status, headers=extra)
+            return failure_response(api, status, message, extra)
         out.cut()
         return out
 
