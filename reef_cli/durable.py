@@ -184,5 +184,12 @@ def refuse_misplaced(path) -> None:
         mode = os.lstat(path).st_mode
     except FileNotFoundError:
         return
+    except NotADirectoryError:  # a file where one of its directories goes: that one is named
+        from pathlib import Path
+
+        from .errors import MisplacedState, misplaced_message
+
+        blocking = next(p for p in reversed(Path(path).parents) if p.exists() and not p.is_dir())
+        raise MisplacedState(misplaced_message(blocking, "ENOTDIR")) from None
     if stat.S_ISDIR(mode) or stat.S_ISLNK(mode):
         os.close(open_state(path, os.O_RDWR))  # raises its line

@@ -356,18 +356,11 @@ class GitStore:
         pygit2 = self._pygit2
         incoming = f"refs/reef/incoming/{os.getpid()}-{uuid.uuid4().hex[:12]}"
         new = self.get_ref(local_ref)
-        for attempt in range(3):
-            try:
-                self._remote(url).push([f"+{local_ref}:{incoming}"], callbacks=_Callbacks(pygit2))
-                remote = pygit2.Repository(path)
-                break
-            except (pygit2.GitError, KeyError, ValueError) as exc:
-                # A push beside another one can fail to read back its own new ref while the other deletes its
-                # incoming ref (seen once in 5 rounds x 2 pushers: "reference '...incoming...' not found"). The ref
-                # is private to this push, so sending it again is safe.
-                if attempt < 2 and "not found" in str(exc) and incoming in str(exc):
-                    continue
-                raise StoreError(f"{url}: push failed ({_one_line(exc)})") from None
+        try:  # pushes to this remote take turns (_push_local): no other one deletes its incoming ref meanwhile
+            self._remote(url).push([f"+{local_ref}:{incoming}"], callbacks=_Callbacks(pygit2))
+            remote = pygit2.Repository(path)
+        except (pygit2.GitError, KeyError, ValueError) as exc:
+            raise StoreError(f"{url}: push failed ({_one_line(exc)})") from None
         try:
             ref = remote.references.get(remote_ref)
             if expected is None:

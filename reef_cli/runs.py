@@ -262,9 +262,10 @@ def run_recorded(
     # set it aside rather than redact it twice. Everything else, excerpts included, goes through redact_obj.
     texts = {name: payload[name].pop("text") for name in ("stdout", "stderr")
              if isinstance(payload.get(name), dict) and "text" in payload[name]}
-    if isinstance(payload.get("argv"), list):
-        payload["argv"] = redact_argv(payload["argv"])  # `mysql -pX`: a word is a secret by the words before it
-    payload, _ = redact_obj(payload)
+    words = payload.pop("argv", None)  # redacted as the command line it makes (`mysql -pX`: a word is a secret by
+    payload, _ = redact_obj(payload)  # the words before it), which reads each word alone too: not twice more
+    if words is not None:
+        payload["argv"] = redact_argv(words) if isinstance(words, list) else redact_obj(words)[0]
     for name, text in texts.items():
         payload[name]["text"] = text
     record = ledger.append("interaction", payload, release_id=release.release_id, content_id=release.content_id,

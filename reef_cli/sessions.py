@@ -70,9 +70,11 @@ class PendingReceipts:
 
     def check(self) -> None:
         """Raise what `add` would meet on the way to its lock (a directory or a symlink in the lock file's place):
-        `reef run` asks before running the command, not after its record is in the ledger."""
-        with self._lock():
-            pass
+        `reef run` asks before running the command, not after its record is in the ledger. One lstat: no lock
+        taken, nothing created (`add` does that)."""
+        from .durable import refuse_misplaced
+
+        refuse_misplaced(f"{self.path}.lock")
 
     def add(self, receipt: str) -> None:
         with self._lock():

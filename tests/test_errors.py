@@ -342,6 +342,20 @@ def test_a_state_file_replaced_by_a_directory_is_one_line_exit_4(tmp_path, name,
     assert f"{state} is a directory where reef expects a file" in r.stderr
 
 
+def test_a_file_where_a_state_directory_goes_is_named_before_the_command_runs(tmp_path):
+    """`pending/` (this shell's unreported receipts) replaced by a file: reef run named the lock file inside it,
+    which does not exist, rather than the file in the way."""
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    reef_init(tmp_path)
+    pending = tmp_path / ".reef" / "scenarios" / "default" / "pending"
+    pending.write_text("not a directory")
+    r = run_reef("run", "--", "touch", str(tmp_path / "ran"), cwd=tmp_path)
+    assert r.returncode == 4 and r.stderr.strip() == (f"reef: error: {pending} is not a directory where reef "
+                                                      "expects one; move it away (nothing was changed by this "
+                                                      "command)"), r.stderr
+    assert not (tmp_path / "ran").exists() and pending.read_text() == "not a directory"
+
+
 def test_ledger_tail_and_show_never_print_control_characters_from_feedback(tmp_path):
     """A hostile pass: feedback holding ESC[2J reached the terminal raw through `reef ledger tail` (it clears the
     reader's screen; an attacker's text can forge output)."""

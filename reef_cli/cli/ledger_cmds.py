@@ -207,10 +207,12 @@ def repair_ledger(
     anchors = store.ledger_anchors()
     report = _RepairReport(as_json, len(anchors))
     with led:
+        checked = None
         if led.acknowledged_cut() is None:
             # a chain broken inside (not records cut off its end) is not mended by recording a loss: say so before
             # anything is judged or written (a damaged line also reads as a missing anchor)
-            report.refuse_damage(led.verify())
+            checked = led.verify()
+            report.refuse_damage(checked)
         found = ledger_anchors.problems(led, anchors, every=True)
         if not accept_loss:
             cut = led.acknowledged_cut()
@@ -222,7 +224,9 @@ def repair_ledger(
             # the anchors are judged before the cut is recorded: the `ledger_cut` record takes the missing seq
             cut_rec = led.accept_cut()
             rec = led.accept_loss(anchors, found=found)
-        damage = led.verify()  # what --accept-loss cannot mend: a record edited, deleted or damaged in place
+        # what --accept-loss cannot mend: a record edited, deleted or damaged in place (the chain walked once more
+        # only when something was appended or it was not walked above)
+        damage = checked if checked is not None and cut_rec is None and rec is None else led.verify()
     lines = []
     if cut_rec is not None:
         p = cut_rec.payload

@@ -44,10 +44,6 @@ class BodyTooLarge(Exception):
     """The request body is over the server's cap; the handler answers 413."""
 
 
-
-
-
-
 class Headers:
     """Headers as they came: case-insensitive lookup of the first value (`get`, `[]`, `in`), every value of a
     repeated name (`getall`), all of them in order (`items`). Requests here, answers in upstream_http.py."""

@@ -54,7 +54,7 @@ def shown_argv(argv) -> list[str]:
     separate word; a word shlex would quote (`-pS3c$ret` after mysql) is read as typed, not inside quotes."""
     from ..redact import redact_argv
 
-    return redact_argv([str(a) for a in argv])
+    return redact_argv(list(argv))
 
 
 def slime_flags(*, run_dir: Path, prompt_data: Path, hf_checkpoint: str, samples: int, trainer: dict) -> list[str]:
