@@ -159,9 +159,18 @@ def open_state(path, flags: int, mode: int = 0o600) -> int:
     line every command gives for it: callers that turn an OSError into their own message named the ledger instead
     of the path at fault, with exit 1 where the others said 4."""
     import errno
+    import stat
 
     try:
-        return os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+        # O_NONBLOCK: a FIFO planted there would block the open (and every reef command) until someone writes to it
+        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, mode)
+        kind = os.fstat(fd).st_mode
+        if not stat.S_ISREG(kind):
+            os.close(fd)
+            raise OSError(errno.EISDIR if stat.S_ISDIR(kind) else errno.ENXIO, "not a regular file")
+        if not flags & os.O_NONBLOCK:
+            os.set_blocking(fd, True)
+        return fd
     except OSError as exc:
         from .errors import MisplacedState, misplaced_message
 
@@ -191,5 +200,5 @@ def refuse_misplaced(path) -> None:
 
         blocking = next(p for p in reversed(Path(path).parents) if p.exists() and not p.is_dir())
         raise MisplacedState(misplaced_message(blocking, "ENOTDIR")) from None
-    if stat.S_ISDIR(mode) or stat.S_ISLNK(mode):
+    if not stat.S_ISREG(mode):  # a directory, a symlink, a FIFO...
         os.close(open_state(path, os.O_RDWR))  # raises its line

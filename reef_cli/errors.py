@@ -68,7 +68,8 @@ class UsageError(ReefError):
 # Reef's own state replaced by something else: a directory where a file was, a file where a directory was, a
 # symlink loop. The user's (or an attacker's) doing, and fixable by moving it away: exit 4, not a crash.
 _MISPLACED = {"EISDIR": "is a directory where reef expects a file", "ENOTDIR": "is not a directory where reef expects one",
-              "ELOOP": "is a symlink reef does not follow"}
+              "ELOOP": "is a symlink reef does not follow",
+              "ENXIO": "is not a regular file (a FIFO, a socket or a device) where reef expects one"}
 
 
 def misplaced_message(path, errno_name: str) -> str | None:

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .durable import make_dirs
-from .errors import DamagedState, InvalidInput
+from .errors import DamagedState, InvalidInput, MisplacedState, misplaced_message
 from .releases import Release
 
 FORWARDED = (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2, signal.SIGWINCH)
@@ -188,6 +188,8 @@ def run_recorded(
     record_id = ledger.reserve_id()  # the receipt the child sees; reserved, so appending it needs no id lookup
     runs_dir = store.dir / "runs"
     make_dirs(runs_dir)  # reef's state: 0700 whatever the umask
+    if not runs_dir.is_dir():  # a file in its place: refused now, not after the command ran unrecorded
+        raise MisplacedState(misplaced_message(runs_dir, "ENOTDIR"))
     routing_file = runs_dir / f"{record_id}.routing.jsonl"
     child_env = {
         **base_env,

@@ -356,6 +356,41 @@ def test_a_file_where_a_state_directory_goes_is_named_before_the_command_runs(tm
     assert not (tmp_path / "ran").exists() and pending.read_text() == "not a directory"
 
 
+@pytest.mark.parametrize("name", ["ledger.jsonl", "ledger.jsonl.sync", "ledger.jsonl.lock"])
+def test_a_fifo_where_a_ledger_file_goes_is_one_line_before_the_command_runs(tmp_path, name):
+    """A hostile pass: a FIFO at the ledger or its sync page hung reef run, verify and doctor forever (an open for
+    reading waits for a writer), or ran the command and then failed its record ('cannot sync'), or ended in
+    'unexpected error: not seekable'."""
+    import os
+
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    reef_init(tmp_path)
+    assert run_reef("run", "--", "true", cwd=tmp_path).returncode == 0
+    state = tmp_path / ".reef" / "scenarios" / "default" / name
+    state.unlink()
+    os.mkfifo(state)
+    r = run_reef("run", "--", "touch", str(tmp_path / "ran"), cwd=tmp_path, timeout=30)
+    assert r.returncode == 4 and r.stderr.strip() == (f"reef: error: {state} is not a regular file (a FIFO, a socket "
+                                                      "or a device) where reef expects one; move it away (nothing "
+                                                      "was changed by this command)"), r.stderr
+    assert not (tmp_path / "ran").exists()
+    verify = run_reef("ledger", "verify", cwd=tmp_path, timeout=30)  # no hang: refused where it reads the file
+    assert verify.returncode == (0 if name == "ledger.jsonl.lock" else 4) and "unexpected" not in verify.stderr
+
+
+def test_a_file_where_the_runs_directory_goes_is_refused_before_the_command_runs(tmp_path):
+    """It ran the command, then failed to keep its record, saying 'nothing was changed' about the wrong path."""
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    reef_init(tmp_path)
+    runs = tmp_path / ".reef" / "scenarios" / "default" / "runs"
+    if runs.exists():
+        shutil.rmtree(runs)
+    runs.write_text("x")
+    r = run_reef("run", "--", "touch", str(tmp_path / "ran"), cwd=tmp_path)
+    assert r.returncode == 4 and f"{runs} is not a directory where reef expects one" in r.stderr, r.stderr
+    assert not (tmp_path / "ran").exists() and runs.read_text() == "x"
+
+
 def test_ledger_tail_and_show_never_print_control_characters_from_feedback(tmp_path):
     """A hostile pass: feedback holding ESC[2J reached the terminal raw through `reef ledger tail` (it clears the
     reader's screen; an attacker's text can forge output)."""

@@ -391,3 +391,20 @@ def test_pull_keeps_an_edit_saved_after_it_read_the_working_tree(reef, shared, m
     assert "kept your edits to CLAUDE.md" in r.err
     assert "Saved meanwhile." in (b / "CLAUDE.md").read_text()
     assert log_bytes(a) == log_bytes(b)
+
+
+def test_a_fifo_planted_as_the_remotes_push_lock_is_one_line_not_a_hang(tmp_path, reef):
+    """Anyone who can write to a shared remote could block every pusher forever: opening a FIFO for reading waits
+    for a writer. The lock is opened without blocking and anything but a regular file is refused, exit 4."""
+    from conftest import run_reef
+
+    bare = tmp_path / "remote.git"
+    pygit2.init_repository(str(bare), bare=True)
+    os.mkfifo(bare / "reef-push.lock")
+    a = tmp_path / "a"
+    a.mkdir()
+    git("init", "-q", "-b", "main", cwd=a)
+    ok(reef("-C", str(a), "init"))
+    ok(reef("-C", str(a), "remote", "add", "origin", str(bare)))
+    r = run_reef("-C", str(a), "push", cwd=a, timeout=30)
+    assert r.returncode == 4 and "reef-push.lock is not a regular file" in r.stderr, r.stderr

@@ -63,12 +63,22 @@ def unpack(data: bytes) -> Mark | None:
 
 def read(sync_path: str | os.PathLike[str]) -> Mark | None:
     """The mark kept in a `<ledger>.sync` file, for readers that do not map it (verify)."""
-    try:
-        with open(sync_path, "rb") as handle:
-            handle.seek(OFFSET)
-            return unpack(handle.read(_LAYOUT.size))
+    import stat
+
+    try:  # never blocked by a FIFO planted there (an open for reading waits for a writer)
+        fd = os.open(sync_path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except (FileNotFoundError, NotADirectoryError):
         return None
+    try:
+        kind = os.fstat(fd).st_mode
+        if not stat.S_ISREG(kind):  # a directory, a FIFO...: the OSError the CLI and doctor name it by, exit 4
+            import errno
+
+            code = errno.EISDIR if stat.S_ISDIR(kind) else errno.ENXIO
+            raise OSError(code, os.strerror(code), os.fspath(sync_path))
+        return unpack(os.pread(fd, _LAYOUT.size, OFFSET))
+    finally:
+        os.close(fd)
 
 
 class MarkPage:

@@ -6,12 +6,13 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import stat
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from ..durable import last_lines
+from ..durable import last_lines, open_state
 from ..errors import InvalidInput, NotFound, StoreError
 from ..times import format_time
 from .record import _BLOCK, _ID_RE, Record, _BadJSON, _decode
@@ -29,10 +30,14 @@ class _Line:
 def _lines(path: Path, start: int = 0, first_number: int = 1) -> Iterator[tuple[int, int, bytes, bool]]:
     """Stream (line number, offset, bytes without newline, complete?) without loading the file."""
     try:
-        handle = open(path, "rb")
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)  # a FIFO must not block the reader
     except FileNotFoundError:
         return
-    with handle:
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        open_state(path, os.O_RDONLY)  # raises the line every command gives for it (a directory, a FIFO...)
+    os.set_blocking(fd, True)
+    with open(fd, "rb") as handle:
         handle.seek(start)
         offset, number = start, first_number
         for raw in handle:
