@@ -333,6 +333,9 @@ class GitStore:
             gitdir = self._pygit2.discover_repository(path)
         except Exception:  # noqa: BLE001 - not a repository: the push below says so in its own words
             gitdir = None
+        own = {os.path.realpath(path), os.path.realpath(os.path.join(path, ".git"))}
+        if gitdir is not None and os.path.realpath(gitdir.rstrip("/")) not in own:
+            gitdir = None  # a directory inside some other repository: no lock left in that one (the push fails)
         if gitdir is None:
             return self._push_local_turn(url, path, local_ref, remote_ref, expected)
         from .durable import open_state

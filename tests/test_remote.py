@@ -408,3 +408,20 @@ def test_a_fifo_planted_as_the_remotes_push_lock_is_one_line_not_a_hang(tmp_path
     ok(reef("-C", str(a), "remote", "add", "origin", str(bare)))
     r = run_reef("-C", str(a), "push", cwd=a, timeout=30)
     assert r.returncode == 4 and "reef-push.lock is not a regular file" in r.stderr, r.stderr
+
+
+def test_a_remote_inside_another_repository_leaves_no_lock_in_that_one(tmp_path, reef):
+    """A plain directory inside someone's work tree named as the remote: the push fails (it is no repository), and
+    the lock used to be left in the enclosing repository's .git, found by walking up."""
+    from conftest import run_reef
+
+    git("init", "-q", cwd=tmp_path)
+    (tmp_path / "sub").mkdir()
+    a = tmp_path / "a"
+    a.mkdir()
+    git("init", "-q", "-b", "main", cwd=a)
+    ok(reef("-C", str(a), "init"))
+    ok(reef("-C", str(a), "remote", "add", "origin", str(tmp_path / "sub")))
+    r = run_reef("-C", str(a), "push", cwd=a, timeout=30)
+    assert r.returncode == 1 and "push failed" in r.stderr, r.stderr
+    assert not (tmp_path / ".git" / "reef-push.lock").exists()
