@@ -111,6 +111,40 @@ def _read_line_at(fd: int, offset: int) -> bytes:
         offset += len(block)
 
 
+def seq_offset(handle, seq: int) -> int:
+    """Offset of the first complete line whose record has seq >= `seq` (or the end) in the ledger open as `handle`
+    (binary), by bisecting it: seq grows with the offset."""
+    size = os.fstat(handle.fileno()).st_size
+
+    def line_at(pos: int) -> tuple[int, int | None]:
+        """The first line starting at or after `pos`: (its offset, its seq or None past the end)."""
+        if pos > 0:
+            handle.seek(pos - 1)
+            handle.readline()  # finish the line that `pos` falls in (a no-op when pos starts a line)
+        else:
+            handle.seek(0)
+        start = handle.tell()
+        raw = handle.readline()
+        if not raw.endswith(b"\n"):
+            return start, None
+        try:
+            return start, int(json.loads(raw)["seq"])
+        except (ValueError, KeyError, TypeError):
+            return start, None
+
+    lo, hi = 0, size
+    while lo < hi:
+        mid = (lo + hi) // 2
+        start, found = line_at(mid)
+        if found is not None and found < seq:
+            handle.seek(start)
+            lo = start + len(handle.readline())
+        else:
+            hi = mid
+    start, _ = line_at(lo)
+    return start
+
+
 class Reader:
     """The reading half of `Ledger` (a mixin: it uses the writer's lock and the id index only in `get`)."""
 
@@ -149,35 +183,7 @@ class Reader:
         except FileNotFoundError:
             return 0
         with handle:
-            size = os.fstat(handle.fileno()).st_size
-
-            def line_at(pos: int) -> tuple[int, int | None]:
-                """The first line starting at or after `pos`: (its offset, its seq or None past the end)."""
-                if pos > 0:
-                    handle.seek(pos - 1)
-                    handle.readline()  # finish the line that `pos` falls in (a no-op when pos starts a line)
-                else:
-                    handle.seek(0)
-                start = handle.tell()
-                raw = handle.readline()
-                if not raw.endswith(b"\n"):
-                    return start, None
-                try:
-                    return start, int(json.loads(raw)["seq"])
-                except (ValueError, KeyError, TypeError):
-                    return start, None
-
-            lo, hi = 0, size
-            while lo < hi:
-                mid = (lo + hi) // 2
-                start, found = line_at(mid)
-                if found is not None and found < seq:
-                    handle.seek(start)
-                    lo = start + len(handle.readline())
-                else:
-                    hi = mid
-            start, _ = line_at(lo)
-        return start
+            return seq_offset(handle, seq)
 
     def tail(self, n: int) -> list[Record]:
         """The last `n` records, oldest first, read backwards from the end in blocks."""
