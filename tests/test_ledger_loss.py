@@ -4,7 +4,8 @@ The acknowledged mark (`<ledger>.sync`, reef_cli/ledger/acked.py) is the machine
 acknowledged to callers. A deleted ledger, an older or shorter copy put back under a new inode, a `cp -a` copy cut at
 a line boundary, another record where the mark's belongs: each read as "intact" (the mark spoke only for its own
 inode, or for a file ending in a torn line), `reef run` appended over it, and the receipts since the last publish
-(which no release anchor covers) were gone without a word. Also here: a crash at any step of an append or of recording a loss never reads as a loss that did not happen.
+(which no release anchor covers) were gone without a word. Also here: readers refuse a symlinked ledger as writers
+do, and a crash at any step of an append or of recording a loss never reads as a loss that did not happen.
 """
 
 from __future__ import annotations
@@ -178,6 +179,51 @@ def test_what_is_not_a_loss(tmp_path: Path) -> None:
         (root / LEDGER).with_name(name).unlink()
     assert run_reef("ledger", "verify", cwd=root).returncode == 0
     assert run_reef("run", "--", "true", cwd=root).returncode == 0
+
+
+# --- readers refuse a symlinked ledger, as writers do -------------------------------------------------------------
+
+_READERS = {
+    "verify": ("ledger", "verify"), "verify-json": ("ledger", "verify", "--json"), "tail": ("ledger", "tail"),
+    "query": ("ledger", "query", "--json"), "export": ("ledger", "export"), "show": ("ledger", "show", "RECEIPT"),
+    "reflect": ("harness", "reflect"), "repair": ("repair", "ledger"), "run": ("run", "--", "true"),
+}
+
+
+def test_readers_refuse_a_symlinked_ledger_like_writers(project: Path, tmp_path: Path) -> None:
+    """`reef ledger verify` said "intact" over a ledger that is a symlink (to anything: a file an attacker chose, a
+    copy elsewhere) that every writer refuses; tail, query, export and reflect read through it. Every command now
+    says the writers' one line, exit 4, and the target is left as it was."""
+    receipt = json.loads((project / LEDGER).read_bytes().splitlines()[0])["record_id"]
+    victim = tmp_path / "elsewhere" / "ledger.jsonl"
+    victim.parent.mkdir()
+    victim.write_bytes((project / LEDGER).read_bytes())
+    before = victim.read_bytes()
+    link = project / LEDGER
+    link.unlink()
+    link.symlink_to(victim)
+    line = f"reef: error: {link} is a symlink; reef never reads or writes its state through symlinks (move it away)\n"
+    for label, args in _READERS.items():
+        r = run_reef(*(receipt if a == "RECEIPT" else a for a in args), cwd=project)
+        assert (r.returncode, r.stderr) == (4, line), (label, r.returncode, r.stdout, r.stderr)
+        assert "intact" not in r.stdout, label
+    r = run_reef("doctor", cwd=project)
+    assert r.returncode == 1 and line[len("reef: error: "):-1] in r.stdout, r.stdout
+    assert victim.read_bytes() == before
+
+
+def test_a_symlinked_state_directory_is_followed(project: Path, tmp_path: Path) -> None:
+    """Only the ledger file itself is refused: `.reef` kept on another disk through a symlinked directory works."""
+    moved = tmp_path / "disk2" / ".reef"
+    moved.parent.mkdir()
+    os.rename(project / ".reef", moved)
+    (project / ".reef").symlink_to(moved)
+    r = run_reef("ledger", "verify", cwd=project)
+    assert r.returncode == 0 and "5 record(s) verified" not in r.stderr, r.stderr
+    assert run_reef("run", "--", "true", cwd=project).returncode == 0
+    r = run_reef("ledger", "tail", "--json", cwd=project)
+    assert r.returncode == 0 and len(r.stdout.splitlines()) == 5
+    assert run_reef("doctor", cwd=project).stdout.count("ledger verifies: 5 record(s)") == 1
 
 
 # --- a crash at any step never reads as a loss that did not happen --------------------------------------------------

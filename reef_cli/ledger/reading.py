@@ -6,7 +6,6 @@ from __future__ import annotations
 import fcntl
 import json
 import os
-import stat
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
@@ -27,17 +26,23 @@ class _Line:
     error: str | None
 
 
+def open_for_reading(path: Path):
+    """The ledger at `path` opened for reading (a binary file object), or None when there is none. Never through a
+    symlink, and never a directory or a FIFO: readers refuse what writers refuse (`durable.open_state`: one line,
+    MisplacedState, exit 4), so `verify` or `tail` cannot vouch for a file that no append would touch, nor read an
+    attacker's choice of file. A symlinked directory above it (`.reef` kept on another disk) is followed as ever."""
+    try:
+        return open(open_state(path, os.O_RDONLY), "rb")
+    except FileNotFoundError:
+        return None
+
+
 def _lines(path: Path, start: int = 0, first_number: int = 1) -> Iterator[tuple[int, int, bytes, bool]]:
     """Stream (line number, offset, bytes without newline, complete?) without loading the file."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)  # a FIFO must not block the reader
-    except FileNotFoundError:
+    handle = open_for_reading(path)
+    if handle is None:
         return
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
-        open_state(path, os.O_RDONLY)  # raises the line every command gives for it (a directory, a FIFO...)
-    os.set_blocking(fd, True)
-    with open(fd, "rb") as handle:
+    with handle:
         handle.seek(start)
         offset, number = start, first_number
         for raw in handle:
@@ -85,7 +90,10 @@ def _strict(path: Path, line: _Line) -> Record:
 
 def _line_number(path: Path, offset: int) -> int:
     count = 1
-    with open(path, "rb") as handle:
+    handle = open_for_reading(path)
+    if handle is None:
+        return count
+    with handle:
         left = offset
         while left > 0:
             block = handle.read(min(_BLOCK, left))
@@ -178,9 +186,8 @@ class Reader:
 
     def _seq_offset(self, seq: int) -> int:
         """Offset of the first complete line whose record has seq >= `seq` (or the end), by bisecting the file."""
-        try:
-            handle = open(self.path, "rb")
-        except FileNotFoundError:
+        handle = open_for_reading(self.path)
+        if handle is None:
             return 0
         with handle:
             return seq_offset(handle, seq)
@@ -191,9 +198,8 @@ class Reader:
             raise InvalidInput(f"tail needs a count >= 0, not {n!r}")
         if n == 0:
             return []
-        try:
-            handle = open(self.path, "rb")
-        except FileNotFoundError:
+        handle = open_for_reading(self.path)
+        if handle is None:
             return []
         with handle:
             found = last_lines(handle, n + 1, _BLOCK)  # one spare: the last may be a torn write, which is skipped
@@ -222,7 +228,7 @@ class Reader:
         """One record by id through the index (caught up first, so this takes the writer lock briefly)."""
         if type(record_id) is not str or not _ID_RE.fullmatch(record_id):
             raise NotFound(f"no record {record_id!r} in {self.path} (not a valid record id)")
-        if not self.path.exists():
+        if not os.path.lexists(self.path):  # a symlink is refused by the open below, not taken for none
             raise NotFound(f"no record '{record_id}' in {self.path} (the ledger does not exist yet)")
         with self._mutex:
             self._ensure_open()
