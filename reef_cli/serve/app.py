@@ -21,7 +21,7 @@ from pathlib import Path
 
 from ..errors import ConflictError, DamagedState, InvalidInput, NotFound, PolicyError, ReefError, StoreError
 from ..times import format_ms
-from .auth import TokenSet, check_bind, presented_token
+from .auth import TokenFile, check_bind, presented_token
 from .http_server import BodyTooLarge, HttpServer, Request, Response, StreamResponse
 from .recording import Exchange, Recorder
 from .reef_routes import ReefRoutes
@@ -76,8 +76,8 @@ class Gateway(StreamRelay, ReefRoutes):
         if config.loop not in ("auto", "uvloop", "asyncio"):
             raise InvalidInput(f"--loop {config.loop}: expected auto, uvloop or asyncio")
         self.config = config
-        self.tokens = TokenSet.load(config.token_file) if config.token_file else None
-        check_bind(config.host, self.tokens)
+        self.tokens = TokenFile(config.token_file, lambda line: self._note(line)) if config.token_file else None
+        check_bind(config.host, self.tokens.tokens if self.tokens is not None else None)
         self.upstream = Upstream.parse(config.upstream, "openai" if config.upstream_api == "sglang"
                                        else config.upstream_api, environ)
         self.executor = ThreadPoolExecutor(max_workers=32, thread_name_prefix="reef-ledger")
@@ -120,7 +120,7 @@ class Gateway(StreamRelay, ReefRoutes):
         path, session = request.route = _split_session(request.path)
         api = ROUTE_API.get(path, "reef")
         if self.tokens is not None and request.path != "/healthz":
-            if not self.tokens.accepts(presented_token(request.headers, self.config.pass_client_key)):
+            if not self.tokens.current().accepts(presented_token(request.headers, self.config.pass_client_key)):
                 missing = presented_token(request.headers, self.config.pass_client_key) is None
                 how = "x-reef-token" if self.config.pass_client_key else "Authorization: Bearer TOKEN or x-api-key"
                 msg = (f"no reef token: send {how}" if missing else "the reef token is not valid for this gateway")
