@@ -26,7 +26,7 @@ from .http_server import BodyTooLarge, HttpServer, Request, Response, StreamResp
 from .recording import Exchange, Recorder
 from .reef_routes import ReefRoutes
 from .relay import (RECORDED, ROUTE_API, Upstream, error_body, failure_response, json_response as _json_response,
-                    response_headers)
+                    response_headers, screen)
 from .streams import StreamRelay
 from .upstream_http import AnswerTooLarge, UpstreamClient, UpstreamError
 
@@ -80,6 +80,7 @@ class Gateway(StreamRelay, ReefRoutes):
         check_bind(config.host, self.tokens.tokens if self.tokens is not None else None)
         self.upstream = Upstream.parse(config.upstream, "openai" if config.upstream_api == "sglang"
                                        else config.upstream_api, environ)
+        self.hidden = self.upstream.hidden(config.pass_client_key)  # keys no answer may carry back (relay.py)
         self.executor = ThreadPoolExecutor(max_workers=32, thread_name_prefix="reef-ledger")
         self.recorder = Recorder(config.project, config.scenario, store_content=config.store_content,
                                  executor=self.executor)
@@ -343,7 +344,9 @@ class Gateway(StreamRelay, ReefRoutes):
             except UpstreamError as exc:
                 return await self._failed(api, ex, extra, 502, "upstream_died",
                                           f"the upstream's answer was cut off ({exc})")
-            out_headers = response_headers(resp.headers) + extra
+            if self.hidden:
+                data = screen(data, self.hidden)
+            out_headers = response_headers(resp.headers, self.hidden) + extra
             if ex is None:  # a HEAD's answer keeps the upstream's length (relayed headers drop Content-Length)
                 length = resp.headers.get("Content-Length") if request.method == "HEAD" else None
                 return Response(data, resp.status, out_headers, head_length=length)
