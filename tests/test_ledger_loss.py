@@ -83,10 +83,12 @@ def test_a_deleted_ledger_is_a_loss_not_intact(project: Path, tmp_path: Path) ->
     path = project / LEDGER
     last, whole = last_record(path), path.stat().st_size
     path.unlink()
-    refused_everywhere(project, tmp_path, (
-        f"ledger {path} lost acknowledged records: record seq 4 (hash {last['hash'][:16]}) was acknowledged ending at "
-        f"offset {whole}, but the file is gone, so every record up to seq 4 is missing; {REMEDY}"))
+    line = (f"ledger {path} lost acknowledged records: record seq 4 (hash {last['hash'][:16]}) was acknowledged "
+            f"ending at offset {whole}, but the file is gone, so every record up to seq 4 is missing; {REMEDY}")
+    refused_everywhere(project, tmp_path, line)
     assert not path.exists()  # refusing never creates the file
+    r = run_reef("ledger", "show", last["record_id"], cwd=project)  # it said "the ledger does not exist yet"
+    assert (r.returncode, r.stderr) == (4, f"reef: error: {line}\n")
     r = run_reef("doctor", cwd=project)  # it said "empty (no records yet)"
     assert r.returncode == 1 and f"ledger {path} does not verify: ledger {path} lost acknowledged" in r.stdout
     assert "'reef repair ledger --accept-loss' records the loss" in r.stdout

@@ -12,7 +12,7 @@ from datetime import datetime
 from pathlib import Path
 
 from ..durable import last_lines, open_state
-from ..errors import InvalidInput, NotFound, StoreError
+from ..errors import DamagedState, InvalidInput, NotFound, StoreError
 from ..times import format_time
 from .record import _BLOCK, _ID_RE, Record, _BadJSON, _decode
 
@@ -229,6 +229,9 @@ class Reader:
         if type(record_id) is not str or not _ID_RE.fullmatch(record_id):
             raise NotFound(f"no record {record_id!r} in {self.path} (not a valid record id)")
         if not os.path.lexists(self.path):  # a symlink is refused by the open below, not taken for none
+            cut = self.acknowledged_cut()
+            if cut is not None:  # it held acknowledged records: the loss, not "no such record"
+                raise DamagedState(cut[1])
             raise NotFound(f"no record '{record_id}' in {self.path} (the ledger does not exist yet)")
         with self._mutex:
             self._ensure_open()
