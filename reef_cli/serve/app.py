@@ -442,7 +442,7 @@ class Gateway(StreamRelay, ReefRoutes):
             self._note(f"stopped; {line}")
             code = 1
         for name, state in sorted(self.recorder.scenarios.items()):
-            result = state.ledger.verify_since(state.start)  # a big ledger: only what came after the start
+            result = state.ledger.verify_since(state.start, state.last)  # big: only what came after the start
             if result.ok and result.since_seq is not None:
                 self._note(f"stopped; ledger of scenario '{name}' verified: the {result.count} records after record "
                            f"{result.since_seq} chain onto it (the older ones: reef ledger verify)")
