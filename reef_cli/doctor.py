@@ -317,15 +317,12 @@ def check_ledger(store) -> list[Check]:
     try:
         res = paths.ledger().verify()
     except Exception as exc:  # a ledger too damaged to walk is a finding, not a crash
-        import errno
+        from .durable import misplaced_oserror
 
-        from .errors import misplaced_message
-
-        misplaced = misplaced_message(exc.filename, errno.errorcode.get(exc.errno or 0, "")) if (
-            isinstance(exc, OSError) and exc.filename) else None
+        misplaced = misplaced_oserror(exc)
         if misplaced is not None:  # a directory where its .sync page or index is: the line every command gives
             return [Check("state:ledger", FAIL, f"ledger {paths.ledger_path} cannot be verified: {misplaced}",
-                          f"move {exc.filename} away")]
+                          f"move {misplaced.path} away")]
         return [Check("state:ledger", FAIL, f"ledger {paths.ledger_path} cannot be verified: {exc}",
                       "reef ledger verify")]
     if res.ok and res.torn_tail:

@@ -378,6 +378,43 @@ def test_a_fifo_where_a_ledger_file_goes_is_one_line_before_the_command_runs(tmp
     assert verify.returncode == (0 if name == "ledger.jsonl.lock" else 4) and "unexpected" not in verify.stderr
 
 
+MISPLACED_LINES = {
+    "directory": "is a directory where reef expects a file",
+    "symlink": "is a symlink where reef expects a file (reef never follows symlinks in its state)",
+    "fifo": "is not a regular file (a FIFO, a socket or a device) where reef expects one",
+}
+
+
+@pytest.mark.parametrize("kind", sorted(MISPLACED_LINES))
+def test_each_kind_of_misplaced_state_has_one_line_whoever_meets_it(tmp_path, kind):
+    """The line was built in three places and a symlink had two wordings ("is a symlink; reef never writes its state
+    through symlinks (move it away)" from open_state, "is a symlink reef does not follow" from the CLI boundary).
+    Now: one line per kind, naming the path and saying to move it away, from `reef run`, from the boundary's
+    reading of a plain OSError, and from open_state alike."""
+    import errno
+
+    from reef_cli.cli.boundary import misplaced_error
+    from reef_cli.durable import open_state
+    from reef_cli.errors import MisplacedState
+
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    reef_init(tmp_path)
+    lock = tmp_path / ".reef" / "scenarios" / "default" / "ledger.jsonl.lock"
+    if lock.exists():
+        lock.unlink()
+    {"directory": lock.mkdir, "symlink": lambda: lock.symlink_to(tmp_path / "elsewhere"),
+     "fifo": lambda: os.mkfifo(lock)}[kind]()
+    line = f"{lock} {MISPLACED_LINES[kind]}; move it away (nothing was changed by this command)"
+    r = run_reef("run", "--", "touch", str(tmp_path / "ran"), cwd=tmp_path, timeout=30)
+    assert (r.returncode, r.stderr) == (4, f"reef: error: {line}\n")
+    assert not (tmp_path / "ran").exists() and not (tmp_path / "elsewhere").exists()
+    with pytest.raises(MisplacedState) as raised:
+        open_state(lock, os.O_RDWR | os.O_CREAT)
+    assert (str(raised.value), raised.value.path) == (line, str(lock))
+    code = {"directory": errno.EISDIR, "symlink": errno.ELOOP, "fifo": errno.ENXIO}[kind]
+    assert misplaced_error(OSError(code, os.strerror(code), str(lock))) == line
+
+
 def test_a_file_where_the_runs_directory_goes_is_refused_before_the_command_runs(tmp_path):
     """It ran the command, then failed to keep its record, saying 'nothing was changed' about the wrong path."""
     subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
