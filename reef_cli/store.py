@@ -202,17 +202,21 @@ def _writable_parents(dest: Path, rel: str) -> None:
         raise InvalidInput(f"{blocked} is not a directory; cannot write {rel} under it")
 
 
-def _replaceable(target: Path, entry: Entry | None) -> None:
-    """InvalidInput unless writing `entry` at `target` (or removing it) replaces a file: a symlink there (where the
-    release holds a file) would be written through, a directory cannot be replaced by a file."""
+def unreplaceable(target: Path, entry: Entry | None) -> str | None:
+    """Why writing `entry` at `target` (None: removing it) cannot simply replace what stands there: "is a directory"
+    (no file replaces one), or None when nothing, a file, or a symlink where the release holds one too stands there.
+    A symlink where the release holds a file (or nothing) is InvalidInput: writing would go through it, --force or
+    not. Shared by rollback's check before it publishes and checkout's conflict check, so both judge a path alike;
+    what a directory there means is theirs (checkout: a conflict; rollback: refused)."""
     try:
         st = os.lstat(target)
     except FileNotFoundError:
-        return
+        return None
     if stat.S_ISLNK(st.st_mode) and (entry is None or entry.mode != MODE_LINK):
         raise InvalidInput(f"{target} is a symlink; reef never writes through symlinks")
     if stat.S_ISDIR(st.st_mode):
-        raise InvalidInput(f"{target} is a directory; reef writes a file there")
+        return "is a directory"
+    return None
 
 
 def write_files(dest: Path, files: dict[str, Entry], *, read_only: bool = False,
@@ -677,7 +681,9 @@ class HarnessStore:
             for rel in sorted(set(old_files) | set(new_files)):
                 if old_files.get(rel) != new_files.get(rel):
                     _writable_parents(self.project.root, rel)
-                    _replaceable(self.project.root / rel, new_files.get(rel))
+                    why = unreplaceable(self.project.root / rel, new_files.get(rel))
+                    if why is not None:
+                        raise InvalidInput(f"{self.project.root / rel} {why}; reef writes a file there")
         except InvalidInput as exc:
             raise InvalidInput(f"cannot roll back: {exc} (nothing was published)") from None
         result = self.publish(
