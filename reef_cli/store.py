@@ -23,7 +23,7 @@ from typing import Callable
 
 from . import chain_integrity
 from .config import CONFIG_NAME, HarnessConfig, parse_config
-from .durable import STATE_FILE_MODE, make_dirs, read_nofollow, write_all
+from .durable import STATE_FILE_MODE, make_dirs, open_state, read_nofollow, write_all
 from .errors import ConflictError, DamagedState, InvalidInput, NotFound, StoreError
 from .gitstore import MODE_EXEC, MODE_LINK, Entry, GitStore, mode_of
 from .ids import new_id
@@ -389,8 +389,9 @@ class HarnessStore:
     @contextlib.contextmanager
     def lock(self):
         """The scenario lock: `flock(2)` on `<scenario>/lock`, the primitive `filelock.FileLock` uses on the same path,
-        taken blocking (FileLock's set-up and polling cost ~0.2 ms per publish)."""
-        fd = os.open(self.dir / "lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        taken blocking (FileLock's set-up and polling cost ~0.2 ms per publish). Opened as reef's other state files
+        are (`open_state`): a symlink planted there was followed, and O_CREAT made its target wherever it pointed."""
+        fd = open_state(self.dir / "lock", os.O_RDWR | os.O_CREAT, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             yield

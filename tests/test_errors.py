@@ -415,6 +415,29 @@ def test_each_kind_of_misplaced_state_has_one_line_whoever_meets_it(tmp_path, ki
     assert misplaced_error(OSError(code, os.strerror(code), str(lock))) == line
 
 
+@pytest.mark.parametrize("kind", ["dangling", "symlink", "fifo"])
+def test_the_scenario_lock_is_never_opened_through_a_symlink(tmp_path, kind):
+    """The scenario lock was opened with a plain os.open: a dangling symlink planted at `<scenario>/lock` had
+    `reef publish` create the file it pointed to (anywhere the user can write), a symlink to a file had it opened
+    for writing, a FIFO was taken as a lock. Now it is opened as the ledger's lock is: one line, exit 4, and the
+    target never made or touched."""
+    project = reef_init(tmp_path / "proj")
+    lock = project / ".reef" / "scenarios" / "default" / "lock"
+    lock.unlink(missing_ok=True)
+    target = tmp_path / "victim"
+    if kind == "symlink":
+        target.write_text("VICTIM\n")
+    {"dangling": lambda: lock.symlink_to(target), "symlink": lambda: lock.symlink_to(target),
+     "fifo": lambda: os.mkfifo(lock)}[kind]()
+    (project / "CLAUDE.md").write_text("an edit to publish\n")
+    r = run_reef("publish", "-m", "x", cwd=project, timeout=30)
+    what = MISPLACED_LINES["fifo" if kind == "fifo" else "symlink"]
+    assert (r.returncode, r.stderr) == (4, f"reef: error: {lock} {what}; move it away (nothing was changed by this "
+                                           "command)\n")
+    assert head_step(project) == 1
+    assert (target.read_text() == "VICTIM\n") if kind == "symlink" else not target.exists()
+
+
 def test_a_file_where_the_runs_directory_goes_is_refused_before_the_command_runs(tmp_path):
     """It ran the command, then failed to keep its record, saying 'nothing was changed' about the wrong path."""
     subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
