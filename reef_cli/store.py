@@ -23,7 +23,7 @@ from typing import Callable
 
 from . import chain_integrity
 from .config import CONFIG_NAME, HarnessConfig, parse_config
-from .durable import STATE_FILE_MODE, make_dirs, open_state, read_nofollow, write_all
+from .durable import STATE_FILE_MODE, make_dirs, open_state, read_nofollow, refuse_misplaced, write_all
 from .errors import ConflictError, DamagedState, InvalidInput, NotFound, StoreError
 from .gitstore import MODE_EXEC, MODE_LINK, Entry, GitStore, mode_of
 from .ids import new_id
@@ -399,6 +399,12 @@ class HarnessStore:
             os.close(fd)
 
     def exists(self) -> bool:
+        """Whether the scenario was made; what every command asks first, so a scenario.json or release log of the
+        wrong kind is refused here, naming it (MisplacedState, exit 4): a directory at scenario.json read as
+        "scenario 'default' does not exist (known: default)", a FIFO at releases.jsonl hung every command (reef
+        doctor too), a symlink there had publish append through it. Two lstat()s."""
+        refuse_misplaced(self.dir / "scenario.json")
+        refuse_misplaced(self.dir / "releases.jsonl")
         return (self.dir / "scenario.json").is_file()
 
     def info(self) -> ScenarioInfo:

@@ -438,6 +438,24 @@ def test_the_scenario_lock_is_never_opened_through_a_symlink(tmp_path, kind):
     assert (target.read_text() == "VICTIM\n") if kind == "symlink" else not target.exists()
 
 
+@pytest.mark.parametrize("name,kind", [("releases.jsonl", "fifo"), ("releases.jsonl", "symlink"),
+                                       ("scenario.json", "directory"), ("scenario.json", "fifo")])
+def test_a_scenario_file_of_the_wrong_kind_is_named_by_every_command(tmp_path, name, kind):
+    """A FIFO at releases.jsonl hung every command, reef doctor too, until someone wrote to it; a directory or a
+    FIFO at scenario.json read "scenario 'default' does not exist (known: default)"; a symlink at the release log
+    was read (and appended) through. Now each is the one line naming it, exit 4, before the command does anything."""
+    project = reef_init(tmp_path / "proj")
+    path = project / ".reef" / "scenarios" / "default" / name
+    path.unlink()
+    {"directory": path.mkdir, "fifo": lambda: os.mkfifo(path),
+     "symlink": lambda: path.symlink_to(tmp_path / "elsewhere")}[kind]()
+    line = f"reef: error: {path} {MISPLACED_LINES[kind]}; move it away (nothing was changed by this command)\n"
+    for args in (("status",), ("run", "--", "touch", str(tmp_path / "ran"))):
+        r = run_reef(*args, cwd=project, timeout=30)
+        assert (r.returncode, r.stderr) == (4, line), args
+    assert not (tmp_path / "ran").exists() and not (tmp_path / "elsewhere").exists()
+
+
 def test_a_file_where_the_runs_directory_goes_is_refused_before_the_command_runs(tmp_path):
     """It ran the command, then failed to keep its record, saying 'nothing was changed' about the wrong path."""
     subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
