@@ -180,7 +180,14 @@ def misplaced_oserror(exc: BaseException):
 
     if not isinstance(exc, OSError) or exc.filename is None:
         return None
-    return misplaced(exc.filename, errno.errorcode.get(exc.errno or 0, ""))
+    name = errno.errorcode.get(exc.errno or 0, "")
+    return misplaced(_in_the_way(exc.filename) if name == "ENOTDIR" else exc.filename, name)
+
+
+def _in_the_way(path) -> Path:
+    """For ENOTDIR on `path`: the first directory on its way that is a file (or a FIFO...), the one to move away;
+    `path` itself when none is (it was to be opened as a directory)."""
+    return next((p for p in reversed(Path(path).parents) if p.exists() and not p.is_dir()), Path(path))
 
 
 def open_state(path, flags: int, mode: int = 0o600) -> int:
@@ -219,7 +226,6 @@ def refuse_misplaced(path) -> None:
     except FileNotFoundError:
         return
     except NotADirectoryError:  # a file where one of its directories goes: that one is named
-        blocking = next(p for p in reversed(Path(path).parents) if p.exists() and not p.is_dir())
-        raise misplaced(blocking, "ENOTDIR") from None
+        raise misplaced(_in_the_way(path), "ENOTDIR") from None
     if not stat.S_ISREG(mode):  # a directory, a symlink, a FIFO...
         os.close(open_state(path, os.O_RDWR))  # raises its line

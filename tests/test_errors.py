@@ -456,6 +456,28 @@ def test_a_scenario_file_of_the_wrong_kind_is_named_by_every_command(tmp_path, n
     assert not (tmp_path / "ran").exists() and not (tmp_path / "elsewhere").exists()
 
 
+def test_a_file_where_a_state_directory_goes_is_named_not_the_path_beneath_it(tmp_path):
+    """`.reef/trees` (the materialised releases) replaced by a file: reef run said ".reef/trees/<id>.<pid>.tmp is
+    not a directory where reef expects one; move it away", a path that does not exist. The boundary now names the
+    file in the way, as refuse_misplaced does."""
+    from reef_cli.cli.boundary import misplaced_error
+
+    project = reef_init(tmp_path / "proj")
+    trees = project / ".reef" / "trees"
+    shutil.rmtree(trees)
+    trees.write_text("x")
+    r = run_reef("run", "--", "touch", str(tmp_path / "ran"), cwd=project)
+    assert (r.returncode, r.stderr) == (4, f"reef: error: {trees} is not a directory where reef expects one; move it "
+                                           "away (nothing was changed by this command)\n")
+    assert not (tmp_path / "ran").exists()
+    import errno
+
+    line = misplaced_error(OSError(errno.ENOTDIR, "Not a directory", str(trees / "a" / "b")))
+    assert line.startswith(f"{trees} is not a directory")
+    assert misplaced_error(OSError(errno.ENOTDIR, "Not a directory", str(tmp_path / "gone"))).startswith(
+        f"{tmp_path / 'gone'} is not a directory")
+
+
 def test_a_file_where_the_runs_directory_goes_is_refused_before_the_command_runs(tmp_path):
     """It ran the command, then failed to keep its record, saying 'nothing was changed' about the wrong path."""
     subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
