@@ -364,9 +364,10 @@ def check_ledger(store) -> list[Check]:
 
 
 def check_state_files(store) -> list[Check]:
-    """The scenario's other state of a fixed kind: its lock a regular file (or absent), runs/ and pending/
-    directories (or absent). Each of the wrong kind stops the commands that meet it (exit 4: publish and evolve at
-    the lock, `reef run` at runs/ and pending/), so doctor names it; the ledger's own files are check_ledger's."""
+    """The scenario's other state of a fixed kind: its lock a regular file (or absent), runs/ and pending/, and the
+    project's .reef/trees (materialised releases) directories (or absent). Each of the wrong kind stops the commands
+    that meet it (exit 4: publish and evolve at the lock, `reef run` at the directories), so doctor names it; the
+    ledger's own files are check_ledger's."""
     from .durable import misplaced, refuse_misplaced
 
     out = []
@@ -377,11 +378,12 @@ def check_state_files(store) -> list[Check]:
         if found is None:
             raise
         out.append(found)
-    for name in ("runs", "pending"):  # judged as `reef run` judges them: a directory, or a link to one, is fine
-        path = store.dir / name
+    # judged as `reef run` judges them: a directory, or a link to one, is fine
+    for path in (store.dir / "runs", store.dir / "pending", store.project.state / "trees"):
         if os.path.lexists(path) and not path.is_dir():
             out.append(_misplaced("state:files", misplaced(path, "ENOTDIR")))
-    return out or [Check("state:files", OK, f"{store.dir}: lock, runs/ and pending/ are what reef expects there")]
+    return out or [Check("state:files", OK, f"{store.dir}: lock, runs/ and pending/ (and .reef/trees) are what reef "
+                                            "expects there")]
 
 
 def check_installs(state: Path) -> list[Check]:

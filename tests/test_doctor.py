@@ -118,7 +118,7 @@ WHAT = {"directory": "is a directory where reef expects a file",
     ("ledger.jsonl", "symlink", "state:ledger"), ("ledger.jsonl", "directory", "state:ledger"),
     ("ledger.jsonl.idx", "directory", "state:ledger"), ("lock", "directory", "state:files"),
     ("lock", "symlink", "state:files"), ("runs", "file", "state:files"), ("pending", "file", "state:files"),
-    ("releases.jsonl", "directory", "state:store")])
+    ("releases.jsonl", "directory", "state:store"), ("../../trees", "file", "state:files")])
 def test_misplaced_state_is_a_failure_naming_it_with_move_it_away(reef, project, tmp_path, name, kind, row):
     """Doctor said "0 failure(s)" over a directory, symlink or FIFO at the ledger's lock or sync page, a symlinked
     ledger ("ledger verifies"), or a directory at the scenario lock, while every `reef run` (or publish) stopped
@@ -128,7 +128,7 @@ def test_misplaced_state_is_a_failure_naming_it_with_move_it_away(reef, project,
     from reef_cli.doctor import check_state
 
     records(reef, project, 1)
-    path = project / LEDGER.parent / name
+    path = Path(os.path.normpath(project / LEDGER.parent / name))
     if path.is_dir():
         import shutil
 
