@@ -257,6 +257,47 @@ def test_tokens_rotation_and_refusals(tmp_path, upstream):
     assert "sk-upstream-secret-9" not in (project / ".reef" / "scenarios" / "default" / "ledger.jsonl").read_text()
 
 
+def test_token_file_is_reread_when_it_changes(tmp_path, upstream):
+    """Rotation without a restart: a token added to the file is accepted and a removed one refused within about a
+    second; an empty or deleted file keeps the tokens loaded before (one log line), never opening the gateway."""
+    project = init_project(tmp_path / "proj")
+    tokens = tmp_path / "tokens"
+    tokens.write_text("old-token-1\n")
+
+    def status(token: str) -> int:
+        return http(gw.url + "/reef/status", headers={"Authorization": f"Bearer {token}"})[0]
+
+    def settles(token: str, code: int) -> bool:
+        deadline = time.monotonic() + 5
+        while status(token) != code:
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.1)
+        return True
+
+    with Gateway(project, upstream.url, "--token-file", str(tokens)) as gw:
+        assert status("old-token-1") == 200 and status("new-token-2") == 401
+        tokens.write_text("old-token-1\nnew-token-2\n")  # in place: add the new one
+        assert settles("new-token-2", 200) and status("old-token-1") == 200
+        swap = tmp_path / "tokens.new"
+        swap.write_text("new-token-2\n")
+        swap.replace(tokens)  # an editor's save by rename: remove the old one
+        assert settles("old-token-1", 401) and status("new-token-2") == 200
+        tokens.write_text("# nothing yet\n")
+        time.sleep(1.3)
+        assert status("new-token-2") == 200 and status("") == 401
+        tokens.unlink()
+        time.sleep(1.3)
+        assert status("new-token-2") == 200 and status("old-token-1") == 401
+        assert gw.stop() == 0
+    log = gw.log()
+    assert log.count("token(s) accepted") == 2, log
+    assert f"--token-file {tokens}: holds no token (one per line; '#' starts a comment); still accepting the 1 " \
+           "token(s) loaded before" in log
+    assert f"--token-file {tokens}: no such file; still accepting the 1 token(s) loaded before" in log
+    assert "old-token-1" not in log and "new-token-2" not in log
+
+
 @contextmanager
 def plain_upstream(extra=lambda calls: [], watch: str = ""):
     """A threaded http.server upstream (not FakeLLM): a chat completion for POST with the response headers

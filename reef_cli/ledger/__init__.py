@@ -48,6 +48,7 @@ from ..durable import refuse_misplaced
 from ..errors import StoreError
 from . import acked as _acked
 from . import anchors as _anchors
+from . import since as _since
 from .anchors import Anchor, anchors_of
 from .compaction import REMOVED_LIST_LIMIT, Compaction
 from .export import to_langfuse_score
@@ -58,6 +59,8 @@ from .record import ZERO_HASH, NewRecord, Record, canonical_json, new_record_id
 from .verify import VerifyResult, _Verifier
 from .writer import Writer
 
+SINCE_ABOVE_BYTES = 64 * 2**20
+"""Over this size `verify_since` checks only what was appended since its start (under it, ~1 s, the whole chain)."""
 CUT_KIND = "ledger_cut"
 """The record `reef repair ledger --accept-loss` appends for acknowledged records cut off the end."""
 
@@ -96,6 +99,26 @@ class Ledger(Writer, Reader, IdIndex, Compaction):
                 mark, message = cut
                 result = replace(result, ok=False, first_bad_seq=mark.seq, problem="cut", message=message)
         return replace(result, repairs=repairs) if repairs else result
+
+    def position(self) -> _since.Position | None:
+        """Where the chain ends now, for a later `verify_since`."""
+        return _since.position(self.path)
+
+    def verify_since(self, start: _since.Position | None) -> VerifyResult:
+        """`verify()`, bounded for a big file that was at `start` when this process began appending: only the
+        records after `start` are checked, each chained onto it (`since`); `since_seq` says so. Whatever is not
+        plain appends (a replaced or shorter file, a compaction, a broken or torn line, acknowledged records cut
+        off) gets the full verify, which names it."""
+        if start is not None:
+            try:
+                big = os.stat(self.path).st_size > SINCE_ABOVE_BYTES
+            except OSError:
+                big = False
+            count = _since.appended_since(self.path, self.scenario, start) if big else None
+            if count is not None and self.acknowledged_cut() is None:
+                return VerifyResult(True, count, message=f"{self.path}: the {count} records after record "
+                                    f"{start.seq} chain onto it", since_seq=start.seq)
+        return self.verify()
 
     def acknowledged_cut(self) -> tuple[_acked.Mark, str] | None:
         """The acknowledged mark and the line saying so when the file's complete records end before what writers

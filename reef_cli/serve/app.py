@@ -21,12 +21,12 @@ from pathlib import Path
 
 from ..errors import ConflictError, DamagedState, InvalidInput, NotFound, PolicyError, ReefError, StoreError
 from ..times import format_ms
-from .auth import TokenSet, check_bind, presented_token
+from .auth import TokenFile, check_bind, presented_token
 from .http_server import BodyTooLarge, HttpServer, Request, Response, StreamResponse
 from .recording import Exchange, Recorder
 from .reef_routes import ReefRoutes
 from .relay import (RECORDED, ROUTE_API, Upstream, error_body, failure_response, json_response as _json_response,
-                    response_headers)
+                    response_headers, screen)
 from .streams import StreamRelay
 from .upstream_http import AnswerTooLarge, UpstreamClient, UpstreamError
 
@@ -76,10 +76,11 @@ class Gateway(StreamRelay, ReefRoutes):
         if config.loop not in ("auto", "uvloop", "asyncio"):
             raise InvalidInput(f"--loop {config.loop}: expected auto, uvloop or asyncio")
         self.config = config
-        self.tokens = TokenSet.load(config.token_file) if config.token_file else None
-        check_bind(config.host, self.tokens)
+        self.tokens = TokenFile(config.token_file, lambda line: self._note(line)) if config.token_file else None
+        check_bind(config.host, self.tokens.tokens if self.tokens is not None else None)
         self.upstream = Upstream.parse(config.upstream, "openai" if config.upstream_api == "sglang"
                                        else config.upstream_api, environ)
+        self.hidden = self.upstream.hidden(config.pass_client_key)  # keys no answer may carry back (relay.py)
         self.executor = ThreadPoolExecutor(max_workers=32, thread_name_prefix="reef-ledger")
         self.recorder = Recorder(config.project, config.scenario, store_content=config.store_content,
                                  executor=self.executor)
@@ -120,7 +121,7 @@ class Gateway(StreamRelay, ReefRoutes):
         path, session = request.route = _split_session(request.path)
         api = ROUTE_API.get(path, "reef")
         if self.tokens is not None and request.path != "/healthz":
-            if not self.tokens.accepts(presented_token(request.headers, self.config.pass_client_key)):
+            if not self.tokens.current().accepts(presented_token(request.headers, self.config.pass_client_key)):
                 missing = presented_token(request.headers, self.config.pass_client_key) is None
                 how = "x-reef-token" if self.config.pass_client_key else "Authorization: Bearer TOKEN or x-api-key"
                 msg = (f"no reef token: send {how}" if missing else "the reef token is not valid for this gateway")
@@ -343,7 +344,9 @@ class Gateway(StreamRelay, ReefRoutes):
             except UpstreamError as exc:
                 return await self._failed(api, ex, extra, 502, "upstream_died",
                                           f"the upstream's answer was cut off ({exc})")
-            out_headers = response_headers(resp.headers) + extra
+            if self.hidden:
+                data = screen(data, self.hidden)
+            out_headers = response_headers(resp.headers, self.hidden) + extra
             if ex is None:  # a HEAD's answer keeps the upstream's length (relayed headers drop Content-Length)
                 length = resp.headers.get("Content-Length") if request.method == "HEAD" else None
                 return Response(data, resp.status, out_headers, head_length=length)
@@ -433,8 +436,11 @@ class Gateway(StreamRelay, ReefRoutes):
             self._note(f"stopped; {line}")
             code = 1
         for name, state in sorted(self.recorder.scenarios.items()):
-            result = state.ledger.verify()
-            if result.ok:
+            result = state.ledger.verify_since(state.start)  # a big ledger: only what came after the start
+            if result.ok and result.since_seq is not None:
+                self._note(f"stopped; ledger of scenario '{name}' verified: the {result.count} records after record "
+                           f"{result.since_seq} chain onto it (the older ones: reef ledger verify)")
+            elif result.ok:
                 self._note(f"stopped; ledger of scenario '{name}' verified ({result.count} records)")
             else:
                 self._note(f"stopped; ledger of scenario '{name}' FAILED verification: {result.message}")

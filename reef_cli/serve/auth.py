@@ -5,6 +5,9 @@ Token file: one token per line; blank lines and `#` comments are skipped; a line
 already, so the file need not hold the secret itself. Clients send `Authorization: Bearer TOKEN`, or `x-api-key:
 TOKEN` as Anthropic clients do, or `x-reef-token: TOKEN` (needed with --pass-client-key, where the first two carry
 the client's own upstream key).
+
+The running gateway rereads the file when it changes (`TokenFile`), so rotating a token needs no restart and drops
+no stream in flight.
 """
 
 from __future__ import annotations
@@ -12,9 +15,12 @@ from __future__ import annotations
 import hashlib
 import hmac
 import ipaddress
+import os
 import re
 import socket
+import time
 from pathlib import Path
+from typing import Callable
 
 from ..errors import InvalidInput, PolicyError
 
@@ -57,6 +63,52 @@ class TokenSet:
         for d in self._digests:
             ok |= hmac.compare_digest(digest, d)
         return ok
+
+
+class TokenFile:
+    """The token file as a running gateway sees it: looked at (one stat) at most once a second, on a request, and
+    reread when its inode, size or times changed. A removed token is refused from the next check on; no restart.
+
+    A file that cannot be read or holds no token keeps the tokens loaded before, with one log line: an editor's
+    half-written save, or a file deleted by mistake, must neither lock every agent out nor open the gateway to
+    anyone. To stop every client at once, stop the gateway."""
+
+    CHECK_EVERY_S = 1.0
+
+    def __init__(self, path: Path, note: Callable[[str], None] = lambda _line: None):
+        self.path = Path(path)
+        self._seen = _signature(self.path)
+        self.tokens = TokenSet.load(self.path)
+        self.note = note
+        self._checked = time.monotonic()
+
+    def current(self) -> TokenSet:
+        now = time.monotonic()
+        if now - self._checked >= self.CHECK_EVERY_S:
+            self._checked = now
+            self.refresh()
+        return self.tokens
+
+    def refresh(self) -> None:
+        seen = _signature(self.path)
+        if seen == self._seen:
+            return
+        self._seen = seen
+        try:
+            tokens = TokenSet.load(self.path)
+        except InvalidInput as exc:
+            self.note(f"{exc}; still accepting the {len(self.tokens)} token(s) loaded before")
+            return
+        self.tokens = tokens
+        self.note(f"--token-file {self.path}: reloaded, {len(tokens)} token(s) accepted")
+
+
+def _signature(path: Path) -> tuple | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns
 
 
 def presented_token(headers, pass_client_key: bool) -> str | None:

@@ -229,6 +229,7 @@ class _Scenario:
             raise NotFound(f"scenario '{name}' does not exist in {project.root} (known: {known})"
                            + (f"; {hint(name)}" if hint else ""))
         self.ledger = self.store.ledger()
+        self.start = self.ledger.position()  # where the chain ended when first used: the drain's check starts here
         self.log_path = self.store.dir / "releases.jsonl"
         self._key = None
         self._release = None

@@ -19,7 +19,7 @@ from functools import partial
 
 from .answers import Response, StreamResponse
 from .recording import Exchange
-from .relay import failure_response, response_headers
+from .relay import KeyScreen, failure_response, response_headers
 from .sse import EventSplitter, StreamWatch
 from .upstream_http import UpstreamError
 
@@ -40,7 +40,7 @@ class StreamRelay:
     """The Gateway's stream relay (a mixin: it uses the gateway's config, recorder, _record and _receipt)."""
 
     async def _stream(self, request, api, resp, ex: Exchange | None, extra) -> StreamResponse | None:
-        out = StreamResponse(resp.status, response_headers(resp.headers) + extra)
+        out = StreamResponse(resp.status, response_headers(resp.headers, self.hidden) + extra)
         try:
             await out.prepare(request)
         except ConnectionError:  # the client left before the answer began
@@ -63,7 +63,7 @@ class StreamRelay:
 
         if ex is None:  # not recorded: a plain byte relay
             try:
-                async for chunk in resp.iter_any():
+                async for chunk in self._body(resp):
                     await send(chunk)
                 await out.write_eof()
             except _ClientGone:
@@ -81,7 +81,7 @@ class StreamRelay:
         t = self.config.timeout
         ended = False  # the upstream ended the stream (within AFTER_FINAL_S of its final event, if one came)
         try:
-            async for chunk in resp.iter_any():
+            async for chunk in self._body(resp):
                 ex.add_response(chunk)
                 ready = []
                 for event in splitter.feed(chunk):
@@ -147,6 +147,10 @@ class StreamRelay:
             pass
         return out
 
+    def _body(self, resp):
+        """The answer's bytes as they arrive, the gateway's own upstream keys screened out (relay.KeyScreen)."""
+        return _screened(resp, KeyScreen(self.hidden)) if self.hidden else resp.iter_any()
+
     def _instead(self, out: StreamResponse, api: str, status: int, message: str, extra) -> StreamResponse | Response:
         """A stream that failed: while none of it has left (its head still held, see StreamResponse), a plain error
         answer with the status the record holds takes its place; once some has, the client must see a broken
@@ -156,3 +160,13 @@ class StreamRelay:
         out.cut()
         return out
 
+
+
+async def _screened(resp, keys: KeyScreen):
+    async for chunk in resp.iter_any():
+        chunk = keys.feed(chunk)
+        if chunk:
+            yield chunk
+    rest = keys.end()
+    if rest:
+        yield rest
