@@ -36,7 +36,7 @@ def conflicts(dest: Path, files: Mapping, *, published: Mapping | None = None) -
     """What writing `files` into `dest` would destroy, in path order; raises InvalidInput for what --force cannot
     allow (a symlink on the way, an unsafe path). `published` maps paths to the bytes safe to replace."""
     from .gitstore import MODE_LINK
-    from .store import non_directory_parent
+    from .store import non_directory_parent, unreplaceable
 
     published = published or {}
     out: list[Conflict] = []
@@ -49,14 +49,16 @@ def conflicts(dest: Path, files: Mapping, *, published: Mapping | None = None) -
             out.append(Conflict(rel, f"{blocked} is a file where the release needs a directory"))
             continue
         target = dest / rel
+        why = unreplaceable(target, entry)  # a symlink that a file would be written through: InvalidInput
+        if why is not None:
+            out.append(Conflict(rel, why))
+            continue
         try:
             st = os.lstat(target)
         except FileNotFoundError:
             continue
-        if stat.S_ISDIR(st.st_mode):
-            out.append(Conflict(rel, "is a directory"))
-        elif stat.S_ISLNK(st.st_mode):
-            if entry.mode != MODE_LINK or os.readlink(target) != os.fsdecode(entry.data):
+        if stat.S_ISLNK(st.st_mode):  # the release holds a symlink here too: only the same one is left alone
+            if os.readlink(target) != os.fsdecode(entry.data):
                 raise InvalidInput(f"{target} is a symlink; reef never writes through symlinks")
         elif entry.mode == MODE_LINK:
             out.append(Conflict(rel, "exists and is not a symlink"))

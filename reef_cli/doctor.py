@@ -293,47 +293,63 @@ def check_state(cwd: Path, scenario: str | None, environ: dict) -> tuple[list[Ch
             store.files_of(head)  # reads the head's tree from the object store
             out.append(Check("state:store", OK, f"scenario '{name}': head release {head.release_id} "
                                                 f"(step {head.step}) readable"))
-    except ReefError as exc:
-        out.append(Check("state:store", FAIL, f"store unreadable: {exc}",
-                         "restore .reef from a backup; 'reef ledger verify' and 'git -C .reef/git fsck' locate damage"))
-        store = None
     except Exception as exc:  # pygit2 and OS errors on a damaged store: reported, never raised
-        out.append(Check("state:store", FAIL, f"store unreadable: {type(exc).__name__}: {exc}",
-                         "restore .reef from a backup; 'git -C .reef/git fsck' locates damage"))
+        misplaced = _misplaced("state:store", exc)
+        if misplaced is not None:
+            out.append(misplaced)
+        elif isinstance(exc, ReefError):
+            out.append(Check("state:store", FAIL, f"store unreadable: {exc}", "restore .reef from a backup; 'reef "
+                             "ledger verify' and 'git -C .reef/git fsck' locate damage"))
+        else:
+            out.append(Check("state:store", FAIL, f"store unreadable: {type(exc).__name__}: {exc}",
+                             "restore .reef from a backup; 'git -C .reef/git fsck' locates damage"))
         store = None
     if store is not None:
         out.extend(check_ledger(store))
+        out.extend(check_state_files(store))
     out.extend(check_permissions(state))
     out.extend(check_installs(state))
     return out, state, store
 
 
+def _misplaced(name: str, exc: BaseException) -> Check | None:
+    """The row for a state file of the wrong kind (`durable.misplaced`: a directory, a symlink, a FIFO where reef
+    expects a file, a file where it expects a directory), or None for any other error. The row says what is there;
+    its fix is the advice every command's line gives."""
+    from .durable import misplaced_oserror
+    from .errors import MisplacedState
+
+    found = exc if isinstance(exc, MisplacedState) else misplaced_oserror(exc)
+    if found is None:
+        return None
+    return Check(name, FAIL, found.what, f"move {found.path} away")
+
+
 def check_ledger(store) -> list[Check]:
+    from .durable import refuse_misplaced
     from .project import ScenarioPaths
 
     paths = ScenarioPaths(store.project, store.scenario)
+    ledger = paths.ledger()
+    try:  # checked before verify: a lock or sync page of the wrong kind stops every `reef run` (exit 4) while the
+        # records still verify, and verify would read a symlinked ledger's target
+        ledger.check_files()
+        refuse_misplaced(ledger.index_path)
+    except Exception as exc:
+        found = _misplaced("state:ledger", exc)
+        if found is None:
+            raise
+        return [found]
     if not os.path.lexists(paths.ledger_path) and not os.path.lexists(paths.ledger_path.with_name("ledger.jsonl.sync")):
         # no ledger and no acknowledged mark: a new project (a gone ledger whose mark says it held records is a loss
-        # `verify` names; a symlink is refused by it)
+        # `verify` names)
         return [Check("state:ledger", OK, f"ledger {paths.ledger_path}: empty (no records yet)")]
-    from .errors import MisplacedState
-
     try:
-        res = paths.ledger().verify()
-    except MisplacedState as exc:  # a symlink or a directory where the ledger goes: the line every command gives
-        return [Check("state:ledger", FAIL, f"ledger {paths.ledger_path} cannot be verified: {exc}",
-                      f"put the ledger file itself at {paths.ledger_path} (reef follows a symlinked .reef directory, "
-                      f"not a symlinked state file)")]
+        res = ledger.verify()
     except Exception as exc:  # a ledger too damaged to walk is a finding, not a crash
-        import errno
-
-        from .errors import misplaced_message
-
-        misplaced = misplaced_message(exc.filename, errno.errorcode.get(exc.errno or 0, "")) if (
-            isinstance(exc, OSError) and exc.filename) else None
-        if misplaced is not None:  # a directory where its .sync page or index is: the line every command gives
-            return [Check("state:ledger", FAIL, f"ledger {paths.ledger_path} cannot be verified: {misplaced}",
-                          f"move {exc.filename} away")]
+        found = _misplaced("state:ledger", exc)
+        if found is not None:  # met while verifying (a FIFO planted meanwhile): the line every command gives
+            return [found]
         return [Check("state:ledger", FAIL, f"ledger {paths.ledger_path} cannot be verified: {exc}",
                       "reef ledger verify")]
     if res.ok and res.torn_tail:
@@ -347,6 +363,29 @@ def check_ledger(store) -> list[Check]:
                                         f"{res.message or res.problem}",
                   "reef ledger verify --json shows the first bad record; restore the file from a backup"
                   + ("; with none, 'reef repair ledger --accept-loss' records the loss" if res.problem == "cut" else ""))]
+
+
+def check_state_files(store) -> list[Check]:
+    """The scenario's other state of a fixed kind: its lock a regular file (or absent), runs/ and pending/, and the
+    project's .reef/trees (materialised releases) directories (or absent). Each of the wrong kind stops the commands
+    that meet it (exit 4: publish and evolve at the lock, `reef run` at the directories), so doctor names it; the
+    ledger's own files are check_ledger's."""
+    from .durable import misplaced, refuse_misplaced
+
+    out = []
+    try:
+        refuse_misplaced(store.dir / "lock")
+    except Exception as exc:
+        found = _misplaced("state:files", exc)
+        if found is None:
+            raise
+        out.append(found)
+    # judged as `reef run` judges them: a directory, or a link to one, is fine
+    for path in (store.dir / "runs", store.dir / "pending", store.project.state / "trees"):
+        if os.path.lexists(path) and not path.is_dir():
+            out.append(_misplaced("state:files", misplaced(path, "ENOTDIR")))
+    return out or [Check("state:files", OK, f"{store.dir}: lock, runs/ and pending/ (and .reef/trees) are what reef "
+                                            "expects there")]
 
 
 def check_installs(state: Path) -> list[Check]:

@@ -152,12 +152,49 @@ def read_nofollow(path: Path) -> bytes | None:
         os.close(fd)
 
 
+# Reef's own state replaced by something else, by errno name: a directory where a file was, a file where a directory
+# was, a symlink (reef opens its state with O_NOFOLLOW), a FIFO, socket or device. The user's (or an attacker's)
+# doing, and fixable by moving it away: exit 4, not a crash. The one wording for each, whichever command meets it.
+_MISPLACED = {"EISDIR": "is a directory where reef expects a file",
+              "ENOTDIR": "is not a directory where reef expects one",
+              "ELOOP": "is a symlink where reef expects a file (reef never follows symlinks in its state)",
+              "ENXIO": "is not a regular file (a FIFO, a socket or a device) where reef expects one"}
+
+
+def misplaced(path, errno_name: str):
+    """The MisplacedState (exit 4) for a state path that holds the wrong kind of thing (`errno_name`: EISDIR,
+    ENOTDIR, ELOOP, ENXIO), its one line naming the path and saying to move it away; None for any other errno.
+    Every place that reports misplaced state (open_state, the CLI boundary, reef doctor) builds it here."""
+    from .errors import MisplacedState
+
+    what = _MISPLACED.get(errno_name)
+    if what is None:
+        return None
+    return MisplacedState(f"{path} {what}; move it away (nothing was changed by this command)", str(path),
+                          f"{path} {what}")
+
+
+def misplaced_oserror(exc: BaseException):
+    """`misplaced` for an OSError that names its file (one raised outside open_state, by a plain open()), or None."""
+    import errno
+
+    if not isinstance(exc, OSError) or exc.filename is None:
+        return None
+    name = errno.errorcode.get(exc.errno or 0, "")
+    return misplaced(_in_the_way(exc.filename) if name == "ENOTDIR" else exc.filename, name)
+
+
+def _in_the_way(path) -> Path:
+    """For ENOTDIR on `path`: the first directory on its way that is a file (or a FIFO...), the one to move away;
+    `path` itself when none is (it was to be opened as a directory)."""
+    return next((p for p in reversed(Path(path).parents) if p.exists() and not p.is_dir()), Path(path))
+
+
 def open_state(path, flags: int, mode: int = 0o600) -> int:
     """`os.open` for one of reef's own state files (the ledger, its index, lock and sync pages): never through a
     symlink. A symlink planted there (to /etc/passwd, say) had reef write into its target; now MisplacedState (exit
-    4) naming the path. A directory in a file's place (or a file in a directory's) is MisplacedState too, with the
-    line every command gives for it: callers that turn an OSError into their own message named the ledger instead
-    of the path at fault, with exit 1 where the others said 4."""
+    4) naming the path. A directory in a file's place (or a file in a directory's), a FIFO, a socket or a device is
+    MisplacedState too, with the line every command gives for it (`misplaced`)."""
     import errno
     import stat
 
@@ -172,21 +209,16 @@ def open_state(path, flags: int, mode: int = 0o600) -> int:
             os.set_blocking(fd, True)
         return fd
     except OSError as exc:
-        from .errors import MisplacedState, misplaced_message
-
-        if exc.errno == errno.ELOOP:
-            raise MisplacedState(f"{path} is a symlink; reef never reads or writes its state through symlinks (move "
-                                 f"it away)") from None
-        message = misplaced_message(path, errno.errorcode.get(exc.errno or 0, ""))
-        if message is not None:
-            raise MisplacedState(message) from None
+        found = misplaced(path, errno.errorcode.get(exc.errno or 0, ""))
+        if found is not None:
+            raise found from None
         raise
 
 
 def refuse_misplaced(path) -> None:
     """Raise `open_state`'s one line (MisplacedState, exit 4) when `path` exists and is a directory or a symlink, so a
-    command can refuse before it changes anything rather than when it reaches the file; a missing file, a regular
-    file or another kind of file (a FIFO) passes. One lstat(), no open, for the usual case."""
+    command can refuse before it changes anything rather than when it reaches the file; a missing or regular file
+    passes. One lstat(), no open, for the usual case."""
     import stat
 
     try:
@@ -194,11 +226,6 @@ def refuse_misplaced(path) -> None:
     except FileNotFoundError:
         return
     except NotADirectoryError:  # a file where one of its directories goes: that one is named
-        from pathlib import Path
-
-        from .errors import MisplacedState, misplaced_message
-
-        blocking = next(p for p in reversed(Path(path).parents) if p.exists() and not p.is_dir())
-        raise MisplacedState(misplaced_message(blocking, "ENOTDIR")) from None
+        raise misplaced(_in_the_way(path), "ENOTDIR") from None
     if not stat.S_ISREG(mode):  # a directory, a symlink, a FIFO...
         os.close(open_state(path, os.O_RDWR))  # raises its line

@@ -40,9 +40,19 @@ class DamagedState(StoreError):
 class MisplacedState(StoreError):
     """One of reef's own state files replaced by something else (a directory, a symlink): the user's to move away,
     so exit 4 as for invalid input; a StoreError still, so a caller that keeps a record (the gateway) answers that
-    the record could not be kept (503), not that the client sent something wrong (400)."""
+    the record could not be kept (503), not that the client sent something wrong (400). Built by
+    `durable.misplaced` only, so each kind of thing has one wording; `path` is what to move away and `what` the
+    line without the advice (`reef doctor` gives the advice as its fix)."""
 
     exit_code = ExitCode.INVALID
+
+    def __init__(self, message: str, path: str, what: str):
+        super().__init__(message)
+        self.path = path
+        self.what = what
+
+    def __reduce__(self):  # picklable across a process pool, like the other ReefErrors
+        return type(self), (str(self), self.path, self.what)
 
 
 class ConflictError(ReefError):
@@ -63,17 +73,3 @@ class PolicyError(ReefError):
 
 class UsageError(ReefError):
     exit_code = ExitCode.USAGE
-
-
-# Reef's own state replaced by something else: a directory where a file was, a file where a directory was, a
-# symlink loop. The user's (or an attacker's) doing, and fixable by moving it away: exit 4, not a crash.
-_MISPLACED = {"EISDIR": "is a directory where reef expects a file", "ENOTDIR": "is not a directory where reef expects one",
-              "ELOOP": "is a symlink reef does not follow",
-              "ENXIO": "is not a regular file (a FIFO, a socket or a device) where reef expects one"}
-
-
-def misplaced_message(path, errno_name: str) -> str | None:
-    """The one line for a state path that holds the wrong kind of thing (`errno_name`: EISDIR, ENOTDIR, ELOOP), the
-    same whichever command met it; None for any other error."""
-    what = _MISPLACED.get(errno_name)
-    return f"{path} {what}; move it away (nothing was changed by this command)" if what else None

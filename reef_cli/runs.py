@@ -20,8 +20,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .durable import make_dirs
-from .errors import DamagedState, InvalidInput, MisplacedState, misplaced_message
+from .durable import make_dirs, misplaced
+from .errors import DamagedState, InvalidInput
 from .releases import Release
 
 FORWARDED = (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2, signal.SIGWINCH)
@@ -189,7 +189,7 @@ def run_recorded(
     runs_dir = store.dir / "runs"
     make_dirs(runs_dir)  # reef's state: 0700 whatever the umask
     if not runs_dir.is_dir():  # a file in its place: refused now, not after the command ran unrecorded
-        raise MisplacedState(misplaced_message(runs_dir, "ENOTDIR"))
+        raise misplaced(runs_dir, "ENOTDIR")
     routing_file = runs_dir / f"{record_id}.routing.jsonl"
     child_env = {
         **base_env,

@@ -23,7 +23,7 @@ from typing import Callable
 
 from . import chain_integrity
 from .config import CONFIG_NAME, HarnessConfig, parse_config
-from .durable import STATE_FILE_MODE, make_dirs, read_nofollow, write_all
+from .durable import STATE_FILE_MODE, make_dirs, open_state, read_nofollow, refuse_misplaced, write_all
 from .errors import ConflictError, DamagedState, InvalidInput, NotFound, StoreError
 from .gitstore import MODE_EXEC, MODE_LINK, Entry, GitStore, mode_of
 from .ids import new_id
@@ -202,17 +202,21 @@ def _writable_parents(dest: Path, rel: str) -> None:
         raise InvalidInput(f"{blocked} is not a directory; cannot write {rel} under it")
 
 
-def _replaceable(target: Path, entry: Entry | None) -> None:
-    """InvalidInput unless writing `entry` at `target` (or removing it) replaces a file: a symlink there (where the
-    release holds a file) would be written through, a directory cannot be replaced by a file."""
+def unreplaceable(target: Path, entry: Entry | None) -> str | None:
+    """Why writing `entry` at `target` (None: removing it) cannot simply replace what stands there: "is a directory"
+    (no file replaces one), or None when nothing, a file, or a symlink where the release holds one too stands there.
+    A symlink where the release holds a file (or nothing) is InvalidInput: writing would go through it, --force or
+    not. Shared by rollback's check before it publishes and checkout's conflict check, so both judge a path alike;
+    what a directory there means is theirs (checkout: a conflict; rollback: refused)."""
     try:
         st = os.lstat(target)
     except FileNotFoundError:
-        return
+        return None
     if stat.S_ISLNK(st.st_mode) and (entry is None or entry.mode != MODE_LINK):
         raise InvalidInput(f"{target} is a symlink; reef never writes through symlinks")
     if stat.S_ISDIR(st.st_mode):
-        raise InvalidInput(f"{target} is a directory; reef writes a file there")
+        return "is a directory"
+    return None
 
 
 def write_files(dest: Path, files: dict[str, Entry], *, read_only: bool = False,
@@ -385,8 +389,9 @@ class HarnessStore:
     @contextlib.contextmanager
     def lock(self):
         """The scenario lock: `flock(2)` on `<scenario>/lock`, the primitive `filelock.FileLock` uses on the same path,
-        taken blocking (FileLock's set-up and polling cost ~0.2 ms per publish)."""
-        fd = os.open(self.dir / "lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        taken blocking (FileLock's set-up and polling cost ~0.2 ms per publish). Opened as reef's other state files
+        are (`open_state`): a symlink planted there was followed, and O_CREAT made its target wherever it pointed."""
+        fd = open_state(self.dir / "lock", os.O_RDWR | os.O_CREAT, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             yield
@@ -394,6 +399,12 @@ class HarnessStore:
             os.close(fd)
 
     def exists(self) -> bool:
+        """Whether the scenario was made; what every command asks first, so a scenario.json or release log of the
+        wrong kind is refused here, naming it (MisplacedState, exit 4): a directory at scenario.json read as
+        "scenario 'default' does not exist (known: default)", a FIFO at releases.jsonl hung every command (reef
+        doctor too), a symlink there had publish append through it. Two lstat()s."""
+        refuse_misplaced(self.dir / "scenario.json")
+        refuse_misplaced(self.dir / "releases.jsonl")
         return (self.dir / "scenario.json").is_file()
 
     def info(self) -> ScenarioInfo:
@@ -677,7 +688,9 @@ class HarnessStore:
             for rel in sorted(set(old_files) | set(new_files)):
                 if old_files.get(rel) != new_files.get(rel):
                     _writable_parents(self.project.root, rel)
-                    _replaceable(self.project.root / rel, new_files.get(rel))
+                    why = unreplaceable(self.project.root / rel, new_files.get(rel))
+                    if why is not None:
+                        raise InvalidInput(f"{self.project.root / rel} {why}; reef writes a file there")
         except InvalidInput as exc:
             raise InvalidInput(f"cannot roll back: {exc} (nothing was published)") from None
         result = self.publish(

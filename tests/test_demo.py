@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 import time
+
+import pytest
+
+from conftest import reef_exe
 
 
 AGENT = """import os, pathlib
@@ -60,18 +65,46 @@ def test_demo_text_output_shows_scores_verdicts_and_the_diff(reef, tmp_path):
     assert "+ [CLAUDE.local.md] reef:" in r.out
 
 
+def cpu_seconds() -> float:
+    """CPU time of this process and of every child it has waited for (the agent runs, the checks, the gate's
+    episodes): what the demo costs, which other processes on the machine do not inflate the way they do wall time."""
+    import resource
+
+    return sum(r.ru_utime + r.ru_stime for r in (resource.getrusage(resource.RUSAGE_SELF),
+                                                  resource.getrusage(resource.RUSAGE_CHILDREN)))
+
+
+# reef demo's CPU time (self + children) on the 2-core reference machine: ~21 s. The default suite allows three
+# times that: a wall-clock "under 30 s" there read 24 s under xdist on a loaded machine, one slow CI host from a
+# false failure, while CPU time stays near 21 s however busy the machine is. The README's wall-clock promise is
+# test_demo_keeps_the_readmes_promise_of_under_30_seconds, in the slow suite (run alone: -m slow -n 0).
+DEMO_CPU_BUDGET = 60.0
+
+
 def test_demo_on_embedded_defaults_is_offline_and_fast(reef, tmp_path):
-    started = time.monotonic()
+    before = cpu_seconds()
     r = reef("-C", str(tmp_path), "demo", "--json")
     assert r.code == 0, r.err
+    used = cpu_seconds() - before
     out = json.loads(r.out)
-    assert time.monotonic() - started < 30
+    assert used < DEMO_CPU_BUDGET, f"reef demo used {used:.1f} s of CPU (~21 s on the reference machine)"
     assert out["final_score"] > out["baseline_score"]
     assert out["releases"][0]["step"] == 1 and len(out["releases"]) >= 2
     assert any(rel["gate"] == "publish" for rel in out["releases"])
     # every one of the three helpful lessons is published: per-bullet admission must not drop a bullet that fixes
     # one canary task and hurts none (a stricter rule once took the demo to 0.60)
     assert (out["baseline_score"], out["final_score"]) == (0.2, 1.0)
+
+
+@pytest.mark.slow  # wall-clock time means something only with the machine to itself
+def test_demo_keeps_the_readmes_promise_of_under_30_seconds(tmp_path):
+    """README: "offline, under 30 s". Timed as a user meets it: the console script, interpreter start-up included."""
+    started = time.monotonic()
+    r = subprocess.run([reef_exe(), "-C", str(tmp_path), "demo", "--json"], capture_output=True, text=True,
+                       timeout=300)
+    took = time.monotonic() - started
+    assert r.returncode == 0, r.stderr
+    assert took < 30, f"reef demo took {took:.1f} s (the demo's own count: {json.loads(r.stdout)['seconds']} s)"
 
 
 def test_demo_errors_are_one_line(reef, tmp_path):

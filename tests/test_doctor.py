@@ -106,6 +106,45 @@ def test_unreadable_store_fails_without_crashing(project):
     assert report.exit_code == 1
 
 
+WHAT = {"directory": "is a directory where reef expects a file",
+        "symlink": "is a symlink where reef expects a file (reef never follows symlinks in its state)",
+        "fifo": "is not a regular file (a FIFO, a socket or a device) where reef expects one",
+        "file": "is not a directory where reef expects one"}
+
+
+@pytest.mark.parametrize("name,kind,row", [
+    ("ledger.jsonl.lock", "directory", "state:ledger"), ("ledger.jsonl.lock", "symlink", "state:ledger"),
+    ("ledger.jsonl.lock", "fifo", "state:ledger"), ("ledger.jsonl.sync", "symlink", "state:ledger"),
+    ("ledger.jsonl", "symlink", "state:ledger"), ("ledger.jsonl", "directory", "state:ledger"),
+    ("ledger.jsonl.idx", "directory", "state:ledger"), ("lock", "directory", "state:files"),
+    ("lock", "symlink", "state:files"), ("runs", "file", "state:files"), ("pending", "file", "state:files"),
+    ("releases.jsonl", "directory", "state:store"), ("../../trees", "file", "state:files")])
+def test_misplaced_state_is_a_failure_naming_it_with_move_it_away(reef, project, tmp_path, name, kind, row):
+    """Doctor said "0 failure(s)" over a directory, symlink or FIFO at the ledger's lock or sync page, a symlinked
+    ledger ("ledger verifies"), or a directory at the scenario lock, while every `reef run` (or publish) stopped
+    there with exit 4; a directory at releases.jsonl read "store unreadable: IsADirectoryError ..." with "restore
+    .reef from a backup" as the fix; a misplaced ledger file met by verify had "reef ledger verify" as its fix. Now
+    each is one failing row in the line every command gives, with "move PATH away" as the fix."""
+    from reef_cli.doctor import check_state
+
+    records(reef, project, 1)
+    path = Path(os.path.normpath(project / LEDGER.parent / name))
+    if path.is_dir():
+        import shutil
+
+        shutil.rmtree(path)
+    elif path.exists():
+        path.unlink()
+    victim = tmp_path / "victim"
+    victim.write_text("VICTIM\n")
+    {"directory": path.mkdir, "symlink": lambda: path.symlink_to(victim), "fifo": lambda: os.mkfifo(path),
+     "file": lambda: path.write_text("x")}[kind]()
+    checks, _, _ = check_state(project, None, env_with())
+    found = [c for c in checks if c.status == FAIL]
+    assert [(c.name, c.message, c.fix) for c in found] == [(row, f"{path} {WHAT[kind]}", f"move {path} away")]
+    assert victim.read_text() == "VICTIM\n"
+
+
 def install(reef, project: Path, bins: Path, root: Path) -> Path:
     r = reef("-C", str(project), "harness", "install", "--adapter", "claude", "--dest", str(root),
              "--bin-dir", str(bins), "--json")

@@ -378,6 +378,106 @@ def test_a_fifo_where_a_ledger_file_goes_is_one_line_before_the_command_runs(tmp
     assert verify.returncode == (0 if name == "ledger.jsonl.lock" else 4) and "unexpected" not in verify.stderr
 
 
+MISPLACED_LINES = {
+    "directory": "is a directory where reef expects a file",
+    "symlink": "is a symlink where reef expects a file (reef never follows symlinks in its state)",
+    "fifo": "is not a regular file (a FIFO, a socket or a device) where reef expects one",
+}
+
+
+@pytest.mark.parametrize("kind", sorted(MISPLACED_LINES))
+def test_each_kind_of_misplaced_state_has_one_line_whoever_meets_it(tmp_path, kind):
+    """The line was built in three places and a symlink had two wordings ("is a symlink; reef never writes its state
+    through symlinks (move it away)" from open_state, "is a symlink reef does not follow" from the CLI boundary).
+    Now: one line per kind, naming the path and saying to move it away, from `reef run`, from the boundary's
+    reading of a plain OSError, and from open_state alike."""
+    import errno
+
+    from reef_cli.cli.boundary import misplaced_error
+    from reef_cli.durable import open_state
+    from reef_cli.errors import MisplacedState
+
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    reef_init(tmp_path)
+    lock = tmp_path / ".reef" / "scenarios" / "default" / "ledger.jsonl.lock"
+    if lock.exists():
+        lock.unlink()
+    {"directory": lock.mkdir, "symlink": lambda: lock.symlink_to(tmp_path / "elsewhere"),
+     "fifo": lambda: os.mkfifo(lock)}[kind]()
+    line = f"{lock} {MISPLACED_LINES[kind]}; move it away (nothing was changed by this command)"
+    r = run_reef("run", "--", "touch", str(tmp_path / "ran"), cwd=tmp_path, timeout=30)
+    assert (r.returncode, r.stderr) == (4, f"reef: error: {line}\n")
+    assert not (tmp_path / "ran").exists() and not (tmp_path / "elsewhere").exists()
+    with pytest.raises(MisplacedState) as raised:
+        open_state(lock, os.O_RDWR | os.O_CREAT)
+    assert (str(raised.value), raised.value.path) == (line, str(lock))
+    code = {"directory": errno.EISDIR, "symlink": errno.ELOOP, "fifo": errno.ENXIO}[kind]
+    assert misplaced_error(OSError(code, os.strerror(code), str(lock))) == line
+
+
+@pytest.mark.parametrize("kind", ["dangling", "symlink", "fifo"])
+def test_the_scenario_lock_is_never_opened_through_a_symlink(tmp_path, kind):
+    """The scenario lock was opened with a plain os.open: a dangling symlink planted at `<scenario>/lock` had
+    `reef publish` create the file it pointed to (anywhere the user can write), a symlink to a file had it opened
+    for writing, a FIFO was taken as a lock. Now it is opened as the ledger's lock is: one line, exit 4, and the
+    target never made or touched."""
+    project = reef_init(tmp_path / "proj")
+    lock = project / ".reef" / "scenarios" / "default" / "lock"
+    lock.unlink(missing_ok=True)
+    target = tmp_path / "victim"
+    if kind == "symlink":
+        target.write_text("VICTIM\n")
+    {"dangling": lambda: lock.symlink_to(target), "symlink": lambda: lock.symlink_to(target),
+     "fifo": lambda: os.mkfifo(lock)}[kind]()
+    (project / "CLAUDE.md").write_text("an edit to publish\n")
+    r = run_reef("publish", "-m", "x", cwd=project, timeout=30)
+    what = MISPLACED_LINES["fifo" if kind == "fifo" else "symlink"]
+    assert (r.returncode, r.stderr) == (4, f"reef: error: {lock} {what}; move it away (nothing was changed by this "
+                                           "command)\n")
+    assert head_step(project) == 1
+    assert (target.read_text() == "VICTIM\n") if kind == "symlink" else not target.exists()
+
+
+@pytest.mark.parametrize("name,kind", [("releases.jsonl", "fifo"), ("releases.jsonl", "symlink"),
+                                       ("scenario.json", "directory"), ("scenario.json", "fifo")])
+def test_a_scenario_file_of_the_wrong_kind_is_named_by_every_command(tmp_path, name, kind):
+    """A FIFO at releases.jsonl hung every command, reef doctor too, until someone wrote to it; a directory or a
+    FIFO at scenario.json read "scenario 'default' does not exist (known: default)"; a symlink at the release log
+    was read (and appended) through. Now each is the one line naming it, exit 4, before the command does anything."""
+    project = reef_init(tmp_path / "proj")
+    path = project / ".reef" / "scenarios" / "default" / name
+    path.unlink()
+    {"directory": path.mkdir, "fifo": lambda: os.mkfifo(path),
+     "symlink": lambda: path.symlink_to(tmp_path / "elsewhere")}[kind]()
+    line = f"reef: error: {path} {MISPLACED_LINES[kind]}; move it away (nothing was changed by this command)\n"
+    for args in (("status",), ("run", "--", "touch", str(tmp_path / "ran"))):
+        r = run_reef(*args, cwd=project, timeout=30)
+        assert (r.returncode, r.stderr) == (4, line), args
+    assert not (tmp_path / "ran").exists() and not (tmp_path / "elsewhere").exists()
+
+
+def test_a_file_where_a_state_directory_goes_is_named_not_the_path_beneath_it(tmp_path):
+    """`.reef/trees` (the materialised releases) replaced by a file: reef run said ".reef/trees/<id>.<pid>.tmp is
+    not a directory where reef expects one; move it away", a path that does not exist. The boundary now names the
+    file in the way, as refuse_misplaced does."""
+    from reef_cli.cli.boundary import misplaced_error
+
+    project = reef_init(tmp_path / "proj")
+    trees = project / ".reef" / "trees"
+    shutil.rmtree(trees)
+    trees.write_text("x")
+    r = run_reef("run", "--", "touch", str(tmp_path / "ran"), cwd=project)
+    assert (r.returncode, r.stderr) == (4, f"reef: error: {trees} is not a directory where reef expects one; move it "
+                                           "away (nothing was changed by this command)\n")
+    assert not (tmp_path / "ran").exists()
+    import errno
+
+    line = misplaced_error(OSError(errno.ENOTDIR, "Not a directory", str(trees / "a" / "b")))
+    assert line.startswith(f"{trees} is not a directory")
+    assert misplaced_error(OSError(errno.ENOTDIR, "Not a directory", str(tmp_path / "gone"))).startswith(
+        f"{tmp_path / 'gone'} is not a directory")
+
+
 def test_a_file_where_the_runs_directory_goes_is_refused_before_the_command_runs(tmp_path):
     """It ran the command, then failed to keep its record, saying 'nothing was changed' about the wrong path."""
     subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)

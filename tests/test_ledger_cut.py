@@ -387,7 +387,8 @@ def test_a_directory_where_a_ledger_state_file_goes_is_one_line_naming_it_and_ex
             assert r.returncode == 0 and "error" not in r.stderr, (label, r.returncode, r.stderr)
     if name.endswith(".sync"):  # verify reads the page: doctor's ledger check says the same, and how to fix it
         r = run_reef("doctor", cwd=project)
-        assert r.returncode == 1 and line[len("reef: error: "):-1] in r.stdout and f"move {target} away" in r.stdout
+        what = line[len("reef: error: "):line.index(";")]
+        assert r.returncode == 1 and f"state:ledger       {what}\n" in r.stdout and f"fix: move {target} away" in r.stdout
     after = (state / "ledger.jsonl").read_bytes()
     assert after.startswith(before)  # nothing stored was lost
     if "run" in _TOUCHED[name]:

@@ -186,6 +186,27 @@ def test_report_on_this_shells_runs(project):
     assert json.loads(r.stdout)["payload"]["receipts"] == [ids[2]]
 
 
+def test_report_says_which_receipts_got_the_score_and_labels_its_own_id(project):
+    """It printed "reported 0 on 1 receipt(s): rec_X" where rec_X was the report's own record id, which read as the
+    receipt. Now the receipts come first and the report's id is labelled; --json keeps both."""
+    env = session_env("labels")
+    ids = [run_reef("run", "--", "true", cwd=project, env=env).stderr.split("reef: receipt ")[1].split()[0]
+           for _ in range(5)]
+    one = run_reef("report", "--score", "1", "--receipt", ids[0], cwd=project)
+    rep = records(project, "report")[-1]
+    assert (one.returncode, one.stdout) == (0, f"reported score 1 on receipt {ids[0]} (report {rep['record_id']})\n")
+    two = run_reef("report", "--score", "0.5", "--receipt", ids[0], "--receipt", ids[1], cwd=project)
+    rep = records(project, "report")[-1]
+    assert two.stdout == f"reported score 0.5 on 2 receipts {ids[0]}, {ids[1]} (report {rep['record_id']})\n"
+    many = run_reef("report", "--score", "0", "--json", cwd=project, env=env)  # this shell's five unreported runs
+    rep = json.loads(many.stdout)
+    assert rep["payload"]["receipts"] == ids and rep["record_id"] not in ids
+    again = run_reef("report", "--score", "0", *[a for i in ids for a in ("--receipt", i)], cwd=project)
+    rep = records(project, "report")[-1]
+    assert again.stdout == (f"reported score 0 on 5 receipts {', '.join(ids[:3])} and 2 more "
+                            f"(report {rep['record_id']})\n")
+
+
 @pytest.mark.parametrize("score,msg", [("true", "not a boolean"), ("nan", "not NaN"), ("inf", "not NaN or infinity"),
                                        ("-Infinity", "infinity"), ("abc", "finite number")])
 def test_report_refuses_bad_scores(project, score, msg):

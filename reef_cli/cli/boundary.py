@@ -44,14 +44,12 @@ def environment_error(exc: BaseException) -> str | None:
 
 
 def misplaced_error(exc: BaseException) -> str | None:
-    """One line for reef's state replaced by the wrong kind of thing (`errors.misplaced_message`), or None."""
-    import errno
+    """One line for reef's state replaced by the wrong kind of thing, met by a plain open() (`durable.misplaced`,
+    the line open_state raises), or None."""
+    from ..durable import misplaced_oserror
 
-    from ..errors import misplaced_message
-
-    if not isinstance(exc, OSError) or exc.filename is None:
-        return None
-    return misplaced_message(exc.filename, errno.errorcode.get(exc.errno or 0, ""))
+    found = misplaced_oserror(exc)
+    return None if found is None else str(found)
 
 
 def guarded(fn, prog: str = "reef") -> int:

@@ -126,8 +126,21 @@ def record_report(env, score: str, *, feedback: str | None, feedback_json: str |
     if as_json:
         emit_json(record.to_json())
     else:
-        print(f"reported {record.payload['score']:g} on {len(receipts)} receipt(s): {record.record_id}")
+        print(report_line(record))
     return 0
+
+
+def report_line(record, shown: int = 3) -> str:
+    """`reported score 0 on receipt rec_A (report rec_B)`: the receipts a score went on, then the report's own
+    record id labelled as such. The line used to end in the report's id alone ("...on 1 receipt(s): rec_B"), which
+    read as the receipt; --json has the whole record."""
+    receipts = list(record.payload.get("receipts") or [])
+    if len(receipts) == 1:
+        on = f"receipt {receipts[0]}"
+    else:
+        more = f" and {len(receipts) - shown} more" if len(receipts) > shown else ""
+        on = f"{len(receipts)} receipts {', '.join(receipts[:shown])}{more}"
+    return f"reported score {record.payload['score']:g} on {on} (report {record.record_id})"
 
 
 def run_fast(name: str, opts: dict) -> int:
