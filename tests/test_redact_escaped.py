@@ -112,3 +112,24 @@ def test_an_escaped_quote_after_a_value_stays_with_its_quote(text: str, want: st
     assert out == (text if want is None else want)
     assert count == (0 if want is None else 1)
     json.loads(out)  # still valid JSON
+
+
+# A JSON-escaped line break ends an unquoted value: before, the value ran on over `\n` into the next line (`user:`
+# was lost with the password, and `str\npassword=None` read as one value that was not a word).
+@pytest.mark.parametrize(("text", "want"), [
+    ('{"x": "password: Abc123secret\\nuser: bob"}', '{"x": "password: [REDACTED:password]\\nuser: bob"}'),
+    (escaped("password: Abc123secret\nuser: bob", 2), escaped("password: [REDACTED:password]\nuser: bob", 2)),
+    ('{"env": "DB_PASSWORD=Abc123secret\\r\\nDEBUG=1"}', '{"env": "DB_PASSWORD=[REDACTED:password]\\r\\nDEBUG=1"}'),
+    ('{"x": "password: str\\npassword=None\\ntoken: Optional[str] = None"}', None),
+    (escaped("password: str\npassword=None", 2), None),
+    # a shell's backslash-newline, escaped: the value runs on over it, as it does unescaped
+    (escaped("GH_TOKEN=" + TOKEN[:20] + "\\\n" + TOKEN[20:] + " gh pr list", 1),
+     escaped("GH_TOKEN=[REDACTED:token] gh pr list", 1)),
+    (escaped("GH_TOKEN=" + TOKEN[:20] + "\\\n" + TOKEN[20:] + " gh pr list", 2),
+     escaped("GH_TOKEN=[REDACTED:token] gh pr list", 2)),
+])
+def test_an_escaped_line_break_ends_a_value(text: str, want: str | None) -> None:
+    out, count = redact(text)
+    assert out == (text if want is None else want)
+    assert (count == 0) if want is None else (count >= 1)
+    json.loads(out)

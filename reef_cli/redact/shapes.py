@@ -141,8 +141,11 @@ _CONN_PASSWORD = _Lazy(
 _BEARER = re.compile(r"(?P<head>\bbearer\s+)(?P<secret>[A-Za-z0-9._~+/=-]{16,})", re.IGNORECASE)
 # The rest of an unquoted value: it ends at a space or a quote, and a backslash run just before a quote is that
 # quote's escape, not the value's (`echo \"API_KEY=x\"` in a JSON string: the value is `x`, and the `\` stays
-# with its quote, so the JSON around it is still valid after the value is replaced).
-_WORD_REST = r"""[^\s"']*(?:(?<!\\)|(?!["'\\]))"""
+# with its quote, so the JSON around it is still valid after the value is replaced); so is a JSON-escaped line
+# break or tab (`"password: x\nuser: bob"`: the value is `x`, and `user:` is the next line's, not the value's):
+# a run of 1, 2 or 4 backslashes before `n`, `r` or `t` (the escape at depth 1, 2, 3). Other runs are a shell's
+# backslash-newline escaped (3 at depth 1, 6 at depth 2): the value runs on over it, as it does unescaped.
+_WORD_REST = r"""(?:[^\s"'\\]|\\++(?![nrt"'])|\\{3}(?=[nrt])|\\{5,}+(?=[nrt]))*"""
 _QUOTED = r"""(?:"(?:[^"\\\n]|\\.)*"|'[^'\n]*')"""
 _ASSIGNMENT = re.compile(
     r"""
