@@ -97,7 +97,8 @@ def test_a_base64_blob_wrapped_over_doubly_escaped_line_breaks_is_read_as_one() 
 # longer read as one (`<your-api-key>\` was redacted).
 @pytest.mark.parametrize(("text", "want"), [
     ('{"c": "echo \\"API_KEY=Abc123secretXYZ\\""}', '{"c": "echo \\"API_KEY=[REDACTED:api_key]\\""}'),
-    ('{"c": "run \\"mysql -u root -pAbc123secret\\" now"}', '{"c": "run \\"mysql -u root -p[REDACTED:password]\\" now"}'),
+    ('{"c": "run \\"mysql -u root -pAbc123secret\\" now"}',
+     '{"c": "run \\"mysql -u root -p[REDACTED:password]\\" now"}'),
     ('{"c": "x \\"--password Abc123secretXYZ\\""}', '{"c": "x \\"--password [REDACTED:password]\\""}'),
     ('{"c": "ssh-keygen -N Abc123secret\\" x"}', '{"c": "ssh-keygen -N [REDACTED:password]\\" x"}'),
     (escaped('echo "API_KEY=Abc123secretXYZ"', 2), escaped('echo "API_KEY=[REDACTED:api_key]"', 2)),

@@ -178,7 +178,8 @@ _ASSIGNMENT_LINE = _Lazy(
 )
 # `--password X`, `--api-key 'X'`: a flag that names a secret, its value after a space (`=` is an assignment above).
 _FLAG = re.compile(
-    r"(?P<head>(?<![\w-])--?(?P<key>[A-Za-z][A-Za-z0-9_-]*)[ \t]+)(?P<secret>\"[^\"\n]*\"|'[^'\n]*'|[^\s\"'\\<>|&;()`-]" + _WORD_REST + ")"
+    r"(?P<head>(?<![\w-])--?(?P<key>[A-Za-z][A-Za-z0-9_-]*)[ \t]+)"
+    r"(?P<secret>\"[^\"\n]*\"|'[^'\n]*'|[^\s\"'\\<>|&;()`-]" + _WORD_REST + ")"
 )
 # A value on the line after its key: a YAML block scalar (`password: |`, `>-`, `|2`) or a plain value on the next,
 # deeper line (`password:` + newline + `  X` in YAML, `password =` + newline + `    X` as an INI continuation). The
@@ -199,7 +200,8 @@ _WRAPPED_PIECE = _Lazy(r"[A-Za-z0-9+/=_.~-]+")
 # Where `_NEXT_LINE` can start: a line that ends at a separator (or a block indicator, or a comment after it) and
 # is followed by an indented line. Searching for these first is 10x cheaper than trying `^` at every position.
 _NEXT_LINE_END = _Lazy(r"[:=][ \t]*(?:!!(?:binary|str)[ \t]*)?(?:[|>][1-9+-]{0,2}[ \t]*)?(?:#[^\n]*)?\r?\n[ \t\r\n]")
-_BLOCK_INDICATOR = _Lazy(r"[|>](?:[1-9][+-]?|[+-][1-9]?)?(?:\\+[rn].*)?")  # and a JSON-escaped line break (once or more)
+# `|`, `>-`, `|2`: a block scalar's indicator, and a JSON-escaped line break after it (escaped once or more)
+_BLOCK_INDICATOR = _Lazy(r"[|>](?:[1-9][+-]?|[+-][1-9]?)?(?:\\+[rn].*)?")
 _MAPPING_LINE = _Lazy(r"[\"']?[A-Za-z0-9_.$-]+[\"']?[ \t]*:(?:[ \t]|$)|-(?:[ \t]|$)|#")
 # `mysql -uroot -pX`, `docker login -u bob -p X`, `sshpass -p X`: `-p` is a password only beside a user or in these;
 # `redis-cli -a X` / `--pass X`: redis-cli's `-a` takes nothing but the password; so does the `-p` of mongosh and
