@@ -110,24 +110,38 @@ def _words_joined(value: str) -> bool:
         part.isalpha() or part.isdigit() or _UNIT_OR_ALGORITHM.fullmatch(part) for part in re.split(r"[-/']", value))
 
 
-def _kind(key: str) -> str:
-    word = re.sub(r"[ _-]", "", key.lower())
-    if word in ("token",) or word == "토큰":
+def _compact(key: str) -> str:
+    return key.lower().replace(" ", "").replace("_", "").replace("-", "")
+
+
+def _kind(compact: str) -> str:
+    if compact in ("token", "토큰"):
         return "token"
-    if word.endswith("key"):
+    if compact.endswith("key"):
         return "api_key"
-    if word in ("secret", "clientsecret", "시크릿"):
+    if compact in ("secret", "clientsecret", "시크릿"):
         return "secret"
     return "password"
 
 
 def _credential(value: str, *, password: bool) -> bool:
     """Does this value read as a credential rather than a word, code, a placeholder or a number? (The module's
-    docstring has the rule.)"""
-    if not 6 <= len(value) <= 200 or value.startswith("[REDACTED:"):
+    docstring has the rule.) Its shape first, with string methods: most values after a keyword are one word."""
+    if not 6 <= len(value) <= 200:
         return False
     if value.isdigit():
         return password
+    letters = any(c.isalpha() for c in value)
+    if not letters:
+        return False
+    if value.isalpha():
+        if value.islower() or value.isupper():
+            if len(value) < 16:
+                return False  # a word; 16 letters or more, a passphrase run together
+        elif not (len(value) >= 8 and any(c.isupper() and value[i - 1].islower() for i, c in enumerate(value) if i)):
+            return False  # `Required`, not `CorrectHorse`
+    elif not (any(c.isdigit() for c in value) or _SYMBOL.search(value, 1, len(value) - 1)):
+        return False  # letters and punctuation only: `e.g.`, `re-used`; a symbol at an edge: `anonymous@`
     if (value.lower() in _NOT_PASSWORDS or _PLACEHOLDER.fullmatch(value) or _CODE.search(value)
             or _PATH.fullmatch(value) or _IDENT.fullmatch(value) or _EMAIL.fullmatch(value)
             or _VERSION.fullmatch(value) or _FILE.search(value) or _UNIT_OR_ALGORITHM.fullmatch(value)
@@ -135,20 +149,12 @@ def _credential(value: str, *, password: bool) -> bool:
         return False
     if _CODE_REF.fullmatch(value) and (value.islower() or not any(c.isdigit() for c in value)):
         return False  # `request.form`, `db01.example.com`, `config.Password`
-    letters = any(c.isalpha() for c in value)
-    if letters and any(c.isdigit() for c in value):
-        return True
-    if len(value) >= 8 and value.isalpha() and any(c.isupper() and value[i - 1].islower()
-                                                   for i, c in enumerate(value) if i):
-        return True
-    if letters and _SYMBOL.search(value, 1, len(value) - 1):  # inside: `anonymous@`, `hello!` are prose
-        return True
-    return len(value) >= 16 and value.isalpha() and (value.islower() or value.isupper())
+    return True
 
 
 def _plain_secret(match: re.Match[str]) -> tuple[str, str, str, str] | None:
     key = match.group("key") or match.group("ko")
-    compact = re.sub(r"[ _-]", "", key.lower())
+    compact = _compact(key)
     if match.group("space") is not None and compact not in _SPACE_OK:
         return None  # `pass 2 of 3`, `pw hash`, `secret sauce`: a space alone after these says nothing
     whole = match.group("secret")
@@ -166,7 +172,7 @@ def _plain_secret(match: re.Match[str]) -> tuple[str, str, str, str] | None:
     else:
         stripped = value.rstrip(_TRAILING)
         value, tail = stripped, raw[len(stripped) :]
-    password = _kind(key) == "password" and compact not in ("credentials", "creds")
+    password = _kind(compact) == "password" and compact not in ("credentials", "creds")
     if compact in ("credentials", "creds"):
         user, sep, secret = value.partition("/") if "/" in value else value.partition(":")
         if sep and user and secret:
@@ -177,7 +183,7 @@ def _plain_secret(match: re.Match[str]) -> tuple[str, str, str, str] | None:
             return None
     if not _credential(value, password=password):
         return None
-    return match.group("head"), value, _kind(key), tail + rest
+    return match.group("head"), value, _kind(compact), tail + rest
 
 
 def _plain_matches(text: str) -> Iterator[re.Match[str]]:

@@ -145,7 +145,7 @@ _BEARER = re.compile(r"(?P<head>\bbearer\s+)(?P<secret>[A-Za-z0-9._~+/=-]{16,})"
 # break or tab (`"password: x\nuser: bob"`: the value is `x`, and `user:` is the next line's, not the value's):
 # a run of 1, 2 or 4 backslashes before `n`, `r` or `t` (the escape at depth 1, 2, 3). Other runs are a shell's
 # backslash-newline escaped (3 at depth 1, 6 at depth 2): the value runs on over it, as it does unescaped.
-_WORD_REST = r"""(?:[^\s"'\\]|\\++(?![nrt"'])|\\{3}(?=[nrt])|\\{5,}+(?=[nrt]))*"""
+_WORD_REST = r"""[^\s"'\\]*(?:(?:\\++(?![nrt"'])|\\{3}(?=[nrt])|\\{5,}+(?=[nrt]))[^\s"'\\]*)*"""  # the loop unrolled
 _QUOTED = r"""(?:"(?:[^"\\\n]|\\.)*"|'[^'\n]*')"""
 _ASSIGNMENT = re.compile(
     r"""
