@@ -32,6 +32,8 @@ class VerifyResult:
     """Release anchors this verify held the ledger to (0: none given, or the chain broke first)."""
     repairs: tuple[dict, ...] = ()
     """Torn tails writers cut off before (`<ledger>.repairs`): said out loud, never silently forgotten."""
+    since_seq: int | None = None
+    """Set by `Ledger.verify_since` when only the `count` records after this seq were checked."""
 
     def to_json(self) -> dict:
         return {

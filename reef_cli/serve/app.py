@@ -21,7 +21,8 @@ from pathlib import Path
 
 from ..errors import ConflictError, DamagedState, InvalidInput, NotFound, PolicyError, ReefError, StoreError
 from ..times import format_ms
-from .auth import TokenSet, check_bind, presented_token
+from .auth import TokenFile, check_bind, presented_token
+from .keys import Undecodable, decoder_for, screen
 from .http_server import BodyTooLarge, HttpServer, Request, Response, StreamResponse
 from .recording import Exchange, Recorder
 from .reef_routes import ReefRoutes
@@ -76,10 +77,11 @@ class Gateway(StreamRelay, ReefRoutes):
         if config.loop not in ("auto", "uvloop", "asyncio"):
             raise InvalidInput(f"--loop {config.loop}: expected auto, uvloop or asyncio")
         self.config = config
-        self.tokens = TokenSet.load(config.token_file) if config.token_file else None
-        check_bind(config.host, self.tokens)
+        self.tokens = TokenFile(config.token_file, lambda line: self._note(line)) if config.token_file else None
+        check_bind(config.host, self.tokens.tokens if self.tokens is not None else None)
         self.upstream = Upstream.parse(config.upstream, "openai" if config.upstream_api == "sglang"
                                        else config.upstream_api, environ)
+        self.hidden = self.upstream.hidden(config.pass_client_key)  # keys no answer may carry back (relay.py)
         self.executor = ThreadPoolExecutor(max_workers=32, thread_name_prefix="reef-ledger")
         self.recorder = Recorder(config.project, config.scenario, store_content=config.store_content,
                                  executor=self.executor)
@@ -120,7 +122,7 @@ class Gateway(StreamRelay, ReefRoutes):
         path, session = request.route = _split_session(request.path)
         api = ROUTE_API.get(path, "reef")
         if self.tokens is not None and request.path != "/healthz":
-            if not self.tokens.accepts(presented_token(request.headers, self.config.pass_client_key)):
+            if not self.tokens.current().accepts(presented_token(request.headers, self.config.pass_client_key)):
                 missing = presented_token(request.headers, self.config.pass_client_key) is None
                 how = "x-reef-token" if self.config.pass_client_key else "Authorization: Bearer TOKEN or x-api-key"
                 msg = (f"no reef token: send {how}" if missing else "the reef token is not valid for this gateway")
@@ -343,7 +345,14 @@ class Gateway(StreamRelay, ReefRoutes):
             except UpstreamError as exc:
                 return await self._failed(api, ex, extra, 502, "upstream_died",
                                           f"the upstream's answer was cut off ({exc})")
-            out_headers = response_headers(resp.headers) + extra
+            decoder = None
+            if self.hidden:  # keys.py: the gateway's own key never goes back, even from an upstream that echoes it
+                try:
+                    decoder = decoder_for(resp.headers)
+                    data = screen(decoder.whole(data, MAX_ANSWER) if decoder else data, self.hidden)
+                except Undecodable as exc:
+                    return await self._failed(api, ex, extra, 502, "upstream_undecodable", str(exc))
+            out_headers = response_headers(resp.headers, self.hidden, decoded=decoder is not None) + extra
             if ex is None:  # a HEAD's answer keeps the upstream's length (relayed headers drop Content-Length)
                 length = resp.headers.get("Content-Length") if request.method == "HEAD" else None
                 return Response(data, resp.status, out_headers, head_length=length)
@@ -433,8 +442,11 @@ class Gateway(StreamRelay, ReefRoutes):
             self._note(f"stopped; {line}")
             code = 1
         for name, state in sorted(self.recorder.scenarios.items()):
-            result = state.ledger.verify()
-            if result.ok:
+            result = state.ledger.verify_since(state.start, state.last)  # big: only what came after the start
+            if result.ok and result.since_seq is not None:
+                self._note(f"stopped; ledger of scenario '{name}' verified: the {result.count} records after record "
+                           f"{result.since_seq} chain onto it (the older ones: reef ledger verify)")
+            elif result.ok:
                 self._note(f"stopped; ledger of scenario '{name}' verified ({result.count} records)")
             else:
                 self._note(f"stopped; ledger of scenario '{name}' FAILED verification: {result.message}")

@@ -4,7 +4,9 @@ Headers are relayed as they are, minus hop-by-hop headers, reef's own `x-reef-*`
 upstream's credentials come from the environment (REEF_UPSTREAM_API_KEY, else OPENAI_API_KEY for OpenAI routes
 and ANTHROPIC_API_KEY for Anthropic routes), or with --pass-client-key from the client's own Authorization /
 x-api-key; they are never logged, recorded or echoed. Bodies are asked for uncompressed, so the bytes the client
-gets are the bytes the upstream sent and the gateway can read usage from them.
+gets are the bytes the upstream sent and the gateway can read usage from them, with one exception (keys.py): an
+upstream that echoes the gateway's own key (an echo server, a proxy's verbose error) has it replaced before the
+answer is relayed or recorded.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from ..errors import InvalidInput
 from .answers import Response
+from .keys import hidden_keys, screen_text
 
 HOP_BY_HOP = frozenset({
     "connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer", "trailers",
@@ -102,10 +105,21 @@ class Upstream:
                     out["Authorization"] = f"Bearer {key}"
         return out
 
+    def hidden(self, pass_client_key: bool) -> tuple[bytes, ...]:
+        """The keys no answer may carry back (keys.py)."""
+        return hidden_keys(self.env_keys.values(), pass_client_key)
 
-def response_headers(upstream_headers) -> list[tuple[str, str]]:
+
+def response_headers(upstream_headers, hidden: tuple[bytes, ...] = (),
+                     decoded: bool = False) -> list[tuple[str, str]]:
+    """The upstream's headers as relayed: hop-by-hop ones and credentials dropped, the gateway's own keys screened
+    out (keys.py), and Content-Encoding dropped for an answer the gateway decompressed to screen it."""
     named = _connection_named(upstream_headers)
-    return [(k, v) for k, v in upstream_headers.items() if k.lower() not in RESPONSE_DROP and k.lower() not in named]
+    drop = RESPONSE_DROP | {"content-encoding"} if decoded else RESPONSE_DROP
+    kept = [(k, v) for k, v in upstream_headers.items() if k.lower() not in drop and k.lower() not in named]
+    if hidden:
+        kept = [(k, screen_text(v, hidden)) for k, v in kept]
+    return kept
 
 
 def _connection_named(headers) -> frozenset:
