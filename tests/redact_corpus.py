@@ -479,3 +479,36 @@ FORMATS += [
      json.dumps({"type": "tool_result", "content": f"$ base64 app.env\n{B64_WRAPPED}"}),
      (B64_WRAP_PW,) + tuple(line for line in B64_WRAPPED.split("\n") if line)),
 ]
+# Session 9 (redactplain): secrets said in plain words (feedback, a chat turn, a note), and prose that names a
+# secret without holding one. Generated after everything above, so the fakes above keep their values.
+PLAIN = [password() for _ in range(7)]
+PLAIN_WORD = chars(string.ascii_lowercase, 7) + chars(string.digits, 1)
+PLAIN_CAMEL = "".join(rng.choice(string.ascii_uppercase) + chars(string.ascii_lowercase, 4) for _ in range(2))
+PLAIN_TOKEN = [chars(ALNUM, 24) + chars(string.digits, 1) for _ in range(2)]
+FORMATS += [
+    ("password said in a sentence", f"fyi my password is {PLAIN[0]} until friday", (PLAIN[0],)),
+    ("pw= in a chat turn", f"log in as ops with pw={PLAIN[1]} please", (PLAIN[1],)),
+    ("passwd after a space", f"root passwd {PLAIN[2]}", (PLAIN[2],)),
+    ("pass: in feedback", f"it used the wrong account (pass: {PLAIN_WORD})", (PLAIN_WORD,)),
+    ("the token is", f"the token is {PLAIN_TOKEN[0]}, rotate it", (PLAIN_TOKEN[0],)),
+    ("api key: in prose", f"The API key: {PLAIN_TOKEN[1]}.", (PLAIN_TOKEN[1],)),
+    ("credentials are user/password", f"credentials are deploy/{PLAIN[3]}", (PLAIN[3],)),
+    ("korean password with a particle", f"비밀번호는 {PLAIN[4]}입니다", (PLAIN[4],)),
+    ("korean short word for password", f"비번: {PLAIN[5]}", (PLAIN[5],)),
+    ("the password for root, quoted", f'the password for root is "{PLAIN[6]}".', (PLAIN[6],)),
+    ("a camel-case password in backticks", f"my password is `{PLAIN_CAMEL}`", (PLAIN_CAMEL,)),
+]
+NEGATIVES += [
+    ("prose that names a password",
+     "The password is required. Use the password reset link if the password is wrong; the password field is empty."),
+    ("prose that names a token or a secret",
+     "The token is expired, the secret is to test early, passwords are hashed with bcrypt, and my password is the "
+     "same as before; password is sha256-hashed."),
+    ("masked and placeholder values in prose", "pw=<redacted>, password: ********, api key: $OPENAI_API_KEY"),
+    ("code that reads a password",
+     "password = getpass()\npassword=os.environ[\"PW\"]\npw = request.form['pw']\nif token is None:\n    pass"),
+    ("type annotations and defaults", "password: str\npassword=None\ntoken: Optional[str] = None"),
+    ("korean prose about passwords", "비밀번호는 8자 이상이어야 합니다. 비밀번호 변경 완료. 암호화 키를 바꿨다. 암호는 AES256"),
+    ("html prose about a password", "printf(&quot;Password is correct.&quot;);"),
+    ("a token named by its id in a log", "revoked token 3f9a12bc7d; passwd anonymous@"),
+]

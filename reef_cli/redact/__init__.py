@@ -5,14 +5,15 @@ tokens are matched by their documented shapes; `KEY=value`-style assignments onl
 and the value looks like a literal rather than code (`token = get_token()` stays); a value may sit on the next line
 (YAML block scalars, INI continuations); a provider token may be wrapped over lines, and so may a random value under a
 secret key; flags and arguments that only a password fills (`mysql -pX`, `ssh-keygen -N X`, `echo X | sudo -S`) are
-read by the tool's own syntax. Text is also read with invisible characters dropped and no-break spaces made plain,
-and base64 is decoded and read. Every replacement reads `[REDACTED:<kind>]`, and text that is already redacted
-passes through unchanged (and uncounted).
+read by the tool's own syntax; a secret said in words ("my password is X", "pw=X", "비밀번호는 X") when the value
+reads as a credential rather than a word, code or a placeholder (`plain` has the rule). Text is also read with
+invisible characters dropped and no-break spaces made plain, and base64 is decoded and read. Every replacement
+reads `[REDACTED:<kind>]`, and text that is already redacted passes through unchanged (and uncounted).
 
 The public API is here (`redact`, `redact_text`, `redact_obj`, `redact_argv`, `content_fields`, `is_secret_key`); the
 rooms behind it: `shapes` (every pattern), `keys` (what a name and a value say), `readings` (invisible characters,
-colour codes, JSON and URL escapes), `wrapped` (tokens broken over lines), `scan` (one pass of every rule) and
-`rules` (what each match keeps and replaces).
+colour codes, JSON and URL escapes), `wrapped` (tokens broken over lines), `plain` (secrets said in words), `scan`
+(one pass of every rule) and `rules` (what each match keeps and replaces).
 """
 
 from __future__ import annotations

@@ -12,13 +12,14 @@ from .shapes import _ANSI, _ECHO_MIN, _JSON_CHARS, _JSON_ESCAPE, _Lazy, _URL_ESC
 
 # Characters that render as nothing (zero-width space, non-joiner and joiner, word joiner, the invisible operators,
 # a byte-order mark, a soft hyphen) and spaces other than the plain one (no-break U+00A0 and U+202F, the en/em/thin/
-# hair spaces U+2000-U+200A, U+205F, the ideographic U+3000), raw or as a JSON `\uXXXX` escape. Pasted
+# hair spaces U+2000-U+200A, U+205F, the ideographic U+3000), raw or as a JSON `\uXXXX` escape, or one escaped again
+# (`\\u200b`, JSON in a JSON string: the backslashes double with each level, and all of them go). Pasted
 # from a chat, a web page or a PDF they sit inside a token (`ghp_abc<U+200B>def`) or beside a key (`password:<NBSP>x`)
 # and hide it from every pattern, while a terminal, a YAML loader or `.strip()` gives the secret back whole.
 _INVISIBLE = "\u200b-\u200d\u2060-\u2064\ufeff\u00ad"
 _SPACES = "\u00a0\u202f\u2000-\u200a\u205f\u3000"  # no-break, en/em/thin/hair, figure, ideographic spaces
-_HIDDEN = _Lazy(f"[{_INVISIBLE}{_SPACES}]|\\\\u(?i:200[0-9a-d]|206[0-4]|feff|00ad|00a0|202f|205f|3000)")
-_HIDDEN_SPACE = _Lazy(f"[{_SPACES}]|\\\\u(?i:200[0-9a]|00a0|202f|205f|3000)")
+_HIDDEN = _Lazy(f"[{_INVISIBLE}{_SPACES}]|\\\\+u(?i:200[0-9a-d]|206[0-4]|feff|00ad|00a0|202f|205f|3000)")
+_HIDDEN_SPACE = _Lazy(f"[{_SPACES}]|\\\\+u(?i:200[0-9a]|00a0|202f|205f|3000)")
 _MARK_RE = _Lazy(r"\[REDACTED:[a-z_]+\]")
 
 

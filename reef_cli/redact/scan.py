@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable, Iterator
 
+from .plain import _PLAIN, _plain_matches, _plain_secret
 from .rules import (
     Hit, _assignment, _auth_header, _bare_basic, _bearer, _code_secret, _conn_password, _cookie, _curl_user, _digest,
     _flag, _loose_value, _next_line_value, _pgpass, _ppk, _private_key, _sas_signature, _session, _short_p,
@@ -135,6 +136,7 @@ def _scan(text: str, found: list[tuple[str, str]], in_context: list[tuple[str, s
     for needles, pattern in _CODE_SHAPES:
         if any(needle in text for needle in needles):
             text = sub(pattern, _code_secret, text, _line_matches(pattern, text, needles))
+    text = sub(_PLAIN, _plain_secret, text, _plain_matches(text))  # "my password is X": after the key=value rules
     if "rclone" in text:
         text = sub(_RCLONE_PAIR, _tool_value, text, _rclone_matches(text))
     if "assword" in text or "ASSWORD" in text or "dentified" in text or "DENTIFIED" in text:

@@ -110,11 +110,12 @@ _AUTH_HEADER = re.compile(
     r"(?P<secret>[^\s\"',;]+)",
     re.IGNORECASE,
 )
-# Digest credentials are parameters (`username="bob", response="<hash of the password>"`), quoted or JSON-escaped.
+# Digest credentials are parameters (`username="bob", response="<hash of the password>"`), quoted or JSON-escaped
+# (once or more: the quote's backslashes double with each level).
 _DIGEST = _Lazy(
     r"(?P<head>\bauthorization[\"']?\s*[:=]\s*[\"']?digest\s+)"
-    r"(?P<secret>[A-Za-z-]+=(?:\\?\"(?:[^\"\\\n]|\\[^\"])*\\?\"|[^\s,\"]+)(?:,[ \t]*[A-Za-z-]+="
-    r"(?:\\?\"(?:[^\"\\\n]|\\[^\"])*\\?\"|[^\s,\"]+))*)",
+    r"(?P<secret>[A-Za-z-]+=(?:\\*\"(?:[^\"\\\n]|\\[^\"])*\\*\"|[^\s,\"]+)(?:,[ \t]*[A-Za-z-]+="
+    r"(?:\\*\"(?:[^\"\\\n]|\\[^\"])*\\*\"|[^\s,\"]+))*)",
     re.IGNORECASE,
 )
 # ~/.pgpass: `host:port:database:user:password` (`:` and `\` escaped with a backslash), a host name, an IPv4 address
@@ -138,6 +139,13 @@ _CONN_PASSWORD = _Lazy(
     re.MULTILINE,
 )
 _BEARER = re.compile(r"(?P<head>\bbearer\s+)(?P<secret>[A-Za-z0-9._~+/=-]{16,})", re.IGNORECASE)
+# The rest of an unquoted value: it ends at a space or a quote, and a backslash run just before a quote is that
+# quote's escape, not the value's (`echo \"API_KEY=x\"` in a JSON string: the value is `x`, and the `\` stays
+# with its quote, so the JSON around it is still valid after the value is replaced); so is a JSON-escaped line
+# break or tab (`"password: x\nuser: bob"`: the value is `x`, and `user:` is the next line's, not the value's):
+# a run of 1, 2 or 4 backslashes before `n`, `r` or `t` (the escape at depth 1, 2, 3). Other runs are a shell's
+# backslash-newline escaped (3 at depth 1, 6 at depth 2): the value runs on over it, as it does unescaped.
+_WORD_REST = r"""[^\s"'\\]*(?:(?:\\++(?![nrt"'])|\\{3}(?=[nrt])|\\{5,}+(?=[nrt]))[^\s"'\\]*)*"""  # the loop unrolled
 _QUOTED = r"""(?:"(?:[^"\\\n]|\\.)*"|'[^'\n]*')"""
 _ASSIGNMENT = re.compile(
     r"""
@@ -157,9 +165,9 @@ _ASSIGNMENT = re.compile(
     | (?P<quoted>QUOTED(?:[ \t]*\+[ \t]*QUOTED|QUOTED)*)
     | (?P<wrapped>(?P<wq>["'])RUN{16,}+(?:[ \t]*\r?\n[ \t]*RUN++){1,64}(?P=wq))
     | (?P<wrapbare>RUN{16,}+(?:[ \t]*\r?\n[ \t]+RUN++(?=[ \t]*(?:\r?\n|\Z))){1,64})
-    | (?P<bare>[^\s"'\\][^\s"']*)
+    | (?P<bare>[^\s"'\\]WORD_REST)
     )
-    """.replace("QUOTED", _QUOTED).replace("RUN", r"[A-Za-z0-9+/=_.~-]"),
+    """.replace("QUOTED", _QUOTED).replace("WORD_REST", _WORD_REST).replace("RUN", r"[A-Za-z0-9+/=_.~-]"),
     re.VERBOSE,
 )
 # `_ASSIGNMENT` without the two wrapped forms: a wrapped reading that is declined falls back to the first line.
@@ -170,7 +178,8 @@ _ASSIGNMENT_LINE = _Lazy(
 )
 # `--password X`, `--api-key 'X'`: a flag that names a secret, its value after a space (`=` is an assignment above).
 _FLAG = re.compile(
-    r"(?P<head>(?<![\w-])--?(?P<key>[A-Za-z][A-Za-z0-9_-]*)[ \t]+)(?P<secret>\"[^\"\n]*\"|'[^'\n]*'|[^\s\"'\\<>|&;()`-][^\s\"']*)"
+    r"(?P<head>(?<![\w-])--?(?P<key>[A-Za-z][A-Za-z0-9_-]*)[ \t]+)"
+    r"(?P<secret>\"[^\"\n]*\"|'[^'\n]*'|[^\s\"'\\<>|&;()`-]" + _WORD_REST + ")"
 )
 # A value on the line after its key: a YAML block scalar (`password: |`, `>-`, `|2`) or a plain value on the next,
 # deeper line (`password:` + newline + `  X` in YAML, `password =` + newline + `    X` as an INI continuation). The
@@ -191,7 +200,8 @@ _WRAPPED_PIECE = _Lazy(r"[A-Za-z0-9+/=_.~-]+")
 # Where `_NEXT_LINE` can start: a line that ends at a separator (or a block indicator, or a comment after it) and
 # is followed by an indented line. Searching for these first is 10x cheaper than trying `^` at every position.
 _NEXT_LINE_END = _Lazy(r"[:=][ \t]*(?:!!(?:binary|str)[ \t]*)?(?:[|>][1-9+-]{0,2}[ \t]*)?(?:#[^\n]*)?\r?\n[ \t\r\n]")
-_BLOCK_INDICATOR = _Lazy(r"[|>](?:[1-9][+-]?|[+-][1-9]?)?(?:\\[rn].*)?")  # and a JSON-escaped line break after it
+# `|`, `>-`, `|2`: a block scalar's indicator, and a JSON-escaped line break after it (escaped once or more)
+_BLOCK_INDICATOR = _Lazy(r"[|>](?:[1-9][+-]?|[+-][1-9]?)?(?:\\+[rn].*)?")
 _MAPPING_LINE = _Lazy(r"[\"']?[A-Za-z0-9_.$-]+[\"']?[ \t]*:(?:[ \t]|$)|-(?:[ \t]|$)|#")
 # `mysql -uroot -pX`, `docker login -u bob -p X`, `sshpass -p X`: `-p` is a password only beside a user or in these;
 # `redis-cli -a X` / `--pass X`: redis-cli's `-a` takes nothing but the password; so does the `-p` of mongosh and
@@ -209,7 +219,7 @@ _SHORT_P = re.compile(
     r"|(?P<mongo>(?<![^\s;&|(`'\"])(?:(?:[\w.~][\w.~-]*)?/)*"
     r"mongo(?:sh|dump|restore|export|import|stat|top|files)?\b(?!-)[^\n;&|]*?[ \t]-p[ \t]+)"
     r"|[ \t]-u[ \t]*\S+[ \t]+-p[ \t]*))"
-    r"(?P<secret>\"[^\"\n]*\"|'[^'\n]*'|[^\s\"'\\<>|&;()`-][^\s\"']*)"
+    r"(?P<secret>\"[^\"\n]*\"|'[^'\n]*'|[^\s\"'\\<>|&;()`-]" + _WORD_REST + ")"
 )
 # The password options of common tools: (needles, pattern). A pattern never crosses a line and runs only on the
 # lines holding one of its needles (`_line_matches`); `head` is kept, `secret` is the password (`key`, when present,
@@ -218,7 +228,7 @@ _SHORT_P = re.compile(
 # `env:`/`file:` references and an empty `''` stay.
 _CMD = r"(?<![^\s;&|(`'\"/])"  # a command name starts a word (or follows a path's `/`)
 _SEG = r"\b(?!-)[^\n;&|]*?[ \t]"  # ... and the flag comes later in the same command
-_TOOL_VALUE = r"""(?!["']?\[REDACTED:)(?P<secret>"[^"\n]*"|'[^'\n]*'|[^\s"'\\<>|&;()`-][^\s"']*)"""
+_TOOL_VALUE = r"""(?!["']?\[REDACTED:)(?P<secret>"[^"\n]*"|'[^'\n]*'|[^\s"'\\<>|&;()`-]""" + _WORD_REST + ")"
 _TOOL_SHAPES: list[tuple[tuple[str, ...], str]] = [
     (("ssh-keygen",), _CMD + r"(?P<head>ssh-keygen" + _SEG + r"-[NP][ \t]*)"),
     (("zip",), _CMD + r"(?P<head>(?:zip|zipcloak|unzip|funzip)" + _SEG + r"-P[ \t]*)"),
@@ -288,7 +298,7 @@ _CODE_SHAPES: list[tuple[tuple[str, ...], _Lazy]] = [
 # `rclone config create|update NAME TYPE key value ...`: the pairs after the command, a secret-named key's value.
 _RCLONE = _Lazy(r"\brclone[ \t]+config[ \t]+(?:create|update)\b[^\n;&|]*")
 _RCLONE_PAIR = _Lazy(r"(?P<head>[ \t](?P<key>(?=[A-Za-z_]*(?:key|secret|pass|token))[A-Za-z_]+)[ \t]+)"
-                     r"(?P<secret>\"[^\"\n]*\"|'[^'\n]*'|[^\s\"'\\<>|&;()`-][^\s\"']*)")
+                     r"(?P<secret>\"[^\"\n]*\"|'[^'\n]*'|[^\s\"'\\<>|&;()`-]" + _WORD_REST + ")")
 # `Basic <base64 of user:password>` outside an Authorization header.
 # `Basic <base64>` outside a header, and a Docker config's `"auth": "<base64>"` (~/.docker/config.json): both only
 # when the base64 decodes to `user:password`.
@@ -302,8 +312,8 @@ _B64_RUN = _Lazy(r"(?<![A-Za-z0-9+/_-])(?P<secret>[A-Za-z0-9+/]{20,}+={0,2}+)(?!
 # A `!!binary` block scalar anywhere (`icon: !!binary |` + base64 lines): its lines are one blob.
 _B64_BLOCK = _Lazy(r"(?P<head>!!binary[ \t]*(?:[|>][+-]?[ \t]*)?\r?\n(?P<lead>[ \t]+))"
                    r"(?P<secret>[A-Za-z0-9+/=]+(?:[ \t]*\r?\n[ \t]+[A-Za-z0-9+/=]+)*)")
-_B64_LINE = _Lazy(r"(?:\r?\n|(?:\\r)?\\n)(?P<lead>[ \t]*)(?P<run>[A-Za-z0-9+/]{1,76}={0,2})"
-                  r"(?=[ \t]*(?:\r?\n|\\r|\\n|\Z|\"))")  # a line break, raw or JSON-escaped
+_B64_LINE = _Lazy(r"(?:\r?\n|(?:\\+r)?\\+n)(?P<lead>[ \t]*)(?P<run>[A-Za-z0-9+/]{1,76}={0,2})"
+                  r"(?=[ \t]*(?:\r?\n|\\+r|\\+n|\Z|\\*\"))")  # a line break, raw or JSON-escaped (once or more)
 _USER_PASSWORD = _Lazy(r"(?=[\w.@+-]*[A-Za-z])[\w.@+-]{1,64}:(?![/\\])\S{3,128}")  # not `https://...`
 _CONTROL = _Lazy(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 
