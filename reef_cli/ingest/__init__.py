@@ -310,33 +310,40 @@ def _stamp(path: Path) -> str:
 
 class _Writer:
     """Batches records into `append_many` (one lock and one sync per batch); counts the ones the ledger already
-    held (its ids are deterministic: an identical resend returns the stored record)."""
+    held (its ids are deterministic: an identical resend returns the stored record). A batch the ledger refuses
+    is written record by record, so one record it cannot take (changed since first ingested, or not storable)
+    costs that record, named with its file, and not the batch."""
 
     def __init__(self, ledger, result: IngestResult):
         self.ledger = ledger
         self.result = result
         self.pending: list = []
+        self.origins: list[str] = []
         tail = ledger.tail(1)
         self.mark = tail[0].seq if tail else 0
 
-    def add(self, items: list) -> None:
+    def add(self, items: list, origin: str) -> None:
         self.pending.extend(items)
+        self.origins.extend([origin] * len(items))
         if len(self.pending) >= BATCH:
             self.flush()
 
     def flush(self) -> None:
-        items, self.pending = self.pending, []
+        items, origins, self.pending, self.origins = self.pending, self.origins, [], []
         if not items:
             return
         try:
             written = self.ledger.append_many(items)
-        except ConflictError:
+        except (ConflictError, InvalidInput):
             written = []
-            for item in items:  # one record changed since it was first ingested: keep the first, write the rest
+            for item, origin in zip(items, origins):
                 try:
                     written.append(self.ledger.append_many([item])[0])
-                except ConflictError:
+                except ConflictError:  # changed since it was first ingested: the first stays
                     self.result.conflicts += 1
+                except InvalidInput as exc:
+                    self.result.errors.append(f"{origin}: turn {item.payload.get('turn', '?')} "
+                                              f"({item.record_id}) not stored: {exc}")
         for rec in written:
             if rec.seq <= self.mark:
                 self.result.existing += 1
@@ -385,13 +392,14 @@ def _ingest_locked(store, agent, sources, since_iso, state_path, progress) -> In
             if agent is not None and file_agent != agent:
                 continue
             try:
-                _ingest_file(src, file_agent, path, state, writer, result, since_iso, observe_rules)
-            except (OSError, ValueError, UnicodeDecodeError) as exc:
-                result.errors.append(f"{path}: {exc}")
-            except Exception as exc:  # sqlite3.Error and friends: one bad store must not stop the others
-                if type(exc).__module__ != "sqlite3":
-                    raise
-                result.errors.append(f"{path}: {exc}")
+                records, files, sessions = _read_file(src, file_agent, path, state, result, since_iso,
+                                                      observe_rules)
+            except Exception as exc:  # noqa: BLE001 - one file reef cannot read must not stop the others
+                result.errors.append(_unreadable(path, exc))
+                continue
+            writer.add(records, str(path))  # outside the guard: a ledger that fails stops the run, state unsaved
+            state.files.update(files)
+            state.sessions.update(sessions)
             if progress is not None and result.files_read and result.files_read % 500 == 0:
                 progress({"event": "ingest", "files": result.files_read, "turns": result.turns,
                           "seconds": round(time.monotonic() - started, 1)})
@@ -400,15 +408,28 @@ def _ingest_locked(store, agent, sources, since_iso, state_path, progress) -> In
     return result
 
 
-def _ingest_file(src: Source, agent: str, path: Path, state: _State, writer: _Writer, result: IngestResult,
-                 since_iso: str | None, observe_rules: tuple = ()) -> None:
+def _unreadable(path: Path, exc: Exception) -> str:
+    """The one line for a file that could not be read: the reason as the OS, SQLite or the decoder gave it, else
+    the exception's type too (what the parser met that it did not expect)."""
+    if isinstance(exc, (OSError, ValueError)) or type(exc).__module__ == "sqlite3":
+        return f"{path}: {exc}"
+    return f"{path}: could not be read ({type(exc).__name__}: {str(exc)[:200]})"
+
+
+def _read_file(src: Source, agent: str, path: Path, state: _State, result: IngestResult, since_iso: str | None,
+               observe_rules: tuple = ()) -> tuple[list, dict, dict]:
+    """The new records of one file, and the state entries (files, sessions) to set once they are queued: nothing
+    of a file that fails half-way is marked read."""
     from . import claude, codex, opencode, pi
 
     fkey = os.path.abspath(path)
     stamp = _stamp(path)
+    files: dict[str, str] = {}
+    done_sessions: dict[str, list] = {}
+    out: list = []
     if agent != "opencode" and state.files.get(fkey) == stamp and src.only is None:
         result.files_skipped += 1
-        return
+        return out, files, done_sessions
     if agent == "opencode":
         stamps = opencode.session_stamps(path)
         want = {sid for sid, st in stamps.items()
@@ -417,7 +438,7 @@ def _ingest_file(src: Source, agent: str, path: Path, state: _State, writer: _Wr
     else:
         sessions = {"claude": claude.parse, "pi": pi.parse, "codex": codex.parse}[agent](path)
         stamps = {}
-    result.files_read += 1
+    counts = IngestResult()
     complete = True
     for s in sessions:
         if src.only is not None and s.session_id not in src.only:
@@ -429,15 +450,19 @@ def _ingest_file(src: Source, agent: str, path: Path, state: _State, writer: _Wr
             continue
         skey = f"{agent}:{s.session_id}"
         start = int((state.sessions.get(skey) or [None, 0])[1])
-        records, done = session_records(s, start, src, result, observe_rules)
+        records, done = session_records(s, start, src, counts, observe_rules)
         if records:
-            result.sessions += 1
-            writer.add(records)
-        state.sessions[skey] = [stamps.get(s.session_id, stamp), done]
+            counts.sessions += 1
+            out.extend(records)
+        done_sessions[skey] = [stamps.get(s.session_id, stamp), done]
         if done < len(s.turns):
             complete = False
     if complete and agent != "opencode":
-        state.files[fkey] = stamp
+        files[fkey] = stamp
+    result.files_read += 1
+    for name in ("sessions", "turns", "corrections", "acceptances", "held"):
+        setattr(result, name, getattr(result, name) + getattr(counts, name))
+    return out, files, done_sessions
 
 
 # ------------------------------------------------------------------------------------------------ after a wrapper run

@@ -14,14 +14,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from .model import Session, ToolUse, Turn, json_lines
+from .model import Session, ToolUse, Turn, json_lines, loads
 
 
 def _output(value) -> tuple[str, bool | None]:
     if isinstance(value, str):
         try:
-            inner = json.loads(value)
-        except ValueError:
+            inner = loads(value)
+        except (ValueError, RecursionError):
             return value, None
         value = inner
     if isinstance(value, dict):
@@ -44,8 +44,8 @@ def _item_text(item: dict) -> str:
 def _args(value) -> str:
     if isinstance(value, str):
         try:
-            value = json.loads(value)
-        except ValueError:
+            value = loads(value)
+        except (ValueError, RecursionError):
             return value
     from .model import tool_input_text
 

@@ -61,13 +61,42 @@ class Session:
         return self.turns[-1] if self.turns else None
 
 
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
+def _no_lone_surrogates(value):
+    """`value` with every lone UTF-16 surrogate in its strings replaced by U+FFFD. Node's JSON.stringify writes one as
+    an escape (`"\\ud83d"`, an emoji cut in half) and Python decodes it to a str that cannot be encoded to UTF-8,
+    so no record holding it could be stored; a pair decodes to its one character and never reaches here."""
+    if isinstance(value, str):
+        return _LONE_SURROGATE.sub("\ufffd", value)
+    if isinstance(value, list):
+        return [_no_lone_surrogates(v) for v in value]
+    if isinstance(value, dict):
+        return {_no_lone_surrogates(k): _no_lone_surrogates(v) for k, v in value.items()}
+    return value
+
+
+def loads(raw: bytes | str):
+    """json.loads with lone surrogates replaced (see _no_lone_surrogates); ValueError or RecursionError (a line
+    nested deeper than Python's stack) for what is not JSON."""
+    value = json.loads(raw)
+    if isinstance(raw, str):
+        raw = raw.encode("utf-8", "surrogatepass")
+    if _SURROGATE_ESCAPE.search(raw):  # only an escape can make a lone surrogate: skip the walk for all other lines
+        value = _no_lone_surrogates(value)
+    return value
+
+
 def json_lines(path) -> Iterator[dict]:
-    """The JSON objects of a JSONL transcript, one a line; a line still being written, a damaged one or one that
-    is not an object is skipped, since an agent may be appending to the file while we read it."""
+    """The JSON objects of a JSONL transcript, one a line (lone surrogates replaced: `loads`); a line still being
+    written, a damaged one or one that is not an object is skipped, since an agent may be appending to the file
+    while we read it."""
     with open(path, "rb") as fh:
         for raw in fh:
             try:
-                d = json.loads(raw)
+                d = loads(raw)
             except ValueError:
                 continue
             if isinstance(d, dict):
