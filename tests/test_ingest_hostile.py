@@ -64,3 +64,48 @@ def test_a_record_the_ledger_refuses_costs_that_record_named_with_its_file(tmp_p
     assert [r.record_id for r in ledger.iter_records()] == ["ses-a-0"]
     (err,) = result.errors
     assert err.startswith("/x/a.jsonl: turn 1 (ses-a-1) not stored: ") and "JSON-serialisable" in err
+
+
+def test_a_line_nested_past_the_stack_is_skipped_with_one_warning(reef, tmp_path):
+    """json.loads raises RecursionError (not ValueError) for it: it used to escape as "unexpected error", exit 1,
+    and nothing else was ingested, on every run."""
+    root, ledger = init_project(reef, tmp_path)
+    folder = tmp_path / "t"
+    folder.mkdir()
+    deep = claude_session(folder / "deep.jsonl", "deep", "hello", str(tmp_path))
+    with deep.open("a") as fh:
+        fh.write('{"type": "assistant", "x": ' + "[" * 100_000 + "]" * 100_000 + "}\n")
+        fh.write("not json either\n")
+    claude_session(folder / "good.jsonl", "good", "fine", str(tmp_path))
+    r = reef("-C", str(root), "ingest", str(folder))
+    assert r.code == 0, r.err
+    assert r.err == (f"reef: ingest: warning: {deep}: skipped 2 line(s) reef could not read "
+                     "(line 3: nested too deeply; 1 more)\n")
+    assert r.out.startswith("ingested 2 turn(s) from 2 session(s)")
+    assert len(records(ledger, "session")) == 2
+    out = ingest(reef, root, str(folder), "-q")
+    assert out["warnings"] == [] and out["files_skipped"] == 2  # the file was read: not warned about again
+
+
+def test_a_message_of_the_wrong_shape_costs_that_line(reef, tmp_path):
+    """A pi assistant message whose content is a number raised TypeError out of the whole ingest."""
+    root, ledger = init_project(reef, tmp_path)
+    folder = tmp_path / "pi" / "--x--"
+    folder.mkdir(parents=True)
+    lines = [{"type": "session", "id": "s1", "cwd": str(tmp_path), "timestamp": "2026-12-01T10:00:00Z"},
+             {"type": "message", "id": "m1", "timestamp": "2026-12-01T10:00:01Z",
+              "message": {"role": "user", "content": "hi"}},
+             {"type": "message", "id": "m2", "timestamp": "2026-12-01T10:00:02Z",
+              "message": {"role": "assistant", "content": 5, "stopReason": "stop"}},
+             {"type": "message", "id": "m3", "timestamp": "2026-12-01T10:00:03Z",
+              "message": {"role": "assistant", "content": [{"type": "text", "text": "hello"}], "stopReason": "stop"}},
+             {"type": "message", "id": "m4", "timestamp": "2026-12-01T10:00:04Z",
+              "message": {"role": "user", "content": {"not": "text"}}}]
+    bad = folder / "2026_s1.jsonl"
+    bad.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    claude_session(tmp_path / "pi" / "good.jsonl", "good", "fine", str(tmp_path))
+    r = reef("-C", str(root), "ingest", str(tmp_path / "pi"))
+    assert r.code == 0, r.err
+    assert r.err == (f"reef: ingest: warning: {bad}: skipped 1 line(s) reef could not read (line 3: unexpected "
+                     "shape (TypeError: message content is a number, not a list of blocks))\n")
+    assert sorted(x.payload["user"]["excerpt"] for x in records(ledger, "session")) == ["fine", "hi"]

@@ -39,6 +39,8 @@ def ingest_cmd(ctx: typer.Context,
     if as_json:
         emit_json(res.to_json())
         return
+    for warning in [] if quiet else res.warnings:
+        sys.stderr.write(f"reef: ingest: warning: {warning}\n")
     for err in res.errors:
         sys.stderr.write(f"reef: ingest: {err}\n")
     if not quiet:

@@ -32,7 +32,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 from ..errors import ConflictError, InvalidInput
-from .model import AGENT_CHARS, MAX_TOOLS, TOOL_CHARS, USER_CHARS, Session, clip, digest, safe_key
+from .model import AGENT_CHARS, MAX_TOOLS, TOOL_CHARS, USER_CHARS, Problems, Session, clip, digest, safe_key
 
 AGENTS = ("claude", "opencode", "pi", "codex")
 REVERTED = "The user reverted this turn's changes."
@@ -63,14 +63,15 @@ class IngestResult:
     held: int = 0  # unfinished last turns, left for the next ingest
     existing: int = 0  # records the ledger already held (a re-ingest after the state file was lost)
     conflicts: int = 0
-    errors: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)  # a file, source or record that could not be ingested
+    warnings: list[str] = field(default_factory=list)  # lines skipped in a file that was otherwise ingested
     record_ids: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict:
         return {"sources": self.sources, "files_read": self.files_read, "files_skipped": self.files_skipped,
                 "sessions": self.sessions, "turns": self.turns, "corrections": self.corrections,
                 "acceptances": self.acceptances, "held": self.held, "existing": self.existing,
-                "conflicts": self.conflicts, "errors": self.errors}
+                "conflicts": self.conflicts, "errors": self.errors, "warnings": self.warnings}
 
 
 def parse_since(value: str | None, now: datetime | None = None) -> str | None:
@@ -436,7 +437,10 @@ def _read_file(src: Source, agent: str, path: Path, state: _State, result: Inges
                 if (src.only is None or sid in src.only) and state.sessions.get(f"opencode:{sid}", [None])[0] != st}
         sessions = opencode.parse(path, only=want) if want else []
     else:
-        sessions = {"claude": claude.parse, "pi": pi.parse, "codex": codex.parse}[agent](path)
+        problems = Problems()
+        sessions = {"claude": claude.parse, "pi": pi.parse, "codex": codex.parse}[agent](path, problems)
+        if problems.count:
+            result.warnings.append(f"{path}: {problems.summary()}")
         stamps = {}
     counts = IngestResult()
     complete = True
