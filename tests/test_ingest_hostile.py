@@ -109,3 +109,35 @@ def test_a_message_of_the_wrong_shape_costs_that_line(reef, tmp_path):
     assert r.err == (f"reef: ingest: warning: {bad}: skipped 1 line(s) reef could not read (line 3: unexpected "
                      "shape (TypeError: message content is a number, not a list of blocks))\n")
     assert sorted(x.payload["user"]["excerpt"] for x in records(ledger, "session")) == ["fine", "hi"]
+
+
+SUMMARY = ("This session is being continued from a previous conversation that ran out of context. The summary below "
+           "covers the earlier portion of the conversation.\n\nAnalysis:\nI updated vite.config.ts instead of the "
+           "old webpack config; the tests are still failing.\nPlease continue the conversation from where we left it.")
+
+
+def test_synthetic_user_messages_are_not_turns_or_corrections(reef, tmp_path):
+    """Claude Code writes a /compact summary as a `user` line (isCompactSummary, not isMeta): it was ingested as
+    the user's words and, holding "instead of", became a score-0 report whose feedback was a model's summary."""
+    root, ledger = init_project(reef, tmp_path)
+    cwd = str(tmp_path)
+    said = lambda uuid, content, **kw: claude_line("s", uuid, "user", content, cwd, **kw)
+    answer = lambda uuid: claude_line("s", uuid, "assistant", [{"type": "text", "text": "done"}], cwd)
+    lines = [said("u0", "migrate the build to vite"), answer("a0"),
+             said("c0", SUMMARY, isCompactSummary=True, isVisibleInTranscriptOnly=True), answer("a1"),
+             said("c1", SUMMARY.replace("ran out", "that ran out again")), answer("a2"),  # an older Claude: no flag
+             said("v0", "Compacted. ctrl+o to see the summary, instead of this", isVisibleInTranscriptOnly=True),
+             said("b0", "<bash-input>git stash</bash-input>"),
+             said("b1", "<bash-stdout>No local changes to save</bash-stdout><bash-stderr></bash-stderr>"),
+             said("t0", "<task-notification>Background command failed; still failing</task-notification>"),
+             said("m0", "<command-name>/compact</command-name>"),
+             said("m1", "<local-command-stdout>Compacted</local-command-stdout>"),
+             said("u1", [{"type": "text", "text": "<system-reminder>Use pnpm instead of npm.</system-reminder>"},
+                         {"type": "text", "text": "thanks, looks good"}]), answer("a3")]
+    path = tmp_path / "s.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    out = ingest(reef, root, str(path))
+    assert [r.payload["user"]["excerpt"] for r in records(ledger, "session")] == ["migrate the build to vite",
+                                                                                "thanks, looks good"]
+    assert out["corrections"] == 0 and out["acceptances"] == 1
+    assert [r.payload["implicit"]["kind"] for r in records(ledger, "report")] == ["acceptance"]

@@ -2,18 +2,25 @@
 
 Lines with `type` user/assistant carry `message` (Anthropic Messages shape), `uuid`, `sessionId`, `cwd`,
 `timestamp`; `isSidechain` marks a subagent's messages (not the user's conversation) and `isMeta` lines Claude Code
-injected itself. A user message whose content is tool_result blocks is a tool's outcome, not a prompt; a prompt
-that starts with a `<command-…>`/`<local-command-…>` tag is a slash command's bookkeeping. `-c`/`--resume` append
+injected itself. Other `user` lines the user did not type are skipped too: tool_result blocks (a tool's outcome);
+the summary /compact and auto-compact write (`isCompactSummary`, a model's words: "This session is being
+continued…"); what only the transcript view shows (`isVisibleInTranscriptOnly`); a slash command's bookkeeping
+(`<command-…>`, `<local-command-…>`), a `!` shell command and its output (`<bash-…>`), a background task's notice
+(`<task-notification>`); `<system-reminder>` blocks are cut from a prompt. `-c`/`--resume` append
 to the session's file (or copy history into a new one: turns keep the prompt's uuid, so they count once).
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from .model import SHAPE_ERRORS, Problems, Session, ToolUse, Turn, numbered_lines, take_blocks, text_of
 
 INTERRUPTED = "[Request interrupted by user"
+SYNTHETIC = ("<command-", "<local-command-", "<bash-input>", "<bash-stdout>", "<bash-stderr>", "<task-notification>",
+             "<user-memory-input>", "This session is being continued from a previous conversation")
+_REMINDER = re.compile(r"<system-reminder>.*?</system-reminder>", re.S)
 
 
 def _result_text(content) -> str:
@@ -51,9 +58,9 @@ def parse(path: Path, problems: Problems | None = None) -> list[Session]:
                                 use.ok = not b.get("is_error")
                                 use.output = _result_text(b.get("content"))
                     continue
-                if d.get("isMeta"):
+                if d.get("isMeta") or d.get("isCompactSummary") or d.get("isVisibleInTranscriptOnly"):
                     continue
-                text = text_of(content).strip()
+                text = _REMINDER.sub("", text_of(content)).strip()
                 if not text:
                     continue
                 turn = current.get(sid)
@@ -61,7 +68,7 @@ def parse(path: Path, problems: Problems | None = None) -> list[Session]:
                     if turn is not None:
                         turn.interrupted = True
                     continue
-                if text.startswith(("<command-", "<local-command-")):
+                if text.startswith(SYNTHETIC):
                     continue
                 turn = Turn(key=str(d.get("uuid") or f"{sid}-{len(s.turns)}"), user=text,
                             at=str(d.get("timestamp") or ""))
