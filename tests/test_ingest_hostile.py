@@ -141,3 +141,23 @@ def test_synthetic_user_messages_are_not_turns_or_corrections(reef, tmp_path):
                                                                                 "thanks, looks good"]
     assert out["corrections"] == 0 and out["acceptances"] == 1
     assert [r.payload["implicit"]["kind"] for r in records(ledger, "report")] == ["acceptance"]
+
+
+def test_ordinary_prompts_are_not_ingested_as_corrections(reef, tmp_path):
+    """Each of these became a score-0 report, then a pattern, then (low tier threshold) a CLAUDE.md bullet."""
+    root, ledger = init_project(reef, tmp_path)
+    prompts = ["add a login page", "I ran the deploy and got: Error: you must specify a region",
+               "Never mind the docs, implement the cache layer now",
+               "Stop words should be filtered in the tokenizer, please add that",
+               "Undo/redo support is the next feature: implement it",
+               "Here is the CI log:\nerror: you didn't provide a value for 'x'", "no, use pnpm"]
+    lines = []
+    for i, p in enumerate(prompts):
+        lines += [claude_line("s", f"u{i}", "user", p, str(tmp_path)),
+                  claude_line("s", f"a{i}", "assistant", [{"type": "text", "text": "done"}], str(tmp_path))]
+    path = tmp_path / "s.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    out = ingest(reef, root, str(path))
+    assert out["turns"] == 7 and out["corrections"] == 1
+    (rep,) = records(ledger, "report")
+    assert rep.payload["feedback"] == "no, use pnpm"
