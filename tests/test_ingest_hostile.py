@@ -161,3 +161,11 @@ def test_ordinary_prompts_are_not_ingested_as_corrections(reef, tmp_path):
     assert out["turns"] == 7 and out["corrections"] == 1
     (rep,) = records(ledger, "report")
     assert rep.payload["feedback"] == "no, use pnpm"
+
+
+def test_since_out_of_range_is_invalid_input_naming_the_flag(reef, tmp_path):
+    root, _ = init_project(reef, tmp_path)
+    for value in ("1000000d", "99999999999d", "0001-01-01T00:00:00+01:00", "9999-12-31T23:59:59-01:00"):
+        r = ingest(reef, root, "--since", value, code=4)
+        assert r["err"] == f"reef: error: --since {value!r}: out of range (a date must fall in the years 1 to 9999)\n"
+    assert ingest(reef, root, "--since", "0001-01-01")["turns"] == 0

@@ -82,7 +82,10 @@ def parse_since(value: str | None, now: datetime | None = None) -> str | None:
     v = value.strip()
     units = {"m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
     if len(v) >= 2 and v[:-1].isdigit() and v[-1] in units:
-        moment = now - timedelta(**{units[v[-1]]: int(v[:-1])})
+        try:
+            moment = now - timedelta(**{units[v[-1]]: int(v[:-1])})
+        except OverflowError:  # before year 1, or past what timedelta holds
+            raise InvalidInput(f"--since {value!r}: out of range (a date must fall in the years 1 to 9999)") from None
     else:
         try:
             moment = datetime.fromisoformat(v.replace("Z", "+00:00"))
@@ -91,7 +94,12 @@ def parse_since(value: str | None, now: datetime | None = None) -> str | None:
                                "duration such as 30m, 12h, 7d, 2w") from None
         if moment.tzinfo is None:
             moment = moment.replace(tzinfo=timezone.utc)
-    return moment.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+    try:
+        m = moment.astimezone(timezone.utc)
+    except OverflowError:  # 0001-01-01T00:00+01:00 is in the year 0 in UTC, 9999-12-31T23:59-01:00 in 10000
+        raise InvalidInput(f"--since {value!r}: out of range (a date must fall in the years 1 to 9999)") from None
+    return (f"{m.year:04d}-{m.month:02d}-{m.day:02d}T{m.hour:02d}:{m.minute:02d}:{m.second:02d}."
+            f"{m.microsecond // 1000:03d}Z")  # zero-padded as the agents' timestamps are, even for the year 1
 
 
 # ------------------------------------------------------------------------------------------------ sources
