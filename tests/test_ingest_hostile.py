@@ -169,3 +169,52 @@ def test_since_out_of_range_is_invalid_input_naming_the_flag(reef, tmp_path):
         r = ingest(reef, root, "--since", value, code=4)
         assert r["err"] == f"reef: error: --since {value!r}: out of range (a date must fall in the years 1 to 9999)\n"
     assert ingest(reef, root, "--since", "0001-01-01")["turns"] == 0
+
+
+def test_a_source_that_fails_is_named_and_exits_1_after_the_others_are_ingested(reef, tmp_path, monkeypatch):
+    """An opencode.db that is not a database used to leave `reef ingest` at exit 0: a hook or script never knew."""
+    root, ledger = init_project(reef, tmp_path)
+    home = Path(__import__("os").environ["HOME"])
+    (home / ".claude/projects/p").mkdir(parents=True)
+    claude_session(home / ".claude/projects/p/s.jsonl", "s", "hello", str(root))
+    data = tmp_path / "data"
+    (data / "opencode").mkdir(parents=True)
+    (data / "opencode/opencode.db").write_text("not sqlite at all, but long enough to have a header " * 4)
+    monkeypatch.setenv("XDG_DATA_HOME", str(data))
+    r = reef("-C", str(root), "ingest")
+    assert r.code == 1
+    assert r.err == f"reef: ingest: {data}/opencode/opencode.db: file is not a database\n"
+    assert r.out.startswith("ingested 1 turn(s) from 1 session(s)")
+    assert len(records(ledger, "session")) == 1
+    r = reef("-C", str(root), "ingest", "--json")
+    assert r.code == 1 and json.loads(r.out)["errors"] == [f"{data}/opencode/opencode.db: file is not a database"]
+
+
+def test_a_named_path_reef_cannot_read_says_why(reef, tmp_path):
+    import os
+
+    root, _ = init_project(reef, tmp_path)
+    fifo = tmp_path / "pipe.jsonl"
+    os.mkfifo(fifo)
+    r = ingest(reef, root, str(fifo), code=4)
+    assert r["err"] == f"reef: error: reef ingest {fifo}: not a regular file or folder (a FIFO, a socket or a device)\n"
+    notes = tmp_path / "notes.txt"
+    notes.write_text("just some notes\n")
+    r = ingest(reef, root, str(notes), code=4)
+    assert r["err"] == (f"reef: error: reef ingest {notes}: not a session file reef recognises (a Claude Code, pi or "
+                        "Codex transcript, or opencode.db); if it is one, name its agent with --agent\n")
+
+
+def test_counts_say_new_turns_apart_from_turns_already_in_the_ledger(reef, tmp_path):
+    from test_ingest import GOLDEN
+
+    root, ledger = init_project(reef, tmp_path)
+    first = ingest(reef, root, str(GOLDEN))
+    assert (first["turns"], first["corrections"], first["existing"], first["existing_turns"]) == (6, 3, 0, 0)
+    (root / ".reef/scenarios/default/ingest.json").unlink()  # the state file lost: every turn is read again
+    again = ingest(reef, root, str(GOLDEN))
+    assert (again["turns"], again["corrections"], again["existing"], again["existing_turns"]) == (0, 0, 9, 6)
+    (root / ".reef/scenarios/default/ingest.json").unlink()
+    r = reef("-C", str(root), "ingest", str(GOLDEN))
+    assert r.code == 0 and r.out == ("ingested 0 turn(s) from 3 session(s) (3 file(s) read, 0 unchanged): "
+                                     "0 correction(s), 0 acceptance(s), 6 turn(s) already in the ledger\n")

@@ -62,6 +62,7 @@ class IngestResult:
     acceptances: int = 0
     held: int = 0  # unfinished last turns, left for the next ingest
     existing: int = 0  # records the ledger already held (a re-ingest after the state file was lost)
+    existing_turns: int = 0  # of which turns; `turns`, `corrections`, `acceptances` count only new records
     conflicts: int = 0
     errors: list[str] = field(default_factory=list)  # a file, source or record that could not be ingested
     warnings: list[str] = field(default_factory=list)  # lines skipped in a file that was otherwise ingested
@@ -71,6 +72,7 @@ class IngestResult:
         return {"sources": self.sources, "files_read": self.files_read, "files_skipped": self.files_skipped,
                 "sessions": self.sessions, "turns": self.turns, "corrections": self.corrections,
                 "acceptances": self.acceptances, "held": self.held, "existing": self.existing,
+                "existing_turns": self.existing_turns,
                 "conflicts": self.conflicts, "errors": self.errors, "warnings": self.warnings}
 
 
@@ -185,6 +187,11 @@ def path_sources(store, paths: list[Path], agent: str | None) -> list[Source]:
     for p in paths:
         if not p.exists():
             raise InvalidInput(f"reef ingest {p}: no such file or directory")
+        if not (p.is_file() or p.is_dir()):  # never opened: reading a FIFO would wait for a writer
+            raise InvalidInput(f"reef ingest {p}: not a regular file or folder (a FIFO, a socket or a device)")
+        if p.is_file() and not agent and not sniff(p):
+            raise InvalidInput(f"reef ingest {p}: not a session file reef recognises (a Claude Code, pi or Codex "
+                               "transcript, or opencode.db); if it is one, name its agent with --agent")
         out.append(Source(agent or "", p, "path", rel, cid))
     return out
 
@@ -355,10 +362,24 @@ class _Writer:
                                               f"({item.record_id}) not stored: {exc}")
         for rec in written:
             if rec.seq <= self.mark:
-                self.result.existing += 1
+                self._already(rec)
             else:
                 self.result.record_ids.append(rec.record_id)
         self.mark = max([self.mark, *(rec.seq for rec in written)])
+
+    def _already(self, rec) -> None:
+        """A record the ledger held before this run: counted as existing, not as new."""
+        r = self.result
+        r.existing += 1
+        if rec.kind == "session":
+            r.turns -= 1
+            r.existing_turns += 1
+        elif rec.kind == "report":
+            kind = (rec.payload.get("implicit") or {}).get("kind")
+            if kind == "acceptance":
+                r.acceptances -= 1
+            elif kind in ("correction", "revert"):
+                r.corrections -= 1
 
 
 def _inside(cwd: str, root: str) -> bool:
