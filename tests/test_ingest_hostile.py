@@ -218,3 +218,59 @@ def test_counts_say_new_turns_apart_from_turns_already_in_the_ledger(reef, tmp_p
     r = reef("-C", str(root), "ingest", str(GOLDEN))
     assert r.code == 0 and r.out == ("ingested 0 turn(s) from 3 session(s) (3 file(s) read, 0 unchanged): "
                                      "0 correction(s), 0 acceptance(s), 6 turn(s) already in the ledger\n")
+
+
+def test_a_crashed_sessions_last_turn_is_recorded_unfinished_once_untouched_for_a_day(reef, tmp_path):
+    """A session whose agent died mid-turn (its last message a tool call never answered) was held back on every
+    ingest, forever, and its file re-read each time."""
+    import os
+    import time
+
+    root, ledger = init_project(reef, tmp_path)
+    cwd = str(tmp_path)
+    path = tmp_path / "crashed.jsonl"
+    path.write_text(claude_line("s", "u1", "user", "fix the bug", cwd) + "\n" +
+                    claude_line("s", "a1", "assistant", [{"type": "tool_use", "id": "t1", "name": "Bash",
+                                                          "input": {"command": "make"}}], cwd, stop="tool_use") + "\n")
+    out = ingest(reef, root, str(path))
+    assert (out["turns"], out["held"], out["unfinished"]) == (0, 1, 0)  # written a minute ago: maybe still running
+    day_ago = time.time() - 25 * 3600
+    os.utime(path, (day_ago, day_ago))
+    r = reef("-C", str(root), "ingest", str(path))
+    assert r.code == 0 and r.out == ("ingested 1 turn(s) from 1 session(s) (1 file(s) read, 0 unchanged): "
+                                     "0 correction(s), 0 acceptance(s), 1 unfinished turn(s) recorded "
+                                     "(untouched for a day)\n")
+    (rec,) = records(ledger, "session")
+    assert rec.payload["unfinished"] is True and rec.payload["tools"] == [{"name": "Bash", "input": "make",
+                                                                           "ok": None}]
+    assert ingest(reef, root, str(path))["files_skipped"] == 1  # the file is done with
+
+
+def test_a_finished_turn_has_no_unfinished_key(reef, tmp_path):
+    """Records ingested before the key existed keep the same content, so a re-ingest still finds them equal."""
+    from test_ingest import GOLDEN
+
+    root, ledger = init_project(reef, tmp_path)
+    ingest(reef, root, str(GOLDEN))
+    assert all("unfinished" not in r.payload for r in records(ledger, "session"))
+
+
+def test_an_opencode_session_untouched_for_a_day_has_its_last_turn_recorded(reef, tmp_path):
+    import time
+
+    root, ledger = init_project(reef, tmp_path)
+    db = tmp_path / "opencode.db"
+    opencode_db(db, str(tmp_path))
+    con = sqlite3.connect(db)
+    con.execute("update part set data = ? where id = 'prt_5_1'", (json.dumps({"type": "step-finish",
+                                                                              "reason": "tool-calls"}),))
+    con.execute("update session set time_updated = ?", (int(time.time() * 1000),))
+    con.commit()
+    out = ingest(reef, root, str(db))
+    assert (out["turns"], out["held"], out["unfinished"]) == (2, 1, 0)
+    con.execute("update session set time_updated = ?", (int((time.time() - 25 * 3600) * 1000),))
+    con.commit()
+    con.close()
+    out = ingest(reef, root, str(db))
+    assert (out["turns"], out["held"], out["unfinished"]) == (1, 0, 1)
+    assert records(ledger, "session")[-1].payload["unfinished"] is True

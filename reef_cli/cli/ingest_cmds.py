@@ -48,6 +48,7 @@ def ingest_cmd(ctx: typer.Context,
             print(f"ingested {res.turns} turn(s) from {res.sessions} session(s) ({res.files_read} file(s) read, "
                   f"{res.files_skipped} unchanged): {res.corrections} correction(s), {res.acceptances} acceptance(s)"
                   + (f", {res.held} unfinished turn(s) held" if res.held else "")
+                  + (f", {res.unfinished} unfinished turn(s) recorded (untouched for a day)" if res.unfinished else "")
                   + (f", {res.existing_turns} turn(s) already in the ledger" if res.existing_turns else ""))
     if res.errors:  # what could be read is in the ledger; a file or source that could not be is a failure
         raise typer.Exit(1)

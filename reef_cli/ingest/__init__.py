@@ -18,7 +18,8 @@ agent's words, redacted excerpts bounded in size (model.py), the tool calls with
 call, a redacted excerpt of its output. A follow-up that corrects the previous turn (corrections.py) also writes an
 implicit `report` on that turn: score 0, the user's redacted words as feedback; an acceptance, score 1; a turn the
 user reverted (opencode's session revert), score 0 on that turn. The last turn of a live session is held back until
-the agent has finished it.
+the agent has finished it, or until its session has been untouched for STALE_AFTER (the agent crashed or was killed
+mid-turn): then it is recorded with `"unfinished": true`, and the file is not read again for it.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ AGENTS = ("claude", "opencode", "pi", "codex")
 REVERTED = "The user reverted this turn's changes."
 STATE_NAME = "ingest.json"
 BATCH = 2000
+STALE_AFTER = timedelta(hours=24)  # a last turn untouched this long is not waiting for its agent any more
 
 
 @dataclass(frozen=True)
@@ -61,6 +63,7 @@ class IngestResult:
     corrections: int = 0
     acceptances: int = 0
     held: int = 0  # unfinished last turns, left for the next ingest
+    unfinished: int = 0  # unfinished last turns recorded as such: their session untouched for STALE_AFTER
     existing: int = 0  # records the ledger already held (a re-ingest after the state file was lost)
     existing_turns: int = 0  # of which turns; `turns`, `corrections`, `acceptances` count only new records
     conflicts: int = 0
@@ -71,7 +74,8 @@ class IngestResult:
     def to_json(self) -> dict:
         return {"sources": self.sources, "files_read": self.files_read, "files_skipped": self.files_skipped,
                 "sessions": self.sessions, "turns": self.turns, "corrections": self.corrections,
-                "acceptances": self.acceptances, "held": self.held, "existing": self.existing,
+                "acceptances": self.acceptances, "held": self.held, "unfinished": self.unfinished,
+                "existing": self.existing,
                 "existing_turns": self.existing_turns,
                 "conflicts": self.conflicts, "errors": self.errors, "warnings": self.warnings}
 
@@ -97,11 +101,17 @@ def parse_since(value: str | None, now: datetime | None = None) -> str | None:
         if moment.tzinfo is None:
             moment = moment.replace(tzinfo=timezone.utc)
     try:
-        m = moment.astimezone(timezone.utc)
+        return _iso(moment)
     except OverflowError:  # 0001-01-01T00:00+01:00 is in the year 0 in UTC, 9999-12-31T23:59-01:00 in 10000
         raise InvalidInput(f"--since {value!r}: out of range (a date must fall in the years 1 to 9999)") from None
+
+
+def _iso(moment: datetime) -> str:
+    """UTC, to the millisecond, zero-padded as the agents' timestamps are (even for the year 1): compared with
+    them as strings."""
+    m = moment.astimezone(timezone.utc)
     return (f"{m.year:04d}-{m.month:02d}-{m.day:02d}T{m.hour:02d}:{m.minute:02d}:{m.second:02d}."
-            f"{m.microsecond // 1000:03d}Z")  # zero-padded as the agents' timestamps are, even for the year 1
+            f"{m.microsecond // 1000:03d}Z")
 
 
 # ------------------------------------------------------------------------------------------------ sources
@@ -237,7 +247,7 @@ def _tool_json(use) -> dict:
 
 
 def session_records(session: Session, start: int, src: Source, result: IngestResult,
-                    observe_rules: tuple = ()) -> tuple[list, int]:
+                    observe_rules: tuple = (), stale: bool = False) -> tuple[list, int]:
     """The records for turns from `start` on, and how many turns are now done. A session that harness.yaml's
     `observe_only` rules match (model, adapter = the agent, command = its binary) is marked so: its turns and
     implicit reports are counted but never originate a bullet, and are never sent to a model Reflector."""
@@ -252,7 +262,8 @@ def session_records(session: Session, start: int, src: Source, result: IngestRes
     n = len(session.turns)
     for i in range(start, n):
         turn = session.turns[i]
-        if i == n - 1 and not (turn.complete or turn.interrupted or turn.reverted):
+        unfinished = i == n - 1 and not (turn.complete or turn.interrupted or turn.reverted)
+        if unfinished and not stale:
             result.held += 1
             break
         rid = turn_id(session, turn.key)
@@ -272,6 +283,9 @@ def session_records(session: Session, start: int, src: Source, result: IngestRes
             "verdict": {"kind": verdict.kind, "cue": verdict.cue} if verdict and verdict.kind else None,
             "observe_only": observe,
         }
+        if unfinished:  # only then: records ingested before this key existed keep their content (and ids)
+            payload["unfinished"] = True
+            result.unfinished += 1
         out.append(NewRecord("session", payload, src.release_id, src.content_id, rid))
         if verdict is not None and verdict.kind:
             report = {"score": verdict.score, "feedback": clip(turn.user, USER_CHARS),
@@ -391,7 +405,7 @@ def _inside(cwd: str, root: str) -> bool:
 
 def ingest(store, *, agent: str | None = None, paths: list[Path] | None = None, since: str | None = None,
            environ: dict | None = None, sources: list[Source] | None = None,
-           progress: Callable[[dict], None] | None = None) -> IngestResult:
+           progress: Callable[[dict], None] | None = None, now: datetime | None = None) -> IngestResult:
     """Read the sources, write new turns (and implicit reports) to the scenario's ledger; see the module doc."""
     from ..project import ScenarioPaths
     from ..sessions import flocked
@@ -405,10 +419,11 @@ def ingest(store, *, agent: str | None = None, paths: list[Path] | None = None, 
                    else default_sources(store, (agent,) if agent else AGENTS, env))
     state_path = ScenarioPaths(store.project, store.scenario).dir / STATE_NAME
     with flocked(f"{state_path}.lock"):  # a Stop hook, a wrapper and `reef ingest` may run at once
-        return _ingest_locked(store, agent, sources, since_iso, state_path, progress)
+        return _ingest_locked(store, agent, sources, since_iso, state_path, progress,
+                              (now or datetime.now(timezone.utc)) - STALE_AFTER)
 
 
-def _ingest_locked(store, agent, sources, since_iso, state_path, progress) -> IngestResult:
+def _ingest_locked(store, agent, sources, since_iso, state_path, progress, stale_before: datetime) -> IngestResult:
     head = store.head()
     # the materialised release's cached config: no YAML or Git on a wrapper's path (tests/test_wrapper.py)
     observe_rules = tuple(store.materialised_config(head)[1].observe_only) if head is not None else ()
@@ -423,7 +438,7 @@ def _ingest_locked(store, agent, sources, since_iso, state_path, progress) -> In
                 continue
             try:
                 records, files, sessions = _read_file(src, file_agent, path, state, result, since_iso,
-                                                      observe_rules)
+                                                      observe_rules, stale_before)
             except Exception as exc:  # noqa: BLE001 - one file reef cannot read must not stop the others
                 result.errors.append(_unreadable(path, exc))
                 continue
@@ -447,7 +462,7 @@ def _unreadable(path: Path, exc: Exception) -> str:
 
 
 def _read_file(src: Source, agent: str, path: Path, state: _State, result: IngestResult, since_iso: str | None,
-               observe_rules: tuple = ()) -> tuple[list, dict, dict]:
+               observe_rules: tuple = (), stale_before: datetime | None = None) -> tuple[list, dict, dict]:
     """The new records of one file, and the state entries (files, sessions) to set once they are queued: nothing
     of a file that fails half-way is marked read."""
     from . import claude, codex, opencode, pi
@@ -473,6 +488,9 @@ def _read_file(src: Source, agent: str, path: Path, state: _State, result: Inges
         stamps = {}
     counts = IngestResult()
     complete = True
+    # untouched since: a transcript's last write (its mtime), an opencode session's time_updated
+    stale_iso = _iso(stale_before) if stale_before is not None else ""
+    file_stale = agent != "opencode" and stale_before is not None and path.stat().st_mtime < stale_before.timestamp()
     for s in sessions:
         if src.only is not None and s.session_id not in src.only:
             continue
@@ -483,7 +501,8 @@ def _read_file(src: Source, agent: str, path: Path, state: _State, result: Inges
             continue
         skey = f"{agent}:{s.session_id}"
         start = int((state.sessions.get(skey) or [None, 0])[1])
-        records, done = session_records(s, start, src, counts, observe_rules)
+        stale = file_stale or (agent == "opencode" and bool(s.updated) and s.updated < stale_iso)
+        records, done = session_records(s, start, src, counts, observe_rules, stale)
         if records:
             counts.sessions += 1
             out.extend(records)
@@ -493,7 +512,7 @@ def _read_file(src: Source, agent: str, path: Path, state: _State, result: Inges
     if complete and agent != "opencode":
         files[fkey] = stamp
     result.files_read += 1
-    for name in ("sessions", "turns", "corrections", "acceptances", "held"):
+    for name in ("sessions", "turns", "corrections", "acceptances", "held", "unfinished"):
         setattr(result, name, getattr(result, name) + getattr(counts, name))
     return out, files, done_sessions
 
