@@ -274,3 +274,54 @@ def test_an_opencode_session_untouched_for_a_day_has_its_last_turn_recorded(reef
     out = ingest(reef, root, str(db))
     assert (out["turns"], out["held"], out["unfinished"]) == (1, 0, 1)
     assert records(ledger, "session")[-1].payload["unfinished"] is True
+
+
+def forked_transcripts(folder: Path, cwd: str, parent_name: str, fork_name: str) -> tuple[Path, Path]:
+    """What the real `claude --resume SID --fork-session -p` wrote (2.x, probed against the fake server): a new
+    file whose copied history has the new sessionId and the same uuids, then the new prompt."""
+    def turns(sid: str, prompts: list[tuple[str, str]]) -> str:
+        out = []
+        for uuid, prompt in prompts:
+            out += [claude_line(sid, uuid, "user", prompt, cwd),
+                    claude_line(sid, uuid + "-a", "assistant", [{"type": "text", "text": "DONE"}], cwd)]
+        return "\n".join(out) + "\n"
+
+    history = [("u1", "first prompt"), ("u2", "second prompt"), ("u3", "third prompt")]
+    parent, fork = folder / parent_name, folder / fork_name
+    parent.write_text(turns("A", history))
+    fork.write_text(turns("B", history + [("u4", "no, use pnpm")]))
+    return parent, fork
+
+
+def test_a_forked_claude_session_records_its_copied_history_once(reef, tmp_path):
+    root, ledger = init_project(reef, tmp_path)
+    folder = tmp_path / "p"
+    folder.mkdir()
+    parent, fork = forked_transcripts(folder, str(tmp_path), "a-parent.jsonl", "b-fork.jsonl")
+    fork_text = fork.read_text()
+    fork.unlink()
+    assert ingest(reef, root, str(folder))["turns"] == 3
+    fork.write_text(fork_text)  # the user forks the session later
+    out = ingest(reef, root, str(folder))
+    assert out["turns"] == 1 and out["corrections"] == 1
+    by_id = {r.record_id: r for r in records(ledger, "session")}
+    assert sorted(by_id) == ["ses-claude-A-u1", "ses-claude-A-u2", "ses-claude-A-u3", "ses-claude-B-u4"]
+    assert by_id["ses-claude-B-u4"].payload["follows"] == "ses-claude-A-u3"
+    (rep,) = records(ledger, "report")
+    assert rep.payload["receipts"] == ["ses-claude-A-u3"]
+
+
+def test_a_fork_read_before_its_parent_in_one_run_still_counts_each_turn_once(reef, tmp_path):
+    root, ledger = init_project(reef, tmp_path)
+    folder = tmp_path / "p"
+    folder.mkdir()
+    forked_transcripts(folder, str(tmp_path), "z-parent.jsonl", "a-fork.jsonl")  # the fork sorts first
+    out = ingest(reef, root, str(folder))
+    assert out["turns"] == 4 and out["corrections"] == 1
+    assert sorted(r.record_id for r in records(ledger, "session")) == [
+        "ses-claude-B-u1", "ses-claude-B-u2", "ses-claude-B-u3", "ses-claude-B-u4"]
+    with (folder / "z-parent.jsonl").open("a") as fh:  # the parent goes on after the fork point
+        fh.write(claude_line("A", "u5", "user", "add a README", str(tmp_path)) + "\n" +
+                 claude_line("A", "u5-a", "assistant", [{"type": "text", "text": "DONE"}], str(tmp_path)) + "\n")
+    assert ingest(reef, root, str(folder))["turns"] == 1
+    assert records(ledger, "session")[-1].payload["follows"] == "ses-claude-B-u3"

@@ -235,8 +235,11 @@ def _files(src: Source) -> list[tuple[str, Path]]:
 # ------------------------------------------------------------------------------------------------ records
 
 
-def turn_id(session: Session, key: str) -> str:
-    return f"ses-{session.agent}-{safe_key(session.session_id)}-{safe_key(key)}"
+def turn_id(session: Session, key: str, copies: dict[str, str] | None = None) -> str:
+    """A turn's record id; for a turn copied from another session (`copies`: its key → that session's id), the
+    id it was recorded under there."""
+    sid = (copies or {}).get(key, session.session_id)
+    return f"ses-{session.agent}-{safe_key(sid)}-{safe_key(key)}"
 
 
 def _tool_json(use) -> dict:
@@ -247,10 +250,12 @@ def _tool_json(use) -> dict:
 
 
 def session_records(session: Session, start: int, src: Source, result: IngestResult,
-                    observe_rules: tuple = (), stale: bool = False) -> tuple[list, int]:
+                    observe_rules: tuple = (), stale: bool = False,
+                    copies: dict[str, str] | None = None) -> tuple[list, int]:
     """The records for turns from `start` on, and how many turns are now done. A session that harness.yaml's
     `observe_only` rules match (model, adapter = the agent, command = its binary) is marked so: its turns and
-    implicit reports are counted but never originate a bullet, and are never sent to a model Reflector."""
+    implicit reports are counted but never originate a bullet, and are never sent to a model Reflector. A turn in
+    `copies` (history a resumed or forked session copied from another) is passed over: it was recorded there."""
     from ..corrections import classify
     from ..ledger import NewRecord
     from ..runs import matches_observe_only
@@ -266,6 +271,9 @@ def session_records(session: Session, start: int, src: Source, result: IngestRes
         if unfinished and not stale:
             result.held += 1
             break
+        if copies and turn.key in copies:
+            done = i + 1
+            continue
         rid = turn_id(session, turn.key)
         prev = session.turns[i - 1] if i else None
         verdict = classify(turn.user, prev.user if prev else None) if prev is not None else None
@@ -279,7 +287,7 @@ def session_records(session: Session, start: int, src: Source, result: IngestRes
             "tool_calls": len(turn.tools), "tool_errors": errors,
             "tools": [_tool_json(t) for t in turn.tools[:MAX_TOOLS]],
             "interrupted": turn.interrupted, "reverted": turn.reverted,
-            "follows": turn_id(session, prev.key) if prev is not None else None,
+            "follows": turn_id(session, prev.key, copies) if prev is not None else None,
             "verdict": {"kind": verdict.kind, "cue": verdict.cue} if verdict and verdict.kind else None,
             "observe_only": observe,
         }
@@ -289,7 +297,7 @@ def session_records(session: Session, start: int, src: Source, result: IngestRes
         out.append(NewRecord("session", payload, src.release_id, src.content_id, rid))
         if verdict is not None and verdict.kind:
             report = {"score": verdict.score, "feedback": clip(turn.user, USER_CHARS),
-                      "receipts": [turn_id(session, prev.key)],
+                      "receipts": [turn_id(session, prev.key, copies)],
                       "implicit": {"kind": verdict.kind, "cue": verdict.cue, "from": rid, "agent": session.agent}}
             out.append(NewRecord("report", report, src.release_id, src.content_id, rid + ".fb"))
             if verdict.kind == "correction":
@@ -321,13 +329,15 @@ class _State:
             data = {}
         self.files: dict[str, str] = dict(data.get("files") or {})
         self.sessions: dict[str, list] = dict(data.get("sessions") or {})
+        # Claude sessions by their first prompt's uuid: a fork or resume copy starts with the same one
+        self.claude_roots: dict[str, dict[str, str]] = dict(data.get("claude_roots") or {})
 
     def save(self) -> None:
         from ..durable import STATE_FILE_MODE
         from ..project import write_atomic
 
-        write_atomic(self.path, json.dumps({"version": 1, "files": self.files, "sessions": self.sessions},
-                                           sort_keys=True).encode() + b"\n", STATE_FILE_MODE)
+        write_atomic(self.path, json.dumps({"version": 1, "files": self.files, "sessions": self.sessions,
+                                            "claude_roots": self.claude_roots}).encode() + b"\n", STATE_FILE_MODE)
 
 
 def _stamp(path: Path) -> str:
@@ -487,6 +497,7 @@ def _read_file(src: Source, agent: str, path: Path, state: _State, result: Inges
             result.warnings.append(f"{path}: {problems.summary()}")
         stamps = {}
     counts = IngestResult()
+    roots: dict[str, str] = {}
     complete = True
     # untouched since: a transcript's last write (its mtime), an opencode session's time_updated
     stale_iso = _iso(stale_before) if stale_before is not None else ""
@@ -502,7 +513,10 @@ def _read_file(src: Source, agent: str, path: Path, state: _State, result: Inges
         skey = f"{agent}:{s.session_id}"
         start = int((state.sessions.get(skey) or [None, 0])[1])
         stale = file_stale or (agent == "opencode" and bool(s.updated) and s.updated < stale_iso)
-        records, done = session_records(s, start, src, counts, observe_rules, stale)
+        copies = _claude_copies(s, state) if agent == "claude" and s.turns else None
+        records, done = session_records(s, start, src, counts, observe_rules, stale, copies)
+        if agent == "claude" and s.turns:
+            roots[s.turns[0].key] = s.session_id
         if records:
             counts.sessions += 1
             out.extend(records)
@@ -511,10 +525,36 @@ def _read_file(src: Source, agent: str, path: Path, state: _State, result: Inges
             complete = False
     if complete and agent != "opencode":
         files[fkey] = stamp
+    for root, sid in roots.items():  # known at once: a later file of this run may be a copy of this one
+        state.claude_roots.setdefault(root, {}).setdefault(sid, fkey)
     result.files_read += 1
     for name in ("sessions", "turns", "corrections", "acceptances", "held", "unfinished"):
         setattr(result, name, getattr(result, name) + getattr(counts, name))
     return out, files, done_sessions
+
+
+def _claude_copies(session: Session, state: _State) -> dict[str, str]:
+    """The turns of a Claude session that are copies of turns already recorded under another session: key → that
+    session's id. `claude --resume SID --fork-session` (and, in some versions, plain --resume) writes a new
+    session file that starts with the old session's history, every line with the new sessionId but the same
+    uuid; keyed by session, each copied turn would be recorded twice. A copy starts with the same first prompt,
+    so only sessions sharing it are read again (rare: a fork)."""
+    from . import claude
+
+    out: dict[str, str] = {}
+    for sid, path in state.claude_roots.get(session.turns[0].key, {}).items():  # in the order they were recorded
+        if sid == session.session_id:
+            continue
+        done = int((state.sessions.get(f"claude:{sid}") or [None, 0])[1])
+        try:
+            others = claude.parse(Path(path))
+        except OSError:
+            continue
+        for other in others:
+            if other.session_id == sid:
+                for t in other.turns[:done]:
+                    out.setdefault(t.key, sid)
+    return out
 
 
 # ------------------------------------------------------------------------------------------------ after a wrapper run

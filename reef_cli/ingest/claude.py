@@ -7,7 +7,8 @@ the summary /compact and auto-compact write (`isCompactSummary`, a model's words
 continued…"); what only the transcript view shows (`isVisibleInTranscriptOnly`); a slash command's bookkeeping
 (`<command-…>`, `<local-command-…>`), a `!` shell command and its output (`<bash-…>`), a background task's notice
 (`<task-notification>`); `<system-reminder>` blocks are cut from a prompt. `-c`/`--resume` append
-to the session's file (or copy history into a new one: turns keep the prompt's uuid, so they count once).
+to the session's file; `--fork-session` copies its history into a new one under the new sessionId, each line
+keeping its uuid (ingest._claude_copies records those turns once).
 """
 
 from __future__ import annotations
