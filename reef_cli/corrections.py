@@ -5,7 +5,7 @@ Deterministic and offline (regular expressions over the user's words, with quote
 follow-up corrects the agent's previous turn ("no, …", "don't …", "you forgot …", "that's wrong, use …", "revert
 that", a re-ask of the same prompt), accepts it ("thanks", "perfect", "looks good"), or neither. A correction wins
 over an acceptance ("thanks, but you forgot the docs"). Precision and recall are measured on
-tests/corpus/corrections.jsonl (tests/test_corrections.py, bench/corrections_bench.py).
+tests/corpus/corrections.jsonl and tests/corpus/followups.jsonl (tests/test_corrections.py, bench/corrections_bench.py).
 
 `imperative(sentence)` turns a descriptive correction into the instruction it implies, when the wording allows it
 without guessing: "You forgot to run the tests before saying you were done" → "Run the tests before saying you are
@@ -20,14 +20,24 @@ from dataclasses import dataclass
 
 _QUOTED = re.compile(r"```.*?```|`[^`\n]*`|\"[^\"\n]*\"|“[^”\n]*”|(?<![A-Za-z])'[^'\n]{2,}'(?![A-Za-z])", re.S)
 _APOS = str.maketrans({"’": "'", "‘": "'"})
+# A line (or the rest of one) the user pasted: a tool's output, not words addressed to the agent.
+_OUTPUT_WORD = (r"(?:got|get|getting|error|errors|exception|output|log|logs|traceback|stack\s*trace|trace|says|said|"
+                r"prints|printed|returns|returned|shows|showed|reads|message|complains|stderr|stdout|result|results|"
+                r"fails\s+with|failed\s+with)")
+_PASTE_INTRO = re.compile(r"\b" + _OUTPUT_WORD + r"(?:\s+(?:is|was|this|these|here))?\s*:", re.I)
+_PASTED_LINE = re.compile(r"^\s*(?:[$#>]\s|\w*(?:Error|Exception|ERR!?|FATAL|Fatal|fatal|error|WARN(?:ING)?|warning|"
+                          r"panic|FAILED|FAIL)\b\s*[:!]|Traceback\b|File\s\"|at\s+\S+\s*\(|E\s{2,})")
 
 # Each (cue name, pattern); searched in the follow-up with quotes removed, case-insensitively.
 _CORRECTION = [
-    ("no", re.compile(r"^(?:no+|nope|nah|wrong|incorrect)\b(?!\s+(?:problem|worries|rush|need\s+to\s+worry|"
+    ("no", re.compile(r"^(?:no+|nope|nah|wrong|incorrect)\b(?![-/])(?!\s+(?:problem|worries|rush|need\s+to\s+worry|"
                       r"thanks|thank|big\s+deal|doubt)\b)(?=\s*[,.!:;—–-]|\s+(?:that|this|it|you|use|do|don't|"
                       r"not|we|the|i|please|instead|need)\b)|^wrong\s+\w+\s*[,.:;—–-]", re.I)),
-    ("dont", re.compile(r"^(?:please\s+|and\s+|but\s+|also\s+)?(?:don't|do\s+not|dont|never|stop|quit)\b"
-                        r"(?!\s+worry\b)", re.I)),
+    # "stop"/"quit" only as an order to the agent ("stop.", "stop adding…", "stop it"), not "Stop words should…";
+    # "never mind", "don't know", "don't worry" are not corrections
+    ("dont", re.compile(r"^(?:please\s+|and\s+|but\s+|also\s+)?(?:(?:don't|do\s+not|dont)(?!\s+(?:worry|know|mind|"
+                        r"care)\b)|never(?!\s+mind\b)|(?:stop|quit)(?=\s*(?:[,.!;:—–]|$)|\s+(?:it|that|this|there|"
+                        r"now|right|\w+ing)\b))(?![-/])\b", re.I)),
     ("forgot", re.compile(r"\byou\s+(?:forgot|forget|missed|skipped|ignored|overlooked|left\s+out|dropped|"
                           r"omitted|neglected)\b", re.I)),
     ("didnt", re.compile(r"\byou\s+(?:didn't|did\s+not|haven't|have\s+not|never|still\s+(?:haven't|didn't|did\s+not|"
@@ -39,10 +49,16 @@ _CORRECTION = [
                          r"what\s+i|it|working|how)|the\s+wrong)\b", re.I)),
     ("should", re.compile(r"\byou\s+(?:should\s+have|shouldn't\s+have|should\s+not\s+have|were\s+supposed\s+to|"
                           r"need(?:ed)?\s+to|have\s+to|must)\b", re.I)),
-    ("told", re.compile(r"(?<!what )\bi\s+(?:said|told\s+you|asked\s+(?:you\s+)?(?:to|for|not)|meant|wanted)\b", re.I)),
-    ("why", re.compile(r"^why\s+(?:did|would|are|do)\s+you\b", re.I)),
-    ("revert", re.compile(r"^(?:please\s+)?(?:revert|undo|roll\s*back|put\s+back|restore)\b|\b(?:revert|undo|roll\s+"
-                          r"back)\s+(?:that|this|it|your|those|these|the\s+last)\b", re.I)),
+    ("told", re.compile(r"(?<!what )\bi\s+(?:said|told\s+you|asked\s+(?:you\s+)?(?:to|for|not)|meant|"
+                        r"wanted(?!\s+to\s+(?:ask|know|check|see|say|understand)\b))\b", re.I)),
+    ("why", re.compile(r"^why\s+(?:did|would|are|do)\s+you\b(?!\s+(?:think|suppose|reckon)\b)", re.I)),
+    # an order to undo the agent's work ("revert that", "undo the changes", "roll back the schema change"), not a
+    # feature named so ("Undo/redo support", "Revert button should…", "Rollback support is next")
+    ("revert", re.compile(r"^(?:please\s+)?(?:revert|undo|roll\s*back|put\s+back)(?![-/])\b(?=\s*(?:[.!,;]|$)|\s+"
+                          r"(?:that|this|it|your|those|these|the|my|all|everything|what|back|to|last|changes?|"
+                          r"commits?)\b)|^(?:please\s+)?restore\s+(?:that|this|it|my|what|the\s+(?:old|original|"
+                          r"previous|deleted|file|files))\b|\b(?:revert|undo|roll\s+back)\s+(?:that|this|it|your|"
+                          r"those|these|the\s+last)\b", re.I)),
     ("instead", re.compile(r"^(?:actually|instead)\b[,\s]+(?!(?:it|that|this)\s+(?:works|worked|looks|is\s+(?:fine|"
                            r"good|great)))|\binstead\s+of\b|\bnot\s+\w+\s*,\s*(?:but\s+)?(?:use|with)\b", re.I)),
     ("again", re.compile(r"^(?:try|do\s+it|run\s+it)\s+again\b|\bstill\s+(?:fails|failing|broken|wrong|doesn't|"
@@ -66,8 +82,33 @@ class Verdict:
 
 
 def unquoted(text: str) -> str:
-    """The user's own words: quoted strings and code replaced by a placeholder."""
-    return _QUOTED.sub(" QUOTED ", text.translate(_APOS))
+    """The user's own words: quoted strings, code and pasted output replaced by a placeholder."""
+    return _QUOTED.sub(" QUOTED ", _unpasted(text.translate(_APOS)))
+
+
+def _unpasted(text: str) -> str:
+    """`text` without what the user pasted rather than said: the lines after one that introduces output ("Here is
+    the CI log:"), lines shaped like output ("error: …", "$ make", a traceback), and the rest of a line after
+    "got:"/"error:"/"says:". "I got: Error: you must specify a region" is a report of a tool's words, not the agent
+    being told it must."""
+    out: list[str] = []
+    pasting = False
+    for line in text.split("\n"):
+        if pasting and line.strip():
+            out.append(" PASTED ")
+            continue
+        pasting = False
+        if _PASTED_LINE.match(line):
+            out.append(" PASTED ")
+            continue
+        m = _PASTE_INTRO.search(line)
+        if m:
+            rest = line[m.end():]
+            out.append(line[:m.end()] + (" PASTED " if rest.strip() else ""))
+            pasting = not rest.strip()
+            continue
+        out.append(line)
+    return "\n".join(out)
 
 
 def _similar(a: str, b: str) -> float:

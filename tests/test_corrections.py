@@ -97,3 +97,37 @@ def test_a_fabricated_quote_is_still_rejected(reef, tmp_path):
     v = Verifier(ledger, "default")
     assert v.check(Lesson("Use pnpm.", "do", (rid,), ((rid, "no, use pnpm"),))) is None
     assert "does not appear" in v.check(Lesson("Use yarn.", "do", (rid,), ((rid, "use yarn"),)))
+
+
+FOLLOWUPS = Path(__file__).parent / "corpus" / "followups.jsonl"
+
+
+def test_precision_on_realistic_follow_ups_with_pasted_output_and_look_alikes():
+    """tests/corpus/followups.jsonl: the hostile pass's five prompts that became score-0 reports and then CLAUDE.md
+    bullets ("I ran the deploy and got: Error: you must specify a region", "Never mind the docs…", "Stop words
+    should be…", "Undo/redo support is the next feature", a pasted "you didn't provide a value"), more look-alikes,
+    and real corrections and thanks. The detector before this set: correction precision 0.62 (20 false
+    corrections), recall 1.00 (bench/corrections_bench.py)."""
+    rows = [json.loads(line) for line in FOLLOWUPS.read_text().splitlines() if line.strip()]
+    assert len(rows) >= 60 and sum(r["label"] is None for r in rows) >= 20
+    wrong = [(r["label"], r["text"]) for r in rows if classify(r["text"], r["previous_prompt"]).kind != r["label"]]
+    assert wrong == []
+    p, r = scores(rows, "correction")
+    assert p == 1.0 and r == 1.0
+
+
+def test_pasted_output_is_not_the_users_words():
+    assert classify("I ran the deploy and got: Error: you must specify a region").kind is None
+    assert classify("Here is the CI log:\nerror: you didn't provide a value for 'x'").kind is None
+    assert classify("you didn't run the tests. I got: FAILED tests/test_x.py").cue == "didnt"
+    assert classify("Two things:\nyou forgot the docs").cue == "forgot"  # not an output's introduction
+
+
+def test_stop_never_undo_count_only_as_orders_to_the_agent():
+    assert classify("Stop words should be filtered in the tokenizer").kind is None
+    assert classify("Stop the dev server and start it with --debug").kind is None
+    assert classify("Never mind the docs, implement the cache layer now").kind is None
+    assert classify("Undo/redo support is the next feature: implement it").kind is None
+    assert classify("Revert button should be disabled while saving").kind is None
+    assert [classify(t).cue for t in ("stop.", "Stop adding print statements", "never use sudo", "undo that",
+                                      "Roll back the schema change")] == ["dont", "dont", "dont", "revert", "revert"]

@@ -23,7 +23,8 @@ def ingest_cmd(ctx: typer.Context,
                as_json: bool = JSON) -> None:
     """Read the agents' own session stores into the ledger: one `session` record per turn (digests, redacted
     excerpts, tool calls and outcomes), and an implicit report for each follow-up that corrects (score 0) or thanks
-    (score 1) the agent. Idempotent: a turn is ingested once."""
+    (score 1) the agent. Idempotent: a turn is ingested once. A file or source that cannot be read is named and
+    the rest ingested, then exit 1; lines skipped inside a file are one warning naming it."""
     import sys
 
     from ..ingest import ingest
@@ -38,16 +39,19 @@ def ingest_cmd(ctx: typer.Context,
     res = ingest(store, agent=agent, paths=list(paths or []), since=since, environ=env.environ, progress=progress)
     if as_json:
         emit_json(res.to_json())
-        return
-    for err in res.errors:
-        sys.stderr.write(f"reef: ingest: {err}\n")
-    if not quiet:
-        print(f"ingested {res.turns} turn(s) from {res.sessions} session(s) ({res.files_read} file(s) read, "
-              f"{res.files_skipped} unchanged): {res.corrections} correction(s), {res.acceptances} acceptance(s)"
-              + (f", {res.held} unfinished turn(s) held" if res.held else "")
-              + (f", {res.existing} already in the ledger" if res.existing else ""))
-
-
+    else:
+        for warning in [] if quiet else res.warnings:
+            sys.stderr.write(f"reef: ingest: warning: {warning}\n")
+        for err in res.errors:
+            sys.stderr.write(f"reef: ingest: {err}\n")
+        if not quiet:
+            print(f"ingested {res.turns} turn(s) from {res.sessions} session(s) ({res.files_read} file(s) read, "
+                  f"{res.files_skipped} unchanged): {res.corrections} correction(s), {res.acceptances} acceptance(s)"
+                  + (f", {res.held} unfinished turn(s) held" if res.held else "")
+                  + (f", {res.unfinished} unfinished turn(s) recorded (untouched for a day)" if res.unfinished else "")
+                  + (f", {res.existing_turns} turn(s) already in the ledger" if res.existing_turns else ""))
+    if res.errors:  # what could be read is in the ledger; a file or source that could not be is a failure
+        raise typer.Exit(1)
 
 
 def bullets_cmd(ctx: typer.Context, as_json: bool = JSON) -> None:

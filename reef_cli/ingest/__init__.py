@@ -18,7 +18,8 @@ agent's words, redacted excerpts bounded in size (model.py), the tool calls with
 call, a redacted excerpt of its output. A follow-up that corrects the previous turn (corrections.py) also writes an
 implicit `report` on that turn: score 0, the user's redacted words as feedback; an acceptance, score 1; a turn the
 user reverted (opencode's session revert), score 0 on that turn. The last turn of a live session is held back until
-the agent has finished it.
+the agent has finished it, or until its session has been untouched for STALE_AFTER (the agent crashed or was killed
+mid-turn): then it is recorded with `"unfinished": true`, and the file is not read again for it.
 """
 
 from __future__ import annotations
@@ -32,12 +33,13 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 from ..errors import ConflictError, InvalidInput
-from .model import AGENT_CHARS, MAX_TOOLS, TOOL_CHARS, USER_CHARS, Session, clip, digest, safe_key
+from .model import AGENT_CHARS, MAX_TOOLS, TOOL_CHARS, USER_CHARS, Problems, Session, clip, digest, safe_key
 
 AGENTS = ("claude", "opencode", "pi", "codex")
 REVERTED = "The user reverted this turn's changes."
 STATE_NAME = "ingest.json"
 BATCH = 2000
+STALE_AFTER = timedelta(hours=24)  # a last turn untouched this long is not waiting for its agent any more
 
 
 @dataclass(frozen=True)
@@ -61,16 +63,21 @@ class IngestResult:
     corrections: int = 0
     acceptances: int = 0
     held: int = 0  # unfinished last turns, left for the next ingest
+    unfinished: int = 0  # unfinished last turns recorded as such: their session untouched for STALE_AFTER
     existing: int = 0  # records the ledger already held (a re-ingest after the state file was lost)
+    existing_turns: int = 0  # of which turns; `turns`, `corrections`, `acceptances` count only new records
     conflicts: int = 0
-    errors: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)  # a file, source or record that could not be ingested
+    warnings: list[str] = field(default_factory=list)  # lines skipped in a file that was otherwise ingested
     record_ids: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict:
         return {"sources": self.sources, "files_read": self.files_read, "files_skipped": self.files_skipped,
                 "sessions": self.sessions, "turns": self.turns, "corrections": self.corrections,
-                "acceptances": self.acceptances, "held": self.held, "existing": self.existing,
-                "conflicts": self.conflicts, "errors": self.errors}
+                "acceptances": self.acceptances, "held": self.held, "unfinished": self.unfinished,
+                "existing": self.existing,
+                "existing_turns": self.existing_turns,
+                "conflicts": self.conflicts, "errors": self.errors, "warnings": self.warnings}
 
 
 def parse_since(value: str | None, now: datetime | None = None) -> str | None:
@@ -81,7 +88,10 @@ def parse_since(value: str | None, now: datetime | None = None) -> str | None:
     v = value.strip()
     units = {"m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
     if len(v) >= 2 and v[:-1].isdigit() and v[-1] in units:
-        moment = now - timedelta(**{units[v[-1]]: int(v[:-1])})
+        try:
+            moment = now - timedelta(**{units[v[-1]]: int(v[:-1])})
+        except OverflowError:  # before year 1, or past what timedelta holds
+            raise InvalidInput(f"--since {value!r}: out of range (a date must fall in the years 1 to 9999)") from None
     else:
         try:
             moment = datetime.fromisoformat(v.replace("Z", "+00:00"))
@@ -90,7 +100,18 @@ def parse_since(value: str | None, now: datetime | None = None) -> str | None:
                                "duration such as 30m, 12h, 7d, 2w") from None
         if moment.tzinfo is None:
             moment = moment.replace(tzinfo=timezone.utc)
-    return moment.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+    try:
+        return _iso(moment)
+    except OverflowError:  # 0001-01-01T00:00+01:00 is in the year 0 in UTC, 9999-12-31T23:59-01:00 in 10000
+        raise InvalidInput(f"--since {value!r}: out of range (a date must fall in the years 1 to 9999)") from None
+
+
+def _iso(moment: datetime) -> str:
+    """UTC, to the millisecond, zero-padded as the agents' timestamps are (even for the year 1): compared with
+    them as strings."""
+    m = moment.astimezone(timezone.utc)
+    return (f"{m.year:04d}-{m.month:02d}-{m.day:02d}T{m.hour:02d}:{m.minute:02d}:{m.second:02d}."
+            f"{m.microsecond // 1000:03d}Z")
 
 
 # ------------------------------------------------------------------------------------------------ sources
@@ -176,6 +197,11 @@ def path_sources(store, paths: list[Path], agent: str | None) -> list[Source]:
     for p in paths:
         if not p.exists():
             raise InvalidInput(f"reef ingest {p}: no such file or directory")
+        if not (p.is_file() or p.is_dir()):  # never opened: reading a FIFO would wait for a writer
+            raise InvalidInput(f"reef ingest {p}: not a regular file or folder (a FIFO, a socket or a device)")
+        if p.is_file() and not agent and not sniff(p):
+            raise InvalidInput(f"reef ingest {p}: not a session file reef recognises (a Claude Code, pi or Codex "
+                               "transcript, or opencode.db); if it is one, name its agent with --agent")
         out.append(Source(agent or "", p, "path", rel, cid))
     return out
 
@@ -209,8 +235,11 @@ def _files(src: Source) -> list[tuple[str, Path]]:
 # ------------------------------------------------------------------------------------------------ records
 
 
-def turn_id(session: Session, key: str) -> str:
-    return f"ses-{session.agent}-{safe_key(session.session_id)}-{safe_key(key)}"
+def turn_id(session: Session, key: str, copies: dict[str, str] | None = None) -> str:
+    """A turn's record id; for a turn copied from another session (`copies`: its key → that session's id), the
+    id it was recorded under there."""
+    sid = (copies or {}).get(key, session.session_id)
+    return f"ses-{session.agent}-{safe_key(sid)}-{safe_key(key)}"
 
 
 def _tool_json(use) -> dict:
@@ -221,10 +250,12 @@ def _tool_json(use) -> dict:
 
 
 def session_records(session: Session, start: int, src: Source, result: IngestResult,
-                    observe_rules: tuple = ()) -> tuple[list, int]:
+                    observe_rules: tuple = (), stale: bool = False,
+                    copies: dict[str, str] | None = None) -> tuple[list, int]:
     """The records for turns from `start` on, and how many turns are now done. A session that harness.yaml's
     `observe_only` rules match (model, adapter = the agent, command = its binary) is marked so: its turns and
-    implicit reports are counted but never originate a bullet, and are never sent to a model Reflector."""
+    implicit reports are counted but never originate a bullet, and are never sent to a model Reflector. A turn in
+    `copies` (history a resumed or forked session copied from another) is passed over: it was recorded there."""
     from ..corrections import classify
     from ..ledger import NewRecord
     from ..runs import matches_observe_only
@@ -236,9 +267,13 @@ def session_records(session: Session, start: int, src: Source, result: IngestRes
     n = len(session.turns)
     for i in range(start, n):
         turn = session.turns[i]
-        if i == n - 1 and not (turn.complete or turn.interrupted or turn.reverted):
+        unfinished = i == n - 1 and not (turn.complete or turn.interrupted or turn.reverted)
+        if unfinished and not stale:
             result.held += 1
             break
+        if copies and turn.key in copies:
+            done = i + 1
+            continue
         rid = turn_id(session, turn.key)
         prev = session.turns[i - 1] if i else None
         verdict = classify(turn.user, prev.user if prev else None) if prev is not None else None
@@ -252,14 +287,17 @@ def session_records(session: Session, start: int, src: Source, result: IngestRes
             "tool_calls": len(turn.tools), "tool_errors": errors,
             "tools": [_tool_json(t) for t in turn.tools[:MAX_TOOLS]],
             "interrupted": turn.interrupted, "reverted": turn.reverted,
-            "follows": turn_id(session, prev.key) if prev is not None else None,
+            "follows": turn_id(session, prev.key, copies) if prev is not None else None,
             "verdict": {"kind": verdict.kind, "cue": verdict.cue} if verdict and verdict.kind else None,
             "observe_only": observe,
         }
+        if unfinished:  # only then: records ingested before this key existed keep their content (and ids)
+            payload["unfinished"] = True
+            result.unfinished += 1
         out.append(NewRecord("session", payload, src.release_id, src.content_id, rid))
         if verdict is not None and verdict.kind:
             report = {"score": verdict.score, "feedback": clip(turn.user, USER_CHARS),
-                      "receipts": [turn_id(session, prev.key)],
+                      "receipts": [turn_id(session, prev.key, copies)],
                       "implicit": {"kind": verdict.kind, "cue": verdict.cue, "from": rid, "agent": session.agent}}
             out.append(NewRecord("report", report, src.release_id, src.content_id, rid + ".fb"))
             if verdict.kind == "correction":
@@ -291,13 +329,15 @@ class _State:
             data = {}
         self.files: dict[str, str] = dict(data.get("files") or {})
         self.sessions: dict[str, list] = dict(data.get("sessions") or {})
+        # Claude sessions by their first prompt's uuid: a fork or resume copy starts with the same one
+        self.claude_roots: dict[str, dict[str, str]] = dict(data.get("claude_roots") or {})
 
     def save(self) -> None:
         from ..durable import STATE_FILE_MODE
         from ..project import write_atomic
 
-        write_atomic(self.path, json.dumps({"version": 1, "files": self.files, "sessions": self.sessions},
-                                           sort_keys=True).encode() + b"\n", STATE_FILE_MODE)
+        write_atomic(self.path, json.dumps({"version": 1, "files": self.files, "sessions": self.sessions,
+                                            "claude_roots": self.claude_roots}).encode() + b"\n", STATE_FILE_MODE)
 
 
 def _stamp(path: Path) -> str:
@@ -310,39 +350,60 @@ def _stamp(path: Path) -> str:
 
 class _Writer:
     """Batches records into `append_many` (one lock and one sync per batch); counts the ones the ledger already
-    held (its ids are deterministic: an identical resend returns the stored record)."""
+    held (its ids are deterministic: an identical resend returns the stored record). A batch the ledger refuses
+    is written record by record, so one record it cannot take (changed since first ingested, or not storable)
+    costs that record, named with its file, and not the batch."""
 
     def __init__(self, ledger, result: IngestResult):
         self.ledger = ledger
         self.result = result
         self.pending: list = []
+        self.origins: list[str] = []
         tail = ledger.tail(1)
         self.mark = tail[0].seq if tail else 0
 
-    def add(self, items: list) -> None:
+    def add(self, items: list, origin: str) -> None:
         self.pending.extend(items)
+        self.origins.extend([origin] * len(items))
         if len(self.pending) >= BATCH:
             self.flush()
 
     def flush(self) -> None:
-        items, self.pending = self.pending, []
+        items, origins, self.pending, self.origins = self.pending, self.origins, [], []
         if not items:
             return
         try:
             written = self.ledger.append_many(items)
-        except ConflictError:
+        except (ConflictError, InvalidInput):
             written = []
-            for item in items:  # one record changed since it was first ingested: keep the first, write the rest
+            for item, origin in zip(items, origins):
                 try:
                     written.append(self.ledger.append_many([item])[0])
-                except ConflictError:
+                except ConflictError:  # changed since it was first ingested: the first stays
                     self.result.conflicts += 1
+                except InvalidInput as exc:
+                    self.result.errors.append(f"{origin}: turn {item.payload.get('turn', '?')} "
+                                              f"({item.record_id}) not stored: {exc}")
         for rec in written:
             if rec.seq <= self.mark:
-                self.result.existing += 1
+                self._already(rec)
             else:
                 self.result.record_ids.append(rec.record_id)
         self.mark = max([self.mark, *(rec.seq for rec in written)])
+
+    def _already(self, rec) -> None:
+        """A record the ledger held before this run: counted as existing, not as new."""
+        r = self.result
+        r.existing += 1
+        if rec.kind == "session":
+            r.turns -= 1
+            r.existing_turns += 1
+        elif rec.kind == "report":
+            kind = (rec.payload.get("implicit") or {}).get("kind")
+            if kind == "acceptance":
+                r.acceptances -= 1
+            elif kind in ("correction", "revert"):
+                r.corrections -= 1
 
 
 def _inside(cwd: str, root: str) -> bool:
@@ -354,7 +415,7 @@ def _inside(cwd: str, root: str) -> bool:
 
 def ingest(store, *, agent: str | None = None, paths: list[Path] | None = None, since: str | None = None,
            environ: dict | None = None, sources: list[Source] | None = None,
-           progress: Callable[[dict], None] | None = None) -> IngestResult:
+           progress: Callable[[dict], None] | None = None, now: datetime | None = None) -> IngestResult:
     """Read the sources, write new turns (and implicit reports) to the scenario's ledger; see the module doc."""
     from ..project import ScenarioPaths
     from ..sessions import flocked
@@ -368,10 +429,11 @@ def ingest(store, *, agent: str | None = None, paths: list[Path] | None = None, 
                    else default_sources(store, (agent,) if agent else AGENTS, env))
     state_path = ScenarioPaths(store.project, store.scenario).dir / STATE_NAME
     with flocked(f"{state_path}.lock"):  # a Stop hook, a wrapper and `reef ingest` may run at once
-        return _ingest_locked(store, agent, sources, since_iso, state_path, progress)
+        return _ingest_locked(store, agent, sources, since_iso, state_path, progress,
+                              (now or datetime.now(timezone.utc)) - STALE_AFTER)
 
 
-def _ingest_locked(store, agent, sources, since_iso, state_path, progress) -> IngestResult:
+def _ingest_locked(store, agent, sources, since_iso, state_path, progress, stale_before: datetime) -> IngestResult:
     head = store.head()
     # the materialised release's cached config: no YAML or Git on a wrapper's path (tests/test_wrapper.py)
     observe_rules = tuple(store.materialised_config(head)[1].observe_only) if head is not None else ()
@@ -385,13 +447,14 @@ def _ingest_locked(store, agent, sources, since_iso, state_path, progress) -> In
             if agent is not None and file_agent != agent:
                 continue
             try:
-                _ingest_file(src, file_agent, path, state, writer, result, since_iso, observe_rules)
-            except (OSError, ValueError, UnicodeDecodeError) as exc:
-                result.errors.append(f"{path}: {exc}")
-            except Exception as exc:  # sqlite3.Error and friends: one bad store must not stop the others
-                if type(exc).__module__ != "sqlite3":
-                    raise
-                result.errors.append(f"{path}: {exc}")
+                records, files, sessions = _read_file(src, file_agent, path, state, result, since_iso,
+                                                      observe_rules, stale_before)
+            except Exception as exc:  # noqa: BLE001 - one file reef cannot read must not stop the others
+                result.errors.append(_unreadable(path, exc))
+                continue
+            writer.add(records, str(path))  # outside the guard: a ledger that fails stops the run, state unsaved
+            state.files.update(files)
+            state.sessions.update(sessions)
             if progress is not None and result.files_read and result.files_read % 500 == 0:
                 progress({"event": "ingest", "files": result.files_read, "turns": result.turns,
                           "seconds": round(time.monotonic() - started, 1)})
@@ -400,25 +463,45 @@ def _ingest_locked(store, agent, sources, since_iso, state_path, progress) -> In
     return result
 
 
-def _ingest_file(src: Source, agent: str, path: Path, state: _State, writer: _Writer, result: IngestResult,
-                 since_iso: str | None, observe_rules: tuple = ()) -> None:
+def _unreadable(path: Path, exc: Exception) -> str:
+    """The one line for a file that could not be read: the reason as the OS, SQLite or the decoder gave it, else
+    the exception's type too (what the parser met that it did not expect)."""
+    if isinstance(exc, (OSError, ValueError)) or type(exc).__module__ == "sqlite3":
+        return f"{path}: {exc}"
+    return f"{path}: could not be read ({type(exc).__name__}: {str(exc)[:200]})"
+
+
+def _read_file(src: Source, agent: str, path: Path, state: _State, result: IngestResult, since_iso: str | None,
+               observe_rules: tuple = (), stale_before: datetime | None = None) -> tuple[list, dict, dict]:
+    """The new records of one file, and the state entries (files, sessions) to set once they are queued: nothing
+    of a file that fails half-way is marked read."""
     from . import claude, codex, opencode, pi
 
     fkey = os.path.abspath(path)
     stamp = _stamp(path)
+    files: dict[str, str] = {}
+    done_sessions: dict[str, list] = {}
+    out: list = []
     if agent != "opencode" and state.files.get(fkey) == stamp and src.only is None:
         result.files_skipped += 1
-        return
+        return out, files, done_sessions
     if agent == "opencode":
         stamps = opencode.session_stamps(path)
         want = {sid for sid, st in stamps.items()
                 if (src.only is None or sid in src.only) and state.sessions.get(f"opencode:{sid}", [None])[0] != st}
         sessions = opencode.parse(path, only=want) if want else []
     else:
-        sessions = {"claude": claude.parse, "pi": pi.parse, "codex": codex.parse}[agent](path)
+        problems = Problems()
+        sessions = {"claude": claude.parse, "pi": pi.parse, "codex": codex.parse}[agent](path, problems)
+        if problems.count:
+            result.warnings.append(f"{path}: {problems.summary()}")
         stamps = {}
-    result.files_read += 1
+    counts = IngestResult()
+    roots: dict[str, str] = {}
     complete = True
+    # untouched since: a transcript's last write (its mtime), an opencode session's time_updated
+    stale_iso = _iso(stale_before) if stale_before is not None else ""
+    file_stale = agent != "opencode" and stale_before is not None and path.stat().st_mtime < stale_before.timestamp()
     for s in sessions:
         if src.only is not None and s.session_id not in src.only:
             continue
@@ -429,15 +512,49 @@ def _ingest_file(src: Source, agent: str, path: Path, state: _State, writer: _Wr
             continue
         skey = f"{agent}:{s.session_id}"
         start = int((state.sessions.get(skey) or [None, 0])[1])
-        records, done = session_records(s, start, src, result, observe_rules)
+        stale = file_stale or (agent == "opencode" and bool(s.updated) and s.updated < stale_iso)
+        copies = _claude_copies(s, state) if agent == "claude" and s.turns else None
+        records, done = session_records(s, start, src, counts, observe_rules, stale, copies)
+        if agent == "claude" and s.turns:
+            roots[s.turns[0].key] = s.session_id
         if records:
-            result.sessions += 1
-            writer.add(records)
-        state.sessions[skey] = [stamps.get(s.session_id, stamp), done]
+            counts.sessions += 1
+            out.extend(records)
+        done_sessions[skey] = [stamps.get(s.session_id, stamp), done]
         if done < len(s.turns):
             complete = False
     if complete and agent != "opencode":
-        state.files[fkey] = stamp
+        files[fkey] = stamp
+    for root, sid in roots.items():  # known at once: a later file of this run may be a copy of this one
+        state.claude_roots.setdefault(root, {}).setdefault(sid, fkey)
+    result.files_read += 1
+    for name in ("sessions", "turns", "corrections", "acceptances", "held", "unfinished"):
+        setattr(result, name, getattr(result, name) + getattr(counts, name))
+    return out, files, done_sessions
+
+
+def _claude_copies(session: Session, state: _State) -> dict[str, str]:
+    """The turns of a Claude session that are copies of turns already recorded under another session: key → that
+    session's id. `claude --resume SID --fork-session` (and, in some versions, plain --resume) writes a new
+    session file that starts with the old session's history, every line with the new sessionId but the same
+    uuid; keyed by session, each copied turn would be recorded twice. A copy starts with the same first prompt,
+    so only sessions sharing it are read again (rare: a fork)."""
+    from . import claude
+
+    out: dict[str, str] = {}
+    for sid, path in state.claude_roots.get(session.turns[0].key, {}).items():  # in the order they were recorded
+        if sid == session.session_id:
+            continue
+        done = int((state.sessions.get(f"claude:{sid}") or [None, 0])[1])
+        try:
+            others = claude.parse(Path(path))
+        except OSError:
+            continue
+        for other in others:
+            if other.session_id == sid:
+                for t in other.turns[:done]:
+                    out.setdefault(t.key, sid)
+    return out
 
 
 # ------------------------------------------------------------------------------------------------ after a wrapper run

@@ -2,18 +2,26 @@
 
 Lines with `type` user/assistant carry `message` (Anthropic Messages shape), `uuid`, `sessionId`, `cwd`,
 `timestamp`; `isSidechain` marks a subagent's messages (not the user's conversation) and `isMeta` lines Claude Code
-injected itself. A user message whose content is tool_result blocks is a tool's outcome, not a prompt; a prompt
-that starts with a `<command-…>`/`<local-command-…>` tag is a slash command's bookkeeping. `-c`/`--resume` append
-to the session's file (or copy history into a new one: turns keep the prompt's uuid, so they count once).
+injected itself. Other `user` lines the user did not type are skipped too: tool_result blocks (a tool's outcome);
+the summary /compact and auto-compact write (`isCompactSummary`, a model's words: "This session is being
+continued…"); what only the transcript view shows (`isVisibleInTranscriptOnly`); a slash command's bookkeeping
+(`<command-…>`, `<local-command-…>`), a `!` shell command and its output (`<bash-…>`), a background task's notice
+(`<task-notification>`); `<system-reminder>` blocks are cut from a prompt. `-c`/`--resume` append
+to the session's file; `--fork-session` copies its history into a new one under the new sessionId, each line
+keeping its uuid (ingest._claude_copies records those turns once).
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
-from .model import Session, ToolUse, Turn, json_lines, take_blocks, text_of
+from .model import SHAPE_ERRORS, Problems, Session, ToolUse, Turn, numbered_lines, take_blocks, text_of
 
 INTERRUPTED = "[Request interrupted by user"
+SYNTHETIC = ("<command-", "<local-command-", "<bash-input>", "<bash-stdout>", "<bash-stderr>", "<task-notification>",
+             "<user-memory-input>", "This session is being continued from a previous conversation")
+_REMINDER = re.compile(r"<system-reminder>.*?</system-reminder>", re.S)
 
 
 def _result_text(content) -> str:
@@ -22,57 +30,62 @@ def _result_text(content) -> str:
     return text_of(content)
 
 
-def parse(path: Path) -> list[Session]:
+def parse(path: Path, problems: Problems | None = None) -> list[Session]:
+    """The sessions in one file; a line of a shape this parser does not expect is skipped and counted in `problems`."""
+    problems = problems if problems is not None else Problems()
     sessions: dict[str, Session] = {}
     current: dict[str, Turn] = {}
     pending: dict[str, ToolUse] = {}
-    for d in json_lines(path):
-        if d.get("type") not in ("user", "assistant") or d.get("isSidechain"):
-            continue
-        sid = d.get("sessionId")
-        msg = d.get("message")
-        if not isinstance(sid, str) or not isinstance(msg, dict):
-            continue
-        s = sessions.get(sid)
-        if s is None:
-            s = sessions[sid] = Session("claude", sid, str(path), cwd=str(d.get("cwd") or ""))
-        s.updated = max(s.updated, str(d.get("timestamp") or ""))
-        content = msg.get("content")
-        if d["type"] == "user":
-            if isinstance(content, list) and any(isinstance(b, dict) and b.get("type") == "tool_result"
-                                                 for b in content):
-                for b in content:
-                    if isinstance(b, dict) and b.get("type") == "tool_result":
-                        use = pending.pop(str(b.get("tool_use_id")), None)
-                        if use is not None:
-                            use.ok = not b.get("is_error")
-                            use.output = _result_text(b.get("content"))
+    for n, d in numbered_lines(path, problems):
+        try:
+            if d.get("type") not in ("user", "assistant") or d.get("isSidechain"):
                 continue
-            if d.get("isMeta"):
+            sid = d.get("sessionId")
+            msg = d.get("message")
+            if not isinstance(sid, str) or not isinstance(msg, dict):
                 continue
-            text = text_of(content).strip()
-            if not text:
+            s = sessions.get(sid)
+            if s is None:
+                s = sessions[sid] = Session("claude", sid, str(path), cwd=str(d.get("cwd") or ""))
+            s.updated = max(s.updated, str(d.get("timestamp") or ""))
+            content = msg.get("content")
+            if d["type"] == "user":
+                if isinstance(content, list) and any(isinstance(b, dict) and b.get("type") == "tool_result"
+                                                     for b in content):
+                    for b in content:
+                        if isinstance(b, dict) and b.get("type") == "tool_result":
+                            use = pending.pop(str(b.get("tool_use_id")), None)
+                            if use is not None:
+                                use.ok = not b.get("is_error")
+                                use.output = _result_text(b.get("content"))
+                    continue
+                if d.get("isMeta") or d.get("isCompactSummary") or d.get("isVisibleInTranscriptOnly"):
+                    continue
+                text = _REMINDER.sub("", text_of(content)).strip()
+                if not text:
+                    continue
+                turn = current.get(sid)
+                if text.startswith(INTERRUPTED):
+                    if turn is not None:
+                        turn.interrupted = True
+                    continue
+                if text.startswith(SYNTHETIC):
+                    continue
+                turn = Turn(key=str(d.get("uuid") or f"{sid}-{len(s.turns)}"), user=text,
+                            at=str(d.get("timestamp") or ""))
+                s.turns.append(turn)
+                current[sid] = turn
                 continue
             turn = current.get(sid)
-            if text.startswith(INTERRUPTED):
-                if turn is not None:
-                    turn.interrupted = True
+            if turn is None:
                 continue
-            if text.startswith(("<command-", "<local-command-")):
-                continue
-            turn = Turn(key=str(d.get("uuid") or f"{sid}-{len(s.turns)}"), user=text,
-                        at=str(d.get("timestamp") or ""))
-            s.turns.append(turn)
-            current[sid] = turn
-            continue
-        turn = current.get(sid)
-        if turn is None:
-            continue
-        if msg.get("model") and not s.model and msg.get("model") != "<synthetic>":
-            s.model = str(msg["model"])
-        blocks = content if isinstance(content, list) else [{"type": "text", "text": content or ""}]
-        tool_called = take_blocks(turn, blocks, pending, "tool_use", "input")
-        turn.complete = not tool_called and msg.get("stop_reason") != "tool_use"
+            if msg.get("model") and not s.model and msg.get("model") != "<synthetic>":
+                s.model = str(msg["model"])
+            blocks = content if isinstance(content, list) else [{"type": "text", "text": content or ""}]
+            tool_called = take_blocks(turn, blocks, pending, "tool_use", "input")
+            turn.complete = not tool_called and msg.get("stop_reason") != "tool_use"
+        except SHAPE_ERRORS as exc:
+            problems.skipped(n, exc)
     return list(sessions.values())
 
 

@@ -14,14 +14,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from .model import Session, ToolUse, Turn, json_lines
+from .model import SHAPE_ERRORS, Problems, Session, ToolUse, Turn, numbered_lines, loads
 
 
 def _output(value) -> tuple[str, bool | None]:
     if isinstance(value, str):
         try:
-            inner = json.loads(value)
-        except ValueError:
+            inner = loads(value)
+        except (ValueError, RecursionError):
             return value, None
         value = inner
     if isinstance(value, dict):
@@ -44,57 +44,62 @@ def _item_text(item: dict) -> str:
 def _args(value) -> str:
     if isinstance(value, str):
         try:
-            value = json.loads(value)
-        except ValueError:
+            value = loads(value)
+        except (ValueError, RecursionError):
             return value
     from .model import tool_input_text
 
     return tool_input_text(value)
 
 
-def parse(path: Path) -> list[Session]:
+def parse(path: Path, problems: Problems | None = None) -> list[Session]:
+    """The sessions in one file; a line of a shape this parser does not expect is skipped and counted in `problems`."""
+    problems = problems if problems is not None else Problems()
     s = Session("codex", path.stem, str(path))
     turn: Turn | None = None
     pending: dict[str, ToolUse] = {}
-    for d in json_lines(path):
-        if not isinstance(d.get("payload"), dict):
-            continue
-        p = d["payload"]
-        kind, ts = d.get("type"), str(d.get("timestamp") or "")
-        s.updated = max(s.updated, ts)
-        if kind == "session_meta":
-            s.session_id = str(p.get("id") or s.session_id)
-            s.cwd = str(p.get("cwd") or s.cwd)
-        elif kind == "turn_context" and p.get("model"):
-            s.model = str(p["model"])
-        elif kind == "event_msg":
-            t = p.get("type")
-            item = p.get("item") if isinstance(p.get("item"), dict) else {}
-            said = _item_text(item) if t == "item_completed" else str(p.get("message") or "").strip()
-            if (t == "user_message" or item.get("type") == "UserMessage") and said:
-                turn = Turn(key=str(item.get("id") or len(s.turns)), user=said, at=ts)
-                s.turns.append(turn)
-            elif turn is None:
+    for n, d in numbered_lines(path, problems):
+        try:
+            if not isinstance(d.get("payload"), dict):
                 continue
-            elif (t == "agent_message" or item.get("type") == "AgentMessage") and said:
-                turn.agent.append(said)
-            elif t == "task_complete":
-                turn.complete = True
-            elif t == "turn_aborted":
-                turn.interrupted = turn.complete = True
-        elif kind == "response_item" and turn is not None:
-            t = p.get("type")
-            if t in ("function_call", "custom_tool_call", "local_shell_call"):
-                use = ToolUse(str(p.get("name") or t), _args(p.get("arguments", p.get("input", p.get("action")))),
-                              call_id=str(p.get("call_id") or ""))
-                turn.tools.append(use)
-                pending[use.call_id] = use
-            elif t in ("function_call_output", "custom_tool_call_output"):
-                use = pending.pop(str(p.get("call_id")), None)
-                if use is not None:
-                    use.output, use.ok = _output(p.get("output"))
-                    if use.ok is None:
-                        use.ok = True
+            p = d["payload"]
+            kind, ts = d.get("type"), str(d.get("timestamp") or "")
+            s.updated = max(s.updated, ts)
+            if kind == "session_meta":
+                s.session_id = str(p.get("id") or s.session_id)
+                s.cwd = str(p.get("cwd") or s.cwd)
+            elif kind == "turn_context" and p.get("model"):
+                s.model = str(p["model"])
+            elif kind == "event_msg":
+                t = p.get("type")
+                item = p.get("item") if isinstance(p.get("item"), dict) else {}
+                said = _item_text(item) if t == "item_completed" else str(p.get("message") or "").strip()
+                if (t == "user_message" or item.get("type") == "UserMessage") and said:
+                    turn = Turn(key=str(item.get("id") or len(s.turns)), user=said, at=ts)
+                    s.turns.append(turn)
+                elif turn is None:
+                    continue
+                elif (t == "agent_message" or item.get("type") == "AgentMessage") and said:
+                    turn.agent.append(said)
+                elif t == "task_complete":
+                    turn.complete = True
+                elif t == "turn_aborted":
+                    turn.interrupted = turn.complete = True
+            elif kind == "response_item" and turn is not None:
+                t = p.get("type")
+                if t in ("function_call", "custom_tool_call", "local_shell_call"):
+                    use = ToolUse(str(p.get("name") or t), _args(p.get("arguments", p.get("input", p.get("action")))),
+                                  call_id=str(p.get("call_id") or ""))
+                    turn.tools.append(use)
+                    pending[use.call_id] = use
+                elif t in ("function_call_output", "custom_tool_call_output"):
+                    use = pending.pop(str(p.get("call_id")), None)
+                    if use is not None:
+                        use.output, use.ok = _output(p.get("output"))
+                        if use.ok is None:
+                            use.ok = True
+        except SHAPE_ERRORS as exc:
+            problems.skipped(n, exc)
     return [s] if s.turns or s.session_id != path.stem else []
 
 

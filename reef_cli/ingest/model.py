@@ -61,17 +61,85 @@ class Session:
         return self.turns[-1] if self.turns else None
 
 
-def json_lines(path) -> Iterator[dict]:
-    """The JSON objects of a JSONL transcript, one a line; a line still being written, a damaged one or one that
-    is not an object is skipped, since an agent may be appending to the file while we read it."""
+# A line an agent wrote that reef cannot read (damaged, not an object, or of a shape its parser does not expect) is
+# skipped, and counted for one warning per file: the rest of the file, and every other file, is still read.
+SHAPE_ERRORS = (TypeError, AttributeError, KeyError, ValueError, IndexError, RecursionError)
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+_JSON_TYPE = {int: "a number", float: "a number", bool: "a boolean", dict: "an object", type(None): "null"}
+
+
+def _no_lone_surrogates(value):
+    """`value` with every lone UTF-16 surrogate in its strings replaced by U+FFFD. Node's JSON.stringify writes one as
+    an escape (`"\\ud83d"`, an emoji cut in half) and Python decodes it to a str that cannot be encoded to UTF-8,
+    so no record holding it could be stored; a pair decodes to its one character and never reaches here."""
+    if isinstance(value, str):
+        return _LONE_SURROGATE.sub("\ufffd", value)
+    if isinstance(value, list):
+        return [_no_lone_surrogates(v) for v in value]
+    if isinstance(value, dict):
+        return {_no_lone_surrogates(k): _no_lone_surrogates(v) for k, v in value.items()}
+    return value
+
+
+def loads(raw: bytes | str):
+    """json.loads with lone surrogates replaced (see _no_lone_surrogates); ValueError or RecursionError (a line
+    nested deeper than Python's stack) for what is not JSON."""
+    value = json.loads(raw)
+    if isinstance(raw, str):
+        raw = raw.encode("utf-8", "surrogatepass")
+    if _SURROGATE_ESCAPE.search(raw):  # only an escape can make a lone surrogate: skip the walk for all other lines
+        value = _no_lone_surrogates(value)
+    return value
+
+
+class Problems:
+    """The lines of one file a parser skipped: how many, and the first one's number and reason, for one warning."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.first = ""
+
+    def add(self, line: int, why: str) -> None:
+        self.count += 1
+        if not self.first:
+            self.first = f"line {line}: {why}"
+
+    def skipped(self, line: int, exc: BaseException) -> None:
+        if isinstance(exc, RecursionError):
+            self.add(line, "nested too deeply")
+        else:
+            self.add(line, f"unexpected shape ({type(exc).__name__}: {str(exc)[:120]})")
+
+    def summary(self) -> str | None:
+        if not self.count:
+            return None
+        more = f"; {self.count - 1} more" if self.count > 1 else ""
+        return f"skipped {self.count} line(s) reef could not read ({self.first}{more})"
+
+
+def numbered_lines(path, problems: Problems | None = None) -> Iterator[tuple[int, dict]]:
+    """(line number, object) for each JSON object of a JSONL transcript, one a line. A damaged line, one nested too
+    deeply or one that is not an object is skipped (and counted in `problems`); a last line without its newline is
+    skipped silently, since an agent may be appending to the file while we read it."""
     with open(path, "rb") as fh:
-        for raw in fh:
+        for n, raw in enumerate(fh, 1):
             try:
-                d = json.loads(raw)
-            except ValueError:
+                d = loads(raw)
+            except (ValueError, RecursionError) as exc:
+                if problems is not None and raw.endswith(b"\n") and raw.strip():
+                    problems.add(n, "nested too deeply" if isinstance(exc, RecursionError) else "not JSON")
                 continue
             if isinstance(d, dict):
-                yield d
+                yield n, d
+            elif problems is not None:
+                problems.add(n, f"a JSON {type(d).__name__}, not an object")
+
+
+def json_lines(path) -> Iterator[dict]:
+    """The JSON objects of a JSONL file (numbered_lines without the numbers or the count of skipped lines)."""
+    for _, d in numbered_lines(path):
+        yield d
 
 
 def digest(text: str) -> str:
@@ -142,6 +210,11 @@ def take_blocks(turn: Turn, blocks, pending: dict[str, ToolUse], tool_type: str,
     its tool-call blocks (`tool_type`, arguments under `args_key`) as tool uses, kept in `pending` by call id until
     their result arrives. Claude Code and pi share this shape and differ in those two names. True when a tool was
     called, so the turn is not complete yet."""
+    if isinstance(blocks, str):
+        blocks = [{"type": "text", "text": blocks}]
+    elif not isinstance(blocks, list):
+        raise TypeError(f"message content is {_JSON_TYPE.get(type(blocks), type(blocks).__name__)}, "
+                        "not a list of blocks")
     tool_called = False
     for b in blocks:
         if not isinstance(b, dict):

@@ -8,12 +8,11 @@ JSON with `role`) and `part` (message_id, data JSON: `{"type": "text", "text"}`,
 
 from __future__ import annotations
 
-import json
 import sqlite3
 from datetime import datetime, timezone
 from pathlib import Path
 
-from .model import Session, ToolUse, Turn, tool_input_text
+from .model import Session, ToolUse, Turn, loads, tool_input_text
 
 
 def _iso(ms) -> str:
@@ -28,25 +27,29 @@ def _unquote(text: str) -> str:
     t = text.strip()
     if len(t) >= 2 and t[0] == t[-1] == '"':
         try:
-            v = json.loads(t)
+            v = loads(t)
             if isinstance(v, str):
                 return v
-        except ValueError:
+        except (ValueError, RecursionError):
             pass
     return text
 
 
 def _json(text) -> dict:
     try:
-        v = json.loads(text)
+        v = loads(text)
         return v if isinstance(v, dict) else {}
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, RecursionError):
         return {}
 
 
 def connect(path: Path) -> sqlite3.Connection:
     # mode=ro: never write to the agent's database (no WAL checkpoint, no journal)
-    return sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5)
+    db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5)
+    # text that is not UTF-8 (a lone surrogate a JavaScript string kept, written as WTF-8) read with U+FFFD in its
+    # place, not an error that stops the whole database being read
+    db.text_factory = lambda b: b.decode("utf-8", "replace")
+    return db
 
 
 def session_stamps(path: Path) -> dict[str, str]:
