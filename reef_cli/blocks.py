@@ -20,6 +20,8 @@ Why it is built this way:
   the length of the text between the markers (exactly what an agent loads), bullets are counted by id.
 * **Line endings**: lines are split on "\\n" only, so CRLF files keep their "\\r"; new lines copy the begin
   marker's ending.
+* **Bytes that are not UTF-8** may sit outside the block (callers decode with surrogateescape and encode back the
+  same way, so they survive byte for byte); inside it they are damage, reported like a broken marker.
 """
 
 from __future__ import annotations
@@ -234,6 +236,14 @@ def parse(text: str, *, source: str, name: str = DEFAULT_BLOCK) -> Block | None:
             f"{source}:{begin + 1}: managed block '{name}' has no end marker '{end_marker(name)}'; reef will not guess "
             f"where it ends — add the marker by hand"
         )
+    for n in range(begin + 1, end):
+        try:
+            lines[n].encode("utf-8")
+        except UnicodeEncodeError:  # bytes that are not UTF-8, kept as lone surrogates by the caller
+            raise InvalidInput(
+                f"{source}:{n + 1}: bytes that are not UTF-8 inside managed block '{name}'; save the file as UTF-8 "
+                f"or fix the line by hand"
+            ) from None
     eol = "\r" if lines[begin].endswith("\r") else ""
     return Block(source, name, lines[: begin + 1], lines[begin + 1 : end], lines[end:], begin + 1, eol)
 

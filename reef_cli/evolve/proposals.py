@@ -9,6 +9,7 @@ All publishing goes through `publish.publish_gated`, so the working tree and the
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from ..curate import (RANK, Blocked, Contradiction, Op, Surfaces, apply_ops, diff_lines, reearn_needed, skill_path,
@@ -268,8 +269,13 @@ def _demote(store, ref: str, reason: str, opts: Options) -> Outcome:
     memory = load_memory(store, config, base)
     pat = memory.resolve(ref)
     bid = pat.id if pat else ref.removeprefix("reef:")
-    surfaces = Surfaces(with_memory(base, config, memory), config)
+    current = with_memory(base, config, memory)
+    surfaces = Surfaces(current, config)
     where = surfaces.by_id.get(bid, [])
+    for path, why in sorted(surfaces.damaged.items()):  # never report a demote done while a copy stays behind
+        if re.search(rf"reef:\s*{re.escape(bid)}\b".encode(), current[path].data):
+            raise InvalidInput(f"cannot demote reef:{bid}: it is in {path}, whose reef block reef cannot edit ({why}); "
+                               f"nothing changed")
     if pat is None and not where:
         raise NotFound(f"'{ref}' is neither a pattern key nor a bullet id reef knows (see 'reef harness patterns')")
     key = pat.key if pat else None
