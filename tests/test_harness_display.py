@@ -1,0 +1,44 @@
+"""Learned-zone text shown by `reef harness bullets|patterns|proposals|demote` comes from feedback and from a
+hand-edited CLAUDE.md: a terminal escape in it is printed escaped (printable.py), and rich markup in it ('[/red]')
+is text, not a style — it used to end in "unexpected error: MarkupError" (exit 1)."""
+
+from __future__ import annotations
+
+import json
+
+from test_evolve import init_project
+
+EVIL = "Use [/red] pnpm \x1b[2J\x1b]0;owned\x07 [bold]now."
+SHOWN = "Use [/red] pnpm \\x1b[2J\\x1b]0;owned\\x07 [bold]now."
+
+
+def _project(reef, tmp_path):
+    root, _ = init_project(reef, tmp_path)
+    claude = root / "CLAUDE.md"
+    claude.write_text(claude.read_text().replace("<!-- reef:end learned -->",
+                                                 f"- {EVIL} <!-- reef:b00001 -->\n<!-- reef:end learned -->"))
+    mem = {"version": 1, "through_seq": 0, "patterns": [
+        {"key": "do:pnpm+use", "id": "b00001", "text": EVIL, "polarity": "do", "count": 5, "evidence": ["rec_1"],
+         "last_seen": "2026-11-01T00:00:00Z"}]}
+    (root / "reef/memory/patterns.json").write_text(json.dumps(mem))
+    r = reef("-C", str(root), "publish", "-m", "a hostile bullet")
+    assert r.code == 0, r.err
+    return root
+
+
+def test_bullets_and_patterns_show_escapes_and_markup_as_text(reef, tmp_path):
+    root = _project(reef, tmp_path)
+    for args in (("harness", "bullets"), ("harness", "patterns")):
+        r = reef("-C", str(root), *args)
+        assert r.code == 0, (args, r.err)
+        assert "\x1b" not in r.out and "\x07" not in r.out, args
+        assert "".join(r.out.split()).count("".join(SHOWN.split())) == 1, (args, r.out)  # the table may fold it
+    r = reef("-C", str(root), "harness", "bullets", "--json")
+    assert json.loads(r.out)["bullets"][0]["text"] == EVIL  # JSON keeps the text as it is (escaped by JSON)
+
+
+def test_demote_prints_the_bullet_escaped(reef, tmp_path):
+    root = _project(reef, tmp_path)
+    r = reef("-C", str(root), "harness", "demote", "reef:b00001")
+    assert r.code == 0, r.err
+    assert "\x1b" not in r.out and f"reef:b00001  {SHOWN}  (demoted by a human)" in r.out
