@@ -397,6 +397,24 @@ def apply_ops(files: dict, ops: list[Op], *, config, memory: PatternMemory, root
 # --------------------------------------------------------------------------------------------- planning
 
 
+def expiry_cutoff(now: datetime, days: int) -> str:
+    """The last_seen before which a pattern expires; "" (nothing expires) when `expiry_days` reaches past the
+    calendar (harness.yaml only sets a minimum: 100000000 days means never, not a crash)."""
+    try:
+        return format_time(now - timedelta(days=days))
+    except OverflowError:
+        return ""
+
+
+def expires_on(last_seen: str, days: int) -> str | None:
+    """The day a pattern last seen at `last_seen` expires (YYYY-MM-DD); None when beyond the calendar."""
+    seen = datetime.strptime(last_seen[:19], "%Y-%m-%dT%H:%M:%S")
+    try:
+        return (seen + timedelta(days=days)).strftime("%Y-%m-%d")
+    except OverflowError:
+        return None
+
+
 def tier_of(config, count: int) -> tuple[int | None, str]:
     best: tuple[int | None, str] = (None, "memory")
     for threshold, surface in config.tiers:
@@ -456,7 +474,7 @@ def plan(memory: PatternMemory, files: dict, config, *, now: datetime, root: Pat
 
     surfaces = Surfaces(files, config)
     # expiry
-    cutoff = format_time(now - timedelta(days=config.expiry_days))
+    cutoff = expiry_cutoff(now, config.expiry_days)
     expired = []
     for key in sorted(memory.patterns):
         p = memory.patterns[key]
