@@ -30,6 +30,7 @@ import re
 from dataclasses import dataclass
 
 from .errors import InvalidInput
+from .printable import plain
 
 DEFAULT_BLOCK = "learned"
 _NAME = r"[a-z0-9][a-z0-9_-]{0,31}"
@@ -48,9 +49,10 @@ class BudgetExceeded(InvalidInput):
 
 
 def clean_text(text: str, limit: int = MAX_BULLET_CHARS) -> str:
-    """One line of bullet text: whitespace collapsed, no HTML comment delimiters (they would break the id comment),
-    no leading list marker, at most `limit` characters (cut at a word with an ellipsis)."""
-    text = " ".join(str(text).split())
+    """One line of bullet text: whitespace collapsed, no terminal escapes or other control/bidi characters (an
+    instruction file is read by agents and `cat`), no HTML comment delimiters (they would break the id comment), no
+    leading list marker, at most `limit` characters (cut at a word with an ellipsis)."""
+    text = " ".join(plain(str(text)).split())
     text = text.replace("<!--", "<!- -").replace("-->", "- ->")
     text = re.sub(r"^[-*+]\s+", "", text)
     if len(text) > limit:

@@ -42,3 +42,19 @@ def test_demote_prints_the_bullet_escaped(reef, tmp_path):
     r = reef("-C", str(root), "harness", "demote", "reef:b00001")
     assert r.code == 0, r.err
     assert "\x1b" not in r.out and f"reef:b00001  {SHOWN}  (demoted by a human)" in r.out
+
+
+def test_a_lesson_with_terminal_escapes_reaches_no_file_with_them(reef, tmp_path):
+    """A lesson from feedback carrying ESC[31m, BEL and a U+202E override became a bullet in CLAUDE.md as it was
+    (and a key with '31mlinter' in it): a `cat CLAUDE.md` ran the escapes, and the override showed the human other
+    text than the agent reads. The Reflector and every bullet write drop them."""
+    from test_evolve import evolve, feedback, memory
+
+    root, ledger = init_project(reef, tmp_path)
+    feedback(ledger, {"lesson": "Run the \x1b[31mlinter\x1b[0m before \u202ecommitting\x07."}, 5)
+    evolve(reef, root)
+    (key,) = memory(root)
+    assert key == "do:before+commit+linter+run" and memory(root)[key]["text"] == "Run the linter before committing."
+    text = (root / "CLAUDE.md").read_text()
+    assert "- Run the linter before committing. <!-- reef:" in text
+    assert not any(c in text for c in "\x1b\x07\u202e")
