@@ -58,3 +58,27 @@ def test_a_lesson_with_terminal_escapes_reaches_no_file_with_them(reef, tmp_path
     text = (root / "CLAUDE.md").read_text()
     assert "- Run the linter before committing. <!-- reef:" in text
     assert not any(c in text for c in "\x1b\x07\u202e")
+
+
+def test_a_damaged_proposal_file_is_left_out_of_listings_not_a_crash(reef, tmp_path):
+    """A proposal file that is JSON but not what reef writes ('[1]', keys as a number) made 'harness proposals' and
+    'reef page' end in "unexpected error: AttributeError" (exit 1); it is now left out, like one that is not JSON."""
+    root, _ = init_project(reef, tmp_path)
+    props = root / ".reef/scenarios/default/evolve/proposals"
+    props.mkdir(parents=True, exist_ok=True)
+    good = {"proposal_id": "prop_good", "status": "pending", "mode": "review", "created_at": "2026-12-01T10:00:00Z",
+            "keys": ["do:pnpm+use"], "diff": ["+ [CLAUDE.md] reef:b00001  Use pnpm."]}
+    (props / "prop_good.json").write_text(json.dumps(good))
+    for n, bad in enumerate(([1], {"proposal_id": "prop_b", "status": "pending", "keys": 5},
+                             {"proposal_id": 7, "status": "pending"}, {"proposal_id": "prop_c", "status": "pending",
+                                                                       "ops": ["not an op"]})):
+        (props / f"prop_bad{n}.json").write_text(json.dumps(bad))
+    r = reef("-C", str(root), "harness", "proposals")
+    assert r.code == 0, r.err
+    assert r.out.splitlines() == ["prop_good  pending    review  2026-12-01T10:00:00  do:pnpm+use",
+                                  "    + [CLAUDE.md] reef:b00001  Use pnpm."]
+    r = reef("-C", str(root), "page")
+    assert r.code == 0, r.err
+    assert "prop_good" in (root / ".reef/page/default/index.html").read_text()
+    r = reef("-C", str(root), "harness", "promote", "do:pnpm+use")
+    assert "unexpected" not in r.err

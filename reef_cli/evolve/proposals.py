@@ -78,12 +78,35 @@ def _proposal_summary(prop: dict) -> dict:
     return {k: v for k, v in prop.items() if k != "memory"}
 
 
+_PROPOSAL_DEFAULTS = {"created_at": "", "keys": [], "ops": [], "contradictions": [], "diff": []}
+
+
+def _well_formed(prop) -> dict | None:
+    """The proposal as the listing and the verbs read it (absent lists filled in), or None for a file reef could
+    not have written: not an object, no string proposal_id/status, a field of another type. Such a hand-edited or
+    torn file is left out like one that is not JSON, instead of crashing every listing and the page."""
+    if not isinstance(prop, dict) or not isinstance(prop.get("proposal_id"), str) or \
+            not isinstance(prop.get("status"), str):
+        return None
+    prop = {**{k: type(v)() for k, v in _PROPOSAL_DEFAULTS.items()}, **prop}
+    if not isinstance(prop["created_at"], str) or not isinstance(prop.get("mode", ""), str):
+        return None
+    if not all(isinstance(prop[k], list) for k in ("keys", "ops", "contradictions", "diff")):
+        return None
+    if not all(isinstance(x, str) for x in prop["keys"] + prop["diff"]):
+        return None
+    return prop if all(isinstance(x, dict) for x in prop["ops"] + prop["contradictions"]) else None
+
+
 def list_proposals(store, status: str | None = None) -> list[dict]:
     out = []
     for path in sorted(proposals_dir(store).glob("prop_*.json")):
         try:
             prop = json.loads(path.read_text())
-        except ValueError:
+        except (ValueError, OSError):
+            continue
+        prop = _well_formed(prop)
+        if prop is None:
             continue
         if status is None or prop.get("status") == status:
             out.append(prop)
