@@ -82,3 +82,19 @@ def test_a_damaged_proposal_file_is_left_out_of_listings_not_a_crash(reef, tmp_p
     assert "prop_good" in (root / ".reef/page/default/index.html").read_text()
     r = reef("-C", str(root), "harness", "promote", "do:pnpm+use")
     assert "unexpected" not in r.err
+
+
+def test_zone_commands_show_paths_as_text_and_refuse_control_characters(reef, tmp_path):
+    """'reef harness zone "[/x]"' ended in "unexpected error: MarkupError"; 'harness freeze' with an ESC or newline
+    in the path wrote it into harness.yaml and printed it raw (the guard keeps such a path Frozen anyway)."""
+    root, _ = init_project(reef, tmp_path)
+    r = reef("-C", str(root), "harness", "zone", "[/x]", "a\x1b[2Jb")
+    assert r.code == 0, r.err
+    assert "[/x]" in r.out and "a\\x1b[2Jb" in r.out and "\x1b" not in r.out
+    config = (root / "harness.yaml").read_bytes()
+    for path, shown, code in (("a\x1b[2Jb", "a\\x1b[2Jb", "001B"), ("x\ny", "x\\x0ay", "000A")):
+        r = reef("-C", str(root), "harness", "freeze", path)
+        assert r.code == 4, r.err
+        assert r.err == (f"reef: error: {shown}: path contains control character U+{code}, which no zone may name; "
+                         "nothing published\n")
+    assert (root / "harness.yaml").read_bytes() == config
