@@ -15,6 +15,7 @@ cannot grow past it unnoticed. tests/test_pattern_memory_shape.py holds it to js
 from __future__ import annotations
 
 import json
+import math
 import re
 from datetime import datetime
 from functools import lru_cache
@@ -74,6 +75,8 @@ def _walk(node: dict, value, path: tuple, root: dict) -> None:
         types = [node["type"]] if isinstance(node["type"], str) else node["type"]
         if not any(_TYPES[t](value) for t in types):
             raise _Bad(path, f"{value!r} is not of type {', '.join(repr(t) for t in types)}")
+    if isinstance(value, float) and not math.isfinite(value):  # Python's json reads NaN/Infinity; JSON has none
+        raise _Bad(path, f"{value!r} is not a finite number")
     if "const" in node and value != node["const"]:
         raise _Bad(path, f"{node['const']!r} was expected")
     if "enum" in node and value not in node["enum"]:
