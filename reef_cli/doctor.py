@@ -312,10 +312,18 @@ def check_ledger(store) -> list[Check]:
     from .project import ScenarioPaths
 
     paths = ScenarioPaths(store.project, store.scenario)
-    if not paths.ledger_path.exists():
+    if not os.path.lexists(paths.ledger_path) and not os.path.lexists(paths.ledger_path.with_name("ledger.jsonl.sync")):
+        # no ledger and no acknowledged mark: a new project (a gone ledger whose mark says it held records is a loss
+        # `verify` names; a symlink is refused by it)
         return [Check("state:ledger", OK, f"ledger {paths.ledger_path}: empty (no records yet)")]
+    from .errors import MisplacedState
+
     try:
         res = paths.ledger().verify()
+    except MisplacedState as exc:  # a symlink or a directory where the ledger goes: the line every command gives
+        return [Check("state:ledger", FAIL, f"ledger {paths.ledger_path} cannot be verified: {exc}",
+                      f"put the ledger file itself at {paths.ledger_path} (reef follows a symlinked .reef directory, "
+                      f"not a symlinked state file)")]
     except Exception as exc:  # a ledger too damaged to walk is a finding, not a crash
         import errno
 

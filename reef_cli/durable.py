@@ -175,8 +175,8 @@ def open_state(path, flags: int, mode: int = 0o600) -> int:
         from .errors import MisplacedState, misplaced_message
 
         if exc.errno == errno.ELOOP:
-            raise MisplacedState(f"{path} is a symlink; reef never writes its state through symlinks (move it "
-                                 f"away)") from None
+            raise MisplacedState(f"{path} is a symlink; reef never reads or writes its state through symlinks (move "
+                                 f"it away)") from None
         message = misplaced_message(path, errno.errorcode.get(exc.errno or 0, ""))
         if message is not None:
             raise MisplacedState(message) from None

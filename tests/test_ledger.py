@@ -1157,11 +1157,14 @@ def test_anchors_catch_a_cut_a_deletion_and_a_regrown_ledger(path: Path) -> None
         result = ledger.verify(anchors)
         assert result.ok and result.anchors_checked == 3 and ledger.verify().ok  # cut or not, the chain is fine
     lines = path.read_bytes().splitlines(keepends=True)
-    copy = path.with_name("restored.jsonl")  # an old copy put back: a new file, which no acknowledged mark covers
+    copy = path.with_name("restored.jsonl")  # an old copy put back: a new file, held to the acknowledged mark too
     copy.write_bytes(b"".join(lines[:5]))
     os.replace(copy, path)
     with Ledger(path, "demo") as ledger:
-        assert ledger.verify().ok  # what the chain alone says about a cut: nothing
+        result = ledger.verify()  # the chain alone says nothing about a cut; the mark does, whatever the inode
+        assert not result.ok and result.problem == "cut" and "1 acknowledged record (seq 6) is missing" in result.message
+        with pytest.raises(DamagedState, match="record seq 6"):
+            fill(ledger, 1)  # and no append buries it
         with pytest.raises(DamagedState) as caught:
             ledger.check_anchors(anchors)
         assert caught.value.exit_code == ExitCode.INVALID
@@ -1172,6 +1175,9 @@ def test_anchors_catch_a_cut_a_deletion_and_a_regrown_ledger(path: Path) -> None
         )
         result = ledger.verify(anchors)
         assert not result.ok and result.problem == "short" and result.first_bad_seq == 6
+    path.with_name(path.name + ".sync").unlink()  # no mark (put back with a backup of ledger.jsonl alone)
+    with Ledger(path, "demo") as ledger:
+        assert ledger.verify().ok
         fill(ledger, 3)  # grown past the anchor again: another record sits at seq 6
         with pytest.raises(DamagedState, match=r"but seq 6 there is another record \(rec_"):
             ledger.check_anchors(anchors)

@@ -57,13 +57,15 @@ def test_a_release_records_the_ledgers_last_record_as_its_anchor(reef, anchored)
 
 def cut_to(path: Path, lines: int, *, in_place: bool = True) -> None:
     """Keep the first `lines` lines: in place (the writers' acknowledged mark notices too, tests/test_ledger_cut.py),
-    or as an old copy put back, a new file only the anchors can hold to account."""
+    or as an old copy put back from a backup of ledger.jsonl alone (its `.sync` page gone, so no mark): a file only
+    the anchors can hold to account, which writers grow again."""
     kept = b"".join(path.read_bytes().splitlines(keepends=True)[:lines])
     if in_place:
         path.write_bytes(kept)
     else:
         path.with_name("restored").write_bytes(kept)
         os.replace(path.with_name("restored"), path)
+        path.with_name(path.name + ".sync").unlink()
 
 
 @pytest.mark.parametrize("damage", ["truncated", "deleted", "emptied", "regrown"])

@@ -63,8 +63,9 @@ def test_a_cut_acknowledged_last_record_fails_verify_and_appends_and_is_kept_by_
     lines = r.stderr.strip().splitlines()
     assert lines[0] == (
         f"reef: error: ledger {path} lost acknowledged records: record seq 4 (hash {last['hash'][:16]}) was "
-        f"acknowledged ending at offset {whole}, but the file's complete records end at offset {records_end}, "
-        f"followed by {len(damaged) - records_end} bytes of a cut line; restore the ledger from a backup, or record "
+        f"acknowledged ending at offset {whole}, but the file's complete records end at offset {records_end} (seq 3), "
+        f"followed by {len(damaged) - records_end} bytes of a cut line, so 1 acknowledged record (seq 4) is missing; "
+        f"restore the ledger from a backup, or record "
         f"the loss with 'reef repair ledger --accept-loss' (it keeps the cut bytes aside; nothing was changed)"
     )
     assert json.loads(run_reef("ledger", "verify", "--json", cwd=project).stdout)["problem"] == "cut"
@@ -125,11 +126,26 @@ def test_a_writer_killed_mid_write_leaves_a_torn_line_that_is_still_cut_quietly(
     assert path.read_bytes().startswith(intact) and Ledger(path, "default").verify().ok
 
 
-def test_a_new_ledger_is_not_held_to_an_old_files_mark(tmp_path: Path) -> None:
+def test_a_removed_ledger_is_a_loss_until_it_is_recorded(tmp_path: Path) -> None:
+    """A removed ledger whose `.sync` page stays was recreated empty by the next append, the acknowledged records
+    gone without a word (the mark was forgotten as an old file's). It is a loss now: refused and reported until
+    `accept_cut` records it; the new file, whatever inode it gets, is then held to its own records only."""
     path = tmp_path / "ledger.jsonl"
     assert append(path, 5).returncode == 0
     path.unlink()
-    with Ledger(path, "default") as ledger:  # recreated (an inode number may be reused): starts afresh
+    with Ledger(path, "default") as ledger:
+        with pytest.raises(DamagedState, match=f"ledger {path} lost acknowledged records: record seq 5 .* but the file "
+                                               f"is gone, so every record up to seq 5 is missing"):
+            ledger.append("interaction", {}, release_id="r", content_id="c")
+        assert not path.exists()
+        assert ledger.verify().problem == "cut"
+        recorded = ledger.accept_cut()
+        assert recorded is not None and recorded.seq == 1 and recorded.payload["why"] == "gone"
+        assert ledger.append("interaction", {}, release_id="r", content_id="c").seq == 2
+        assert ledger.verify().ok and ledger.acknowledged_cut(thorough=True) is None
+    for name in ("ledger.jsonl", "ledger.jsonl.sync"):  # removed with its page: a fresh start, nothing to hold it to
+        (tmp_path / name).unlink()
+    with Ledger(path, "default") as ledger:
         assert ledger.append("interaction", {}, release_id="r", content_id="c").seq == 1
         assert ledger.verify().ok
 
@@ -172,9 +188,10 @@ def test_reef_run_refuses_before_running_the_command_on_a_cut_ledger(tmp_path):
     assert r.returncode == 4 and "lost acknowledged records" in r.stderr and not marker.exists(), r.stderr
 
 
-def test_a_crash_while_a_removed_ledger_is_recreated_leaves_it_usable(tmp_path):
-    """The user removed the ledger (its .sync page stays); the reef that created the new one died before moving the
-    old file's mark: the new, empty ledger (often given the old inode number) was refused as cut for good."""
+def test_a_crash_while_a_removed_ledgers_loss_is_recorded_leaves_it_reported_then_recordable(tmp_path):
+    """`accept_cut` of a removed ledger creates the new file before its `ledger_cut` record: killed in between, the
+    new, empty file (often given the old inode number) still reads as the loss, never as intact, and a second
+    repair records it once."""
     import signal
     import subprocess
     import sys
@@ -187,13 +204,16 @@ def test_a_crash_while_a_removed_ledger_is_recreated_leaves_it_usable(tmp_path):
     path.unlink()
     code = ("import os, signal, sys\nfrom reef_cli.ledger import writer, Ledger\n"
             "writer.fsync_dir = lambda path: os.kill(os.getpid(), signal.SIGKILL)\n"
-            "Ledger(sys.argv[1], 'default').append('interaction', {'i': 0}, release_id=None, content_id=None)\n")
+            "Ledger(sys.argv[1], 'default').accept_cut()\n")
     r = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True)
-    assert r.returncode == -signal.SIGKILL and path.exists()
+    assert r.returncode == -signal.SIGKILL and path.exists() and path.stat().st_size == 0
     again = Ledger(path, "default")
-    assert again.verify().ok
+    assert again.verify().problem == "cut"
+    with pytest.raises(DamagedState, match="record seq 3"):
+        again.append("interaction", {"i": 1}, release_id=None, content_id=None)
+    assert again.accept_cut().seq == 1 and again.accept_cut() is None
     again.append("interaction", {"i": 1}, release_id=None, content_id=None)
-    assert [rec.payload["i"] for rec in again.iter_records()] == [1]
+    assert [rec.kind for rec in again.iter_records()] == ["ledger_cut", "interaction"] and again.verify().ok
 
 
 @pytest.mark.parametrize("name", ["ledger.jsonl", "ledger.jsonl.sync", "ledger.jsonl.idx", "ledger.jsonl.lock"])

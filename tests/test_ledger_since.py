@@ -209,3 +209,11 @@ def test_the_gateway_says_so_when_its_records_were_lost_while_it_ran(tmp_path):
             path.with_name("ledger.jsonl.sync").unlink()
     assert (f"FAILED verification: {path}: record {receipt} (seq 5), the newest this process appended, is not in "
             "the file any more") in log.getvalue(), log.getvalue()
+
+
+def test_a_symlinked_ledger_is_not_read_through(tmp_path, small_threshold):
+    ledger = filled(tmp_path / "real.jsonl", 3)
+    start = ledger.position()
+    link = tmp_path / "l.jsonl"
+    link.symlink_to(ledger.path)
+    assert position(link) is None and appended_since(link, "default", start) is None

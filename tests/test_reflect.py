@@ -96,7 +96,7 @@ def test_a_replaced_ledger_is_read_from_its_start(reef, tmp_path):
     feedback(ledger, "Always run the tests before finishing.", 3)
     reflect(reef, root)
     ledger.close()
-    for suffix in ("", ".idx", ".lock"):
+    for suffix in ("", ".idx", ".lock", ".sync"):  # all of it: a fresh start, not a lost ledger
         p = ledger.path.with_name(ledger.path.name + suffix)
         if p.exists():
             p.unlink()

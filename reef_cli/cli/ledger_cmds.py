@@ -109,7 +109,8 @@ def query(
 def verify(ctx: typer.Context, as_json: bool = typer.Option(False, "--json")) -> None:
     """Re-check the hash chain and the releases' anchors; exit 4 naming the first record edited, deleted, inserted
     or reordered, the release whose anchor the ledger falls short of (records cut off the end, or the file gone), or
-    the acknowledged record cut off the end in place (a crash's unacknowledged torn line is only noted)."""
+    the acknowledged records the file at the ledger's path lost (cut off its end, the file gone, an older or other
+    file put in its place); a crash's unacknowledged torn line is only noted."""
     store = ctx.obj.store()
     res = store.ledger().verify(anchors=store.ledger_anchors())
     if as_json:
@@ -208,14 +209,14 @@ def repair_ledger(
     report = _RepairReport(as_json, len(anchors))
     with led:
         checked = None
-        if led.acknowledged_cut() is None:
+        if led.acknowledged_cut(thorough=True) is None:
             # a chain broken inside (not records cut off its end) is not mended by recording a loss: say so before
             # anything is judged or written (a damaged line also reads as a missing anchor)
             checked = led.verify()
             report.refuse_damage(checked)
         found = ledger_anchors.problems(led, anchors, every=True)
         if not accept_loss:
-            cut = led.acknowledged_cut()
+            cut = led.acknowledged_cut(thorough=True)
             if found or cut:
                 message = ledger_anchors.message(led, *found[0]) if found else cut[1]
                 report.fail("loss_found", "short" if found else "cut", message)
@@ -234,8 +235,11 @@ def repair_ledger(
         # the cut record takes the first missing seq: what was lost runs from it to the last acknowledged one
         first, last = cut_rec.seq, p["acknowledged"]["seq"]
         lost = f"record seq {last} is" if first >= last else f"records seq {first}-{last} are"
-        lines.append(f"recorded the cut as {cut_rec.record_id} (seq {cut_rec.seq}): {kept}{lost} lost (acknowledged "
-                     f"up to offset {p['acknowledged']['end']})")
+        if p.get("why") == "replaced":
+            lost = f"acknowledged record seq {last} was replaced by another and is"
+        gone = "the ledger file was gone (a new one holds this record); " if p.get("why") == "gone" else ""
+        lines.append(f"recorded the cut as {cut_rec.record_id} (seq {cut_rec.seq}): {gone}{kept}{lost} lost "
+                     f"(acknowledged up to offset {p['acknowledged']['end']})")
     if rec is not None:
         lost = ", ".join(f"step {a['step']} (seq {a['seq']})" for a in rec.payload["anchors"])
         lines.append(f"recorded the loss as {rec.record_id} (seq {rec.seq}): anchors of {lost} are given up")

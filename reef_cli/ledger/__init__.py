@@ -10,8 +10,10 @@ Why it is built this way:
 
 * **Chain.** Each line is the canonical JSON of a `Record`; `hash` is SHA-256 over the record without `hash`, and
   `prev_hash` is the previous record's `hash` (64 zeros for the first), so an edited, deleted, inserted or reordered
-  line shows up in `verify()`; a cut end or a deleted file shows up against the releases' anchors (`anchors`). `compact()` is the only path that removes records: it removes a prefix and appends a
-  `compaction` record naming the last removed hash, which is what the first kept record chains to.
+  line shows up in `verify()`; a cut end, a deleted file or one put back in its place shows up against what writers
+  acknowledged (`acked`, any file at the path) and the releases' anchors (`anchors`). `compact()` is the only path
+  that removes records: it removes a prefix and appends a `compaction` record naming the last removed hash, which is
+  what the first kept record chains to.
 * **Durability and group commit.** `append` returns only after an fdatasync that began after its line was
   written. Writers write under the writer lock and sync after releasing it (threads sharing an instance too, outside
   its mutex), so concurrent syncs overlap. How they are shared depends on how long syncs take (a moving average):
@@ -40,11 +42,10 @@ Why it is built this way:
 from __future__ import annotations
 
 import os
-import stat
 from collections.abc import Iterable
 from dataclasses import replace
 
-from ..durable import refuse_misplaced
+from ..durable import open_state, refuse_misplaced
 from ..errors import ReefError, StoreError
 from . import acked as _acked
 from . import anchors as _anchors
@@ -61,8 +62,7 @@ from .writer import Writer
 
 SINCE_ABOVE_BYTES = 64 * 2**20
 """Over this size `verify_since` checks only what was appended since its start (under it, ~1 s, the whole chain)."""
-CUT_KIND = "ledger_cut"
-"""The record `reef repair ledger --accept-loss` appends for acknowledged records cut off the end."""
+CUT_KIND = _acked.CUT_KIND
 
 __all__ = [
     "Anchor", "Ledger", "NewRecord", "Record", "VerifyResult", "ZERO_HASH", "REMOVED_LIST_LIMIT", "anchors_of",
@@ -94,7 +94,7 @@ class Ledger(Writer, Reader, IdIndex, Compaction):
                                anchors_checked=len(anchors))
             result = replace(result, anchors_checked=len(anchors))
         if result.ok:
-            cut = self.acknowledged_cut()
+            cut = self.acknowledged_cut(thorough=True)
             if cut:
                 mark, message = cut
                 result = replace(result, ok=False, first_bad_seq=mark.seq, problem="cut", message=message)
@@ -117,7 +117,7 @@ class Ledger(Writer, Reader, IdIndex, Compaction):
                 big = False
             mine = (last.seq, last.hash) if last is not None else None
             count = _since.appended_since(self.path, self.scenario, start, mine) if big else None
-            if count is not None and self.acknowledged_cut() is None:
+            if count is not None and self.acknowledged_cut(thorough=True) is None:
                 return VerifyResult(True, count, message=f"{self.path}: the {count} records after record "
                                     f"{start.seq} chain onto it", since_seq=start.seq, repairs=read_repairs(self.path))
         result = self.verify()
@@ -151,31 +151,29 @@ class Ledger(Writer, Reader, IdIndex, Compaction):
                     "began: the ledger was replaced, cut or deleted meanwhile; restore it from a backup")
         return None
 
-    def acknowledged_cut(self) -> tuple[_acked.Mark, str] | None:
-        """The acknowledged mark and the line saying so when the file's complete records end before what writers
-        acknowledged (records cut off the end in place, e.g. by `truncate`); None when nothing says so (see
-        `acked`: a file replaced by another one is the anchors' to catch)."""
+    def acknowledged_cut(self, thorough: bool = False) -> tuple[_acked.Mark, str] | None:
+        """The acknowledged mark and the line saying so when the file at the ledger's path lost records writers
+        acknowledged (`acked`: cut off the end, the file gone or replaced by a shorter one, another record at the
+        mark's seq); None when nothing says so. Without `thorough` (`reef run` asks before every session) a file of
+        the mark's inode that still reaches the mark's end is taken at its size; `verify` looks at the record."""
         mark = _acked.read(self.sync_path)
-        if mark is None:
+        if mark is None or not mark.seq:
             return None
         try:
-            st = os.lstat(self.path)
+            fd = open_state(self.path, os.O_RDONLY)  # a symlink or a directory in its place: its one line, exit 4
         except FileNotFoundError:
-            return None
-        if not stat.S_ISREG(st.st_mode):
-            return None  # a symlink or a directory in its place: refused by whatever opens it, naming it
-        if st.st_size >= mark.end:
-            return None  # it still reaches what was acknowledged (`reef run` asks this before every session)
+            return mark, _acked.Loss(mark, "gone").message(self.path)
         try:
-            last = self.tail(1)
+            st = os.fstat(fd)
+            if not thorough and st.st_ino == mark.ino and st.st_size >= mark.end:
+                return None  # it still reaches what was acknowledged
+            end = _acked.records_end(fd, st.st_size)
+            loss = _acked.judge(mark, fd, st.st_ino, st.st_size, end) if end is not None else None
         except StoreError:
             return None  # a corrupt last record: the chain's to report
-        if (last[0].seq if last else 0) >= mark.seq:
-            return None  # shortened in the middle, if at all: the chain's to report
-        torn = _Verifier(self.path, self.scenario)._torn_tail()
-        if not _acked.applies(mark, st.st_ino, torn):
-            return None
-        return mark, _acked.cut_message(self.path, mark, st.st_size - torn, torn)
+        finally:
+            os.close(fd)
+        return (mark, loss.message(self.path)) if loss is not None else None
 
     def check_files(self) -> None:
         """Raise MisplacedState (exit 4, the line `open_state` gives) when the ledger, its lock or its sync page is a
@@ -184,13 +182,19 @@ class Ledger(Writer, Reader, IdIndex, Compaction):
             refuse_misplaced(path)
 
     def accept_cut(self) -> Record | None:
-        """Record that acknowledged records were cut off the end: the bytes after the last complete record are
-        kept aside (`Writer.set_aside_cut`) and a `ledger_cut` record in the chain says what was lost and where the
-        kept bytes are. None when no acknowledged record is missing."""
+        """Record that acknowledged records are gone (cut off the end, the file gone or replaced: `acked.Loss`): the
+        bytes after the last complete record are kept aside (`Writer.set_aside_cut`) and a `ledger_cut` record in the
+        chain says what was lost and where the kept bytes are; its append moves the mark. None when no acknowledged
+        record is missing."""
         found = self.set_aside_cut()
         if found is None:
             return None
-        return self.append(CUT_KIND, found, release_id=None, content_id=None)
+        loss, payload = found
+        self._accepting = loss.mark  # this append, and only for this mark, goes over the loss it records
+        try:
+            return self.append(CUT_KIND, payload, release_id=None, content_id=None)
+        finally:
+            self._accepting = None
 
     def anchor(self) -> dict:
         """{"seq", "hash"} of the last record, for a release to keep as its anchor (`Release.ledger_anchor`)."""

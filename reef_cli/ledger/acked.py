@@ -13,17 +13,24 @@ claims more than was durable: after a power cut it may be older (less is known, 
 crash's torn line, as before), never ahead. Writers store it without a lock: two stores racing may leave the lower
 end or a torn copy, which the check word turns into "nothing known"; both only lose evidence, never invent it.
 
-A mark speaks for the file of its inode, and also, against cutting a torn last line, for whatever file sits at the
-ledger's path (`applies`). A project copied with `cp -a` (or moved to another filesystem) has the same records
-under new inode numbers, and its `.sync` page, copied with it, still says what was acknowledged; keyed by inode
-alone, a copy cut afterwards had the cut taken for a crash's torn line and trimmed without a word, the bytes of an
-acknowledged record with it. A file of another inode that ends in whole records (an older copy put back by a
-rename) loses no bytes to a trim: what it lacks is the release anchors' to report, as before.
+The mark speaks for whatever file sits at the ledger's path, whatever its inode: it is this machine's durable
+statement of what reef acknowledged to callers (the receipts it handed out). A ledger there whose records end before
+the mark's record (`short`: cut in place, an older copy put back by a rename, `git checkout` of an older file, a copy
+cut at a line boundary), that has no file at all (`gone`), or that holds another record at the mark's seq
+(`replaced`) lost acknowledged records, and that is said (`Loss.message`), never read as intact. Keyed by inode (as
+it was), a `cp -a` copy cut afterwards and any file put back by a rename were taken for new files and passed as
+intact; the release anchors only cover records up to the last publish, so the receipts since went unreported.
 
-A ledger whose last complete record comes before the mark's lost acknowledged records off its end
-(one shortened in the middle still ends in it: an edit the chain reports). The writer refuses to append over it,
-and to cut its last line as a torn write, and `verify` fails, both naming the file, the offset and the record (`cut_message`), until the record is restored
-or the loss is recorded (`reef repair ledger --accept-loss`, which keeps the cut bytes aside).
+What does not count as a loss: no mark, or a mark of seq 0 (a new ledger); a file at or past the mark's record with
+that record in place (a `cp -a` copy, a compaction's copy: `compact` moves the mark, and a crash before it moves
+leaves a file that still holds, or compacted away, the mark's record); and a file whose last record is the
+`ledger_cut` record naming this very mark (`reef repair ledger --accept-loss` recorded the loss; the append of that
+record moves the mark, and a crash before it does leaves that record last).
+
+A ledger that lost acknowledged records is refused by writers (an append over it would bury the loss, and its next
+mark would erase the evidence) and by `reef run` before it runs anything; `verify` fails, all with one line naming the
+file, how many acknowledged records are missing and how to recover (`Loss.message`), until the file is restored or
+the loss recorded (`reef repair ledger --accept-loss`, which keeps a cut line's bytes aside).
 """
 
 from __future__ import annotations
@@ -65,8 +72,8 @@ def read(sync_path: str | os.PathLike[str]) -> Mark | None:
     """The mark kept in a `<ledger>.sync` file, for readers that do not map it (verify)."""
     import stat
 
-    try:  # never blocked by a FIFO planted there (an open for reading waits for a writer)
-        fd = os.open(sync_path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:  # never blocked by a FIFO planted there (an open for reading waits for a writer), never through a symlink
+        fd = os.open(sync_path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOFOLLOW)
     except (FileNotFoundError, NotADirectoryError):
         return None
     try:
@@ -101,19 +108,156 @@ class MarkPage:
     """Set the mark outright (a new file, a compaction's copy, a recorded loss), under the writer lock."""
 
 
-def applies(mark: Mark, ino: int, torn: int) -> bool:
-    """Does `mark` speak for the ledger file of inode `ino`, which ends in `torn` bytes of an unfinished line? Its
-    own file's always; another inode's (a copy) only when a torn line would be cut: the one case where taking the
-    cut for a crash's unacknowledged write destroys an acknowledged record's bytes."""
-    return mark.ino == ino or torn > 0
+CUT_KIND = "ledger_cut"
+"""The record `reef repair ledger --accept-loss` appends for acknowledged records gone from the ledger."""
+
+_REMEDY = "restore the ledger from a backup, or record the loss with 'reef repair ledger --accept-loss'"
 
 
-def cut_message(path: Path, mark: Mark, records_end: int, torn: int) -> str:
-    """The one line naming the ledger, where its records end, and the acknowledged record that is missing."""
-    tail = f", followed by {torn} bytes of a cut line" if torn else ""
-    return (
-        f"ledger {path} lost acknowledged records: record seq {mark.seq} (hash {mark.hash[:16]}) was acknowledged "
-        f"ending at offset {mark.end}, but the file's complete records end at offset {records_end}{tail}; restore "
-        f"the ledger from a backup, or record the loss with 'reef repair ledger --accept-loss' (it keeps the cut "
-        f"bytes aside; nothing was changed)"
-    )
+@dataclass(frozen=True)
+class Loss:
+    """Acknowledged records missing from the file at the ledger's path: `why` is "gone" (no file), "short" (its
+    complete records end at `records_end`, with record `last_seq`, before the mark's record; `torn` bytes of a cut
+    line follow) or "replaced" (another record, hash `found_hash`, where the mark's record belongs)."""
+
+    mark: Mark
+    why: str
+    records_end: int = 0
+    last_seq: int = 0
+    torn: int = 0
+    found_hash: str = ""
+
+    def message(self, path: Path) -> str:
+        """The one line naming the ledger, what is missing and how to recover."""
+        mark = self.mark
+        said = f"record seq {mark.seq} (hash {mark.hash[:16]}) was acknowledged ending at offset {mark.end}"
+        kept = "it keeps the cut bytes aside; " if self.torn else ""
+        if self.why == "gone":
+            where = f"but the file is gone, so every record up to seq {mark.seq} is missing"
+        elif self.why == "replaced":
+            where = (f"but seq {mark.seq} there is another record (hash {self.found_hash[:16]}): the file was replaced "
+                     f"or rewritten, so acknowledged record seq {mark.seq} is missing")
+        else:
+            tail = f", followed by {self.torn} bytes of a cut line" if self.torn else ""
+            count = mark.seq - self.last_seq
+            which = f"seq {mark.seq}" if count == 1 else f"seq {self.last_seq + 1}..{mark.seq}"
+            where = (f"but the file's complete records end at offset {self.records_end} (seq {self.last_seq}){tail}, "
+                     f"so {count} acknowledged record{'s' if count > 1 else ''} ({which}) "
+                     f"{'are' if count > 1 else 'is'} missing")
+        return f"ledger {path} lost acknowledged records: {said}, {where}; {_REMEDY} ({kept}nothing was changed)"
+
+    def to_json(self) -> dict:
+        """What the `ledger_cut` record keeps of it (`acknowledged` is how a later check knows this mark's loss was
+        recorded: `recorded`)."""
+        return {"acknowledged": {"seq": self.mark.seq, "hash": self.mark.hash, "end": self.mark.end},
+                "why": self.why, "records_end": self.records_end, "last_seq": self.last_seq}
+
+
+def judge(mark: Mark | None, fd: int | None, ino: int, size: int, records_end: int,
+          last: tuple[int, str] | None = None, *, thorough: bool = True) -> Loss | None:
+    """What the file open at `fd` (inode `ino`, `size` bytes, complete records up to `records_end`; None when there is
+    no file at the ledger's path) lost of what `mark` says was acknowledged, or None. `last` is the (seq, hash) of
+    the record ending at `records_end` when the caller knows it. A file that got past the mark's record is checked
+    for that record only when `thorough` (one read where the mark's inode is the file's, a bisection otherwise);
+    a writer asks for it when it first looks at a file, not on every catch-up with other writers' appends."""
+    if mark is None or not mark.seq:
+        return None
+    if fd is None:
+        return Loss(mark, "gone")
+    if last is None:
+        last = _seq_hash(line_ending_at(fd, records_end)) if records_end else (0, "")
+        if last is None:
+            return None  # a last record that is not one: the chain's to report
+    seq, digest = last
+    if seq < mark.seq:
+        loss = Loss(mark, "short", records_end, seq, size - records_end)
+    elif seq == mark.seq:
+        if digest.startswith(mark.hash):
+            return None
+        loss = Loss(mark, "replaced", records_end, seq, size - records_end, digest)
+    else:
+        found = _record_at(fd, ino, size, mark) if thorough else None
+        if found is None or found.startswith(mark.hash):
+            return None  # in place, or compacted away (the chain's compaction record explains the start)
+        loss = Loss(mark, "replaced", records_end, seq, size - records_end, found)
+    return None if records_end and recorded(line_ending_at(fd, records_end), mark) else loss
+
+
+def recorded(raw: bytes, mark: Mark) -> bool:
+    """Is `raw` (a ledger line) the `ledger_cut` record of this mark's loss?"""
+    from .record import _decode
+
+    if CUT_KIND.encode() not in raw:
+        return False
+    try:
+        record, ok = _decode(raw)
+    except ValueError:
+        return False
+    acknowledged = record.payload.get("acknowledged")
+    return ok and record.kind == CUT_KIND and acknowledged == {"seq": mark.seq, "hash": mark.hash, "end": mark.end}
+
+
+def _seq_hash(raw: bytes) -> tuple[int, str] | None:
+    from .record import _decode, _quick_tail
+
+    found = _quick_tail(raw)
+    if found is not None:
+        return found
+    try:
+        record, ok = _decode(raw)
+    except ValueError:
+        return None
+    return (record.seq, record.hash) if ok else None
+
+
+def _record_at(fd: int, ino: int, size: int, mark: Mark) -> str | None:
+    """The hash of the record with the mark's seq in the file, or None when it has none (compacted away)."""
+    from .reading import _read_line_at, seq_offset
+
+    if ino == mark.ino and size >= mark.end:  # appended to since: the record ends where the mark says
+        found = _seq_hash(line_ending_at(fd, mark.end))
+        if found is not None and found[0] == mark.seq:
+            return found[1]
+    with open(os.dup(fd), "rb") as handle:
+        offset = seq_offset(handle, mark.seq)
+    found = _seq_hash(_read_line_at(fd, offset)) if offset < size else None
+    return found[1] if found is not None and found[0] == mark.seq else None
+
+
+def line_ending_at(fd: int, end: int) -> bytes:
+    """The complete line that ends at offset `end` (its newline at `end - 1`), without the newline; b"" when the
+    byte there is not a newline or `end` is 0. Reads backwards in blocks: a line of any length."""
+    if end <= 0 or os.pread(fd, 1, end - 1) != b"\n":
+        return b""
+    chunks: list[bytes] = []
+    position = end - 1
+    while position > 0:
+        start = max(0, position - 4096)
+        block = os.pread(fd, position - start, start)
+        cut = block.rfind(b"\n")
+        if cut >= 0:
+            chunks.append(block[cut + 1 :])
+            break
+        chunks.append(block)
+        position = start
+    return b"".join(reversed(chunks))
+
+
+def records_end(fd: int, size: int) -> int | None:
+    """Where the last complete record ends: past the last newline, before a last line that is not JSON (a torn
+    write, e.g. zero-filled). None when the last MiB holds no newline (a corrupt file, not a torn line)."""
+    from .record import _BadJSON, _decode
+
+    start = max(0, size - (1 << 20))
+    data = os.pread(fd, size - start, start)
+    end = data.rfind(b"\n") + 1
+    if end == 0:
+        return None if start else 0
+    line_start = data.rfind(b"\n", 0, end - 1) + 1
+    try:
+        _decode(data[line_start : end - 1])
+    except _BadJSON:
+        return start + line_start
+    except ValueError:
+        pass  # JSON, but not a valid record: verify names it; it is not a torn write
+    return start + end

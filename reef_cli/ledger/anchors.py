@@ -22,6 +22,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from ..durable import open_state
 from ..errors import DamagedState, StoreError
 from .reading import _read_line_at
 from .record import ZERO_HASH, _decode
@@ -67,7 +68,7 @@ def shortfall(ledger: Ledger, anchor: Anchor) -> str | None:
     if anchor.seq == 0:
         return None
     try:
-        fd = os.open(ledger.path, os.O_RDONLY | os.O_CLOEXEC)
+        fd = open_state(ledger.path, os.O_RDONLY)  # never through a symlink (reading.open_for_reading)
     except FileNotFoundError:
         return "the ledger file is gone"
     try:

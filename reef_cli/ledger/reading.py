@@ -6,14 +6,13 @@ from __future__ import annotations
 import fcntl
 import json
 import os
-import stat
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
 from ..durable import last_lines, open_state
-from ..errors import InvalidInput, NotFound, StoreError
+from ..errors import DamagedState, InvalidInput, NotFound, StoreError
 from ..times import format_time
 from .record import _BLOCK, _ID_RE, Record, _BadJSON, _decode
 
@@ -27,17 +26,23 @@ class _Line:
     error: str | None
 
 
+def open_for_reading(path: Path):
+    """The ledger at `path` opened for reading (a binary file object), or None when there is none. Never through a
+    symlink, and never a directory or a FIFO: readers refuse what writers refuse (`durable.open_state`: one line,
+    MisplacedState, exit 4), so `verify` or `tail` cannot vouch for a file that no append would touch, nor read an
+    attacker's choice of file. A symlinked directory above it (`.reef` kept on another disk) is followed as ever."""
+    try:
+        return open(open_state(path, os.O_RDONLY), "rb")
+    except FileNotFoundError:
+        return None
+
+
 def _lines(path: Path, start: int = 0, first_number: int = 1) -> Iterator[tuple[int, int, bytes, bool]]:
     """Stream (line number, offset, bytes without newline, complete?) without loading the file."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)  # a FIFO must not block the reader
-    except FileNotFoundError:
+    handle = open_for_reading(path)
+    if handle is None:
         return
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
-        open_state(path, os.O_RDONLY)  # raises the line every command gives for it (a directory, a FIFO...)
-    os.set_blocking(fd, True)
-    with open(fd, "rb") as handle:
+    with handle:
         handle.seek(start)
         offset, number = start, first_number
         for raw in handle:
@@ -85,7 +90,10 @@ def _strict(path: Path, line: _Line) -> Record:
 
 def _line_number(path: Path, offset: int) -> int:
     count = 1
-    with open(path, "rb") as handle:
+    handle = open_for_reading(path)
+    if handle is None:
+        return count
+    with handle:
         left = offset
         while left > 0:
             block = handle.read(min(_BLOCK, left))
@@ -109,6 +117,40 @@ def _read_line_at(fd: int, offset: int) -> bytes:
             return b"".join(chunks)
         chunks.append(block)
         offset += len(block)
+
+
+def seq_offset(handle, seq: int) -> int:
+    """Offset of the first complete line whose record has seq >= `seq` (or the end) in the ledger open as `handle`
+    (binary), by bisecting it: seq grows with the offset."""
+    size = os.fstat(handle.fileno()).st_size
+
+    def line_at(pos: int) -> tuple[int, int | None]:
+        """The first line starting at or after `pos`: (its offset, its seq or None past the end)."""
+        if pos > 0:
+            handle.seek(pos - 1)
+            handle.readline()  # finish the line that `pos` falls in (a no-op when pos starts a line)
+        else:
+            handle.seek(0)
+        start = handle.tell()
+        raw = handle.readline()
+        if not raw.endswith(b"\n"):
+            return start, None
+        try:
+            return start, int(json.loads(raw)["seq"])
+        except (ValueError, KeyError, TypeError):
+            return start, None
+
+    lo, hi = 0, size
+    while lo < hi:
+        mid = (lo + hi) // 2
+        start, found = line_at(mid)
+        if found is not None and found < seq:
+            handle.seek(start)
+            lo = start + len(handle.readline())
+        else:
+            hi = mid
+    start, _ = line_at(lo)
+    return start
 
 
 class Reader:
@@ -144,40 +186,11 @@ class Reader:
 
     def _seq_offset(self, seq: int) -> int:
         """Offset of the first complete line whose record has seq >= `seq` (or the end), by bisecting the file."""
-        try:
-            handle = open(self.path, "rb")
-        except FileNotFoundError:
+        handle = open_for_reading(self.path)
+        if handle is None:
             return 0
         with handle:
-            size = os.fstat(handle.fileno()).st_size
-
-            def line_at(pos: int) -> tuple[int, int | None]:
-                """The first line starting at or after `pos`: (its offset, its seq or None past the end)."""
-                if pos > 0:
-                    handle.seek(pos - 1)
-                    handle.readline()  # finish the line that `pos` falls in (a no-op when pos starts a line)
-                else:
-                    handle.seek(0)
-                start = handle.tell()
-                raw = handle.readline()
-                if not raw.endswith(b"\n"):
-                    return start, None
-                try:
-                    return start, int(json.loads(raw)["seq"])
-                except (ValueError, KeyError, TypeError):
-                    return start, None
-
-            lo, hi = 0, size
-            while lo < hi:
-                mid = (lo + hi) // 2
-                start, found = line_at(mid)
-                if found is not None and found < seq:
-                    handle.seek(start)
-                    lo = start + len(handle.readline())
-                else:
-                    hi = mid
-            start, _ = line_at(lo)
-        return start
+            return seq_offset(handle, seq)
 
     def tail(self, n: int) -> list[Record]:
         """The last `n` records, oldest first, read backwards from the end in blocks."""
@@ -185,9 +198,8 @@ class Reader:
             raise InvalidInput(f"tail needs a count >= 0, not {n!r}")
         if n == 0:
             return []
-        try:
-            handle = open(self.path, "rb")
-        except FileNotFoundError:
+        handle = open_for_reading(self.path)
+        if handle is None:
             return []
         with handle:
             found = last_lines(handle, n + 1, _BLOCK)  # one spare: the last may be a torn write, which is skipped
@@ -216,7 +228,10 @@ class Reader:
         """One record by id through the index (caught up first, so this takes the writer lock briefly)."""
         if type(record_id) is not str or not _ID_RE.fullmatch(record_id):
             raise NotFound(f"no record {record_id!r} in {self.path} (not a valid record id)")
-        if not self.path.exists():
+        if not os.path.lexists(self.path):  # a symlink is refused by the open below, not taken for none
+            cut = self.acknowledged_cut()
+            if cut is not None:  # it held acknowledged records: the loss, not "no such record"
+                raise DamagedState(cut[1])
             raise NotFound(f"no record '{record_id}' in {self.path} (the ledger does not exist yet)")
         with self._mutex:
             self._ensure_open()

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..durable import last_lines
-from .reading import _scan
+from ..errors import ReefError
+from .reading import _scan, open_for_reading
 from .record import _BLOCK, _decode
 
 
@@ -32,10 +33,13 @@ def position(path: Path) -> Position | None:
     """The chain's end now; None when there is no record yet or the last one does not check out (the full verify's
     to judge then)."""
     try:
-        with open(path, "rb") as handle:
+        handle = open_for_reading(path)  # never through a symlink, never a FIFO
+        if handle is None:
+            return None
+        with handle:
             ino = os.fstat(handle.fileno()).st_ino
             found = last_lines(handle, 1, _BLOCK)  # a torn last write never counts as a line
-    except OSError:
+    except (OSError, ReefError):
         return None
     for offset, raw in found:
         try:
@@ -53,16 +57,16 @@ def appended_since(path: Path, scenario: str, start: Position, last: tuple[int, 
     out and chains onto it, nothing else is in the file after it, and `last` (seq, hash: the newest record the
     caller appended) is among them; None when that cannot be said here."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:
+        handle = open_for_reading(path)
+    except (OSError, ReefError):
         return None
-    try:
-        st = os.fstat(fd)
+    if handle is None:
+        return None
+    with handle:
+        st = os.fstat(handle.fileno())
         if st.st_ino != start.ino or st.st_size < start.end:
             return None
-        raw = os.pread(fd, start.end - start.offset, start.offset)
-    finally:
-        os.close(fd)
+        raw = os.pread(handle.fileno(), start.end - start.offset, start.offset)
     try:
         record, ok = _decode(raw[:-1]) if raw.endswith(b"\n") else (None, False)
     except ValueError:

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from .reading import _Line, _scan
+from .reading import _Line, _scan, open_for_reading
 from .record import _BLOCK, ZERO_HASH, Record
 
 
@@ -200,15 +200,15 @@ class _Verifier:
         return any(later.record is not None and later.record.hash == line.record.hash for later in self._rest(line))
 
     def _torn_tail(self) -> int:
-        try:
-            with open(self.path, "rb") as handle:
-                end = handle.seek(0, os.SEEK_END)
-                if end == 0:
-                    return 0
-                handle.seek(max(0, end - _BLOCK))
-                data = handle.read()
-        except FileNotFoundError:
+        handle = open_for_reading(self.path)
+        if handle is None:
             return 0
+        with handle:
+            end = handle.seek(0, os.SEEK_END)
+            if end == 0:
+                return 0
+            handle.seek(max(0, end - _BLOCK))
+            data = handle.read()
         if not data.endswith(b"\n"):
             return len(data) - data.rfind(b"\n") - 1
         last = data[data.rfind(b"\n", 0, len(data) - 1) + 1 : -1]

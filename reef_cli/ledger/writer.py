@@ -54,6 +54,7 @@ class Writer:
         self.sync_path = self.path.with_name(self.path.name + ".sync")
         self._leader = SyncLeader(str(self.sync_path))
         self._marks: acked.MarkPage | None = None  # the acknowledged mark, mapped on first open (see `acked`)
+        self._accepting: acked.Mark | None = None  # a loss being recorded (`set_aside_cut`): not refused for it
         self._mutex = threading.Lock()
         self._pid: int | None = None
         self._fd = self._lock_fd = self._idx_fd = -1
@@ -128,10 +129,14 @@ class Writer:
             if self._marks is None:
                 self._marks = acked.MarkPage(self._leader.page().map)
             if not os.path.lexists(self.path):
-                # Forget the old file's mark before the new one exists: a crash between the create and the reset
-                # below left a new, empty ledger (often given the deleted one's inode number) refused as cut. A race
-                # with another creator only clears evidence, never invents it.
-                self._marks.reset(0, 0, 0, ZERO_HASH)
+                mark = self._marks.read()
+                if mark is not None and mark.seq and mark != self._accepting:
+                    # acknowledged records were in a file here: a new one would bury the loss (`acked`)
+                    raise DamagedState(acked.Loss(mark, "gone").message(self.path))
+                if self._accepting is None:
+                    # Forget a mark of no record before the new file exists: a crash between the create and the
+                    # reset below leaves nothing that could hold the new file to an old end.
+                    self._marks.reset(0, 0, 0, ZERO_HASH)
             try:
                 self._fd = open_state(self.path, flags | os.O_CREAT | os.O_EXCL, 0o600)
                 fsync_dir(self.path.parent)
@@ -141,7 +146,7 @@ class Writer:
         except OSError as exc:
             raise StoreError(f"cannot open ledger {self.path}: {exc.strerror}") from None
         st = os.fstat(self._fd)
-        if created:  # a mark left for an earlier file with this inode number must not hold this one to its end
+        if created and self._accepting is None:  # recording a gone file's loss: its mark stays until that is durable
             self._marks.reset(st.st_ino, 0, 0, ZERO_HASH)
         self._ino, self._size = st.st_ino, -1
         # A sync page left from a file that had this inode number before (deleted and recreated, say) must not
@@ -269,7 +274,7 @@ class Writer:
 
     def _load_tail(self, size: int, repaired: bool = False) -> None:
         if size == 0:
-            self._refuse_cut(0, 0, 0)
+            self._refuse_cut(0, 0, (0, ZERO_HASH))
             self._size, self._seq, self._hash = 0, 0, ZERO_HASH
             return
         span = min(size, 4096)
@@ -292,7 +297,7 @@ class Writer:
         offset = start + cut + 1
         quick = _quick_tail(raw)
         if quick is not None:
-            self._refuse_cut(size, size, quick[0])
+            self._refuse_cut(size, size, quick)
             self._size, (self._seq, self._hash) = size, quick
             return None
         try:
@@ -313,50 +318,58 @@ class Writer:
                 f"{self.path}: line {_line_number(self.path, offset)} (record {record.record_id}) does not match "
                 f"its hash; refusing to append (nothing was changed); run verify"
             )
-        self._refuse_cut(size, size, record.seq)
+        self._refuse_cut(size, size, (record.seq, record.hash))
         self._size, self._seq, self._hash = size, record.seq, record.hash
         return None
 
-    def _acknowledged_cut(self, records_end: int, size: int, seq: int | None = None) -> acked.Mark | None:
-        """The acknowledged mark when the last acknowledged record is gone from the end: the last complete record
-        (ending at `records_end`; `seq`, looked up when not given) comes before it. A file shortened in the middle
-        (an edited or deleted line) still ends in that record: that is the chain's to report, not this. A mark
-        of another inode speaks for this file too when it ends in a torn line (`acked.applies`: a `cp -a` copy)."""
+    def _loss(self, records_end: int, size: int, last: tuple[int, str] | None = None) -> acked.Loss | None:
+        """What the file lost of the acknowledged records (`acked.judge`): its complete records end at `records_end`
+        with `last` (seq, hash; read when not given). The mark speaks for any file at the path, of any inode. On a
+        first look at a file (or one of another inode than the mark's) a file past the mark's record is checked
+        for that record too; catching up with other writers' appends is not, so it costs nothing there."""
         mark = self._marks.read() if self._marks is not None else None
-        if mark is None or not acked.applies(mark, self._ino, size - records_end):
+        if mark is None or mark == self._accepting:
             return None
-        if seq is None:
-            found = _quick_tail(_last_line_before(self._fd, records_end)) if records_end else (0, ZERO_HASH)
-            if found is None:  # a last record too long or odd to read quickly: judge by where the records end
-                return mark if mark.end > records_end else None
-            seq = found[0]
-        return mark if seq < mark.seq else None
+        return acked.judge(mark, self._fd, self._ino, size, records_end, last,
+                           thorough=self._size < 0 or self._ino != mark.ino)
 
-    def _refuse_cut(self, records_end: int, size: int, seq: int | None = None) -> None:
-        """Refuse to go on over a ledger whose last acknowledged record is gone from the end: cutting its last line
-        as a crash's torn write, or appending in place of the missing records, would delete a durable record.
-        Nothing is changed; the user restores it or records the loss."""
-        mark = self._acknowledged_cut(records_end, size, seq)
-        if mark is not None:
+    def _refuse_cut(self, records_end: int, size: int, last: tuple[int, str] | None = None) -> None:
+        """Refuse to go on over a ledger that lost acknowledged records: cutting its last line as a crash's torn
+        write, or appending in place of the missing records, would delete a durable record or bury the loss (and
+        the append's mark would erase the evidence). Nothing is changed; the user restores it or records the loss."""
+        loss = self._loss(records_end, size, last)
+        if loss is not None:
             self._size = -1  # look again next time: the user may have restored the file meanwhile
-            raise DamagedState(acked.cut_message(self.path, mark, records_end, size - records_end))
+            raise DamagedState(loss.message(self.path))
 
-    def set_aside_cut(self) -> dict | None:
-        """Record-the-loss half of a cut (`reef repair ledger --accept-loss`): when acknowledged records are missing
-        from the end, keep the bytes after the last complete record in `<ledger>.cut-<offset>` (synced before the
-        file is cut back to that record), and move the acknowledged mark there. Returns what was set aside, for the
-        `ledger_cut` record the caller appends, or None when no acknowledged record is missing."""
+    def set_aside_cut(self) -> tuple[acked.Loss, dict] | None:
+        """Record-the-loss half of `Ledger.accept_cut` (`reef repair ledger --accept-loss`): when acknowledged records
+        are missing, keep the bytes after the last complete record in `<ledger>.cut-<offset>-<hash>` (synced
+        before the file is cut back to that record; a gone file is created empty). Returns the loss and the
+        payload of the `ledger_cut` record the caller appends, or None when no acknowledged record is missing.
+        The mark is left as it is: only that record's append moves it, so a crash at any point before leaves
+        the loss reported, and one after leaves the record that names the mark (`acked.recorded`)."""
         with self._mutex:
             self._ensure_open()
             fcntl.flock(self._lock_fd, fcntl.LOCK_EX)
             try:
-                if self._fd < 0 or os.fstat(self._fd).st_nlink == 0:
-                    self._open_ledger()
+                if self._marks is None:
+                    self._marks = acked.MarkPage(self._leader.page().map)
+                self._accepting = self._marks.read()  # a gone file is created for the record, its mark kept
+                gone = not os.path.lexists(self.path)
+                try:
+                    if self._fd < 0 or os.fstat(self._fd).st_nlink == 0:
+                        self._open_ledger()
+                finally:
+                    self._accepting = None
                 size = os.fstat(self._fd).st_size
                 records_end = self._records_end(size)
-                mark = self._acknowledged_cut(records_end, size)
-                if mark is None:
+                self._size = -1  # a first look: the mark's record is checked for, not only its seq
+                loss = self._loss(records_end, size)
+                if loss is None:
                     return None
+                if gone:
+                    loss = acked.Loss(loss.mark, "gone")
                 cut = os.pread(self._fd, size - records_end, records_end)
                 kept, digest = None, hashlib.sha256(cut).hexdigest()
                 if cut:
@@ -365,16 +378,22 @@ class Writer:
                     os.ftruncate(self._fd, records_end)
                     self._sync_now()
                     self._forget_durable_beyond(records_end)
-                assert self._marks is not None
-                self._marks.reset(self._ino, records_end, 0, ZERO_HASH)
-                self._load_tail(records_end)
-                self._marks.reset(self._ino, records_end, self._seq, self._hash)
+                else:  # cut back already by a repair killed before it recorded the loss: name what it kept
+                    kept = next(iter(sorted(self.path.parent.glob(f"{self.path.name}.cut-{records_end}-*"))), None)
+                    if kept is not None:
+                        cut = kept.read_bytes()
+                        digest = hashlib.sha256(cut).hexdigest()
+                self._accepting = loss.mark
+                try:
+                    self._load_tail(records_end)
+                finally:
+                    self._accepting = None
             finally:
                 fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
-        return {
-            "acknowledged": {"seq": mark.seq, "hash": mark.hash, "end": mark.end},
-            "records_end": records_end,
-            "missing_bytes": mark.end - records_end,
+        mark = loss.mark
+        return loss, {
+            **loss.to_json(),
+            "missing_bytes": max(0, mark.end - records_end),
             "kept_in": kept.name if kept else None,
             "kept_bytes": len(cut),
             "kept_sha256": digest,
@@ -382,22 +401,11 @@ class Writer:
 
     def _records_end(self, size: int) -> int:
         """Where the last complete record ends: past the last newline, before a last line that is not JSON."""
-        start = max(0, size - (1 << 20))
-        data = os.pread(self._fd, size - start, start)
-        end = data.rfind(b"\n") + 1
-        if end == 0:
-            if start:
-                raise StoreError(f"{self.path}: no complete line in the last MiB; the file is corrupt (nothing was "
-                                 f"changed)")
-            return 0
-        line_start = data.rfind(b"\n", 0, end - 1) + 1
-        try:
-            _decode(data[line_start : end - 1])
-        except _BadJSON:
-            return start + line_start
-        except ValueError:
-            pass  # JSON, but not a valid record: verify names it; it is not a torn write
-        return start + end
+        end = acked.records_end(self._fd, size)
+        if end is None:
+            raise StoreError(f"{self.path}: no complete line in the last MiB; the file is corrupt (nothing was "
+                             f"changed)")
+        return end
 
     def _truncate(self, size: int) -> None:
         """Drop a torn tail. It was never acknowledged (acks follow a complete write), so nothing is lost; but it is
