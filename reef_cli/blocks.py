@@ -20,6 +20,8 @@ Why it is built this way:
   the length of the text between the markers (exactly what an agent loads), bullets are counted by id.
 * **Line endings**: lines are split on "\\n" only, so CRLF files keep their "\\r"; new lines copy the begin
   marker's ending.
+* **Bytes that are not UTF-8** may sit outside the block (callers decode with surrogateescape and encode back the
+  same way, so they survive byte for byte); inside it they are damage, reported like a broken marker.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import re
 from dataclasses import dataclass
 
 from .errors import InvalidInput
+from .printable import plain
 
 DEFAULT_BLOCK = "learned"
 _NAME = r"[a-z0-9][a-z0-9_-]{0,31}"
@@ -46,9 +49,10 @@ class BudgetExceeded(InvalidInput):
 
 
 def clean_text(text: str, limit: int = MAX_BULLET_CHARS) -> str:
-    """One line of bullet text: whitespace collapsed, no HTML comment delimiters (they would break the id comment),
-    no leading list marker, at most `limit` characters (cut at a word with an ellipsis)."""
-    text = " ".join(str(text).split())
+    """One line of bullet text: whitespace collapsed, no terminal escapes or other control/bidi characters (an
+    instruction file is read by agents and `cat`), no HTML comment delimiters (they would break the id comment), no
+    leading list marker, at most `limit` characters (cut at a word with an ellipsis)."""
+    text = " ".join(plain(str(text)).split())
     text = text.replace("<!--", "<!- -").replace("-->", "- ->")
     text = re.sub(r"^[-*+]\s+", "", text)
     if len(text) > limit:
@@ -234,6 +238,14 @@ def parse(text: str, *, source: str, name: str = DEFAULT_BLOCK) -> Block | None:
             f"{source}:{begin + 1}: managed block '{name}' has no end marker '{end_marker(name)}'; reef will not guess "
             f"where it ends — add the marker by hand"
         )
+    for n in range(begin + 1, end):
+        try:
+            lines[n].encode("utf-8")
+        except UnicodeEncodeError:  # bytes that are not UTF-8, kept as lone surrogates by the caller
+            raise InvalidInput(
+                f"{source}:{n + 1}: bytes that are not UTF-8 inside managed block '{name}'; save the file as UTF-8 "
+                f"or fix the line by hand"
+            ) from None
     eol = "\r" if lines[begin].endswith("\r") else ""
     return Block(source, name, lines[: begin + 1], lines[begin + 1 : end], lines[end:], begin + 1, eol)
 

@@ -4,9 +4,9 @@ itself consults (hygiene importing curate back made a cycle)."""
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import datetime
 
-from .curate import Surfaces
+from .curate import Surfaces, expires_on
 from .hygiene import covering_rule, human_rules
 
 
@@ -20,10 +20,7 @@ def learned_bullets(memory, files: dict, config, *, now: datetime) -> dict:
     for bid in sorted(surfaces.by_id):
         p = memory.by_id(bid)
         for w in surfaces.by_id[bid]:
-            expires = None
-            if p is not None and p.last_seen:
-                seen = datetime.strptime(p.last_seen[:19], "%Y-%m-%dT%H:%M:%S")
-                expires = (seen + timedelta(days=config.expiry_days)).strftime("%Y-%m-%d")
+            expires = expires_on(p.last_seen, config.expiry_days) if p is not None and p.last_seen else None
             bullets.append({"id": bid, "text": w.text, "surface": w.surface, "path": w.path,
                             "pattern": p.key if p else None, "evidence": p.count if p else None,
                             "records": len(p.evidence) if p else 0, "last_seen": p.last_seen if p else None,

@@ -221,12 +221,31 @@ def validate_skill(path: str, text: str) -> None:
 
 
 def _text(entry: Entry | None) -> str | None:
+    """A file's text for editing its block; None when it is missing. Bytes that are not UTF-8 (a Latin-1 "café" in
+    the human's part of CLAUDE.md) decode to lone surrogates and encode back to the same bytes (`_bytes`), so the
+    block is still found and edited and every byte outside it stays identical; inside a block they are refused
+    (blocks.parse)."""
     if entry is None:
         return None
+    return entry.data.decode("utf-8", "surrogateescape")
+
+
+def _bytes(text: str) -> bytes:
+    return text.encode("utf-8", "surrogateescape")
+
+
+def _readable(entry: Entry) -> str:
+    """A file's text for reading only (the human's rules, shown and compared): a byte that is not UTF-8 becomes
+    U+FFFD rather than hiding the whole file's rules."""
+    return entry.data.decode("utf-8", "replace")
+
+
+def _is_utf8(text: str) -> bool:
     try:
-        return entry.data.decode("utf-8")
-    except UnicodeDecodeError:
-        return None
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 @dataclass(frozen=True)
@@ -287,8 +306,6 @@ def _load_block(files: dict, path: str, zone: str, *, create: bool):
     """The block of `path` to edit; None when the file is missing and `create` is false."""
     text = _text(files.get(path))
     if text is None:
-        if path in files:
-            raise InvalidInput(f"{path}: not UTF-8 text; reef will not edit it")
         if not create:
             return None
         text = new_file("Notes learned by reef")
@@ -297,6 +314,8 @@ def _load_block(files: dict, path: str, zone: str, *, create: bool):
         if zone == "managed" or not create:
             raise PolicyError(f"{path} has no reef managed block; add '<!-- reef:begin learned -->' and "
                               f"'<!-- reef:end learned -->' where reef may write")
+        if not _is_utf8(text):
+            raise InvalidInput(f"{path}: not UTF-8 text and no reef block in it; reef will not add one")
         block = parse_block(append_block(text), source=path)
     return block
 
@@ -367,7 +386,7 @@ def apply_ops(files: dict, ops: list[Op], *, config, memory: PatternMemory, root
                     applied.append(Op("remove", op.surface, op.path, victim.id, vp.key if vp else None, victim.text,
                                       f"budget: lowest value, evicted for reef:{op.bullet_id}", zone, None, None,
                                       op.group))
-        out[op.path] = Entry(block.render().encode("utf-8"), files[op.path].mode if op.path in files else 0o100644)
+        out[op.path] = Entry(_bytes(block.render()), files[op.path].mode if op.path in files else 0o100644)
     for path, before in touched_managed.items():
         after = _text(out.get(path)) or ""
         if not outside_unchanged(before, after, source=path):
@@ -376,6 +395,24 @@ def apply_ops(files: dict, ops: list[Op], *, config, memory: PatternMemory, root
 
 
 # --------------------------------------------------------------------------------------------- planning
+
+
+def expiry_cutoff(now: datetime, days: int) -> str:
+    """The last_seen before which a pattern expires; "" (nothing expires) when `expiry_days` reaches past the
+    calendar (harness.yaml only sets a minimum: 100000000 days means never, not a crash)."""
+    try:
+        return format_time(now - timedelta(days=days))
+    except OverflowError:
+        return ""
+
+
+def expires_on(last_seen: str, days: int) -> str | None:
+    """The day a pattern last seen at `last_seen` expires (YYYY-MM-DD); None when beyond the calendar."""
+    seen = datetime.strptime(last_seen[:19], "%Y-%m-%dT%H:%M:%S")
+    try:
+        return (seen + timedelta(days=days)).strftime("%Y-%m-%d")
+    except OverflowError:
+        return None
 
 
 def tier_of(config, count: int) -> tuple[int | None, str]:
@@ -405,10 +442,7 @@ def _human_lines(files: dict) -> list[tuple[str, int, str, frozenset, str]]:
     for path in sorted(files):
         if not path.endswith(".md"):
             continue
-        text = _text(files[path])
-        if text is None:
-            continue
-        for n, item in bullet_lines(text):
+        for n, item in bullet_lines(_readable(files[path])):
             terms = terms_of(item)
             if terms:
                 out.append((path, n, item, terms, polarity_of(item)))
@@ -440,7 +474,7 @@ def plan(memory: PatternMemory, files: dict, config, *, now: datetime, root: Pat
 
     surfaces = Surfaces(files, config)
     # expiry
-    cutoff = format_time(now - timedelta(days=config.expiry_days))
+    cutoff = expiry_cutoff(now, config.expiry_days)
     expired = []
     for key in sorted(memory.patterns):
         p = memory.patterns[key]

@@ -63,10 +63,8 @@ def human_rules(files: dict) -> list[Rule]:
             continue
         entry = files[path]
         data = getattr(entry, "data", entry)
-        try:
-            text = data.decode("utf-8") if isinstance(data, bytes) else str(data)
-        except UnicodeDecodeError:
-            continue
+        # a byte that is not UTF-8 (a Latin-1 "café") must not hide every rule of the file: it reads as U+FFFD
+        text = data.decode("utf-8", "replace") if isinstance(data, bytes) else str(data)
         for n, line in rule_lines(text):
             terms = terms_of(line)
             if len(terms) >= 2:

@@ -16,6 +16,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 PAGE_NAME = "index.html"
+# The page's last line: a digest of every byte before it. It is how a later `reef page --out` knows the index.html
+# there is one it wrote and nobody has edited since, so it may replace it (anything else is the user's file).
+_SEAL = b"<!-- written by reef page; sha256 of the bytes above: "
+_SEAL_END = b" -->\n"
 
 
 @dataclass(frozen=True)
@@ -253,6 +257,46 @@ def render(data: PageData) -> str:
     )
 
 
+def seal(page: bytes) -> bytes:
+    """`page` with its last line naming the sha256 of everything before it."""
+    import hashlib
+
+    return page + _SEAL + hashlib.sha256(page).hexdigest().encode("ascii") + _SEAL_END
+
+
+def sealed(data: bytes) -> bool:
+    """True when `data` is a page `reef page` wrote, byte for byte (its seal matches what precedes it)."""
+    import hashlib
+
+    if not data.endswith(_SEAL_END):
+        return False
+    at = data.rfind(_SEAL)
+    if at < 0:
+        return False
+    digest = data[at + len(_SEAL): -len(_SEAL_END)]
+    return digest == hashlib.sha256(data[:at]).hexdigest().encode("ascii")
+
+
+def _check_replaceable(path: Path) -> None:
+    """A --out outside .reef is the user's place: an index.html there is replaced only when reef wrote it and it is
+    unchanged since (sealed); a hand-written file, an edited page or a symlink is refused, as `harness compile --out`
+    refuses a directory it did not write."""
+    from .errors import ConflictError, StoreError
+
+    if not os.path.lexists(path):
+        return
+    if os.path.islink(path):
+        raise ConflictError(f"{path} is a symlink that reef did not write; move it away or choose another --out")
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read()
+    except OSError as e:
+        raise StoreError(f"cannot read {path} to check whether reef wrote it: {e.strerror or e}") from e
+    if not sealed(data):
+        raise ConflictError(f"{path} exists and was not written by 'reef page' (or was edited since); reef will not "
+                            f"replace it — move it away or choose another --out")
+
+
 def default_dir(store) -> Path:
     return store.project.state / "page" / store.scenario
 
@@ -273,12 +317,14 @@ def write_page(store, out: Path | None = None, now: str | None = None) -> Path:
     # Under .reef the page is reef's state, the owner's alone like the ledger it shows; a --out elsewhere is the
     # user's place (0644 as before, narrowed by their umask).
     private = directory.is_relative_to(os.path.abspath(store.project.state))
+    if not private:
+        _check_replaceable(path)
     try:
         if private:
             make_dirs(directory)
         else:
             directory.mkdir(parents=True, exist_ok=True)
-        write_atomic(path, render(collect(store, now)).encode("utf-8"), STATE_FILE_MODE if private else 0o644)
+        write_atomic(path, seal(render(collect(store, now)).encode("utf-8")), STATE_FILE_MODE if private else 0o644)
     except (FileExistsError, NotADirectoryError) as e:
         raise InvalidInput(f"cannot write the page into {directory}: a parent of it is a file ({e.strerror})") from e
     except OSError as e:

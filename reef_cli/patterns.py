@@ -258,17 +258,23 @@ class PatternMemory:
 
     # -- (de)serialisation
     @classmethod
-    def loads(cls, data: bytes | str | None, source: str) -> "PatternMemory":
+    def loads(cls, data: bytes | str | None, source: str, *, validate: bool = True) -> "PatternMemory":
+        """The memory in `data`; InvalidInput naming `source` and the field when it is not the shape reef writes
+        (memory_shape.check). `validate=False` only for bytes this process just dumped (`copy`)."""
         if data is None:
             return cls()
         try:
             doc = json.loads(data)
-        except (ValueError, UnicodeDecodeError) as exc:
+        except (ValueError, UnicodeDecodeError, RecursionError) as exc:
             raise InvalidInput(f"{source}: pattern memory is not valid JSON ({exc}); restore it with 'reef checkout'") from None
         if not isinstance(doc, dict) or not isinstance(doc.get("patterns", []), list):
             raise InvalidInput(f"{source}: pattern memory must be an object with a 'patterns' list")
         if doc.get("version", MEMORY_VERSION) != MEMORY_VERSION:
             raise InvalidInput(f"{source}: pattern memory version {doc.get('version')!r} is not supported (expected 1)")
+        if validate:
+            from .memory_shape import check
+
+            check(doc, source)
         mem = cls(through_seq=int(doc.get("through_seq") or 0), through_hash=doc.get("through_hash"))
         for d in doc.get("patterns", []):
             if not isinstance(d, dict):
@@ -286,7 +292,7 @@ class PatternMemory:
         return (json.dumps(doc, indent=1, sort_keys=True, ensure_ascii=False) + "\n").encode("utf-8")
 
     def copy(self) -> "PatternMemory":
-        return PatternMemory.loads(self.dumps(), "memory")
+        return PatternMemory.loads(self.dumps(), "memory", validate=False)
 
     # -- indexing
     def _index(self, p: Pattern) -> None:

@@ -45,6 +45,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from .errors import InvalidInput, NotFound, ReefError
+from .printable import plain
 from .redact import redact_text
 from .patterns import Observation, PatternMemory, dont_text, polarity_of, sentence, terms_of
 from .lessons import Lesson, record_text
@@ -437,7 +438,8 @@ class Reflector:
     # -- observations
     def _observe(self, lesson: Lesson, rec_seq: dict[str, tuple], seen: set) -> None:
         res = self.result
-        memo = (redact_text(lesson.text), lesson.polarity)  # no secret becomes a term, a key or a bullet
+        # no secret, and no terminal escape or bidi override, becomes a term, a key or a bullet
+        memo = (plain(redact_text(lesson.text)), lesson.polarity)
         terms = self._cache.get(memo)
         if terms is None:
             terms = terms_of(memo[0])

@@ -4,7 +4,8 @@ of being published and discovered later.
 
 Checked: every canary/held-out task file under harness.yaml `gate.tasks` parses against the task schema (so each
 task has its `check`, and ids are unique), and the YAML frontmatter of every SKILL.md and agent file, where present,
-is a readable mapping.
+is a readable mapping, and pattern memory (harness.yaml `surfaces.memory`) has the shape of
+schemas/patterns.schema.json.
 """
 
 from __future__ import annotations
@@ -43,5 +44,32 @@ def check_release(files: Mapping[str, Any], config) -> None:
             raise InvalidInput(f"{path}: {fm.error}; nothing was published")
     try:
         load_suite(files, config.gate.tasks)
+    except InvalidInput as exc:
+        raise InvalidInput(f"{exc}; nothing was published") from None
+    _check_memory(files, config)
+
+
+def _learned(config, path: str) -> bool:
+    """`surfaces.memory` names a Learned path (a learned glob, no stricter one). Pointed anywhere else (harness.yaml,
+    a human's file) it is a configuration mistake that reflect refuses by the zone guard before writing anything;
+    that file is then not pattern memory, and its shape is none of this check's business."""
+    from .zones import glob_match
+
+    zones = config.zone_map()
+    stricter = zones.frozen + zones.always_frozen + zones.managed + zones.evolvable
+    return any(glob_match(g, path) for g in zones.learned) and not any(glob_match(g, path) for g in stricter)
+
+
+def _check_memory(files: Mapping[str, Any], config) -> None:
+    """Pattern memory is read by every harness command of everyone who pulls the release: its shape is checked
+    here so a malformed copy never travels."""
+    from .patterns import PatternMemory
+
+    path = (getattr(config, "surfaces", None) or {}).get("memory")
+    if not path or path not in files or not _learned(config, path):
+        return
+    data = getattr(files[path], "data", files[path])
+    try:
+        PatternMemory.loads(data, path)
     except InvalidInput as exc:
         raise InvalidInput(f"{exc}; nothing was published") from None

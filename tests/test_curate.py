@@ -245,3 +245,20 @@ def test_a_review_proposal_never_carries_an_injection(reef, tmp_path):
     out = evolve(reef, root, "--review")
     assert not out.get("pending") or not out["pending"]["ops"]
     assert [b["kind"] for b in out["blocked"]] == ["injection"]
+
+
+def test_an_expiry_past_the_calendar_means_never_not_a_crash(reef, tmp_path, monkeypatch):
+    """harness.yaml only sets expiry_days' minimum: 100000000 days made 'harness evolve' and 'harness bullets' end in
+    "unexpected error: OverflowError" (exit 1). It now means nothing expires, and bullets show no expiry date."""
+    root, ledger = init_project(reef, tmp_path)
+    _config(reef, root, "", ("expiry_days: 90", "expiry_days: 100000000"))
+    feedback(ledger, {"lesson": "Run the linter before committing."}, 5)
+    evolve(reef, root)
+    (bid,) = block_ids(root / "CLAUDE.md")
+    r = reef("-C", str(root), "harness", "bullets", "--json")
+    assert r.code == 0, r.err
+    (b,) = json.loads(r.out)["bullets"]
+    assert b["id"] == bid and b["expires"] is None
+    assert reef("-C", str(root), "harness", "bullets").code == 0
+    monkeypatch.setenv("REEF_NOW", "9000-01-01T00:00:00Z")  # 7000 years unseen: still not expired
+    assert evolve(reef, root)["status"] == "nothing" and block_ids(root / "CLAUDE.md") == [bid]

@@ -164,3 +164,35 @@ def test_page_in_state_is_owner_only_and_out_of_it_keeps_the_umask(reef, tmp_pat
     assert stat.S_IMODE((root / "site/reef").stat().st_mode) == 0o777 & ~umask
     assert stat.S_IMODE((root / ".reef/custom/page/index.html").stat().st_mode) == 0o600
     assert stat.S_IMODE((root / ".reef/custom").stat().st_mode) == 0o700
+
+
+def test_cli_out_refuses_an_index_html_reef_did_not_write_and_replaces_its_own(reef, project, tmp_path):
+    """`reef page --out DIR` replaced a hand-written DIR/index.html (exit 0). Now it refuses like `harness compile
+    --out` (exit 3, naming the file, the file kept) unless the page there is one reef wrote and nobody edited."""
+    site = tmp_path / "site"
+    site.mkdir()
+    mine = site / "index.html"
+    mine.write_bytes(b"<h1>my hand-written site</h1>\n")
+    r = reef("-C", str(project), "page", "--out", str(site))
+    assert r.code == 3, r.err
+    assert r.err.strip() == (f"reef: error: {mine} exists and was not written by 'reef page' (or was edited "
+                             "since); reef will not replace it \u2014 move it away or choose another --out")
+    assert mine.read_bytes() == b"<h1>my hand-written site</h1>\n"
+    mine.unlink()
+    assert reef("-C", str(project), "page", "--out", str(site)).code == 0
+    first = mine.read_bytes()
+    assert first.startswith(b"<!DOCTYPE html>") and first.rstrip().endswith(b"-->")
+    assert reef("-C", str(project), "page", "--out", str(site)).code == 0  # its own, unchanged page: replaced
+    mine.write_bytes(mine.read_bytes().replace(b"<h1>", b"<h1>my note ", 1))  # the user edited reef's page
+    edited = mine.read_bytes()
+    r = reef("-C", str(project), "page", "--out", str(site))
+    assert r.code == 3 and str(mine) in r.err and mine.read_bytes() == edited
+    mine.unlink()
+    mine.symlink_to(tmp_path / "elsewhere.html")
+    r = reef("-C", str(project), "page", "--out", str(site))
+    assert r.code == 3 and r.err.strip() == (f"reef: error: {mine} is a symlink that reef did not write; move it "
+                                             "away or choose another --out")
+    assert mine.is_symlink() and not (tmp_path / "elsewhere.html").exists()
+    (project / ".reef" / "page" / "default").mkdir(parents=True, exist_ok=True)
+    (project / ".reef" / "page" / "default" / "index.html").write_text("stale\n")
+    assert reef("-C", str(project), "page").code == 0  # under .reef the page is reef's state: always rewritten

@@ -83,6 +83,16 @@ def console(stderr: bool = False):
     return Console(stderr=stderr, highlight=False, width=width)
 
 
+def cell(value) -> "object":
+    """A table cell holding text from outside (bullet texts, keys, paths): control characters escaped
+    (printable.py) and never read as rich markup, so '[/x]' in a bullet neither crashes the table nor styles it."""
+    from rich.text import Text
+
+    from ..printable import printable
+
+    return Text(printable("" if value is None else str(value)))
+
+
 def note(message: str) -> None:
     """A one-line notice on stderr (keeps stdout clean for pipes)."""
     sys.stderr.write(f"reef: {message}\n")

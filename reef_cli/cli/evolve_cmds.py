@@ -10,7 +10,8 @@ from typing import Optional
 
 import typer
 
-from .context import Env, console, emit_json, note
+from ..printable import printable
+from .context import Env, cell, console, emit_json, note
 from .gate_cmds import EXECUTOR, RAY_ADDRESS
 
 JSON = typer.Option(False, "--json", help="Print machine-readable JSON.")
@@ -74,7 +75,7 @@ def _render(out, title: str) -> None:
     if lines:
         print(f"{title}:")
         for line in lines:
-            print(f"  {line}")
+            print(f"  {printable(line)}")
     if out.admission:
         a = out.admission
         print(f"admission: {len(a['admitted'])} new bullet(s) paid their way, {len(a['dropped'])} did not"
@@ -84,13 +85,14 @@ def _render(out, title: str) -> None:
         print(f"gate: {v.get('decision')} ({v.get('reason', '')}; {v.get('episodes_spent', 0)} episodes)")
     if out.release:
         r = out.release
-        print(f"Published release {r['release_id']} (step {r['step']}, {r['operation']}): {r['reason']}")
+        print(printable(f"Published release {r['release_id']} (step {r['step']}, {r['operation']}): {r['reason']}"))
     if out.pending and out.pending.get("status") == "pending":
         p = out.pending
         print(f"Pending proposal {p['proposal_id']} ({p.get('mode')}): promote with "
               f"'reef harness promote {p['proposal_id']}' or reject with 'reef harness reject {p['proposal_id']}'")
     for n in out.negatives:
-        print(f"negative evidence: {n['key']} ({n.get('origin')}: {n.get('reason')}; re-earn {n.get('needed')})")
+        print(printable(f"negative evidence: {n['key']} ({n.get('origin')}: {n.get('reason')}; "
+                        f"re-earn {n.get('needed')})"))
 
 
 def _op_line(o: dict) -> str:
@@ -262,9 +264,10 @@ def proposals_cmd(ctx: typer.Context, status: Optional[str] = typer.Option(None,
         print("no proposals")
         return
     for p in props:
-        print(f"{p['proposal_id']}  {p['status']:10} {p.get('mode', '')}  {p['created_at'][:19]}  {', '.join(p['keys'])}")
+        print(printable(f"{p['proposal_id']}  {p['status']:10} {p.get('mode', '')}  {p['created_at'][:19]}  "
+                        f"{', '.join(p['keys'])}"))
         for line in p.get("diff", []):
-            print(f"    {line}")
+            print(f"    {printable(line)}")
 
 
 def patterns_cmd(ctx: typer.Context, as_json: bool = JSON) -> None:
@@ -286,7 +289,8 @@ def patterns_cmd(ctx: typer.Context, as_json: bool = JSON) -> None:
         table.add_column(col, overflow="fold")
     for r in rows:
         state = "suppressed" if r["suppressed"] else ("observe-only" if r["count"] == r["observe_only"] else "")
-        table.add_row(r["id"], r["key"], str(r["count"]), r["last_seen"][:10], state, r["text"])
+        table.add_row(cell(r["id"]), cell(r["key"]), str(r["count"]), cell(r["last_seen"][:10]), state,
+                      cell(r["text"]))
     console().print(table)
 
 

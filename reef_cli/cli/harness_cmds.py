@@ -25,13 +25,13 @@ def zone(ctx: typer.Context, paths: List[str] = typer.Argument(..., help="Paths 
         return
     from rich.table import Table
 
-    from .context import console
+    from .context import cell, console
 
     table = Table()
     for col in ("path", "zone", "automatic write", "reason"):
         table.add_column(col)
     for d in decisions:
-        table.add_row(d.path, d.zone, d.automatic_write, d.reason)
+        table.add_row(cell(d.path), d.zone, d.automatic_write, cell(d.reason))
     console().print(table)
 
 
@@ -41,7 +41,13 @@ def _zone_path(root, path: str) -> str:
     import os
 
     from ..errors import InvalidInput
+    from ..printable import printable
 
+    from ..zones import _bad_char
+
+    bad = _bad_char(path)
+    if bad is not None:  # the guard keeps such a path Frozen anyway; harness.yaml gets no escape in it
+        raise InvalidInput(f"{printable(path)}: {bad}, which no zone may name; nothing published")
     if not os.path.isabs(path):
         return path
     real_root = os.path.realpath(root)
@@ -56,6 +62,7 @@ def _zone_change(ctx: typer.Context, path: str, target: str, operation: str, as_
     from ..config import CONFIG_NAME, edit_zones, parse_config
     from ..errors import ConflictError, PolicyError
     from ..gitstore import Entry
+    from ..printable import printable
     from ..zones import FROZEN, decide
 
     env: Env = ctx.obj
@@ -81,9 +88,9 @@ def _zone_change(ctx: typer.Context, path: str, target: str, operation: str, as_
     if as_json:
         emit_json({"created": res.created, "release": res.release.to_json()})
     elif res.created:
-        print(f"{path} is now {target}: release {res.release.release_id} (step {res.release.step})")
+        print(f"{printable(path)} is now {target}: release {res.release.release_id} (step {res.release.step})")
     else:
-        print(f"{path} is already {target}; nothing published")
+        print(f"{printable(path)} is already {target}; nothing published")
 
 
 @app.command("freeze")

@@ -72,15 +72,15 @@ def bullets_cmd(ctx: typer.Context, as_json: bool = JSON) -> None:
         return
     from rich.table import Table
 
-    from .context import console
+    from .context import cell, console
 
     table = Table(title=f"learned bullets (release step {head.step})")
     for col in ("id", "where", "evidence", "last seen", "utility", "expires", "text"):
         table.add_column(col, overflow="fold")
     for b in out["bullets"]:
         util = "" if b["utility"] is None else f"{b['utility']:+.3f}"
-        table.add_row(b["id"], f"{b['surface']}: {b['path']}", "" if b["evidence"] is None else str(b["evidence"]),
-                      (b["last_seen"] or "")[:10], util, b["expires"] or "", b["text"])
+        table.add_row(b["id"], cell(f"{b['surface']}: {b['path']}"), "" if b["evidence"] is None else str(b["evidence"]),
+                      cell((b["last_seen"] or "")[:10]), util, b["expires"] or "", cell(b["text"]))
     console().print(table)
     if not out["bullets"]:
         print("no learned bullets yet")

@@ -12,7 +12,8 @@ from .context import Env
 
 def page(ctx: typer.Context,
          out: Optional[Path] = typer.Option(None, "--out", "-o", help="Directory to write index.html into "
-                                            "(default: .reef/page/<scenario>/)."),
+                                            "(default: .reef/page/<scenario>/); an index.html there is replaced only "
+                                            "when reef wrote it and it is unchanged."),
          open_: bool = typer.Option(False, "--open", help="Open the page in the default browser.")) -> None:
     """Write a static, offline HTML page: release timeline, canary score chart, bullets with their evidence and
     utility, gate verdicts with intervals, pending proposals."""

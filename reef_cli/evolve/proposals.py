@@ -9,6 +9,7 @@ All publishing goes through `publish.publish_gated`, so the working tree and the
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from ..curate import (RANK, Blocked, Contradiction, Op, Surfaces, apply_ops, diff_lines, reearn_needed, skill_path,
@@ -77,12 +78,35 @@ def _proposal_summary(prop: dict) -> dict:
     return {k: v for k, v in prop.items() if k != "memory"}
 
 
+_PROPOSAL_DEFAULTS = {"created_at": "", "keys": [], "ops": [], "contradictions": [], "diff": []}
+
+
+def _well_formed(prop) -> dict | None:
+    """The proposal as the listing and the verbs read it (absent lists filled in), or None for a file reef could
+    not have written: not an object, no string proposal_id/status, a field of another type. Such a hand-edited or
+    torn file is left out like one that is not JSON, instead of crashing every listing and the page."""
+    if not isinstance(prop, dict) or not isinstance(prop.get("proposal_id"), str) or \
+            not isinstance(prop.get("status"), str):
+        return None
+    prop = {**{k: type(v)() for k, v in _PROPOSAL_DEFAULTS.items()}, **prop}
+    if not isinstance(prop["created_at"], str) or not isinstance(prop.get("mode", ""), str):
+        return None
+    if not all(isinstance(prop[k], list) for k in ("keys", "ops", "contradictions", "diff")):
+        return None
+    if not all(isinstance(x, str) for x in prop["keys"] + prop["diff"]):
+        return None
+    return prop if all(isinstance(x, dict) for x in prop["ops"] + prop["contradictions"]) else None
+
+
 def list_proposals(store, status: str | None = None) -> list[dict]:
     out = []
     for path in sorted(proposals_dir(store).glob("prop_*.json")):
         try:
             prop = json.loads(path.read_text())
-        except ValueError:
+        except (ValueError, OSError):
+            continue
+        prop = _well_formed(prop)
+        if prop is None:
             continue
         if status is None or prop.get("status") == status:
             out.append(prop)
@@ -268,8 +292,13 @@ def _demote(store, ref: str, reason: str, opts: Options) -> Outcome:
     memory = load_memory(store, config, base)
     pat = memory.resolve(ref)
     bid = pat.id if pat else ref.removeprefix("reef:")
-    surfaces = Surfaces(with_memory(base, config, memory), config)
+    current = with_memory(base, config, memory)
+    surfaces = Surfaces(current, config)
     where = surfaces.by_id.get(bid, [])
+    for path, why in sorted(surfaces.damaged.items()):  # never report a demote done while a copy stays behind
+        if re.search(rf"reef:\s*{re.escape(bid)}\b".encode(), current[path].data):
+            raise InvalidInput(f"cannot demote reef:{bid}: it is in {path}, whose reef block reef cannot edit ({why}); "
+                               f"nothing changed")
     if pat is None and not where:
         raise NotFound(f"'{ref}' is neither a pattern key nor a bullet id reef knows (see 'reef harness patterns')")
     key = pat.key if pat else None
