@@ -149,6 +149,12 @@ def merge_remote(store, remote: str, *, workers: int | None = None) -> MergeOutc
         raise ConflictError(f"nothing to merge: remote '{remote}' is ahead; run 'reef pull {remote}' to fast-forward")
     chain = chain_between(git, theirs_commit, None)
     theirs_rel = chain[-1]
+    from .admission import check_incoming, own_bound
+
+    known = {r.release_id for r in store.releases()}
+    check_incoming(store, [r for r in chain if r.release_id not in known],
+                   local=own_bound(store.files_of(ours_rel), f"your head release (step {ours_rel.step})"),
+                   origin=f"from remote '{remote}'", done="nothing was merged")
     base_commit = git.merge_base(ours_rel.commit_id, theirs_commit)
     base = git.read_tree(git.commit_info(base_commit)[1]) if base_commit else {}
     ours, theirs = store.files_of(ours_rel), git.read_tree(theirs_rel.content_id)

@@ -222,7 +222,11 @@ def _trailers(message: str) -> dict:
 
 
 def publish_from_git(store, ref: str, *, reason: str | None = None, expected_head=...):
+    from .admission import check_files
+
     files, commit, proposals = files_at(store, ref)
+    # the files are within the commit's own include globs already; a link leaving the harness or a nested .git is not
+    check_files(files, f"--from-git {ref} ({commit[:12]})", None, done="nothing was published")
     links = [p["proposal"] for p in proposals]
     meta = {"git_commit": commit, "git_ref": ref}
     if proposals:

@@ -14,7 +14,7 @@ import os
 from dataclasses import dataclass, field
 
 from .durable import make_dirs
-from .errors import ConflictError, InvalidInput, NotFound, StoreError
+from .errors import ConflictError, InvalidInput, NotFound, PolicyError, StoreError
 from .releases import Release
 
 PREFIX = "refs/reef/scenarios/"
@@ -94,7 +94,7 @@ def resolve(project, name: str | None) -> tuple[str, str]:
 @dataclass(frozen=True)
 class ScenarioSync:
     scenario: str
-    state: str  # pushed | up-to-date | fast-forward | created | ahead | diverged | behind | nothing
+    state: str  # pushed | up-to-date | fast-forward | created | ahead | diverged | behind | nothing | refused
     local: str | None = None
     remote: str | None = None
     releases: int = 0  # releases added locally (pull) or sent (push)
@@ -169,12 +169,17 @@ def pull(project, name: str, url: str, *, current: str | None = None, only: str 
 
     heads = fetch(project, name, url)
     result = SyncResult(name, url)
-    diverged = []
+    diverged, refused = [], []
     for scenario in sorted(heads):
         if only is not None and scenario != only:
             continue
         store = HarnessStore(project, scenario)
-        res, old_files = _pull_one(store, heads[scenario])
+        try:
+            res, old_files = _pull_one(store, heads[scenario], name)
+        except PolicyError as exc:  # a release reef will not write: this scenario stays as it was, the others pull
+            refused.append(exc)
+            result.scenarios.append(ScenarioSync(scenario, "refused", note=str(exc)))
+            continue
         result.scenarios.append(res)
         if res.state == "diverged":
             diverged.append(scenario)
@@ -184,6 +189,8 @@ def pull(project, name: str, url: str, *, current: str | None = None, only: str 
                 result.scenarios[-1] = ScenarioSync(**{**res.to_json(), "note": res2})
     if only is not None and only not in heads:
         result.scenarios.append(ScenarioSync(only, "nothing", note="the remote has no such scenario"))
+    if refused:
+        raise refused[0]
     if diverged:
         s = diverged[0]
         raise ConflictError(
@@ -193,7 +200,7 @@ def pull(project, name: str, url: str, *, current: str | None = None, only: str 
     return result
 
 
-def _pull_one(store, remote_head: str):
+def _pull_one(store, remote_head: str, remote: str):
     git = store.git
     make_dirs(store.dir)  # a scenario pulled for the first time: 0700 like the rest of the state
     with store.lock():
@@ -218,6 +225,12 @@ def _pull_one(store, remote_head: str):
                                 note="our head was merged on the remote; run reef merge"), None
         if local is None and new and new[0].parent_release_id is not None:
             raise StoreError(f"the fetched chain of '{store.scenario}' does not start at step 1")
+        from .admission import check_incoming, own_bound
+
+        local_bound = own_bound(old_files, f"your head release (step {local.step})") \
+            if local is not None and local.runtime_load_id is None else None
+        check_incoming(store, new, local=local_bound, origin=f"from remote '{remote}'",
+                       done=f"nothing of scenario '{store.scenario}' was pulled")
         if new:  # first: a pulled release's ledger anchor is another machine's, never held against ours
             from .durable import append_durable
 

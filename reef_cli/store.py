@@ -24,7 +24,7 @@ from typing import Callable
 from . import chain_integrity
 from .config import CONFIG_NAME, HarnessConfig, parse_config
 from .durable import STATE_FILE_MODE, make_dirs, read_nofollow, write_all
-from .errors import ConflictError, DamagedState, InvalidInput, NotFound, StoreError
+from .errors import ConflictError, DamagedState, InvalidInput, NotFound, PolicyError, StoreError
 from .gitstore import MODE_EXEC, MODE_LINK, Entry, GitStore, mode_of
 from .ids import new_id
 from .project import Project, ScenarioPaths, check_scenario_name, write_atomic
@@ -227,9 +227,11 @@ def write_files(dest: Path, files: dict[str, Entry], *, read_only: bool = False,
     (ConflictError) and is kept."""
     mkdir = make_dirs if read_only else (lambda d: d.mkdir(parents=True, exist_ok=True))
     mkdir(dest)
+    from .admission import problem
+
     for rel, entry in files.items():
-        if rel.startswith("/") or ".." in rel.split("/"):
-            raise StoreError(f"release holds an unsafe path '{rel}'")
+        if (why := problem(rel, entry, None)) is not None:  # the last line of defence: admission.py checks first
+            raise PolicyError(f"refusing to write '{rel}', which {why}; reef writes only harness files")
         _writable_parents(dest, rel)
         target = dest / rel
         mkdir(target.parent)

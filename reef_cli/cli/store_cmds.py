@@ -190,7 +190,8 @@ def checkout(
     head = store.head()
     target = dest if dest.is_absolute() else ctx.obj.cwd / dest
     written = write_release(target, files, project_root=store.project.root, force=force,
-                            head_files=store.files_of(head) if head is not None else None)
+                            head_files=store.files_of(head) if head is not None else None,
+                            label=f"release {rel.release_id} (step {rel.step})")
     print(f"Wrote {written} of {len(files)} file(s) of release {rel.release_id} (step {rel.step}) to {dest}")
 
 
