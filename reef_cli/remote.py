@@ -43,14 +43,28 @@ def remotes(project) -> dict[str, str]:
     return _git(project).remotes() if project.git_dir.exists() else {}
 
 
+def public_remotes(project) -> dict[str, str]:
+    """The remotes as `reef remote list` shows them: a URL stored with credentials (before reef refused them)
+    is shown without."""
+    from .gitstore import public_url
+
+    return {name: public_url(url) for name, url in remotes(project).items()}
+
+
 def add_remote(project, name: str, url: str) -> None:
     check_remote_name(name)
     if not url.strip():
         # An empty path would be taken from the project root: a remote that is the project's own store.
         raise InvalidInput(f"remote '{name}': the URL is empty; give a path or URL of a git repository")
+    from .gitstore import public_url, url_credentials
+
+    if url_credentials(url) is not None:  # .reef/git/config is plain text, and the URL is printed in every error
+        raise InvalidInput(f"remote '{name}': the URL {public_url(url)} carries a password or token; reef never "
+                           "stores one — add the URL without it and set REEF_GIT_TOKEN, or let a git credential "
+                           "helper supply it")
     git = _git(project)
     if name in git.remotes():
-        raise ConflictError(f"remote '{name}' already exists ({git.remotes()[name]}); remove it first")
+        raise ConflictError(f"remote '{name}' already exists ({public_url(git.remotes()[name])}); remove it first")
     git.add_remote(name, _normalise(project, url))
 
 
@@ -110,6 +124,11 @@ class SyncResult:
     remote: str
     url: str
     scenarios: list[ScenarioSync] = field(default_factory=list)
+
+    def __post_init__(self):  # what is printed and emitted as JSON: never a URL's credentials
+        from .gitstore import public_url
+
+        self.url = public_url(self.url)
 
     def to_json(self) -> dict:
         return {"remote": self.remote, "url": self.url, "scenarios": [s.to_json() for s in self.scenarios]}

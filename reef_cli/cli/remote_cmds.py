@@ -58,10 +58,10 @@ def remote_remove(ctx: typer.Context, name: str = typer.Argument(..., help="Remo
 @app.command("list")
 def remote_list(ctx: typer.Context, as_json: bool = JSON) -> None:
     """List the remotes."""
-    from ..remote import remotes
+    from ..remote import public_remotes
 
     env: Env = ctx.obj
-    known = remotes(env.project())
+    known = public_remotes(env.project())
     if as_json:
         emit_json([{"name": n, "url": u} for n, u in sorted(known.items())])
         return
@@ -116,7 +116,7 @@ def pull(ctx: typer.Context, name: Optional[str] = NAME, as_json: bool = JSON) -
         if not names:
             from ..errors import NotFound
 
-            raise NotFound(f"remote '{rname}' ({url}) holds no reef scenario; nothing was created")
+            raise NotFound(f"remote '{rname}' ({result.url}) holds no reef scenario; nothing was created")
         default = "default" if "default" in names else names[0]
         project.create_state(env.scenario_name or default)
         from ..remote import _follow
