@@ -275,9 +275,11 @@ class GitStore:
 
     @_private
     def fetch(self, url: str, refspecs: list[str]) -> None:
+        """Fetch `refspecs`, pruning the local refs they map to that the remote no longer holds (a tracking ref left
+        behind would be acted on forever)."""
         pygit2 = self._pygit2
         try:
-            self._remote(url).fetch(refspecs, callbacks=_Callbacks(pygit2))
+            self._remote(url).fetch(refspecs, callbacks=_Callbacks(pygit2), prune=pygit2.enums.FetchPrune.PRUNE)
         except (pygit2.GitError, KeyError, ValueError) as exc:
             raise StoreError(f"{public_url(url)}: fetch failed ({_one_line(exc, url)})") from None
         finally:  # libgit2 writes the URL there, credentials and all; reef never reads it

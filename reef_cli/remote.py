@@ -108,7 +108,7 @@ def resolve(project, name: str | None) -> tuple[str, str]:
 @dataclass(frozen=True)
 class ScenarioSync:
     scenario: str
-    state: str  # pushed | up-to-date | fast-forward | created | ahead | diverged | behind | nothing | refused
+    state: str  # pushed | up-to-date | fast-forward | created | ahead | diverged | behind | nothing | refused | skipped
     local: str | None = None
     remote: str | None = None
     releases: int = 0  # releases added locally (pull) or sent (push)
@@ -184,6 +184,7 @@ def pull(project, name: str, url: str, *, current: str | None = None, only: str 
     """Fast-forward every scenario (or `only`) to the remote's chain; the working tree of `current` follows
     wherever it still equals the old head (a user's edit is never overwritten). Divergent heads → ConflictError
     after the others were pulled."""
+    from .project import check_scenario_name
     from .store import HarnessStore
 
     heads = fetch(project, name, url)
@@ -191,6 +192,13 @@ def pull(project, name: str, url: str, *, current: str | None = None, only: str 
     diverged, refused = [], []
     for scenario in sorted(heads):
         if only is not None and scenario != only:
+            continue
+        try:
+            check_scenario_name(scenario)
+        except InvalidInput:  # another tool's ref under reef's prefix: it costs that one, never every scenario
+            result.scenarios.append(ScenarioSync(
+                scenario, "skipped", note=f"skipped {PREFIX}{scenario} on remote '{name}': '{scenario}' is not a "
+                                          "scenario name reef can take (1-64 lowercase letters, digits, '.', '_', '-')"))
             continue
         store = HarnessStore(project, scenario)
         try:
