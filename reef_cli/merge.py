@@ -132,13 +132,17 @@ def _merge_memory(b, o, t) -> bytes:
     return merged.dumps()
 
 
-def merge_remote(store, remote: str, *, workers: int | None = None) -> MergeOutcome:
+def merge_remote(store, remote: str, *, url: str | None = None, workers: int | None = None) -> MergeOutcome:
+    """Merge the remote's chain of this scenario; with `url`, fetched first, so "nothing to merge" and its advice
+    are about the remote as it is now, not as the last pull or push saw it."""
     from .config import CONFIG_NAME, parse_config
     from .gate import gate_candidate
-    from .remote import _follow, chain_between, tracking_ref
+    from .remote import _follow, chain_between, fetch, tracking_ref
 
     git = store.git
     ours_rel = store.require_head()
+    if url is not None:
+        fetch(store.project, remote, url)
     theirs_commit = git.get_ref(tracking_ref(remote, store.scenario))
     if theirs_commit is None:
         raise NotFound(f"no chain of scenario '{store.scenario}' fetched from remote '{remote}'; run 'reef pull {remote}'")

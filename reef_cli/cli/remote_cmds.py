@@ -178,8 +178,8 @@ def merge(ctx: typer.Context, name: Optional[str] = NAME,
 
     env: Env = ctx.obj
     store = env.store()
-    rname, _url = resolve(store.project, name)
-    out = merge_remote(store, rname, workers=workers)
+    rname, url = resolve(store.project, name)
+    out = merge_remote(store, rname, url=url, workers=workers)
     if as_json:
         emit_json(out.to_json())
     else:

@@ -1,0 +1,30 @@
+"""`reef merge` and `reef push` name the true next step: merge looks at the remote as it is now, a push whose head
+the remote already holds is up to date, and a both-sided conflict says how to get past it (pull cannot)."""
+
+from __future__ import annotations
+
+import subprocess
+
+from test_pull_admission import pair  # noqa: F401  (fixture: A pushed, B a Git clone that pulled step 1)
+from test_remote import git, ok
+
+
+def append(path, line: str) -> None:
+    with open(path, "a") as f:
+        f.write(line)
+
+
+def test_merge_fetches_first_so_nothing_to_merge_is_never_stale(reef, pair):  # noqa: F811
+    _, _, a, b = pair
+    append(b / "CLAUDE.md", "\n- B's rule\n")
+    ok(reef("-C", str(b), "publish", "-m", "b"))
+    ok(reef("-C", str(b), "push"))
+    append(a / "CLAUDE.local.md", "A's note\n")
+    ok(reef("-C", str(a), "publish", "-m", "a"))
+    # A has not pulled since B pushed: its tracking ref still says the remote is at step 1
+    r = reef("-C", str(a), "merge")
+    assert r.code == 0, (r.out, r.err)
+    assert r.out.startswith("merge origin into scenario default: published as rel_")
+    r = ok(reef("-C", str(a), "push"))
+    assert "push origin: scenario default pushed" in r.out
+    assert "- B's rule" in (a / "CLAUDE.md").read_text() and "A's note" in (a / "CLAUDE.local.md").read_text()
