@@ -348,6 +348,11 @@ def push(project, name: str, url: str, *, only: str | None = None) -> SyncResult
                 f"'reef pull {name}' (and 'reef -s {scenario} merge {name}' if the heads diverged), then push again"
             )
         moved = git.push(url, store.ref, PREFIX + scenario, seen)
+        if moved == head.commit_id:  # an earlier push (killed before it noted so) had already sent this head
+            git.set_ref(tracking_ref(name, scenario), head.commit_id)
+            result.scenarios.append(ScenarioSync(scenario, "up-to-date", head.commit_id, moved,
+                                                 note="the remote already held this head (an earlier push sent it)"))
+            continue
         if moved is not None:
             raise ConflictError(
                 f"scenario '{scenario}': remote '{name}' moved since we last saw it (now {_short(moved)}, we expected "

@@ -28,3 +28,17 @@ def test_merge_fetches_first_so_nothing_to_merge_is_never_stale(reef, pair):  # 
     r = ok(reef("-C", str(a), "push"))
     assert "push origin: scenario default pushed" in r.out
     assert "- B's rule" in (a / "CLAUDE.md").read_text() and "A's note" in (a / "CLAUDE.local.md").read_text()
+
+
+def test_a_push_the_remote_already_holds_is_up_to_date_not_a_conflict(reef, pair):  # noqa: F811
+    _, bare, a, _ = pair
+    append(a / "CLAUDE.md", "\n- another rule\n")
+    ok(reef("-C", str(a), "publish", "-m", "a"))
+    # a push killed after the remote moved and before reef noted it: the remote holds our head, our tracking ref not
+    git("--git-dir", str(a / ".reef" / "git"), "push", "-q", str(bare),
+        "refs/reef/scenarios/default:refs/reef/scenarios/default", cwd=a)
+    r = reef("-C", str(a), "push")
+    assert r.code == 0, r.err
+    assert "push origin: scenario default up-to-date" in r.out
+    assert r.err.strip() == "reef: the remote already held this head (an earlier push sent it)"
+    assert "up-to-date" in ok(reef("-C", str(a), "push")).out and ok(reef("-C", str(a), "push")).err == ""
