@@ -165,9 +165,12 @@ def merge_remote(store, remote: str, *, url: str | None = None, workers: int | N
     config = parse_config(theirs[CONFIG_NAME].data, source=f"{CONFIG_NAME} (remote)", validate=False)
     files, added, held, conflicts = merge_files(base, ours, theirs, config)
     if conflicts:
+        # `reef pull` cannot help (the chains diverged): the merge goes through once our copy equals theirs
+        ref = tracking_ref(remote, store.scenario)
         raise ConflictError(
             f"both sides changed {', '.join(conflicts[:5])} outside reef's learned blocks; reef will not choose — "
-            f"edit the working tree by hand after 'reef pull', or publish one side's version and merge again"
+            f"take the remote's version of each (git --git-dir .reef/git show {ref}:{conflicts[0]} > {conflicts[0]}), "
+            f"publish it, run 'reef merge {remote}' again, then re-apply your edit and publish"
         )
     out = MergeOutcome(store.scenario, remote, "held", added=added, held=held)
     verdict = gate_candidate(store, files, ledger=store.ledger(), baseline=theirs, workers=workers)

@@ -42,3 +42,27 @@ def test_a_push_the_remote_already_holds_is_up_to_date_not_a_conflict(reef, pair
     assert "push origin: scenario default up-to-date" in r.out
     assert r.err.strip() == "reef: the remote already held this head (an earlier push sent it)"
     assert "up-to-date" in ok(reef("-C", str(a), "push")).out and ok(reef("-C", str(a), "push")).err == ""
+
+
+def test_a_both_sided_conflict_names_the_way_through_and_it_works(reef, pair):  # noqa: F811
+    _, _, a, b = pair
+    for side, who in ((a, "A"), (b, "B")):
+        text = (side / "CLAUDE.md").read_text()
+        (side / "CLAUDE.md").write_text(f"# {who}'s title\n" + text)
+        ok(reef("-C", str(side), "publish", "-m", who))
+    ok(reef("-C", str(b), "push"))
+    assert reef("-C", str(a), "pull").code == 3  # diverged: pull cannot bring the two together
+    r = reef("-C", str(a), "merge")
+    assert r.code == 3
+    ref = "refs/reef/remotes/origin/scenarios/default"
+    assert r.err.strip() == (
+        "reef: error: both sides changed CLAUDE.md outside reef's learned blocks; reef will not choose — take the "
+        f"remote's version of each (git --git-dir .reef/git show {ref}:CLAUDE.md > CLAUDE.md), publish it, run "
+        "'reef merge origin' again, then re-apply your edit and publish")
+    theirs = subprocess.run(["git", "--git-dir", ".reef/git", "show", f"{ref}:CLAUDE.md"], cwd=a, check=True,
+                            capture_output=True).stdout
+    (a / "CLAUDE.md").write_bytes(theirs)
+    ok(reef("-C", str(a), "publish", "-m", "take B's CLAUDE.md"))
+    r = ok(reef("-C", str(a), "merge", "origin"))
+    assert "published" in r.out
+    ok(reef("-C", str(a), "push"))
