@@ -134,8 +134,15 @@ def check_incoming(store, releases, *, local: Bound | None, origin: str, done: s
     for rel in releases:
         label = f"release {rel.release_id} (step {rel.step}) {origin}"
         files = git.read_tree(rel.content_id)
-        own = None if rel.runtime_load_id is not None else own_bound(files, label)
-        if local is not None and own is not None:
+        if rel.runtime_load_id is not None:  # a weights manifest: no zone map, the structural rules only
+            check_files(files, label, None, done=done)
+            continue
+        own = own_bound(files, label)
+        if own is None:  # every harness release holds one (publish requires it); without, nothing would bound it
+            from .config import CONFIG_NAME
+
+            raise PolicyError(f"{label} holds no {CONFIG_NAME}; {done}")
+        if local is not None:
             wider = [g for g in own.include if g not in local.include]
             if wider:
                 raise PolicyError(f"{label} widens harness.yaml's include with '{wider[0]}', beyond {local.source}; "
@@ -144,4 +151,4 @@ def check_incoming(store, releases, *, local: Bound | None, origin: str, done: s
             if dropped:
                 raise PolicyError(f"{label} drops the exclude '{dropped[0]}' of {local.source}; reef takes a wider "
                                   f"harness only from your own harness.yaml — {done}")
-        check_files(files, label, local if local is not None and own is not None else own, done=done)
+        check_files(files, label, local or own, done=done)

@@ -38,7 +38,9 @@ def forge(a: Path, bare: Path, extra: dict[str, tuple[bytes, int]], *, push: boo
         for line in (plumb("ls-tree", tree).splitlines() if tree else []):
             entries[line.split("\t", 1)[1]] = line
         name = parts[0]
-        if len(parts) == 1:
+        if len(parts) == 1 and blob is None:
+            entries.pop(name)
+        elif len(parts) == 1:
             entries[name] = f"{mode:o} blob {blob}\t{name}"
         else:
             old = entries.get(name)
@@ -48,7 +50,8 @@ def forge(a: Path, bare: Path, extra: dict[str, tuple[bytes, int]], *, push: boo
 
     tree = str(head.tree.id)
     for path, (data, mode) in extra.items():
-        tree = put(tree, path.split("/"), plumb("hash-object", "-w", "--stdin", data=data), mode)
+        blob = None if data is None else plumb("hash-object", "-w", "--stdin", data=data)
+        tree = put(tree, path.split("/"), blob, mode)
     tree = repo[tree]
     new = dict(rel, content_id=str(tree.id), parent_release_id=rel["release_id"], release_id=FORGED,
                step=rel["step"] + 1, operation="publish", reason="tidy")
@@ -122,6 +125,17 @@ def test_a_forged_harness_yaml_cannot_widen_what_a_pull_writes(reef, pair):
                              "include with '**', beyond harness.yaml of your head release (step 1); reef takes a "
                              "wider harness only from your own harness.yaml — nothing of scenario 'default' was pulled")
     assert not (b / "conftest.py").exists() and "'**'" not in (b / "harness.yaml").read_text()
+
+
+def test_a_release_without_harness_yaml_is_refused(reef, pair):
+    """Without its harness.yaml nothing would say what it may hold: refused, not waved through."""
+    _, bare, a, b = pair
+    forge(a, bare, {"harness.yaml": (None, BLOB), "conftest.py": (b"x = 1\n", BLOB)})
+    r = reef("-C", str(b), "pull")
+    assert r.code == 4
+    assert r.err.strip() == (f"reef: error: release {FORGED} (step 2) from remote 'origin' holds no harness.yaml; "
+                             "nothing of scenario 'default' was pulled")
+    assert not (b / "conftest.py").exists() and (b / "harness.yaml").exists()
 
 
 def test_a_fresh_clone_refuses_a_git_hook_in_the_chain(reef, tmp_path, pair):
