@@ -24,7 +24,7 @@ from typing import Callable
 from . import chain_integrity
 from .config import CONFIG_NAME, HarnessConfig, parse_config
 from .durable import STATE_FILE_MODE, make_dirs, read_nofollow, write_all
-from .errors import ConflictError, DamagedState, InvalidInput, NotFound, PolicyError, StoreError
+from .errors import ConflictError, DamagedState, InvalidInput, NotFound, StoreError
 from .gitstore import MODE_EXEC, MODE_LINK, Entry, GitStore, mode_of
 from .ids import new_id
 from .project import Project, ScenarioPaths, check_scenario_name, write_atomic
@@ -228,6 +228,7 @@ def write_files(dest: Path, files: dict[str, Entry], *, read_only: bool = False,
     mkdir = make_dirs if read_only else (lambda d: d.mkdir(parents=True, exist_ok=True))
     mkdir(dest)
     from .admission import problem
+    from .errors import PolicyError
 
     for rel, entry in files.items():
         if (why := problem(rel, entry, None)) is not None:  # the last line of defence: admission.py checks first
@@ -675,6 +676,10 @@ class HarnessStore:
             return PublishResult(head, False, ())
         new_files = self.files_of(target)
         old_files = self.files_of(head)
+        from .admission import check_files, own_bound  # a release pulled before pull checked them may hold anything
+
+        label = f"release {target.release_id} (step {target.step})"
+        check_files(new_files, label, own_bound(new_files, label), done="nothing was published")
         try:  # before publishing: a rollback published and then not written would leave the tree on the old head
             for rel in sorted(set(old_files) | set(new_files)):
                 if old_files.get(rel) != new_files.get(rel):

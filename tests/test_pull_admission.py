@@ -224,3 +224,25 @@ def test_paths_no_release_may_hold(rel):
 ])
 def test_links_a_release_may_hold(rel, target, fine):
     assert (link_problem(rel, target) is None) is fine
+
+
+def test_rollback_to_a_forged_release_already_in_the_chain_publishes_nothing(reef, pair):
+    _, bare, a, _ = pair
+    commit = forge(a, bare, {".git/hooks/pre-commit": (HOOK, EXEC)}, push=False)
+    from reef_cli.project import Project
+    from reef_cli.remote import release_of_commit
+    from reef_cli.store import HarnessStore
+
+    store = HarnessStore(Project(a), "default")
+    release, _ = release_of_commit(store.git, commit)
+    store.log.append(release)
+    store.git.set_ref(store.ref, commit)
+    with open(a / "CLAUDE.md", "a") as f:
+        f.write("- a later rule\n")
+    ok(reef("-C", str(a), "publish", "-m", "step 3"))
+    before = log_bytes(a)
+    r = reef("-C", str(a), "rollback", "2")
+    assert r.code == 4
+    assert r.err.strip() == (f"reef: error: release {FORGED} (step 2) holds '.git/hooks/pre-commit', which lies "
+                             "inside a '.git' directory; nothing was published")
+    assert log_bytes(a) == before and not (a / ".git" / "hooks" / "pre-commit").exists()
