@@ -21,6 +21,7 @@ zone map of its own: each release is bounded by its own harness.yaml, and the st
 
 from __future__ import annotations
 
+import functools
 import posixpath
 from dataclasses import dataclass
 
@@ -40,11 +41,17 @@ class Bound:
 
     def admits(self, rel: str) -> bool:
         from .config import CONFIG_NAME
-        from .zones import glob_matcher
 
         if rel == CONFIG_NAME:
             return True
-        return glob_matcher(self.include)(rel) and not glob_matcher(self.exclude)(rel)
+        return _matcher(self.include)(rel) and not _matcher(self.exclude)(rel)
+
+
+@functools.lru_cache(maxsize=64)
+def _matcher(patterns: tuple[str, ...]):
+    from .zones import glob_matcher
+
+    return glob_matcher(patterns)
 
 
 def _folded(name: str) -> str:
@@ -97,19 +104,25 @@ def problem(rel: str, entry, bound: Bound | None) -> str | None:
     return why
 
 
-def own_bound(files: dict, label: str) -> Bound | None:
+def own_bound(files: dict, label: str, done: str = "nothing was written") -> Bound | None:
     """The zone map a tree declares for itself (its harness.yaml), or None when it holds none (a weights manifest)."""
-    from .config import CONFIG_NAME, parse_config
-    from .errors import ReefError
+    from .config import CONFIG_NAME
 
     entry = files.get(CONFIG_NAME)
     if entry is None:
         return None
+    return Bound(*_globs(entry.data, label, done), f"{CONFIG_NAME} of {label}")
+
+
+def _globs(data: bytes, label: str, done: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    from .config import CONFIG_NAME, parse_config
+    from .errors import ReefError
+
     try:
-        config = parse_config(entry.data, source=f"{CONFIG_NAME} of {label}", validate=False)
+        config = parse_config(data, source=f"{CONFIG_NAME} of {label}", validate=False)
     except ReefError as exc:
-        raise PolicyError(f"{label}: its {CONFIG_NAME} cannot be read ({exc}); nothing was written") from None
-    return Bound(tuple(config.include), tuple(config.exclude), f"{CONFIG_NAME} of {label}")
+        raise PolicyError(f"{label}: its {CONFIG_NAME} cannot be read ({exc}); {done}") from None
+    return tuple(config.include), tuple(config.exclude)
 
 
 def check_files(files: dict, label: str, bound: Bound | None, *, done: str = "nothing was written") -> None:
@@ -120,35 +133,47 @@ def check_files(files: dict, label: str, bound: Bound | None, *, done: str = "no
             raise PolicyError(f"{label} holds '{rel}', which {why}; {done}")
 
 
-def local_bound(store) -> Bound | None:
-    """The zone map of this clone's head release (None: no release yet, or a weights scenario)."""
-    head = store.head()
-    if head is None or head.runtime_load_id is not None:
-        return None
-    return own_bound(store.files_of(head), f"your head release (step {head.step})")
-
-
 def check_incoming(store, releases, *, local: Bound | None, origin: str, done: str) -> None:
-    """Every release arriving from outside (`releases`, oldest first), checked before any enters the chain."""
+    """Every release arriving from outside (`releases`, oldest first), checked before any enters the chain.
+
+    Reads paths and modes only (blob ids), a blob only for a symlink's target or a harness.yaml not parsed yet, and
+    skips a path already checked with the same id under the same bound: consecutive releases share most files."""
+    from .config import CONFIG_NAME
+    from .gitstore import MODE_LINK, Entry
+
     git = store.git
+    parsed: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {}
+    checked: set[tuple] = set()
     for rel in releases:
         label = f"release {rel.release_id} (step {rel.step}) {origin}"
-        files = git.read_tree(rel.content_id)
-        if rel.runtime_load_id is not None:  # a weights manifest: no zone map, the structural rules only
-            check_files(files, label, None, done=done)
-            continue
-        own = own_bound(files, label)
-        if own is None:  # every harness release holds one (publish requires it); without, nothing would bound it
-            from .config import CONFIG_NAME
-
-            raise PolicyError(f"{label} holds no {CONFIG_NAME}; {done}")
-        if local is not None:
-            wider = [g for g in own.include if g not in local.include]
-            if wider:
-                raise PolicyError(f"{label} widens harness.yaml's include with '{wider[0]}', beyond {local.source}; "
-                                  f"reef takes a wider harness only from your own harness.yaml — {done}")
-            dropped = [g for g in local.exclude if g not in own.exclude]
-            if dropped:
-                raise PolicyError(f"{label} drops the exclude '{dropped[0]}' of {local.source}; reef takes a wider "
-                                  f"harness only from your own harness.yaml — {done}")
-        check_files(files, label, local or own, done=done)
+        ids = git.blob_ids(rel.content_id)
+        bound = None  # a weights manifest: no zone map, the structural rules only
+        if rel.runtime_load_id is None:
+            cfg = ids.get(CONFIG_NAME)
+            if cfg is None:  # every harness release holds one (publish requires it); without, nothing bounds it
+                raise PolicyError(f"{label} holds no {CONFIG_NAME}; {done}")
+            if cfg not in parsed:
+                parsed[cfg] = _globs(git.read_blob(cfg.split(":", 1)[1]), label, done)
+            include, exclude = parsed[cfg]
+            if local is not None:
+                wider = [g for g in include if g not in local.include]
+                if wider:
+                    raise PolicyError(f"{label} widens harness.yaml's include with '{wider[0]}', beyond "
+                                      f"{local.source}; reef takes a wider harness only from your own harness.yaml "
+                                      f"— {done}")
+                dropped = [g for g in local.exclude if g not in exclude]
+                if dropped:
+                    raise PolicyError(f"{label} drops the exclude '{dropped[0]}' of {local.source}; reef takes a "
+                                      f"wider harness only from your own harness.yaml — {done}")
+            bound = local or Bound(include, exclude, f"{CONFIG_NAME} of {label}")
+        key = (bound.include, bound.exclude) if bound is not None else None
+        for path in sorted(ids):
+            if (key, path, ids[path]) in checked:
+                continue
+            mode_text, blob = ids[path].split(":", 1)
+            mode = int(mode_text, 8)
+            entry = Entry(git.read_blob(blob) if mode == MODE_LINK else b"", mode)
+            why = problem(path, entry, bound)
+            if why is not None:
+                raise PolicyError(f"{label} holds '{path}', which {why}; {done}")
+            checked.add((key, path, ids[path]))

@@ -130,6 +130,10 @@ class GitStore:
         return {rel: Entry(self.repo[item.id].data, int(item.filemode)) for rel, item in self._items(tree_id)}
 
     @_damage_is_a_store_error
+    def read_blob(self, blob_id: str) -> bytes:
+        return self.repo[blob_id].data
+
+    @_damage_is_a_store_error
     def blob_ids(self, tree_id: str) -> dict[str, str]:
         """{path: "mode:blob id"} without reading blob contents (cheap status checks); cached per tree id."""
         cached = self._blob_ids.get(tree_id)
