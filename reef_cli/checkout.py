@@ -70,10 +70,15 @@ def conflicts(dest: Path, files: Mapping, *, published: Mapping | None = None) -
 
 
 def checkout(dest: Path, files: Mapping, *, project_root: Path | None = None, head_files: Mapping | None = None,
-             force: bool = False) -> int:
+             force: bool = False, label: str = "the release") -> int:
     """Write `files` into `dest`; returns how many were (re)written. `head_files` (the head release's files) make
-    the project's published bytes replaceable when `dest` is the project root."""
+    the project's published bytes replaceable when `dest` is the project root. A release that holds a path no
+    harness may (admission.py: inside .git or .reef, outside its own include globs, a link leaving the harness) is
+    refused before anything is written: a release may have been forged and pulled before pull checked it."""
+    from .admission import check_files, own_bound
     from .store import write_files
+
+    check_files(dict(files), label, own_bound(dict(files), label), done=f"nothing was written to {dest}")
 
     if os.path.islink(dest):
         raise InvalidInput(f"{dest} is a symlink; reef never writes through symlinks")

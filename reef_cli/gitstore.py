@@ -130,6 +130,10 @@ class GitStore:
         return {rel: Entry(self.repo[item.id].data, int(item.filemode)) for rel, item in self._items(tree_id)}
 
     @_damage_is_a_store_error
+    def read_blob(self, blob_id: str) -> bytes:
+        return self.repo[blob_id].data
+
+    @_damage_is_a_store_error
     def blob_ids(self, tree_id: str) -> dict[str, str]:
         """{path: "mode:blob id"} without reading blob contents (cheap status checks); cached per tree id."""
         cached = self._blob_ids.get(tree_id)
@@ -260,7 +264,7 @@ class GitStore:
         if local is not None and not os.path.isdir(local):
             what = ("is a file, not a git repository" if os.path.exists(local)
                     else "is a symlink to nothing" if os.path.lexists(local) else "does not exist")
-            raise StoreError(f"remote {url} {what}; point the remote at a git repository "
+            raise StoreError(f"remote {public_url(url)} {what}; point the remote at a git repository "
                              "('reef remote remove NAME', then 'reef remote add NAME PATH')")
         return self.repo.remotes.create_anonymous(url)
 
@@ -270,16 +274,24 @@ class GitStore:
         try:
             heads = self._remote(url).list_heads(callbacks=_Callbacks(pygit2))
         except (pygit2.GitError, KeyError, ValueError) as exc:
-            raise StoreError(f"{url}: cannot reach the remote ({_one_line(exc)})") from None
+            raise StoreError(f"{public_url(url)}: cannot reach the remote ({_one_line(exc, url)})") from None
         return {h.name: str(h.oid) for h in heads if h.name and h.name.startswith(prefix)}
 
     @_private
     def fetch(self, url: str, refspecs: list[str]) -> None:
+        """Fetch `refspecs`, pruning the local refs they map to that the remote no longer holds (a tracking ref left
+        behind would be acted on forever)."""
         pygit2 = self._pygit2
         try:
-            self._remote(url).fetch(refspecs, callbacks=_Callbacks(pygit2))
+            self._remote(url).fetch(refspecs, callbacks=_Callbacks(pygit2), prune=pygit2.enums.FetchPrune.PRUNE)
         except (pygit2.GitError, KeyError, ValueError) as exc:
-            raise StoreError(f"{url}: fetch failed ({_one_line(exc)})") from None
+            raise StoreError(f"{public_url(url)}: fetch failed ({_one_line(exc, url)})") from None
+        finally:  # libgit2 writes the URL there, credentials and all; reef never reads it
+            import contextlib
+            import os
+
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(os.path.join(self.repo.path, "FETCH_HEAD"))
 
     def push(self, url: str, local_ref: str, remote_ref: str, expected_remote: str | None) -> str | None:
         """Move `remote_ref` to our `local_ref` only if the remote still holds `expected_remote` (None: absent) and
@@ -313,7 +325,7 @@ class GitStore:
             text = _one_line(exc)
             if "non-fast" in text or "fastforward" in text.replace("-", ""):
                 return "not a fast-forward"
-            raise StoreError(f"{url}: push failed ({text})") from None
+            raise StoreError(f"{public_url(url)}: push failed ({text.replace(url, public_url(url))})") from None
         if rejected.get(remote_ref):
             return rejected[remote_ref]
         return None
@@ -345,7 +357,7 @@ class GitStore:
             # the lock first must not keep the others from taking it (an flock needs no write access)
             fd = open_state(os.path.join(gitdir, "reef-push.lock"), os.O_RDONLY | os.O_CREAT, 0o644)
         except OSError as exc:
-            raise StoreError(f"{url}: push failed (cannot lock the remote: {exc.strerror})") from None
+            raise StoreError(f"{public_url(url)}: push failed (cannot lock the remote: {exc.strerror})") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             return self._push_local_turn(url, path, local_ref, remote_ref, expected)
@@ -363,7 +375,7 @@ class GitStore:
             self._remote(url).push([f"+{local_ref}:{incoming}"], callbacks=_Callbacks(pygit2))
             remote = pygit2.Repository(path)
         except (pygit2.GitError, KeyError, ValueError) as exc:
-            raise StoreError(f"{url}: push failed ({_one_line(exc)})") from None
+            raise StoreError(f"{public_url(url)}: push failed ({_one_line(exc, url)})") from None
         try:
             ref = remote.references.get(remote_ref)
             if expected is None:
@@ -406,8 +418,48 @@ class _Moved(Exception):
     pass
 
 
-def _one_line(exc: Exception) -> str:
-    return " ".join(str(exc).split()) or type(exc).__name__
+def _one_line(exc: Exception, url: str | None = None) -> str:
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text.replace(url, public_url(url)) if url else text
+
+
+def url_credentials(url: str) -> str | None:
+    """The secret a remote URL carries in its userinfo (a password, or a user name that is a token), else None."""
+    from urllib.parse import unquote, urlsplit
+
+    if "://" not in url:
+        return None  # a path, or scp-like user@host:path, which has no place for a password
+    try:
+        netloc = urlsplit(url).netloc
+    except ValueError:
+        return url
+    if "@" not in netloc:
+        return None
+    user, sep, password = netloc.rsplit("@", 1)[0].partition(":")
+    if sep and password:
+        return unquote(password)
+    from .redact import redact
+
+    return user if redact(unquote(user))[1] else None
+
+
+def public_url(url: str) -> str:
+    """A remote URL as reef prints or stores it in a message: a URL with a scheme loses its userinfo (user:password@
+    or token@) — an ssh user name alone stays, it is no secret."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    if "://" not in url:
+        return url
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return url.split("://", 1)[0] + "://…"
+    if "@" not in parts.netloc:
+        return url
+    userinfo, host = parts.netloc.rsplit("@", 1)
+    if parts.scheme in ("ssh", "git+ssh", "ssh+git") and ":" not in userinfo and url_credentials(url) is None:
+        return url
+    return urlunsplit((parts.scheme, host, parts.path, parts.query, parts.fragment))
 
 
 def _Callbacks(pygit2):

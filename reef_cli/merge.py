@@ -132,13 +132,17 @@ def _merge_memory(b, o, t) -> bytes:
     return merged.dumps()
 
 
-def merge_remote(store, remote: str, *, workers: int | None = None) -> MergeOutcome:
+def merge_remote(store, remote: str, *, url: str | None = None, workers: int | None = None) -> MergeOutcome:
+    """Merge the remote's chain of this scenario; with `url`, fetched first, so "nothing to merge" and its advice
+    are about the remote as it is now, not as the last pull or push saw it."""
     from .config import CONFIG_NAME, parse_config
     from .gate import gate_candidate
-    from .remote import _follow, chain_between, tracking_ref
+    from .remote import _follow, chain_between, fetch, tracking_ref
 
     git = store.git
     ours_rel = store.require_head()
+    if url is not None:
+        fetch(store.project, remote, url)
     theirs_commit = git.get_ref(tracking_ref(remote, store.scenario))
     if theirs_commit is None:
         raise NotFound(f"no chain of scenario '{store.scenario}' fetched from remote '{remote}'; run 'reef pull {remote}'")
@@ -149,15 +153,24 @@ def merge_remote(store, remote: str, *, workers: int | None = None) -> MergeOutc
         raise ConflictError(f"nothing to merge: remote '{remote}' is ahead; run 'reef pull {remote}' to fast-forward")
     chain = chain_between(git, theirs_commit, None)
     theirs_rel = chain[-1]
+    from .admission import check_incoming, own_bound
+
+    known = {r.release_id for r in store.releases()}
+    check_incoming(store, [r for r in chain if r.release_id not in known],
+                   local=own_bound(store.files_of(ours_rel), f"your head release (step {ours_rel.step})"),
+                   origin=f"from remote '{remote}'", done="nothing was merged")
     base_commit = git.merge_base(ours_rel.commit_id, theirs_commit)
     base = git.read_tree(git.commit_info(base_commit)[1]) if base_commit else {}
     ours, theirs = store.files_of(ours_rel), git.read_tree(theirs_rel.content_id)
     config = parse_config(theirs[CONFIG_NAME].data, source=f"{CONFIG_NAME} (remote)", validate=False)
     files, added, held, conflicts = merge_files(base, ours, theirs, config)
     if conflicts:
+        # `reef pull` cannot help (the chains diverged): the merge goes through once our copy equals theirs
+        ref = tracking_ref(remote, store.scenario)
         raise ConflictError(
             f"both sides changed {', '.join(conflicts[:5])} outside reef's learned blocks; reef will not choose — "
-            f"edit the working tree by hand after 'reef pull', or publish one side's version and merge again"
+            f"take the remote's version of each (git --git-dir .reef/git show {ref}:{conflicts[0]} > {conflicts[0]}), "
+            f"publish it, run 'reef merge {remote}' again, then re-apply your edit and publish"
         )
     out = MergeOutcome(store.scenario, remote, "held", added=added, held=held)
     verdict = gate_candidate(store, files, ledger=store.ledger(), baseline=theirs, workers=workers)

@@ -222,7 +222,11 @@ def _trailers(message: str) -> dict:
 
 
 def publish_from_git(store, ref: str, *, reason: str | None = None, expected_head=...):
+    from .admission import check_files
+
     files, commit, proposals = files_at(store, ref)
+    # the files are within the commit's own include globs already; a link leaving the harness or a nested .git is not
+    check_files(files, f"--from-git {ref} ({commit[:12]})", None, done="nothing was published")
     links = [p["proposal"] for p in proposals]
     meta = {"git_commit": commit, "git_ref": ref}
     if proposals:
@@ -231,3 +235,60 @@ def publish_from_git(store, ref: str, *, reason: str | None = None, expected_hea
     why = reason or (f"merged proposal {', '.join(links)} from git {ref} ({commit[:12]})" if links
                      else f"from git {ref} ({commit[:12]})")
     return store.publish(reason=why, files=files, expected_head=expected_head, meta=meta)
+
+
+def merged_proposal(store):
+    """What `reef sync` publishes from the user's Git HEAD: (PublishResult or None, a note saying why not or None).
+
+    Only a `Reef-Proposal` trailer naming a proposal this scenario's own evolve made (its `prop-<id>` record is in
+    the local ledger, over the base release the trailer names) counts — anyone can type a trailer into a commit. And
+    HEAD is published only when it is that proposal's merge onto the current head: every harness path where HEAD
+    differs from the head release is one the proposal changed, and the head release still holds it as the proposal
+    found it. Otherwise publishing HEAD would silently revert (or add) what the proposal never touched."""
+    from .errors import ReefError
+    from .gitstore import user_repo_root
+
+    if user_repo_root(store.project.root) is None:
+        return None, None
+    try:
+        head_git, commit, proposals = files_at(store, "HEAD")
+    except (NotFound, InvalidInput):  # an unborn HEAD or a commit without this harness: nothing merged to publish
+        return None, None
+    if not proposals:
+        return None, None
+    ledger = store.ledger()
+    real = []
+    for p in proposals:
+        try:
+            record = ledger.get(f"prop-{p['proposal']}")
+        except ReefError:
+            record = None
+        if record is None or (record.payload or {}).get("base_release_id") != p.get("base_release_id"):
+            return None, (f"commit {p['commit_id'][:12]} carries 'Reef-Proposal: {p['proposal']}', which no evolve "
+                          f"of scenario '{store.scenario}' made here; nothing was published from Git HEAD")
+        real.append(p)
+    head = store.require_head()
+    ours = store.files_of(head)
+    changed: dict[str, object] = {}  # path -> the proposal's base version of it
+    for p in real:
+        after, _, _ = files_at(store, p["commit_id"])
+        try:
+            before, _, _ = files_at(store, p["commit_id"] + "^")
+        except (NotFound, InvalidInput):
+            before = {}
+        for rel in set(before) | set(after):
+            if before.get(rel) != after.get(rel):
+                changed.setdefault(rel, before.get(rel))
+    for rel in sorted(set(head_git) | set(ours)):
+        if head_git.get(rel) == ours.get(rel):
+            continue
+        if rel not in changed:
+            why = f"differs from release step {head.step} in {rel}, which proposal {real[0]['proposal']} did not change"
+        elif changed[rel] != ours.get(rel):
+            why = f"has proposal {real[0]['proposal']}'s {rel} but release step {head.step} changed it since"
+        else:
+            continue
+        return None, (f"Git HEAD ({commit[:12]}) {why} — publishing HEAD would overwrite it; nothing was published "
+                      f"(rebase the proposal onto the current harness, or run 'reef publish --from-git HEAD' if HEAD "
+                      f"is what you mean)")
+    return publish_from_git(store, "HEAD"), None

@@ -14,7 +14,7 @@ import os
 from dataclasses import dataclass, field
 
 from .durable import make_dirs
-from .errors import ConflictError, InvalidInput, NotFound, StoreError
+from .errors import ConflictError, InvalidInput, NotFound, PolicyError, StoreError
 from .releases import Release
 
 PREFIX = "refs/reef/scenarios/"
@@ -43,14 +43,28 @@ def remotes(project) -> dict[str, str]:
     return _git(project).remotes() if project.git_dir.exists() else {}
 
 
+def public_remotes(project) -> dict[str, str]:
+    """The remotes as `reef remote list` shows them: a URL stored with credentials (before reef refused them)
+    is shown without."""
+    from .gitstore import public_url
+
+    return {name: public_url(url) for name, url in remotes(project).items()}
+
+
 def add_remote(project, name: str, url: str) -> None:
     check_remote_name(name)
     if not url.strip():
         # An empty path would be taken from the project root: a remote that is the project's own store.
         raise InvalidInput(f"remote '{name}': the URL is empty; give a path or URL of a git repository")
+    from .gitstore import public_url, url_credentials
+
+    if url_credentials(url) is not None:  # .reef/git/config is plain text, and the URL is printed in every error
+        raise InvalidInput(f"remote '{name}': the URL {public_url(url)} carries a password or token; reef never "
+                           "stores one — add the URL without it and set REEF_GIT_TOKEN, or let a git credential "
+                           "helper supply it")
     git = _git(project)
     if name in git.remotes():
-        raise ConflictError(f"remote '{name}' already exists ({git.remotes()[name]}); remove it first")
+        raise ConflictError(f"remote '{name}' already exists ({public_url(git.remotes()[name])}); remove it first")
     git.add_remote(name, _normalise(project, url))
 
 
@@ -94,7 +108,7 @@ def resolve(project, name: str | None) -> tuple[str, str]:
 @dataclass(frozen=True)
 class ScenarioSync:
     scenario: str
-    state: str  # pushed | up-to-date | fast-forward | created | ahead | diverged | behind | nothing
+    state: str  # pushed | up-to-date | fast-forward | created | ahead | diverged | behind | nothing | refused | skipped
     local: str | None = None
     remote: str | None = None
     releases: int = 0  # releases added locally (pull) or sent (push)
@@ -110,6 +124,11 @@ class SyncResult:
     remote: str
     url: str
     scenarios: list[ScenarioSync] = field(default_factory=list)
+
+    def __post_init__(self):  # what is printed and emitted as JSON: never a URL's credentials
+        from .gitstore import public_url
+
+        self.url = public_url(self.url)
 
     def to_json(self) -> dict:
         return {"remote": self.remote, "url": self.url, "scenarios": [s.to_json() for s in self.scenarios]}
@@ -165,16 +184,29 @@ def pull(project, name: str, url: str, *, current: str | None = None, only: str 
     """Fast-forward every scenario (or `only`) to the remote's chain; the working tree of `current` follows
     wherever it still equals the old head (a user's edit is never overwritten). Divergent heads → ConflictError
     after the others were pulled."""
+    from .project import check_scenario_name
     from .store import HarnessStore
 
     heads = fetch(project, name, url)
     result = SyncResult(name, url)
-    diverged = []
+    diverged, refused = [], []
     for scenario in sorted(heads):
         if only is not None and scenario != only:
             continue
+        try:
+            check_scenario_name(scenario)
+        except InvalidInput:  # another tool's ref under reef's prefix: it costs that one, never every scenario
+            result.scenarios.append(ScenarioSync(
+                scenario, "skipped", note=f"skipped {PREFIX}{scenario} on remote '{name}': '{scenario}' is not a "
+                                          "scenario name reef can take (1-64 lowercase letters, digits, '.', '_', '-')"))
+            continue
         store = HarnessStore(project, scenario)
-        res, old_files = _pull_one(store, heads[scenario])
+        try:
+            res, old_files = _pull_one(store, heads[scenario], name)
+        except PolicyError as exc:  # a release reef will not write: this scenario stays as it was, the others pull
+            refused.append(exc)
+            result.scenarios.append(ScenarioSync(scenario, "refused", note=str(exc)))
+            continue
         result.scenarios.append(res)
         if res.state == "diverged":
             diverged.append(scenario)
@@ -184,6 +216,8 @@ def pull(project, name: str, url: str, *, current: str | None = None, only: str 
                 result.scenarios[-1] = ScenarioSync(**{**res.to_json(), "note": res2})
     if only is not None and only not in heads:
         result.scenarios.append(ScenarioSync(only, "nothing", note="the remote has no such scenario"))
+    if refused:
+        raise refused[0]
     if diverged:
         s = diverged[0]
         raise ConflictError(
@@ -193,7 +227,7 @@ def pull(project, name: str, url: str, *, current: str | None = None, only: str 
     return result
 
 
-def _pull_one(store, remote_head: str):
+def _pull_one(store, remote_head: str, remote: str):
     git = store.git
     make_dirs(store.dir)  # a scenario pulled for the first time: 0700 like the rest of the state
     with store.lock():
@@ -218,6 +252,12 @@ def _pull_one(store, remote_head: str):
                                 note="our head was merged on the remote; run reef merge"), None
         if local is None and new and new[0].parent_release_id is not None:
             raise StoreError(f"the fetched chain of '{store.scenario}' does not start at step 1")
+        from .admission import check_incoming, own_bound
+
+        local_bound = own_bound(old_files, f"your head release (step {local.step})") \
+            if local is not None and local.runtime_load_id is None else None
+        check_incoming(store, new, local=local_bound, origin=f"from remote '{remote}'",
+                       done=f"nothing of scenario '{store.scenario}' was pulled")
         if new:  # first: a pulled release's ledger anchor is another machine's, never held against ours
             from .durable import append_durable
 
@@ -308,6 +348,11 @@ def push(project, name: str, url: str, *, only: str | None = None) -> SyncResult
                 f"'reef pull {name}' (and 'reef -s {scenario} merge {name}' if the heads diverged), then push again"
             )
         moved = git.push(url, store.ref, PREFIX + scenario, seen)
+        if moved == head.commit_id:  # an earlier push (killed before it noted so) had already sent this head
+            git.set_ref(tracking_ref(name, scenario), head.commit_id)
+            result.scenarios.append(ScenarioSync(scenario, "up-to-date", head.commit_id, moved,
+                                                 note="the remote already held this head (an earlier push sent it)"))
+            continue
         if moved is not None:
             raise ConflictError(
                 f"scenario '{scenario}': remote '{name}' moved since we last saw it (now {_short(moved)}, we expected "

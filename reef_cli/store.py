@@ -231,9 +231,12 @@ def write_files(dest: Path, files: dict[str, Entry], *, read_only: bool = False,
     (ConflictError) and is kept."""
     mkdir = make_dirs if read_only else (lambda d: d.mkdir(parents=True, exist_ok=True))
     mkdir(dest)
+    from .admission import problem
+    from .errors import PolicyError
+
     for rel, entry in files.items():
-        if rel.startswith("/") or ".." in rel.split("/"):
-            raise StoreError(f"release holds an unsafe path '{rel}'")
+        if (why := problem(rel, entry, None)) is not None:  # the last line of defence: admission.py checks first
+            raise PolicyError(f"refusing to write '{rel}', which {why}; reef writes only harness files")
         _writable_parents(dest, rel)
         target = dest / rel
         mkdir(target.parent)
@@ -684,6 +687,10 @@ class HarnessStore:
             return PublishResult(head, False, ())
         new_files = self.files_of(target)
         old_files = self.files_of(head)
+        from .admission import check_files, own_bound  # a release pulled before pull checked them may hold anything
+
+        label = f"release {target.release_id} (step {target.step})"
+        check_files(new_files, label, own_bound(new_files, label), done="nothing was published")
         try:  # before publishing: a rollback published and then not written would leave the tree on the old head
             for rel in sorted(set(old_files) | set(new_files)):
                 if old_files.get(rel) != new_files.get(rel):

@@ -201,3 +201,41 @@ def test_a_branch_that_cannot_be_written_keeps_the_journal_and_a_kill_after_it_r
     out = json.loads(r.out)
     assert out["resumed"] is True and out["status"] == "branch" and out["branch"]["commit_id"] == str(tip.id)
     assert not journal.exists() and len(json.loads(reef("-C", str(root), "log", "--json").out)) == 1
+
+
+def test_sync_publishes_nothing_on_a_trailer_no_evolve_of_ours_made(reef, tmp_path):
+    """Anyone can type `Reef-Proposal:` into a commit: sync used to publish HEAD's harness on it (here an older
+    harness, silently reverting step 2)."""
+    root, _ = repo_project(reef, tmp_path)
+    with open(root / "CLAUDE.md", "a") as f:
+        f.write("- a rule published later by the team\n")
+    assert reef("-C", str(root), "publish", "-m", "step 2 rule").code == 0
+    git("commit", "-q", "--allow-empty", "-m", "fix typo\n\nReef-Proposal: prop_does_not_exist", cwd=root)
+    tip = git("rev-parse", "HEAD", cwd=root).strip()
+    r = reef("-C", str(root), "sync", "--json")
+    assert r.code == 0, r.err
+    assert json.loads(r.out)["published"] is None
+    assert r.err.splitlines()[0] == (f"reef: commit {tip[:12]} carries 'Reef-Proposal: prop_does_not_exist', which "
+                                     "no evolve of scenario 'default' made here; nothing was published from Git HEAD")
+    head = json.loads(reef("-C", str(root), "show", "HEAD", "--json").out)
+    assert head["step"] == 2 and head["reason"] == "step 2 rule"
+
+
+def test_sync_will_not_publish_a_merged_proposal_over_a_release_made_since(reef, tmp_path):
+    root, ledger = repo_project(reef, tmp_path)
+    feedback(ledger, LINT, 3)
+    out = json.loads(reef("-C", str(root), "harness", "evolve", "--branch", "--json").out)
+    with open(root / "CLAUDE.md", "a") as f:  # published, not committed to Git: HEAD's CLAUDE.md is the old one
+        f.write("- a rule published after the proposal\n")
+    assert reef("-C", str(root), "publish", "-m", "step 2 rule").code == 0
+    git("checkout", "-q", "--", "CLAUDE.md", cwd=root)
+    git("merge", "-q", "--no-ff", "-m", "merge proposal", out["branch"]["branch"], cwd=root)
+    r = reef("-C", str(root), "sync", "--json")
+    assert r.code == 0, r.err
+    assert json.loads(r.out)["published"] is None
+    tip = git("rev-parse", "HEAD", cwd=root).strip()
+    assert r.err.splitlines()[0] == (
+        f"reef: Git HEAD ({tip[:12]}) differs from release step 2 in CLAUDE.md, which proposal {out['evolve_id']} did "
+        "not change — publishing HEAD would overwrite it; nothing was published (rebase the proposal onto the "
+        "current harness, or run 'reef publish --from-git HEAD' if HEAD is what you mean)")
+    assert json.loads(reef("-C", str(root), "show", "HEAD", "--json").out)["step"] == 2

@@ -58,10 +58,10 @@ def remote_remove(ctx: typer.Context, name: str = typer.Argument(..., help="Remo
 @app.command("list")
 def remote_list(ctx: typer.Context, as_json: bool = JSON) -> None:
     """List the remotes."""
-    from ..remote import remotes
+    from ..remote import public_remotes
 
     env: Env = ctx.obj
-    known = remotes(env.project())
+    known = public_remotes(env.project())
     if as_json:
         emit_json([{"name": n, "url": u} for n, u in sorted(known.items())])
         return
@@ -116,7 +116,7 @@ def pull(ctx: typer.Context, name: Optional[str] = NAME, as_json: bool = JSON) -
         if not names:
             from ..errors import NotFound
 
-            raise NotFound(f"remote '{rname}' ({url}) holds no reef scenario; nothing was created")
+            raise NotFound(f"remote '{rname}' ({result.url}) holds no reef scenario; nothing was created")
         default = "default" if "default" in names else names[0]
         project.create_state(env.scenario_name or default)
         from ..remote import _follow
@@ -159,21 +159,14 @@ def sync(ctx: typer.Context, name: Optional[str] = NAME, as_json: bool = JSON) -
 
 
 def _publish_merged_proposals(store):
-    """A proposal branch merged into the checked-out branch (a Reef-Proposal trailer in HEAD's history that no
-    release links yet) is published from HEAD, keeping the link; None when there is none or no Git repository."""
-    from ..gitstore import user_repo_root
-    from ..proposal_branch import files_at, publish_from_git
+    """A proposal of this project's own evolve, merged into the checked-out branch, published from HEAD
+    (proposal_branch.merged_proposal); anything else is named on stderr and nothing is published."""
+    from ..proposal_branch import merged_proposal
 
-    if user_repo_root(store.project.root) is None:
-        return None
-    try:
-        _, _, proposals = files_at(store, "HEAD")
-    except Exception:  # an unborn HEAD or a commit without this harness: nothing merged to publish  # noqa: BLE001
-        return None
-    if not proposals:
-        return None
-    res = publish_from_git(store, "HEAD")
-    return res.release if res.created else None
+    res, why = merged_proposal(store)
+    if why:
+        note(why)
+    return res.release if res is not None and res.created else None
 
 
 def merge(ctx: typer.Context, name: Optional[str] = NAME,
@@ -185,8 +178,8 @@ def merge(ctx: typer.Context, name: Optional[str] = NAME,
 
     env: Env = ctx.obj
     store = env.store()
-    rname, _url = resolve(store.project, name)
-    out = merge_remote(store, rname, workers=workers)
+    rname, url = resolve(store.project, name)
+    out = merge_remote(store, rname, url=url, workers=workers)
     if as_json:
         emit_json(out.to_json())
     else:

@@ -147,10 +147,17 @@ def log(ctx: typer.Context, limit: int = typer.Option(0, "-n", help="Show at mos
         table.add_column("load id", no_wrap=True)
     table.add_column("created", no_wrap=True)
     table.add_column("reason", overflow="fold")
+    from rich.text import Text
+
+    from ..printable import printable
+
+    def cell(text: str) -> Text:  # a pulled release's fields are anyone's text: no escapes, no rich markup
+        return Text(printable(text))
+
     for r in releases:
-        load = (r.runtime_load_id or "-",) if loads else ()
-        table.add_row(str(r.step), r.release_id, r.operation, r.content_id[:12], *load,
-                      r.created_at[:19].replace("T", " "), r.reason)
+        load = (cell(r.runtime_load_id or "-"),) if loads else ()
+        table.add_row(str(r.step), cell(r.release_id), cell(r.operation), cell(r.content_id[:12]), *load,
+                      cell(r.created_at[:19].replace("T", " ")), cell(r.reason))
     console().print(table)
 
 
@@ -162,11 +169,13 @@ def show(ctx: typer.Context, release: str = typer.Argument(..., help="Release id
     if as_json:
         emit_json({**rel.to_json(), "files": {p: {"bytes": len(e.data), "mode": f"{e.mode:o}"} for p, e in files.items()}})
         return
-    for k, v in rel.to_json().items():
-        print(f"{k:18} {v}")
+    from ..printable import printable
+
+    for k, v in rel.to_json().items():  # a pulled release's reason, meta and paths are anyone's text
+        print(f"{k:18} {printable(str(v))}")
     print("files:")
     for p, e in files.items():
-        print(f"  {e.mode:o} {len(e.data):8d}  {p}")
+        print(f"  {e.mode:o} {len(e.data):8d}  {printable(p)}")
 
 
 def diff(ctx: typer.Context, a: str = typer.Argument(...), b: str = typer.Argument(...)) -> None:
@@ -190,7 +199,8 @@ def checkout(
     head = store.head()
     target = dest if dest.is_absolute() else ctx.obj.cwd / dest
     written = write_release(target, files, project_root=store.project.root, force=force,
-                            head_files=store.files_of(head) if head is not None else None)
+                            head_files=store.files_of(head) if head is not None else None,
+                            label=f"release {rel.release_id} (step {rel.step})")
     print(f"Wrote {written} of {len(files)} file(s) of release {rel.release_id} (step {rel.step}) to {dest}")
 
 
