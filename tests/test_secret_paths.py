@@ -1,0 +1,61 @@
+"""Secrets on the paths around the redactor: excerpts cut from a redacted window (`reef run`, `reef ingest`, the
+model Reflector's prompt), train and weight-gate records, the trainer's log, `reef train`'s options."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from conftest import reef_init, run_reef
+
+TOKEN = "ghp_0123456789abcdefghijABCDEFGHIJklmnop"  # a GitHub token's shape: 40 characters
+PEM_LINE = "b3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQAAAAAAAAABAAAAMwAAAAtzc2gtZW\n"
+
+
+def straddling(limit: int, *, off: int = 20, head: str = "") -> str:
+    """A text whose GitHub token starts `off` characters before the end of the window the excerpt of `limit`
+    characters used to be redacted in (`limit + WINDOW`), after a PEM key that shrinks to a short marker: cut at
+    `limit` characters of the redacted window, the excerpt reached that window's end and kept the token's head."""
+    from reef_cli.redact import WINDOW
+
+    start = limit + WINDOW - off - len(head)
+    lines = (start - 132) // len(PEM_LINE)  # so that under 150 characters of filler follow the key
+    pem = "-----BEGIN OPENSSH PRIVATE KEY-----\n" + PEM_LINE * lines + "-----END OPENSSH PRIVATE KEY-----"
+    return head + pem + " " + "w" * (start - len(pem) - 2) + " " + TOKEN + " tail\n"
+
+
+def assert_no_token(data: str) -> None:
+    assert TOKEN[:12] not in data and TOKEN[-12:] not in data
+
+
+def test_excerpt_redacts_past_its_own_cut_whatever_shrank_before_it():
+    from reef_cli.redact import EXCERPT_CHARS, content_fields
+
+    for off in (1, 20, 39):
+        fields = content_fields(straddling(EXCERPT_CHARS, off=off), store_content=False)
+        assert fields["excerpt"].startswith("[REDACTED:private_key] ")
+        assert_no_token(fields["excerpt"])
+
+
+def test_excerpt_says_whether_it_cut_and_never_halves_a_marker():
+    from reef_cli.redact import excerpt
+
+    assert excerpt("short", 10) == ("short", False)
+    assert excerpt("x" * 50, 10) == ("x" * 10, True)
+    # a marker is never cut in half, and the cut still says so
+    out, cut = excerpt("a" * 8 + " " + TOKEN + " " + "b" * 5000, 10)
+    assert out == "a" * 8 + " [REDACTED:github_token]" and cut
+
+
+def test_reef_run_output_excerpt_keeps_no_piece_of_a_token(tmp_path):
+    from reef_cli.redact import EXCERPT_CHARS
+
+    project = reef_init(tmp_path / "p")
+    out = tmp_path / "out.txt"
+    out.write_text(straddling(EXCERPT_CHARS))
+    r = run_reef("run", "--", "cat", str(out), cwd=project, env={"REEF_SESSION": "t1"})
+    assert r.returncode == 0, r.stderr
+    ledger = (project / ".reef" / "scenarios" / "default" / "ledger.jsonl").read_text()
+    assert '"stdout"' in ledger and "[REDACTED:private_key]" in ledger
+    assert_no_token(ledger)
