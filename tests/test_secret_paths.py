@@ -7,7 +7,9 @@ import json
 import sys
 from pathlib import Path
 
-from conftest import reef_init, run_reef
+from conftest import reef_init, reef_read, run_reef
+from fakes import text as llm_text
+from test_evolve import init_project, session
 
 TOKEN = "ghp_0123456789abcdefghijABCDEFGHIJklmnop"  # a GitHub token's shape: 40 characters
 PEM_LINE = "b3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQAAAAAAAAABAAAAMwAAAAtzc2gtZW\n"
@@ -59,3 +61,44 @@ def test_reef_run_output_excerpt_keeps_no_piece_of_a_token(tmp_path):
     ledger = (project / ".reef" / "scenarios" / "default" / "ledger.jsonl").read_text()
     assert '"stdout"' in ledger and "[REDACTED:private_key]" in ledger
     assert_no_token(ledger)
+
+
+def test_reef_ingest_excerpt_keeps_no_piece_of_a_token(reef, tmp_path):
+    from reef_cli.ingest.model import USER_CHARS
+
+    root, ledger = init_project(reef, tmp_path)
+    cwd = str(tmp_path)
+
+    def line(uuid, kind, content):
+        msg = {"role": kind, "content": content, **({"model": "m", "stop_reason": "end_turn"}
+                                                     if kind == "assistant" else {})}
+        return json.dumps({"type": kind, "uuid": uuid, "sessionId": "s1", "cwd": cwd, "isSidechain": False,
+                           "timestamp": "2026-12-01T10:00:00.000Z", "message": msg})
+
+    path = tmp_path / "s1.jsonl"
+    path.write_text(line("u1", "user", straddling(USER_CHARS)) + "\n"
+                    + line("a1", "assistant", [{"type": "text", "text": "ok"}]) + "\n")
+    r = reef("-C", str(root), "ingest", "--json", str(path))
+    assert r.code == 0, r.err
+    data = ledger.path.read_text()
+    assert "[REDACTED:private_key]" in data
+    assert_no_token(data)
+
+
+def test_the_reflector_sends_no_piece_of_a_token(reef, tmp_path, fake_llm):
+    from reef_cli.lessons import record_text
+
+    root, ledger = init_project(reef, tmp_path)
+    # written straight to the ledger, bypassing redaction (an old ledger, another writer); the default excerpt is
+    # 1500 characters and the record's text starts with what `record_text` puts before the feedback
+    rep = session(ledger, "x")
+    head = record_text(rep)[: record_text(rep).index("x")]
+    rep = session(ledger, straddling(1500, head=head))
+    assert record_text(rep).index(TOKEN) == 1500 + 4096 - 20
+    fake_llm.reply(llm_text(json.dumps({"lessons": []})))
+    r = reef("-C", str(root), "harness", "reflect", "--json", "--backend", "openai", "--model-url",
+             fake_llm.base_url, "--model", "cheap-model")
+    assert r.code == 0, r.err
+    body = fake_llm.calls[0].body.decode()
+    assert rep.record_id in body and "[REDACTED:private_key]" in body
+    assert_no_token(body)
