@@ -4,12 +4,14 @@ model Reflector's prompt), train and weight-gate records, the trainer's log, `re
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
-from conftest import reef_init, reef_read, run_reef
+import pytest
+
+from conftest import reef_init, run_reef
 from fakes import text as llm_text
 from test_evolve import init_project, session
+from test_weights import SCEN, TRAINER, _failures, _prime, engine, ledger_of, train  # noqa: F401 - engine: a fixture
 
 TOKEN = "ghp_0123456789abcdefghijABCDEFGHIJklmnop"  # a GitHub token's shape: 40 characters
 PEM_LINE = "b3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQAAAAAAAAABAAAAMwAAAAtzc2gtZW\n"
@@ -102,3 +104,56 @@ def test_the_reflector_sends_no_piece_of_a_token(reef, tmp_path, fake_llm):
     body = fake_llm.calls[0].body.decode()
     assert rep.record_id in body and "[REDACTED:private_key]" in body
     assert_no_token(body)
+
+
+# -- train and weight-gate records ----------------------------------------------------------------------------------
+WANDB = "wandbsecret_tok3nSECRETxyz"
+GHP = "ghp_tok3nSECRETabcdefghijklmnopqrstuvwxy"  # ghp_ and 36: a GitHub token
+
+
+def stored_bytes(root: Path) -> str:
+    """Every file reef wrote under .reef, git objects read through the store (release meta)."""
+    from reef_cli.project import Project
+    from reef_cli.store import HarnessStore
+
+    metas = json.dumps([rel.meta for rel in HarnessStore(Project(root), SCEN).releases()]) \
+        if (root / ".reef" / "scenarios" / SCEN / "ledger.jsonl").exists() else ""
+    return metas + "".join(p.read_text(errors="replace") for p in (root / ".reef").rglob("*")
+                           if p.is_file() and "objects" not in p.parts)
+
+
+@pytest.fixture
+def wproject(reef, tmp_path):
+    root = tmp_path / "proj"
+    root.mkdir()
+    assert reef("-C", str(root), "init", "--template", "minimal").code == 0
+    return root
+
+
+def test_a_failing_trainers_last_line_is_stored_and_printed_redacted(reef, wproject, engine, tmp_path):
+    led = ledger_of(wproject)
+    _prime(led, engine)
+    echo = tmp_path / "echo_args.sh"
+    echo.write_text('#!/bin/sh\necho "args: $*"\nexit 3\n')
+    echo.chmod(0o755)
+    r = train(reef, wproject, "--engine", engine.url, "--trainer", f"{echo} --wandb-key {WANDB}")
+    assert r.code == 1 and "trainer exited with status 3 (args: --wandb-key [REDACTED:" in r.err
+    assert WANDB not in r.err + r.out
+    (failure,) = _failures(led)
+    assert failure["stage"] == "trainer" and "[REDACTED:" in failure["error"]
+    assert WANDB not in (wproject / ".reef" / "scenarios" / SCEN / "ledger.jsonl").read_text()
+
+
+def test_an_eval_commands_last_line_is_stored_and_printed_redacted(reef, wproject, engine, tmp_path):
+    led = ledger_of(wproject)
+    _prime(led, engine)
+    ev = tmp_path / "ev.sh"
+    ev.write_text(f'#!/bin/sh\necho "auth ok as {GHP}"\n')
+    ev.chmod(0o755)
+    r = train(reef, wproject, "--engine", engine.url, "--trainer", TRAINER, "--eval", str(ev))
+    assert r.code == 1 and "last line 'auth ok as [REDACTED:github_token]' is not a number" in r.err
+    assert GHP not in r.err + r.out
+    assert [f["stage"] for f in _failures(led)] == ["gate"]
+    gate = [x.payload for x in led.iter_records(kind="weight_gate")]
+    assert gate and "[REDACTED:github_token]" in gate[0]["reason"]
+    assert "tok3nSECRET" not in stored_bytes(wproject)

@@ -205,14 +205,28 @@ def _stop(proc: subprocess.Popen) -> None:
 
 
 def _last_line(path: Path, limit: int = 160) -> str:
+    """The log's last non-blank line, redacted (it is printed, and stored in a `train_failed` record: a trainer
+    echoing its `--wandb-key` or HF_TOKEN on the way out must not put it there), at most `limit` characters. The
+    end of the log is read with a window's room before that line, so a key on the line before it is context."""
+    from ..redact import WINDOW, redact
+
     try:
         with open(path, "rb") as f:
-            f.seek(max(0, os.fstat(f.fileno()).st_size - 4096))
-            lines = [ln for ln in f.read().decode("utf-8", "replace").splitlines() if ln.strip()]
+            start = max(0, os.fstat(f.fileno()).st_size - (4096 + WINDOW))
+            f.seek(start)
+            text = f.read().decode("utf-8", "replace")
     except FileNotFoundError:
         return ""
+    head_cut = start > 0
+    if head_cut:  # the read began inside a line: drop it, unless it is the last one
+        nl = text.find("\n")
+        if 0 <= nl < len(text.rstrip()):
+            text, head_cut = text[nl + 1:], False
+    lines = [ln for ln in redact(text)[0].splitlines() if ln.strip()]
     line = " ".join(lines[-1].split()) if lines else ""
     if len(line) <= limit:
         return line
+    if head_cut:  # a line longer than what was read: only its end is known whole
+        return f"… {line[-(limit - 2):]}"
     half = (limit - 3) // 2  # an error's end says what went wrong ("... No such file or directory"): keep both ends
     return f"{line[:half]} … {line[-half:]}"
