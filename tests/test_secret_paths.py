@@ -157,3 +157,34 @@ def test_an_eval_commands_last_line_is_stored_and_printed_redacted(reef, wprojec
     gate = [x.payload for x in led.iter_records(kind="weight_gate")]
     assert gate and "[REDACTED:github_token]" in gate[0]["reason"]
     assert "tok3nSECRET" not in stored_bytes(wproject)
+
+
+@pytest.mark.parametrize("url", ["http://alice:{tok}@127.0.0.1:{port}", "http://{tok}@127.0.0.1:{port}/"])
+def test_an_engine_url_with_credentials_is_refused_before_anything_runs(reef, wproject, engine, url):
+    led = ledger_of(wproject)
+    _prime(led, engine)
+    port = engine.url.rsplit(":", 1)[1]
+    given = url.format(tok=GHP, port=port)
+    r = train(reef, wproject, "--engine", given, "--trainer", TRAINER)
+    assert r.code == 4 and r.err.count("\n") == 1
+    assert r.err.startswith(f"reef: error: --engine http://127.0.0.1:{port}")
+    assert "a user name or password in the URL is not supported" in r.err and "tok3n" not in r.err
+    assert _failures(led) == [] and engine.loads == []
+    assert "tok3n" not in stored_bytes(wproject)
+    r = reef("-C", str(wproject), "-s", "fresh", "train", "--recipe", "sao", "--init", "--engine", given)
+    assert r.code == 4 and "tok3n" not in r.err and not (wproject / ".reef" / "scenarios" / "fresh").exists()
+
+
+@pytest.mark.parametrize("given, message", [
+    ("http://[::1", "--engine: not a valid URL (Invalid IPv6 URL); expected an SGLang server's http(s) URL, such as "
+                    "http://127.0.0.1:30000"),
+    ("http://127.0.0.1:99999", "--engine: not a valid URL (Port out of range 0-65535); expected an SGLang server's "
+                               "http(s) URL, such as http://127.0.0.1:30000"),
+    ("ftp://127.0.0.1", "--engine ftp://127.0.0.1: expected an http:// or https:// URL of an SGLang server, such as "
+                        "http://127.0.0.1:30000"),
+])
+def test_a_malformed_engine_url_is_invalid_input_naming_engine(reef, wproject, engine, given, message):
+    _prime(ledger_of(wproject), engine)
+    r = train(reef, wproject, "--engine", given, "--trainer", TRAINER)
+    assert (r.code, r.err) == (4, f"reef: error: {message}\n")
+    assert _failures(ledger_of(wproject)) == [] and engine.loads == []
