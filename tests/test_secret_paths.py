@@ -188,3 +188,19 @@ def test_a_malformed_engine_url_is_invalid_input_naming_engine(reef, wproject, e
     r = train(reef, wproject, "--engine", given, "--trainer", TRAINER)
     assert (r.code, r.err) == (4, f"reef: error: {message}\n")
     assert _failures(ledger_of(wproject)) == [] and engine.loads == []
+
+
+# -- reef train's options -------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("value", ["-5", "0", "nan", "inf", "-inf"])
+def test_a_timeout_that_is_not_a_positive_number_is_refused_before_the_trainer_runs(reef, wproject, engine, value):
+    _prime(ledger_of(wproject), engine)
+    r = train(reef, wproject, "--engine", engine.url, "--trainer", TRAINER, "--timeout", value)
+    assert (r.code, r.err) == (4, f"reef: error: --timeout {value}: expected a number of seconds above 0\n")
+    assert _failures(ledger_of(wproject)) == [] and engine.loads == []
+    assert not list((wproject / ".reef" / "scenarios" / SCEN).glob("train/*"))
+
+
+def test_a_bad_engine_url_creates_no_scenario(reef, wproject):
+    r = reef("-C", str(wproject), "-s", "fresh", "train", "--recipe", "sao", "--engine", "http://[::1")
+    assert r.code == 4 and r.err.startswith("reef: error: --engine: not a valid URL (Invalid IPv6 URL)")
+    assert not (wproject / ".reef" / "scenarios" / "fresh").exists()

@@ -88,6 +88,19 @@ class TrainResult:
         return out
 
 
+def check_options(*, engine_url: str | None, timeout_s: float | None) -> None:
+    """`reef train`'s options that can be judged alone, checked before anything runs: a timeout of -5 s used to
+    launch the trainer and stop it at once, and `nan` meant no timeout at all."""
+    import math
+
+    if timeout_s is not None and not (math.isfinite(timeout_s) and timeout_s > 0):
+        raise InvalidInput(f"--timeout {timeout_s:g}: expected a number of seconds above 0")
+    if engine_url is not None:
+        from .sglang import checked_url
+
+        checked_url(engine_url)
+
+
 # -- the scenario's weight state ------------------------------------------------------------------------------------
 def open_scenario(project, scenario: str, recipe_name: str | None):
     """The scenario's store and its weights recipe; a new scenario is bound to `recipe_name` here."""
