@@ -4,6 +4,7 @@ model Reflector's prompt), train and weight-gate records, the trainer's log, `re
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -204,3 +205,86 @@ def test_a_bad_engine_url_creates_no_scenario(reef, wproject):
     r = reef("-C", str(wproject), "-s", "fresh", "train", "--recipe", "sao", "--engine", "http://[::1")
     assert r.code == 4 and r.err.startswith("reef: error: --engine: not a valid URL (Invalid IPv6 URL)")
     assert not (wproject / ".reef" / "scenarios" / "fresh").exists()
+
+
+# -- trainer.log ----------------------------------------------------------------------------------------------------
+HF = "hf_" + "k1Lm2Nq3" * 4 + "zz"
+CHATTY = r'''
+import os, runpy, sys
+print("WANDB_API_KEY=" + os.environ["WANDB_API_KEY"])
+print("HF_TOKEN=" + os.environ["HF_TOKEN"])
+print("args:", " ".join(sys.argv[1:3]), flush=True)
+pem = sys.argv[3]
+for i in range(400):  # a continuous stream (no pause), the key in the middle of it, line by line
+    print(f"step {i:04d} loss 0.{i:04d} " + "." * 40)
+    if i == 200:
+        for line in pem.splitlines():
+            print(line)
+sys.stdout.flush()
+sys.argv = [sys.argv[0]] + sys.argv[4:]
+runpy.run_path(sys.argv[0].replace("chatty.py", "slime_train.py"), run_name="__main__")
+'''
+
+
+def test_trainer_log_is_redacted_as_it_is_written(reef, wproject, engine, tmp_path, monkeypatch):
+    import shutil
+
+    from test_weights import FAKES
+
+    led = ledger_of(wproject)
+    _prime(led, engine)
+    (tmp_path / "chatty.py").write_text(CHATTY)
+    shutil.copy(FAKES / "slime_train.py", tmp_path / "slime_train.py")
+    pem = "-----BEGIN OPENSSH PRIVATE KEY-----\n" + PEM_LINE * 40 + "-----END OPENSSH PRIVATE KEY-----"
+    monkeypatch.setenv("WANDB_API_KEY", WANDB)
+    monkeypatch.setenv("HF_TOKEN", HF)
+    trainer = f"{sys.executable} {tmp_path / 'chatty.py'} --wandb-key {WANDB} '{pem}'"
+    r = train(reef, wproject, "--engine", engine.url, "--trainer", trainer, "--json")
+    assert r.code == 0, r.err
+    (log,) = (wproject / ".reef" / "scenarios" / SCEN).glob("train/*/trainer.log")
+    data = log.read_bytes().decode()
+    assert "step 0399 loss" in data and "fake slime: saved" in data  # the rest is all there, in order
+    assert data.index("step 0200") < data.index("[REDACTED:private_key]") < data.index("step 0201")
+    assert "WANDB_API_KEY=[REDACTED:" in data and "HF_TOKEN=[REDACTED:" in data
+    for secret in (WANDB, HF, PEM_LINE.strip()[:20]):
+        assert secret not in data
+    assert WANDB not in stored_bytes(wproject) and HF not in stored_bytes(wproject)
+
+
+def test_a_continuous_stream_is_written_in_blocks_that_never_split_a_secret(tmp_path):
+    """Output that never pauses goes out in blocks cut at line ends with a window of context after them; a key
+    printed line by line across a would-be cut is kept whole: the log reads as the whole stream redacted at once."""
+    import os
+    import threading
+    import time
+
+    from reef_cli.redact import redact
+    from reef_cli.weights.trainer_log import RedactedLog
+
+    pem = "-----BEGIN OPENSSH PRIVATE KEY-----\n" + PEM_LINE * 40 + "-----END OPENSSH PRIVATE KEY-----\n"
+    lines = []
+    for i in range(600):
+        lines.append(f"step {i:04d} loss 0.{i:04d} {'.' * 50}\n")
+        if i % 97 == 0:
+            lines.append(pem if i % 2 else f"token {TOKEN} and HF_TOKEN={HF}\n")
+    text = "".join(lines)
+    out, into = os.pipe()
+    path = tmp_path / "trainer.log"
+
+    def feed():
+        data = text.encode()
+        for at in range(0, len(data), 997):  # odd-sized writes, never a pause long enough to flush everything
+            os.write(into, data[at:at + 997])
+            time.sleep(0.001)
+        os.close(into)
+
+    with open(path, "ab", buffering=0) as log:
+        copier = RedactedLog(out, log).start()
+        writer = threading.Thread(target=feed)
+        writer.start()
+        writer.join()
+        copier.close()
+    data = path.read_text()
+    assert data == redact(text)[0]
+    assert data.count("[REDACTED:private_key]") == 3 and TOKEN not in data and HF not in data
+    assert PEM_LINE.strip()[:20] not in data

@@ -118,8 +118,11 @@ def find_checkpoint(hf_dir: Path) -> Path | None:
 
 def launch(argv: list[str], *, cwd: Path, env: dict, log_path: Path, hf_dir: Path, timeout_s: float | None,
            on_tick: Callable[[float, str], None] | None = None, poll_s: float = 0.2) -> TrainerResult:
-    """Run the trainer in its own process group with output to `log_path`; SIGINT is forwarded to the group (which a
-    terminal's Ctrl-C would not reach), a timeout ends it (SIGTERM, then SIGKILL after a grace period)."""
+    """Run the trainer in its own process group with output to `log_path`, redacted on the way (trainer_log.py);
+    SIGINT is forwarded to the group (which a terminal's Ctrl-C would not reach), a timeout ends it (SIGTERM, then
+    SIGKILL after a grace period)."""
+    from .trainer_log import RedactedLog
+
     started = time.monotonic()
     log_path.parent.mkdir(parents=True, exist_ok=True)
     interrupted = threading.Event()
@@ -135,19 +138,22 @@ def launch(argv: list[str], *, cwd: Path, env: dict, log_path: Path, hf_dir: Pat
     with open(log_path, "ab", buffering=0) as log:
         previous = signal.signal(signal.SIGINT, forward) if threading.current_thread() is threading.main_thread() \
             else None
+        out, into = os.pipe()
         try:
-            proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=log,
+            proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=into,
                                     stderr=subprocess.STDOUT, start_new_session=True,
                                     preexec_fn=die_with_parent(os.getpid()))
-        except FileNotFoundError:
+        except BaseException as exc:
             _restore(previous)
-            raise TrainerFailed(f"trainer command not found: {argv[0]}", stage="launch") from None
-        except PermissionError:
-            _restore(previous)
-            raise TrainerFailed(f"trainer command is not executable: {argv[0]}", stage="launch") from None
-        except BaseException:
-            _restore(previous)
+            os.close(out)
+            os.close(into)
+            if isinstance(exc, FileNotFoundError):
+                raise TrainerFailed(f"trainer command not found: {argv[0]}", stage="launch") from None
+            if isinstance(exc, PermissionError):
+                raise TrainerFailed(f"trainer command is not executable: {argv[0]}", stage="launch") from None
             raise
+        os.close(into)
+        copier = RedactedLog(out, log).start()
         box.append(proc)
         if interrupted.is_set():  # Ctrl-C came while it was starting
             _signal_group(proc, signal.SIGINT)
@@ -165,6 +171,7 @@ def launch(argv: list[str], *, cwd: Path, env: dict, log_path: Path, hf_dir: Pat
             code = proc.wait()
         finally:
             _restore(previous)
+            copier.close()
     duration = time.monotonic() - started
     exit_code = 128 - code if code < 0 else code
     if interrupted.is_set():
