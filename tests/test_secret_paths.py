@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import reef_init, run_reef
+from conftest import reef_init, reef_read, run_reef
 from fakes import text as llm_text
 from test_evolve import init_project, session
 from test_weights import SCEN, TRAINER, _failures, _prime, engine, ledger_of, train  # noqa: F401 - engine: a fixture
@@ -288,3 +288,35 @@ def test_a_continuous_stream_is_written_in_blocks_that_never_split_a_secret(tmp_
     assert data == redact(text)[0]
     assert data.count("[REDACTED:private_key]") == 3 and TOKEN not in data and HF not in data
     assert PEM_LINE.strip()[:20] not in data
+
+
+# -- reef publish -----------------------------------------------------------------------------------------------------
+def git_objects(root: Path) -> str:
+    """Every loose Git object under .reef, inflated: where a published file's bytes go."""
+    import zlib
+
+    return "".join(zlib.decompress(p.read_bytes()).decode("utf-8", "replace")
+                   for p in (root / ".reef").rglob("*") if p.is_file() and "objects" in p.parts
+                   and len(p.parent.name) == 2)
+
+
+def test_publish_refuses_a_secret_typed_into_a_harness_file(tmp_path):
+    project = reef_init(tmp_path / "p")
+    claude = project / "CLAUDE.md"
+    lines = claude.read_text().splitlines()
+    claude.write_text("\n".join(lines + ["", f"Deploy with `gh auth login --with-token {TOKEN}`."]) + "\n")
+    r = run_reef("publish", "-m", "deploy notes", cwd=project)
+    assert (r.returncode, r.stderr) == (4, f"reef: error: CLAUDE.md:{len(lines) + 2} (github token): looks like a "
+                                           "secret; a release is stored in Git, pushed and compiled into the agent's "
+                                           "files, so nothing was published — remove it (use an environment "
+                                           "variable), or publish anyway with --allow-secret\n")
+    assert json.loads(reef_read("log", "--json", cwd=project).out)[0]["step"] == 1
+    assert TOKEN not in git_objects(project) and TOKEN not in stored_bytes_all(project)
+    r = run_reef("publish", "-m", "deploy notes", "--allow-secret", cwd=project)
+    assert r.returncode == 0 and json.loads(reef_read("log", "--json", cwd=project).out)[0]["step"] == 2
+    assert TOKEN in git_objects(project)  # what --allow-secret means, and what the check above would have seen
+
+
+def stored_bytes_all(root: Path) -> str:
+    return "".join(p.read_text(errors="replace") for p in (root / ".reef").rglob("*")
+                   if p.is_file() and "objects" not in p.parts)
