@@ -139,3 +139,73 @@ def test_a_big_ledgers_exit_check_is_bounded(tmp_path):
     assert since.ok and since.count == 100 and full.ok and full.count == 300_100
     print(f"verify_since {1000 * (t1 - t0):.1f} ms, verify {1000 * (t2 - t1):.1f} ms")
     assert t1 - t0 < (t2 - t1) / 20
+
+
+def test_the_start_record_edited_in_place_is_not_read_as_intact(tmp_path, small_threshold):
+    ledger = filled(tmp_path / "l.jsonl", 5)
+    start = ledger.position()
+    ledger.append_many([{"kind": "run", "payload": {"i": i}, "release_id": None, "content_id": None}
+                        for i in range(2)])
+    data = ledger.path.read_bytes()
+    at = data.rindex(b'"i":4}', 0, start.end)  # the start record, same length
+    ledger.path.write_bytes(data[:at] + b'"i":9}' + data[at + 6:])
+    assert appended_since(ledger.path, "default", start) is None
+    result = ledger.verify_since(start)
+    assert not result.ok and result.problem == "edited" and "line 5" in result.message
+
+
+@pytest.mark.parametrize("how", ["older copy", "deleted", "cut"])
+@pytest.mark.parametrize("threshold", [0, None])
+def test_records_this_process_appended_must_still_be_there(tmp_path, monkeypatch, how, threshold):
+    """A ledger put back from an older copy, deleted or cut while the gateway ran verifies as a chain: the newest
+    record the gateway appended (or, when it appended none, where the file ended at its start) says it lost some."""
+    if threshold is not None:
+        monkeypatch.setattr(ledger_mod, "SINCE_ABOVE_BYTES", threshold)
+    ledger = filled(tmp_path / "l.jsonl", 5)
+    copy = ledger.path.read_bytes()
+    start = ledger.position()
+    mine = ledger.append_many([{"kind": "run", "payload": {"i": i}, "release_id": None, "content_id": None}
+                               for i in range(3)])[-1]
+    ledger.close()
+    if how == "older copy":
+        (tmp_path / "copy").write_bytes(copy)
+        (tmp_path / "copy").replace(ledger.path)
+        (tmp_path / "l.jsonl.sync").unlink()  # the acknowledged mark gone too: only this process remembers
+    elif how == "deleted":
+        ledger.path.unlink()
+        (tmp_path / "l.jsonl.sync").unlink()
+    else:
+        os.truncate(ledger.path, len(copy))
+        (tmp_path / "l.jsonl.sync").unlink()
+    result = Ledger(ledger.path, "default").verify_since(start, mine)
+    assert not result.ok and result.problem == "lost", result
+    assert f"record {mine.record_id} (seq 8), the newest this process appended, is not in the file any more" \
+        in result.message
+    assert Ledger(ledger.path, "default").verify_since(start).ok is (how != "deleted")  # appended nothing
+    assert Ledger(ledger.path, "default").verify_since(start, None).problem in (None, "lost")
+
+
+def test_the_gateway_says_so_when_its_records_were_lost_while_it_ran(tmp_path):
+    from reef_cli.project import Project
+    from reef_cli.serve.app import Gateway, ServeConfig
+
+    from fakes import FakeLLM
+
+    project = init_project(tmp_path / "proj")
+    path = project / ".reef" / "scenarios" / "default" / "ledger.jsonl"
+    filled(path, 4).close()
+    before = path.read_bytes()
+    with FakeLLM() as llm:
+        log = io.StringIO()
+        gw = Gateway(ServeConfig(project=Project(project), scenario="default", upstream=llm.url, port=0),
+                     {}, log=log, out=io.StringIO())
+        with in_process(gw, code=1) as url:
+            req = urllib.request.Request(url + "/v1/chat/completions", method="POST", data=json.dumps(
+                {"model": "m", "messages": [{"role": "user", "content": "x"}]}).encode(),
+                headers={"content-type": "application/json"})
+            receipt = urllib.request.urlopen(req, timeout=30).headers["x-reef-agent-record-id"]
+            (tmp_path / "copy").write_bytes(before)  # an older copy put back by a backup tool, mark and all gone
+            (tmp_path / "copy").replace(path)
+            path.with_name("ledger.jsonl.sync").unlink()
+    assert (f"FAILED verification: {path}: record {receipt} (seq 5), the newest this process appended, is not in "
+            "the file any more") in log.getvalue(), log.getvalue()

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import json
+import os
 import socket
 import subprocess
 import time
@@ -258,8 +259,11 @@ def test_tokens_rotation_and_refusals(tmp_path, upstream):
 
 
 def test_token_file_is_reread_when_it_changes(tmp_path, upstream):
-    """Rotation without a restart: a token added to the file is accepted and a removed one refused within about a
-    second; an empty or deleted file keeps the tokens loaded before (one log line), never opening the gateway."""
+    """Rotation without a restart: once a change has settled, a token added is accepted and a removed one refused;
+    the gateway accepts exactly what the file holds, so emptied, deleted or replaced by a FIFO it accepts nobody
+    (failing open would keep a leaked token working) without ever blocking; a token added back works again."""
+    import os
+
     project = init_project(tmp_path / "proj")
     tokens = tmp_path / "tokens"
     tokens.write_text("old-token-1\n")
@@ -268,7 +272,7 @@ def test_token_file_is_reread_when_it_changes(tmp_path, upstream):
         return http(gw.url + "/reef/status", headers={"Authorization": f"Bearer {token}"})[0]
 
     def settles(token: str, code: int) -> bool:
-        deadline = time.monotonic() + 5
+        deadline = time.monotonic() + 6
         while status(token) != code:
             if time.monotonic() > deadline:
                 return False
@@ -283,19 +287,43 @@ def test_token_file_is_reread_when_it_changes(tmp_path, upstream):
         swap.write_text("new-token-2\n")
         swap.replace(tokens)  # an editor's save by rename: remove the old one
         assert settles("old-token-1", 401) and status("new-token-2") == 200
-        tokens.write_text("# nothing yet\n")
-        time.sleep(1.3)
-        assert status("new-token-2") == 200 and status("") == 401
+        tokens.write_text("# nobody\n")
+        assert settles("new-token-2", 401) and http(gw.url + "/healthz")[0] == 200
+        tokens.write_text("new-token-2\n")
+        assert settles("new-token-2", 200)
         tokens.unlink()
-        time.sleep(1.3)
-        assert status("new-token-2") == 200 and status("old-token-1") == 401
-        assert gw.stop() == 0
+        assert settles("new-token-2", 401)
+        os.mkfifo(tokens)  # nobody writes it: opened without blocking, refused
+        time.sleep(2.5)
+        assert status("new-token-2") == 401 and http(gw.url + "/healthz")[0] == 200
+        assert gw.stop(timeout=15) == 0
     log = gw.log()
-    assert log.count("token(s) accepted") == 2, log
-    assert f"--token-file {tokens}: holds no token (one per line; '#' starts a comment); still accepting the 1 " \
-           "token(s) loaded before" in log
-    assert f"--token-file {tokens}: no such file; still accepting the 1 token(s) loaded before" in log
+    assert log.count("token(s) accepted") == 3, log
+    assert f"--token-file {tokens}: holds no token (one per line; '#' starts a comment); no client is accepted " \
+           "until it holds a token again" in log
+    assert f"--token-file {tokens}: no such file; no client is accepted until it holds a token again" in log
+    assert f"--token-file {tokens}: not a regular file (one token per line); no client is accepted" in log
     assert "old-token-1" not in log and "new-token-2" not in log
+
+
+def test_a_token_file_is_read_whole_or_not_at_all(tmp_path):
+    """A half-written save is never loaded: a change is read once the file was last written a second ago."""
+    from reef_cli.serve.auth import TokenFile
+
+    path = tmp_path / "tokens"
+    path.write_text("old-token-1\n")
+    notes: list = []
+    tf = TokenFile(path, notes.append)
+    path.write_text("new-t")  # caught half-way through writing "new-token-2\n"
+    tf.refresh()
+    assert tf.tokens.accepts("old-token-1") and not tf.tokens.accepts("new-t") and notes == []
+    path.write_text("new-token-2\n")
+    tf.refresh()
+    assert tf.tokens.accepts("old-token-1") and notes == []
+    time.sleep(1.1)
+    tf.refresh()  # settled
+    assert tf.tokens.accepts("new-token-2") and not tf.tokens.accepts("old-token-1")
+    assert notes == [f"--token-file {path}: reloaded, 1 token(s) accepted"]
 
 
 @contextmanager

@@ -6,6 +6,7 @@ by redaction)."""
 
 from __future__ import annotations
 
+import gzip
 import http.server as httpd
 import json
 import threading
@@ -15,7 +16,7 @@ from contextlib import contextmanager
 import pytest
 
 from gateway import Gateway, exchanges, init_project
-from reef_cli.serve.relay import HIDDEN_MARK, KeyScreen
+from reef_cli.serve.keys import HIDDEN_MARK, KeyScreen, hidden_keys, screen
 
 KEY = "k9-operator-4bd1f07c2e55a913e6"  # no known secret shape: only the screen can catch it
 
@@ -31,13 +32,18 @@ def echo_upstream():
         def do_POST(self):
             body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
             seen = self.headers.get("Authorization", "")
+            encode = body.get("encode")
             if not body.get("stream"):
                 out = json.dumps({"id": "c", "object": "chat.completion", "model": "m", "usage": {
                     "prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}, "choices": [{
                         "index": 0, "finish_reason": "stop",
                         "message": {"role": "assistant", "content": f"you sent {seen}"}}]}).encode()
+                if encode:  # sent compressed although the gateway asked for identity
+                    out = gzip.compress(out) if encode == "gzip" else b"\x0b\x02\x80hello\x03"
                 self.send_response(401 if body.get("fail") else 200)
                 self.send_header("Content-Type", "application/json")
+                if encode:
+                    self.send_header("Content-Encoding", encode)
                 self.send_header("Content-Length", str(len(out)))
                 self.send_header("X-Echo", seen)
                 self.end_headers()
@@ -46,12 +52,16 @@ def echo_upstream():
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream")
             self.send_header("Transfer-Encoding", "chunked")
+            if encode:
+                self.send_header("Content-Encoding", encode)
             self.end_headers()
             chunk = lambda delta, finish="null": ('{"id":"c","object":"chat.completion.chunk","model":"m",'  # noqa
                                                   f'"choices":[{{"index":0,"delta":{delta},"finish_reason":{finish}}}]}}')
             events = "".join(f"data: {e}\n\n" for e in (
                 chunk(json.dumps({"role": "assistant", "content": f"you sent {seen}"})),
                 chunk("{}", '"stop"'), "[DONE]")).encode()
+            if encode == "gzip":
+                events = gzip.compress(events)
             for i in range(0, len(events), 7):  # 7 bytes a chunk, each on its own
                 piece = events[i:i + 7]
                 self.wfile.write(b"%x\r\n%s\r\n" % (len(piece), piece))
@@ -101,6 +111,32 @@ def test_an_echoed_upstream_key_is_screened_from_answers_and_records(tmp_path):
         assert gw.stop() == 0
     records = exchanges(project)
     assert [r.payload["outcome"] for r in records] == ["ok", "upstream_error", "ok"]
+
+
+def test_a_compressed_echo_is_decompressed_and_screened_or_refused(tmp_path):
+    """An upstream compressing although identity was asked for: gzip is read and screened (and relayed plain, the
+    client never asked for it); an encoding the gateway cannot read is refused, not passed on unread."""
+    project = init_project(tmp_path / "proj")
+    with echo_upstream() as url, Gateway(project, url, "--store-content",
+                                         env={"REEF_UPSTREAM_API_KEY": KEY}) as gw:
+        chat = gw.url + "/v1/chat/completions"
+        for capture in ("true", "false"):
+            status, headers, body = post(chat, {"model": "m", "encode": "gzip", "messages": []},
+                                         {"x-reef-capture": capture})
+            assert status == 200 and "Content-Encoding" not in headers
+            assert json.loads(body)["choices"][0]["message"]["content"] == "you sent Bearer [REDACTED:upstream_key]"
+            status, headers, body = post(chat, {"model": "m", "encode": "gzip", "stream": True, "messages": []},
+                                         {"x-reef-capture": capture})
+            assert status == 200 and "Content-Encoding" not in headers and KEY not in body.decode()
+            assert "you sent Bearer [REDACTED:upstream_key]" in body.decode()
+            assert body.decode().endswith("data: [DONE]\n\n")
+        status, _, body = post(chat, {"model": "m", "encode": "br", "messages": []})
+        assert status == 502 and "compressed its answer (br) although asked not to" in body.decode()
+        assert gw.stop() == 0
+    outcomes = [r.payload["outcome"] for r in exchanges(project)]
+    assert outcomes == ["ok", "ok", "upstream_undecodable"]
+    ledger = (project / ".reef" / "scenarios" / "default" / "ledger.jsonl").read_text()
+    assert KEY not in ledger and "DONE" in ledger
     ledger = (project / ".reef" / "scenarios" / "default" / "ledger.jsonl").read_text()
     assert KEY not in ledger and KEY not in gw.log()
 
@@ -133,3 +169,11 @@ def test_the_screen_holds_only_what_may_start_a_key_and_gives_it_back():
     assert screen.feed(b"rdvark") == b"sk-aardvark"  # it did not
     assert screen.feed(b"then sk") == b"then "
     assert screen.end() == b"sk"  # the answer ended: what was held goes out
+
+
+def test_a_key_that_begins_another_never_leaves_the_longer_ones_tail():
+    keys = hidden_keys(["sk-shared-0123456789", "sk-shared-0123456789-ANTHROPIC-TAIL", "short"], False)
+    assert keys == (b"sk-shared-0123456789-ANTHROPIC-TAIL", b"sk-shared-0123456789")  # longest first; short: never
+    assert screen(b"a sk-shared-0123456789-ANTHROPIC-TAIL b sk-shared-0123456789", keys) == \
+        b"a " + HIDDEN_MARK + b" b " + HIDDEN_MARK
+    assert hidden_keys(["sk-shared-0123456789"], True) == ()

@@ -14,7 +14,7 @@ def serve(
     upstream_api: str = typer.Option("auto", "--upstream-api", help="Which protocol the upstream speaks: openai, anthropic, auto (relay both), or sglang (OpenAI routes; records token ids, logprobs and the weight version, and checks it against the release)."),
     host: str = typer.Option("127.0.0.1", "--host", help="Address to bind; a non-loopback one needs --token-file."),
     port: int = typer.Option(8900, "--port", help="Port to bind (0 picks a free one and prints it)."),
-    token_file: Optional[Path] = typer.Option(None, "--token-file", help="Accepted bearer tokens, one per line (or sha256:HEX digests); several allow rotation; reread within a second of a change."),
+    token_file: Optional[Path] = typer.Option(None, "--token-file", help="Accepted bearer tokens, one per line (or sha256:HEX digests); several allow rotation; reread within about two seconds of a change."),
     inject: str = typer.Option("none", "--inject", help="system: prepend the current release's compiled instructions to the system prompt; none: relay bodies unchanged."),
     store_content: bool = typer.Option(False, "--store-content", help="Keep redacted request and response text in each record (default: digests only)."),
     pass_client_key: bool = typer.Option(False, "--pass-client-key", help="Relay the client's own Authorization / x-api-key upstream (reef's token then goes in x-reef-token)."),

@@ -45,7 +45,7 @@ from collections.abc import Iterable
 from dataclasses import replace
 
 from ..durable import refuse_misplaced
-from ..errors import StoreError
+from ..errors import ReefError, StoreError
 from . import acked as _acked
 from . import anchors as _anchors
 from . import since as _since
@@ -104,21 +104,52 @@ class Ledger(Writer, Reader, IdIndex, Compaction):
         """Where the chain ends now, for a later `verify_since`."""
         return _since.position(self.path)
 
-    def verify_since(self, start: _since.Position | None) -> VerifyResult:
+    def verify_since(self, start: _since.Position | None, last: Record | None = None) -> VerifyResult:
         """`verify()`, bounded for a big file that was at `start` when this process began appending: only the
         records after `start` are checked, each chained onto it (`since`); `since_seq` says so. Whatever is not
         plain appends (a replaced or shorter file, a compaction, a broken or torn line, acknowledged records cut
-        off) gets the full verify, which names it."""
+        off) gets the full verify, which names it. `last`, the newest record this process appended, must still be
+        in the file either way: a ledger replaced by an older copy, or deleted, verifies as a chain but lost it."""
         if start is not None:
             try:
                 big = os.stat(self.path).st_size > SINCE_ABOVE_BYTES
             except OSError:
                 big = False
-            count = _since.appended_since(self.path, self.scenario, start) if big else None
+            mine = (last.seq, last.hash) if last is not None else None
+            count = _since.appended_since(self.path, self.scenario, start, mine) if big else None
             if count is not None and self.acknowledged_cut() is None:
                 return VerifyResult(True, count, message=f"{self.path}: the {count} records after record "
-                                    f"{start.seq} chain onto it", since_seq=start.seq)
-        return self.verify()
+                                    f"{start.seq} chain onto it", since_seq=start.seq, repairs=read_repairs(self.path))
+        result = self.verify()
+        if result.ok and (last is not None or start is not None):
+            lost = self._lost_since(start, last)
+            if lost:
+                return replace(result, ok=False, problem="lost", message=lost)
+        return result
+
+    def _lost_since(self, start: _since.Position | None, last: Record | None) -> str | None:
+        try:
+            tail = self.tail(1)
+        except StoreError:
+            return None  # the chain verified: a last line the tail cannot read is the verify's to report
+        newest = tail[0].seq if tail else 0
+        if last is not None:
+            kept = newest >= last.seq
+            if kept and newest - last.seq < 1000:  # usually the newest or nearly: read backwards, no index built
+                kept = self.tail(newest - last.seq + 1)[0].hash == last.hash
+            elif kept:
+                try:
+                    kept = self.get(last.record_id).hash == last.hash
+                except ReefError:
+                    kept = False
+            if not kept:
+                return (f"{self.path}: record {last.record_id} (seq {last.seq}), the newest this process appended, "
+                        f"is not in the file any more (it ends at seq {newest}): the ledger was replaced, cut or "
+                        "deleted meanwhile; restore it from a backup")
+        elif start is not None and newest < start.seq:
+            return (f"{self.path}: it ends at seq {newest}, before seq {start.seq} where it ended when this process "
+                    "began: the ledger was replaced, cut or deleted meanwhile; restore it from a backup")
+        return None
 
     def acknowledged_cut(self) -> tuple[_acked.Mark, str] | None:
         """The acknowledged mark and the line saying so when the file's complete records end before what writers

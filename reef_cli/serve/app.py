@@ -22,11 +22,12 @@ from pathlib import Path
 from ..errors import ConflictError, DamagedState, InvalidInput, NotFound, PolicyError, ReefError, StoreError
 from ..times import format_ms
 from .auth import TokenFile, check_bind, presented_token
+from .keys import Undecodable, decoder_for, screen
 from .http_server import BodyTooLarge, HttpServer, Request, Response, StreamResponse
 from .recording import Exchange, Recorder
 from .reef_routes import ReefRoutes
 from .relay import (RECORDED, ROUTE_API, Upstream, error_body, failure_response, json_response as _json_response,
-                    response_headers, screen)
+                    response_headers)
 from .streams import StreamRelay
 from .upstream_http import AnswerTooLarge, UpstreamClient, UpstreamError
 
@@ -344,9 +345,14 @@ class Gateway(StreamRelay, ReefRoutes):
             except UpstreamError as exc:
                 return await self._failed(api, ex, extra, 502, "upstream_died",
                                           f"the upstream's answer was cut off ({exc})")
-            if self.hidden:
-                data = screen(data, self.hidden)
-            out_headers = response_headers(resp.headers, self.hidden) + extra
+            decoder = None
+            if self.hidden:  # keys.py: the gateway's own key never goes back, even from an upstream that echoes it
+                try:
+                    decoder = decoder_for(resp.headers)
+                    data = screen(decoder.whole(data, MAX_ANSWER) if decoder else data, self.hidden)
+                except Undecodable as exc:
+                    return await self._failed(api, ex, extra, 502, "upstream_undecodable", str(exc))
+            out_headers = response_headers(resp.headers, self.hidden, decoded=decoder is not None) + extra
             if ex is None:  # a HEAD's answer keeps the upstream's length (relayed headers drop Content-Length)
                 length = resp.headers.get("Content-Length") if request.method == "HEAD" else None
                 return Response(data, resp.status, out_headers, head_length=length)
@@ -436,7 +442,7 @@ class Gateway(StreamRelay, ReefRoutes):
             self._note(f"stopped; {line}")
             code = 1
         for name, state in sorted(self.recorder.scenarios.items()):
-            result = state.ledger.verify_since(state.start)  # a big ledger: only what came after the start
+            result = state.ledger.verify_since(state.start, state.last)  # big: only what came after the start
             if result.ok and result.since_seq is not None:
                 self._note(f"stopped; ledger of scenario '{name}' verified: the {result.count} records after record "
                            f"{result.since_seq} chain onto it (the older ones: reef ledger verify)")

@@ -18,12 +18,14 @@ import ipaddress
 import os
 import re
 import socket
+import stat
 import time
 from pathlib import Path
 from typing import Callable
 
 from ..errors import InvalidInput, PolicyError
 
+MAX_TOKEN_FILE = 256 * 1024
 _DIGEST_LINE = re.compile(r"sha256:([0-9a-f]{64})")
 
 
@@ -37,11 +39,24 @@ class TokenSet:
     @classmethod
     def load(cls, path: Path) -> "TokenSet":
         try:
-            text = Path(path).read_text(encoding="utf-8")
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)  # a FIFO must not hang the gateway
         except FileNotFoundError:
             raise InvalidInput(f"--token-file {path}: no such file") from None
-        except (OSError, UnicodeDecodeError) as exc:
-            raise InvalidInput(f"--token-file {path}: cannot read it ({exc})") from None
+        except OSError as exc:
+            raise InvalidInput(f"--token-file {path}: cannot read it ({exc.strerror})") from None
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise InvalidInput(f"--token-file {path}: not a regular file (one token per line)")
+            if st.st_size > MAX_TOKEN_FILE:  # read on the event loop: a stray big file must not stall it
+                raise InvalidInput(f"--token-file {path}: over {MAX_TOKEN_FILE // 1024} KiB, not a token file")
+            text = os.read(fd, MAX_TOKEN_FILE + 1).decode("utf-8")
+        except OSError as exc:
+            raise InvalidInput(f"--token-file {path}: cannot read it ({exc.strerror})") from None
+        except UnicodeDecodeError:
+            raise InvalidInput(f"--token-file {path}: not UTF-8 text (one token per line)") from None
+        finally:
+            os.close(fd)
         digests = []
         for line in text.splitlines():
             token = line.strip()
@@ -67,25 +82,28 @@ class TokenSet:
 
 class TokenFile:
     """The token file as a running gateway sees it: looked at (one stat) at most once a second, on a request, and
-    reread when its inode, size or times changed. A removed token is refused from the next check on; no restart.
+    reread once a change has settled (last written or renamed a second ago or more, so an editor's save caught
+    half-written is never loaded). Rotation needs no restart: a token added is accepted and one removed is refused
+    within about two seconds.
 
-    A file that cannot be read or holds no token keeps the tokens loaded before, with one log line: an editor's
-    half-written save, or a file deleted by mistake, must neither lock every agent out nor open the gateway to
-    anyone. To stop every client at once, stop the gateway."""
+    The gateway accepts exactly the tokens the file holds: emptied, deleted or made unreadable (a directory, a
+    FIFO, no permission), it holds none and every client is refused, with one log line. Failing open would keep a
+    leaked token working after its operator removed it."""
 
     CHECK_EVERY_S = 1.0
+    SETTLE_S = 1.0
 
     def __init__(self, path: Path, note: Callable[[str], None] = lambda _line: None):
         self.path = Path(path)
         self._seen = _signature(self.path)
         self.tokens = TokenSet.load(self.path)
         self.note = note
-        self._checked = time.monotonic()
+        self._next = time.monotonic() + self.CHECK_EVERY_S
 
     def current(self) -> TokenSet:
         now = time.monotonic()
-        if now - self._checked >= self.CHECK_EVERY_S:
-            self._checked = now
+        if now >= self._next:
+            self._next = now + self.CHECK_EVERY_S
             self.refresh()
         return self.tokens
 
@@ -93,11 +111,17 @@ class TokenFile:
         seen = _signature(self.path)
         if seen == self._seen:
             return
+        if seen is not None:
+            age = time.time() - max(seen[2], seen[3]) / 1e9
+            if 0 <= age < self.SETTLE_S:  # still being written, perhaps: looked at again once it has settled
+                self._next = min(self._next, time.monotonic() + self.SETTLE_S - age)
+                return
         self._seen = seen
         try:
             tokens = TokenSet.load(self.path)
         except InvalidInput as exc:
-            self.note(f"{exc}; still accepting the {len(self.tokens)} token(s) loaded before")
+            self.tokens = TokenSet([])
+            self.note(f"{exc}; no client is accepted until it holds a token again")
             return
         self.tokens = tokens
         self.note(f"--token-file {self.path}: reloaded, {len(tokens)} token(s) accepted")
@@ -105,7 +129,7 @@ class TokenFile:
 
 def _signature(path: Path) -> tuple | None:
     try:
-        st = os.stat(path)
+        st = os.stat(path)  # followed: a mounted secret is a symlink swapped to a new directory
     except OSError:
         return None
     return st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns

@@ -230,6 +230,7 @@ class _Scenario:
                            + (f"; {hint(name)}" if hint else ""))
         self.ledger = self.store.ledger()
         self.start = self.ledger.position()  # where the chain ended when first used: the drain's check starts here
+        self.last = None
         self.log_path = self.store.dir / "releases.jsonl"
         self._key = None
         self._release = None
@@ -369,6 +370,8 @@ class Recorder:
         except Exception as exc:
             ex.append_error = exc
             raise
+        if state.last is None or record.seq > state.last.seq:
+            state.last = record  # the newest this gateway appended: still in the file when it stops (app._verify)
         if ex.outcome == "ok":
             self.recorded += 1
         else:

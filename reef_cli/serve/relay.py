@@ -4,9 +4,9 @@ Headers are relayed as they are, minus hop-by-hop headers, reef's own `x-reef-*`
 upstream's credentials come from the environment (REEF_UPSTREAM_API_KEY, else OPENAI_API_KEY for OpenAI routes
 and ANTHROPIC_API_KEY for Anthropic routes), or with --pass-client-key from the client's own Authorization /
 x-api-key; they are never logged, recorded or echoed. Bodies are asked for uncompressed, so the bytes the client
-gets are the bytes the upstream sent and the gateway can read usage from them, with one exception (`KeyScreen`):
-an upstream that echoes the gateway's own key (an echo server, a proxy's verbose error) has it replaced before the
-answer is relayed or recorded, since any client holding a reef token would otherwise read the operator's key.
+gets are the bytes the upstream sent and the gateway can read usage from them, with one exception (keys.py): an
+upstream that echoes the gateway's own key (an echo server, a proxy's verbose error) has it replaced before the
+answer is relayed or recorded.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from ..errors import InvalidInput
 from .answers import Response
+from .keys import hidden_keys, screen_text
 
 HOP_BY_HOP = frozenset({
     "connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer", "trailers",
@@ -105,65 +106,19 @@ class Upstream:
         return out
 
     def hidden(self, pass_client_key: bool) -> tuple[bytes, ...]:
-        """The keys no answer may carry back: the gateway's own (a client's own key, with --pass-client-key, is
-        its own to see). A key under 16 bytes is a local server's placeholder (`EMPTY`, `password`), not a provider's
-        credential, and screening it would rewrite ordinary answers: it is not screened."""
-        if pass_client_key:
-            return ()
-        return tuple(sorted({k.encode() for k in self.env_keys.values() if k and len(k) >= 16}))
+        """The keys no answer may carry back (keys.py)."""
+        return hidden_keys(self.env_keys.values(), pass_client_key)
 
 
-HIDDEN_MARK = b"[REDACTED:upstream_key]"
-
-
-class KeyScreen:
-    """Replaces the gateway's own upstream keys in an answer's bytes, as they arrive. A chunk that ends with the
-    start of a key keeps those bytes back until the next one says whether the key follows (held only then: a
-    stream's events end in a blank line, which starts no key, so an SSE stream is never delayed)."""
-
-    def __init__(self, keys: tuple[bytes, ...]):
-        self.keys = keys
-        self.held = b""
-
-    def feed(self, data: bytes) -> bytes:
-        if not self.keys:
-            return data
-        data = screen(self.held + data if self.held else data, self.keys)
-        cut = len(data)
-        for key in self.keys:
-            i = data.find(key[:1], max(0, len(data) - len(key) + 1))
-            while i != -1 and i < cut:
-                if key.startswith(data[i:]):
-                    cut = i
-                    break
-                i = data.find(key[:1], i + 1)
-        self.held = data[cut:]
-        return data[:cut]
-
-    def end(self) -> bytes:
-        """What was held back, once the answer is over (the start of a key that never came whole)."""
-        held, self.held = self.held, b""
-        return held
-
-
-def screen(data: bytes, keys: tuple[bytes, ...]) -> bytes:
-    for key in keys:
-        if key in data:
-            data = data.replace(key, HIDDEN_MARK)
-    return data
-
-
-def response_headers(upstream_headers, hidden: tuple[bytes, ...] = ()) -> list[tuple[str, str]]:
+def response_headers(upstream_headers, hidden: tuple[bytes, ...] = (),
+                     decoded: bool = False) -> list[tuple[str, str]]:
+    """The upstream's headers as relayed: hop-by-hop ones and credentials dropped, the gateway's own keys screened
+    out (keys.py), and Content-Encoding dropped for an answer the gateway decompressed to screen it."""
     named = _connection_named(upstream_headers)
-    kept = [(k, v) for k, v in upstream_headers.items() if k.lower() not in RESPONSE_DROP and k.lower() not in named]
+    drop = RESPONSE_DROP | {"content-encoding"} if decoded else RESPONSE_DROP
+    kept = [(k, v) for k, v in upstream_headers.items() if k.lower() not in drop and k.lower() not in named]
     if hidden:
-        keys = [key.decode() for key in hidden]
-        mark = HIDDEN_MARK.decode()
-        for i, (name, value) in enumerate(kept):
-            for key in keys:
-                if key in value:
-                    value = value.replace(key, mark)
-            kept[i] = (name, value)
+        kept = [(k, screen_text(v, hidden)) for k, v in kept]
     return kept
 
 

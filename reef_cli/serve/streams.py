@@ -19,7 +19,8 @@ from functools import partial
 
 from .answers import Response, StreamResponse
 from .recording import Exchange
-from .relay import KeyScreen, failure_response, response_headers
+from .keys import Decoder, KeyScreen, Undecodable, decoder_for
+from .relay import failure_response, response_headers
 from .sse import EventSplitter, StreamWatch
 from .upstream_http import UpstreamError
 
@@ -40,7 +41,18 @@ class StreamRelay:
     """The Gateway's stream relay (a mixin: it uses the gateway's config, recorder, _record and _receipt)."""
 
     async def _stream(self, request, api, resp, ex: Exchange | None, extra) -> StreamResponse | None:
-        out = StreamResponse(resp.status, response_headers(resp.headers, self.hidden) + extra)
+        decoder = None
+        if self.hidden:  # keys.py: compressed although identity was asked for, it is decompressed to be screened
+            try:
+                decoder = decoder_for(resp.headers)
+            except Undecodable as exc:
+                resp.close()
+                if ex is not None:
+                    ex.fail("upstream_undecodable", str(exc), 502)
+                    await self._record(ex)
+                return failure_response(api, 502, str(exc), extra)
+        out = StreamResponse(resp.status, response_headers(resp.headers, self.hidden, decoded=decoder is not None)
+                             + extra)
         try:
             await out.prepare(request)
         except ConnectionError:  # the client left before the answer began
@@ -63,7 +75,7 @@ class StreamRelay:
 
         if ex is None:  # not recorded: a plain byte relay
             try:
-                async for chunk in self._body(resp):
+                async for chunk in self._body(resp, decoder):
                     await send(chunk)
                 await out.write_eof()
             except _ClientGone:
@@ -81,7 +93,7 @@ class StreamRelay:
         t = self.config.timeout
         ended = False  # the upstream ended the stream (within AFTER_FINAL_S of its final event, if one came)
         try:
-            async for chunk in self._body(resp):
+            async for chunk in self._body(resp, decoder):
                 ex.add_response(chunk)
                 ready = []
                 for event in splitter.feed(chunk):
@@ -147,9 +159,10 @@ class StreamRelay:
             pass
         return out
 
-    def _body(self, resp):
-        """The answer's bytes as they arrive, the gateway's own upstream keys screened out (relay.KeyScreen)."""
-        return _screened(resp, KeyScreen(self.hidden)) if self.hidden else resp.iter_any()
+    def _body(self, resp, decoder: Decoder | None):
+        """The answer's bytes as they arrive, decompressed if they must be and the gateway's own upstream keys
+        screened out (keys.py)."""
+        return _screened(resp, KeyScreen(self.hidden), decoder) if self.hidden else resp.iter_any()
 
     def _instead(self, out: StreamResponse, api: str, status: int, message: str, extra) -> StreamResponse | Response:
         """A stream that failed: while none of it has left (its head still held, see StreamResponse), a plain error
@@ -161,12 +174,12 @@ class StreamRelay:
         return out
 
 
-
-async def _screened(resp, keys: KeyScreen):
+async def _screened(resp, keys: KeyScreen, decoder: Decoder | None):
     async for chunk in resp.iter_any():
-        chunk = keys.feed(chunk)
-        if chunk:
-            yield chunk
+        for piece in decoder.feed(chunk) if decoder is not None else (chunk,):
+            piece = keys.feed(piece)
+            if piece:
+                yield piece
     rest = keys.end()
     if rest:
         yield rest
