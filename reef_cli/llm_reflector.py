@@ -256,11 +256,11 @@ class ChatBackend:
 
     # -- the prompt
     def user_message(self, records: list, bullets: list[str]) -> str:
-        from .redact import WINDOW, redact
+        from .redact import excerpt, redact
 
         items = [{"record_id": r.record_id, "kind": r.kind, "created_at": r.created_at,
-                  "text": redact(record_text(r)[: self.excerpt_chars + WINDOW])[0][: self.excerpt_chars]}
-                 for r in records]  # redacted past the cut, so a secret straddling it goes whole
+                  "text": excerpt(record_text(r), self.excerpt_chars)[0]}
+                 for r in records]  # redacted far enough past the cut that a secret straddling it goes whole
         lessons = [redact(b)[0] for b in bullets]
         return json.dumps({"records": items, "current_lessons": lessons}, ensure_ascii=False, indent=1)
 

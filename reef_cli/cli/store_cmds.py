@@ -89,6 +89,7 @@ def publish(
     message: Optional[str] = typer.Option(None, "-m", "--message", help="Why this change is published."),
     expect_head: Optional[str] = typer.Option(None, "--expect-head", help="Publish only if the head is still this release id."),
     from_git: Optional[str] = typer.Option(None, "--from-git", metavar="REF", help="Publish the harness as committed at REF of your Git repository (a merged 'evolve --branch' proposal keeps its link)."),
+    allow_secret: bool = typer.Option(False, "--allow-secret", help="Publish even when a changed file holds what looks like a secret (by default that is refused, naming the file and line)."),
     as_json: bool = JSON,
 ) -> None:
     """Publish the working tree's harness changes as a new release (a human publish)."""
@@ -114,7 +115,14 @@ def publish(
 
         res = publish_from_git(store, from_git, reason=message, expected_head=expected)
     else:
-        res = store.publish(reason=message, expected_head=expected)
+        config = store.worktree_config()
+        files = store.worktree_files(config)  # what is checked is what is published
+        if not allow_secret:
+            from ..harness_secrets import find, refuse
+
+            changed = [c.path for c in store.changes(store.head(), files, config) if c.change != "deleted"]
+            refuse(find(files, changed))
+        res = store.publish(reason=message, expected_head=expected, files=files)
     if as_json:
         emit_json({"created": res.created, "release": res.release.to_json(), "changes": [c.to_json() for c in res.changes]})
         return

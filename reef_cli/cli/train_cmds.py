@@ -48,8 +48,9 @@ def train(
 ) -> None:
     """Train the serving model on recorded traffic and hot-swap it into SGLang as a new weight release (on a
     skillclaw scenario: evolve its skill pool through the gate)."""
-    from ..weights.train import TrainOptions, open_scenario, train as run_train, unlock as clear_lock
+    from ..weights.train import TrainOptions, check_options, open_scenario, train as run_train, unlock as clear_lock
 
+    check_options(engine_url=engine, timeout_s=timeout)  # before a scenario is created or a trainer launched
     env: Env = ctx.obj
     if init:
         from ..weights.train import init_base

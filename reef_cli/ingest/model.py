@@ -148,19 +148,13 @@ def digest(text: str) -> str:
 
 @functools.lru_cache(maxsize=8192)
 def clip(text: str, limit: int) -> str:
-    """A redacted excerpt of at most about `limit` characters: redacted before cutting (a secret across the cut is
-    still caught), and a redaction marker is never cut in half. Memoised: sessions repeat commands and replies."""
-    from ..redact import WINDOW, redact
+    """A redacted excerpt of at most about `limit` characters, `…` where cut: see `redact.excerpt` (redacted before
+    cutting, from far enough past the cut that a secret across it is seen whole; a marker never cut in half).
+    Memoised: sessions repeat commands and replies."""
+    from ..redact import excerpt
 
-    text = text.replace("\x00", "")
-    out = redact(text[: limit + WINDOW])[0]
-    if len(out) <= limit:
-        return out
-    cut = limit
-    opened = out.rfind("[REDACTED:", 0, cut)
-    if opened >= 0 and out.find("]", opened) >= cut:
-        cut = out.find("]", opened) + 1
-    return out[:cut] + "…"
+    out, cut = excerpt(text.replace("\x00", ""), limit)
+    return out + "…" if cut else out
 
 
 def safe_key(text: str) -> str:

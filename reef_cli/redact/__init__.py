@@ -10,7 +10,8 @@ reads as a credential rather than a word, code or a placeholder (`plain` has the
 invisible characters dropped and no-break spaces made plain, and base64 is decoded and read. Every replacement
 reads `[REDACTED:<kind>]`, and text that is already redacted passes through unchanged (and uncounted).
 
-The public API is here (`redact`, `redact_text`, `redact_obj`, `redact_argv`, `content_fields`, `is_secret_key`); the
+The public API is here (`redact`, `redact_text`, `redact_obj`, `redact_argv`, `excerpt`, `content_fields`,
+`is_secret_key`); the
 rooms behind it: `shapes` (every pattern), `keys` (what a name and a value say), `readings` (invisible characters,
 colour codes, JSON and URL escapes), `wrapped` (tokens broken over lines), `plain` (secrets said in words), `scan`
 (one pass of every rule) and `rules` (what each match keeps and replaces).
@@ -25,7 +26,7 @@ from typing import Any
 
 from ..errors import InvalidInput
 from .keys import _is_auth_switch, _is_literal_secret, _secret_kind, is_secret_key
-from .readings import _CONTINUATION, _HIDDEN, _redact_colours, _redact_hidden, _replaced
+from .readings import _CONTINUATION, _HIDDEN, _MARK_RE, _redact_colours, _redact_hidden, _replaced
 from .shapes import _mark
 
 
@@ -157,20 +158,41 @@ def content_fields(text: str | bytes, store_content: bool) -> dict:
     fields: dict[str, Any] = {"digest": "sha256:" + hashlib.sha256(raw).hexdigest(), "length": len(raw)}
     if store_content:
         redacted, _ = redact(decoded)
-        fields["excerpt"] = _excerpt(redacted)
+        fields["excerpt"] = redacted[: _cut(redacted, EXCERPT_CHARS)]
         fields["text"] = redacted
     else:
-        fields["excerpt"] = _excerpt(redact(decoded[: EXCERPT_CHARS + WINDOW])[0])
+        fields["excerpt"] = excerpt(decoded, EXCERPT_CHARS)[0]
     return fields
 
 
-def _excerpt(text: str) -> str:
-    if len(text) <= EXCERPT_CHARS:
-        return text
-    cut = EXCERPT_CHARS
-    opened = text.rfind("[REDACTED:", 0, cut)
-    if opened >= 0:
+def excerpt(text: str, limit: int) -> tuple[str, bool]:
+    """The first `limit` or so characters of `text`, redacted; and whether anything was cut off. Only a window of
+    the text is redacted (a long output costs ~0.5 s/MB to scan), and the excerpt is cut from the *redacted* window,
+    so the window must reach well past the cut in the original text: a PEM key early on shrinks to a short marker,
+    and a cut made at `limit` redacted characters would otherwise land at the window's end, where a token cut short
+    by the window is too short to match and would be kept. So the window grows until at least `WINDOW` characters
+    of the original text follow the cut (counted as the characters left outside markers, which stand only for
+    themselves) or it holds the whole text; a secret that starts inside the excerpt and is shorter than `WINDOW`
+    is then seen whole. A redaction marker is never cut in half."""
+    size = limit + WINDOW
+    while True:
+        out = redact(text[:size])[0]
+        cut = _cut(out, limit)
+        if size >= len(text):
+            return out[:cut], cut < len(out)
+        if len(_MARK_RE.sub("", out[cut:])) >= WINDOW:
+            return out[:cut], True
+        size *= 2
+
+
+def _cut(text: str, limit: int) -> int:
+    """Where to cut `text` near `limit` characters: at `limit`, or just after a redaction marker that spans it."""
+    if len(text) <= limit:
+        return len(text)
+    cut = limit
+    opened = text.rfind("[REDACTED:", 0, cut + len("[REDACTED:") - 1)  # one that starts before the cut
+    if 0 <= opened < cut:
         closed = text.find("]", opened)
         if closed >= cut:
             cut = closed + 1
-    return text[:cut]
+    return cut

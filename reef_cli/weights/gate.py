@@ -228,7 +228,11 @@ def measure(store, suite: CanarySuite, *, engine_url: str, release, run_dir: Pat
         rmtree(harness)
         harness.with_name(harness.name + ".complete").unlink(missing_ok=True)
     episodes = {f"{q.task.id}#{q.repeat}": got[q.key].score for q in reqs}
-    errors = [f"{got[q.key].task_id} #{q.repeat + 1}: {got[q.key].error}" for q in reqs if got[q.key].error]
+    from ..redact import redact
+
+    # an episode's error is the agent's own words (a traceback may hold a key it was given): stored redacted
+    errors = [redact(f"{got[q.key].task_id} #{q.repeat + 1}: {got[q.key].error}")[0]
+              for q in reqs if got[q.key].error]
     fix = (f"check the 'agent' in harness.yaml of scenario '{suite.scenario}' (it must call the model at "
            "$OPENAI_BASE_URL), or pass --canary-scenario NAME or --no-gate (env REEF_WEIGHT_GATE=off)")
     if reqs and len(errors) == len(reqs):  # nothing was measured: the agent, not the weights, is what failed
@@ -331,6 +335,8 @@ def judge_score(score: float, old: dict | None, command: str) -> dict:
 
 def run_eval(cmd: str, url: str, version: str, environ: dict, timeout_s: float = 3600, cwd: Path | None = None) -> float:
     """Run the evaluation command against the engine; its last stdout line is a number or {"score": number}."""
+    from ..redact import excerpt
+
     shown = shown_command(cmd)
     try:
         argv = shlex.split(cmd)
@@ -347,12 +353,15 @@ def run_eval(cmd: str, url: str, version: str, environ: dict, timeout_s: float =
     if done.returncode != 0 or not lines:
         raise ReefError(f"--eval {shown!r} exited {done.returncode} without a score")
     last = lines[-1].strip()
+    # the line is the command's own output (a log line may hold a token it printed): shown redacted
+    not_a_score = ReefError(f"--eval {shown!r}: last line {excerpt(last, 80)[0]!r} is not a number or "
+                            "{\"score\": N}")
     try:
         value = json.loads(last)
     except ValueError:
-        raise ReefError(f"--eval {shown!r}: last line {last[:80]!r} is not a number or {{\"score\": N}}") from None
+        raise not_a_score from None
     if isinstance(value, dict):
         value = value.get("score")
     if not isinstance(value, (int, float)) or isinstance(value, bool):
-        raise ReefError(f"--eval {shown!r}: last line {last[:80]!r} is not a number or {{\"score\": N}}")
+        raise not_a_score
     return float(value)

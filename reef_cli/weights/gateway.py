@@ -49,7 +49,9 @@ class Gateway:
             if why is None:
                 self.url, self.external = given, True
                 return self
-            self.warnings.append(f"REEF_SERVE_URL {given} is not used for the weight gate ({why}); started a "
+            from ..redact import redact
+
+            self.warnings.append(f"REEF_SERVE_URL {redact(given)[0]} is not used for the weight gate ({why}); started a "
                                  "gateway of its own")
         self._start()
         return self

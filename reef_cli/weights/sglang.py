@@ -107,16 +107,43 @@ class SwapFailed(EngineError):
         self.answered_version = answered_version
 
 
+def checked_url(url: str) -> str:
+    """The engine's URL as reef uses, prints and stores it (no trailing slash), or InvalidInput naming --engine.
+
+    A user name or password in it is refused, not stripped: reef sends no credentials to SGLang (urllib would not
+    send these either, it looked the whole `user:pass@host` up as a host name), and every weight release, train
+    record and lock names the engine's URL, so one holding a token would store the token. A URL that cannot be
+    parsed is not echoed (it may hold a key); the reason says what is wrong."""
+    from urllib.parse import urlsplit
+
+    from ..errors import InvalidInput
+
+    example = "such as http://127.0.0.1:30000"
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - urlsplit checks the port only when asked
+    except ValueError as exc:
+        raise InvalidInput(f"--engine: not a valid URL ({exc}); expected an SGLang server's http(s) URL, "
+                           f"{example}") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        from ..redact import redact
+
+        raise InvalidInput(f"--engine {redact(url)[0]}: expected an http:// or https:// URL of an SGLang server, "
+                           f"{example}")
+    if "@" in parts.netloc:
+        host = parts.netloc.rsplit("@", 1)[1]
+        raise InvalidInput(f"--engine {parts.scheme}://{host}{parts.path}: a user name or password in the URL is "
+                           "not supported (reef sends no credentials to the engine, and would store the URL with "
+                           "every weight release); reach the engine without them (e.g. through an SSH tunnel)")
+    return url.rstrip("/")
+
+
 class Engine:
     """A client of one SGLang engine. `sleep` and the retry budget are injectable so tests stay fast."""
 
     def __init__(self, url: str, *, timeout: float = 60.0, flush_retries: int = 60, flush_wait: float = 1.0,
                  update_timeout: float = 1800.0, sleep: Callable[[float], None] = time.sleep):
-        if not url.startswith(("http://", "https://")):
-            from ..errors import InvalidInput
-
-            raise InvalidInput(f"--engine {url}: expected an http:// or https:// URL of an SGLang server")
-        self.url = url.rstrip("/")
+        self.url = checked_url(url)
         self.timeout = timeout
         self.flush_retries = flush_retries
         self.flush_wait = flush_wait

@@ -88,6 +88,19 @@ class TrainResult:
         return out
 
 
+def check_options(*, engine_url: str | None, timeout_s: float | None) -> None:
+    """`reef train`'s options that can be judged alone, checked before anything runs: a timeout of -5 s used to
+    launch the trainer and stop it at once, and `nan` meant no timeout at all."""
+    import math
+
+    if timeout_s is not None and not (math.isfinite(timeout_s) and timeout_s > 0):
+        raise InvalidInput(f"--timeout {timeout_s:g}: expected a number of seconds above 0")
+    if engine_url is not None:
+        from .sglang import checked_url
+
+        checked_url(engine_url)
+
+
 # -- the scenario's weight state ------------------------------------------------------------------------------------
 def open_scenario(project, scenario: str, recipe_name: str | None):
     """The scenario's store and its weights recipe; a new scenario is bound to `recipe_name` here."""
@@ -551,9 +564,11 @@ def _baseline(store, prev, gate_plan, url: str, run_dir: Path, run_id: str, envi
         verdict = wgate.measure(store, gate_plan.suite, engine_url=url, release=prev, run_dir=run_dir, run_id=run_id,
                                 environ=environ, emit=emit, warnings=result.warnings)
     except ReefError as exc:
+        from ..redact import redact
+
         failed("gate", exc)
-        raise type(exc)(f"weight gate: measuring the previous weights (release {prev.release_id}) failed: {exc}; "
-                        "nothing was swapped") from None
+        raise type(exc)(f"weight gate: measuring the previous weights (release {prev.release_id}) failed: "
+                        f"{redact(str(exc))[0]}; nothing was swapped") from None
     wgate.store_verdict(store, prev, verdict)
     return verdict
 
@@ -577,9 +592,11 @@ def _gate(store, engine, result: TrainResult, prev, baseline, gate_plan, url: st
             verdict = wgate.judge(gate_plan.suite, measured, baseline)
             keep = measured
     except ReefError as exc:
+        from ..redact import redact
+
         failed("gate", exc)
         verdict = {"kind": gate_plan.kind, "decision": wgate.ROLLBACK, "passed": False, "score": None,
-                   "baseline": (baseline or {}).get("score"), "reason": f"could not run: {exc}"}
+                   "baseline": (baseline or {}).get("score"), "reason": f"could not run: {redact(str(exc))[0]}"}
         keep = None
     result.gate = verdict
     store.ledger().append("weight_gate", {"run_id": result.run_id, **verdict}, release_id=release.release_id,
@@ -610,14 +627,17 @@ def _recorder(store, run_id: str, recipe: str, url: str):
     ledger = store.ledger()
 
     def failed(stage: str, exc: Exception, *, locked: bool = False, **extra) -> None:
+        from ..redact import redact_obj
+
         head = store.head()
+        # an error carries outside text (a trainer's or --eval's last line, an engine's answer): redacted
         payload = {"run_id": run_id, "recipe": recipe, "stage": stage, "error": str(exc), "locked": locked,
                    "engine": url, **extra}
-        ledger.append("train_failed", payload, release_id=head.release_id if head else None,
+        ledger.append("train_failed", redact_obj(payload)[0], release_id=head.release_id if head else None,
                       content_id=head.content_id if head else None)
         if locked:
-            _set_lock(store, {"at": format_time(utc_now()), "run_id": run_id, "stage": stage,
-                              "reason": f"{stage} failed: {exc}", "engine": url, **extra})
+            _set_lock(store, redact_obj({"at": format_time(utc_now()), "run_id": run_id, "stage": stage,
+                                         "reason": f"{stage} failed: {exc}", "engine": url, **extra})[0])
 
     return failed
 

@@ -118,8 +118,11 @@ def find_checkpoint(hf_dir: Path) -> Path | None:
 
 def launch(argv: list[str], *, cwd: Path, env: dict, log_path: Path, hf_dir: Path, timeout_s: float | None,
            on_tick: Callable[[float, str], None] | None = None, poll_s: float = 0.2) -> TrainerResult:
-    """Run the trainer in its own process group with output to `log_path`; SIGINT is forwarded to the group (which a
-    terminal's Ctrl-C would not reach), a timeout ends it (SIGTERM, then SIGKILL after a grace period)."""
+    """Run the trainer in its own process group with output to `log_path`, redacted on the way (trainer_log.py);
+    SIGINT is forwarded to the group (which a terminal's Ctrl-C would not reach), a timeout ends it (SIGTERM, then
+    SIGKILL after a grace period)."""
+    from .trainer_log import RedactedLog
+
     started = time.monotonic()
     log_path.parent.mkdir(parents=True, exist_ok=True)
     interrupted = threading.Event()
@@ -135,19 +138,22 @@ def launch(argv: list[str], *, cwd: Path, env: dict, log_path: Path, hf_dir: Pat
     with open(log_path, "ab", buffering=0) as log:
         previous = signal.signal(signal.SIGINT, forward) if threading.current_thread() is threading.main_thread() \
             else None
+        out, into = os.pipe()
         try:
-            proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=log,
+            proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=into,
                                     stderr=subprocess.STDOUT, start_new_session=True,
                                     preexec_fn=die_with_parent(os.getpid()))
-        except FileNotFoundError:
+        except BaseException as exc:
             _restore(previous)
-            raise TrainerFailed(f"trainer command not found: {argv[0]}", stage="launch") from None
-        except PermissionError:
-            _restore(previous)
-            raise TrainerFailed(f"trainer command is not executable: {argv[0]}", stage="launch") from None
-        except BaseException:
-            _restore(previous)
+            os.close(out)
+            os.close(into)
+            if isinstance(exc, FileNotFoundError):
+                raise TrainerFailed(f"trainer command not found: {argv[0]}", stage="launch") from None
+            if isinstance(exc, PermissionError):
+                raise TrainerFailed(f"trainer command is not executable: {argv[0]}", stage="launch") from None
             raise
+        os.close(into)
+        copier = RedactedLog(out, log).start()
         box.append(proc)
         if interrupted.is_set():  # Ctrl-C came while it was starting
             _signal_group(proc, signal.SIGINT)
@@ -165,6 +171,7 @@ def launch(argv: list[str], *, cwd: Path, env: dict, log_path: Path, hf_dir: Pat
             code = proc.wait()
         finally:
             _restore(previous)
+            copier.close()
     duration = time.monotonic() - started
     exit_code = 128 - code if code < 0 else code
     if interrupted.is_set():
@@ -205,14 +212,28 @@ def _stop(proc: subprocess.Popen) -> None:
 
 
 def _last_line(path: Path, limit: int = 160) -> str:
+    """The log's last non-blank line, redacted (it is printed, and stored in a `train_failed` record: a trainer
+    echoing its `--wandb-key` or HF_TOKEN on the way out must not put it there), at most `limit` characters. The
+    end of the log is read with a window's room before that line, so a key on the line before it is context."""
+    from ..redact import WINDOW, redact
+
     try:
         with open(path, "rb") as f:
-            f.seek(max(0, os.fstat(f.fileno()).st_size - 4096))
-            lines = [ln for ln in f.read().decode("utf-8", "replace").splitlines() if ln.strip()]
+            start = max(0, os.fstat(f.fileno()).st_size - (4096 + WINDOW))
+            f.seek(start)
+            text = f.read().decode("utf-8", "replace")
     except FileNotFoundError:
         return ""
+    head_cut = start > 0
+    if head_cut:  # the read began inside a line: drop it, unless it is the last one
+        nl = text.find("\n")
+        if 0 <= nl < len(text.rstrip()):
+            text, head_cut = text[nl + 1:], False
+    lines = [ln for ln in redact(text)[0].splitlines() if ln.strip()]
     line = " ".join(lines[-1].split()) if lines else ""
     if len(line) <= limit:
         return line
+    if head_cut:  # a line longer than what was read: only its end is known whole
+        return f"… {line[-(limit - 2):]}"
     half = (limit - 3) // 2  # an error's end says what went wrong ("... No such file or directory"): keep both ends
     return f"{line[:half]} … {line[-half:]}"
