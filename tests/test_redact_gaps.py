@@ -296,9 +296,9 @@ def test_adversarial_line_shapes_stay_linear() -> None:
     import time
 
     for text in ("".join(" " * i + "token:\n" for i in range(400)) * 5, "a:1:b:c:" * 20000):
-        start = time.perf_counter()
+        start = time.process_time()  # CPU, not wall: a loaded CI machine must not fail a linear scan
         assert redact(text) == (text, 0)
-        assert time.perf_counter() - start < 3.0
+        assert time.process_time() - start < 3.0
 
 
 # Hostile sweep, second round: Dockerfile ENV/ARG in the space form, redis AUTH, Ansible's *_pass variables, rclone.

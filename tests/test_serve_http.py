@@ -256,10 +256,12 @@ def test_a_held_write_goes_out_with_what_follows_it(server):
     HOLD_S for what comes next and go out in one send with it: the client is woken once, not twice, between the
     upstream's answer and the receipt."""
     port, _ = server
-    first, _ = _first_arrival(port, "/held-head")
-    assert first.startswith(b"HTTP/1.1 200 OK") and b"data: 1" in first  # the head waited for the event
-    first, _ = _first_arrival(port, "/held-event")
-    assert first.startswith(b"c\r\ndata: held") and b"data: 1" in first
+    for target, begins in (("/held-head", b"HTTP/1.1 200 OK"), ("/held-event", b"c\r\ndata: held")):
+        # What follows comes 3 ms later, within the 10 ms hold, unless a loaded machine stalls the handler past it:
+        # one of five tries going out in one send shows the hold (without it, none ever would).
+        firsts = [_first_arrival(port, target)[0] for _ in range(5)]
+        assert all(first.startswith(begins) for first in firsts), firsts
+        assert any(b"data: 1" in first for first in firsts), (target, firsts)
 
 
 def test_a_held_write_is_not_held_longer_than_the_hold(server):
