@@ -132,3 +132,14 @@ def example_suite_project(reef, root: Path, agent: str | None = None) -> Path:
     cmd = f'["{agent}", -p, "{{prompt}}"]' if agent else '["{python}", -m, reef_cli.example_agent, -p, "{prompt}"]'
     cfg.write_text(text + f"\nagent: {cmd}\n")
     return root
+
+
+def fixed(text: str, want: str | None) -> None:
+    """Redaction tests: `want` is the redacted text; None: the text comes through untouched. Redacting twice changes
+    nothing."""
+    from reef_cli.redact import redact
+
+    out, count = redact(text)
+    assert out == (text if want is None else want)
+    assert count == 0 if want is None else count >= 1
+    assert redact(out) == (out, 0)

@@ -165,18 +165,23 @@ def test_merge_refuses_a_forged_diverged_chain(reef, pair):
     assert log_bytes(b) == before and not (b / ".git" / "hooks" / "pre-commit").exists()
 
 
-def test_checkout_refuses_a_forged_release_already_in_the_chain(reef, pair, tmp_path):
-    """A chain pulled before pull checked releases may hold one: checkout writes none of it."""
-    _, bare, a, _ = pair
-    commit = forge(a, bare, {".git/hooks/pre-commit": (HOOK, EXEC)}, push=False)
+def forged_into_chain(a: Path, bare: Path) -> None:
+    """A forged release put straight into a's chain, as a pull made before pulls were checked would have left it."""
     from reef_cli.project import Project
     from reef_cli.remote import release_of_commit
     from reef_cli.store import HarnessStore
 
+    commit = forge(a, bare, {".git/hooks/pre-commit": (HOOK, EXEC)}, push=False)
     store = HarnessStore(Project(a), "default")
     release, _ = release_of_commit(store.git, commit)
     store.log.append(release)
     store.git.set_ref(store.ref, commit)
+
+
+def test_checkout_refuses_a_forged_release_already_in_the_chain(reef, pair, tmp_path):
+    """A chain pulled before pull checked releases may hold one: checkout writes none of it."""
+    _, bare, a, _ = pair
+    forged_into_chain(a, bare)
     dest = tmp_path / "out"
     r = reef("-C", str(a), "checkout", "HEAD", str(dest))
     assert r.code == 4
@@ -228,15 +233,7 @@ def test_links_a_release_may_hold(rel, target, fine):
 
 def test_rollback_to_a_forged_release_already_in_the_chain_publishes_nothing(reef, pair):
     _, bare, a, _ = pair
-    commit = forge(a, bare, {".git/hooks/pre-commit": (HOOK, EXEC)}, push=False)
-    from reef_cli.project import Project
-    from reef_cli.remote import release_of_commit
-    from reef_cli.store import HarnessStore
-
-    store = HarnessStore(Project(a), "default")
-    release, _ = release_of_commit(store.git, commit)
-    store.log.append(release)
-    store.git.set_ref(store.ref, commit)
+    forged_into_chain(a, bare)
     with open(a / "CLAUDE.md", "a") as f:
         f.write("- a later rule\n")
     ok(reef("-C", str(a), "publish", "-m", "step 3"))

@@ -10,6 +10,7 @@ import string
 
 import pytest
 
+from conftest import fixed
 from reef_cli.redact import is_secret_key, redact, redact_obj
 
 rng = random.Random(20261202)
@@ -19,14 +20,6 @@ URLSAFE = ALNUM + "-_"
 
 def chars(alphabet: str, n: int) -> str:
     return "".join(rng.choice(alphabet) for _ in range(n))
-
-
-def fixed(text: str, want: str | None) -> None:
-    """`want` is the redacted text; None: the text comes through untouched. Redacting twice changes nothing."""
-    out, count = redact(text)
-    assert out == (text if want is None else want)
-    assert count == 0 if want is None else count >= 1
-    assert redact(out) == (out, 0)
 
 
 # 1. Env assignments: a name that ends in AUTH holds a password (REDISCLI_AUTH is redis-cli's, REDIS_AUTH and
