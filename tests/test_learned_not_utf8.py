@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from reef_cli.project import Project
 from reef_cli.store import HarnessStore
 from test_evolve import LINT, LINT_KEY, block_ids, evolve, feedback, init_project, memory, releases
@@ -66,26 +68,22 @@ def test_a_latin1_byte_inside_the_block_refuses_demote_with_exit_4(reef, tmp_pat
     assert block_ids(root / "CLAUDE.local.md") == []
 
 
-def test_a_human_rule_in_a_file_with_a_latin1_byte_still_blocks_a_contradiction(reef, tmp_path):
+@pytest.mark.parametrize(("rule", "lesson", "kind"), [
+    ("Never use tabs for indentation.", "Always use tabs for indentation.", "contradiction"),
+    ("Always use tabs for indentation.", "Use tabs for indentation.", "covered"),
+])
+def test_a_human_rule_in_a_file_with_a_latin1_byte_still_counts(reef, tmp_path, rule, lesson, kind):
+    """It blocks a lesson contradicting it, and covers one it already states."""
     root, ledger = init_project(reef, tmp_path)
     claude = root / "CLAUDE.md"
     claude.write_bytes(claude.read_bytes().replace(b"## Learned by reef",
-                                                   b"- Never use tabs for indentation.\n\n## Learned by reef") + CAFE)
+                                                   f"- {rule}\n\n## Learned by reef".encode()) + CAFE)
     assert reef("-C", str(root), "publish", "-m", "a human rule").code == 0
-    feedback(ledger, {"lesson": "Always use tabs for indentation."}, 3)
-    out = evolve(reef, root)
-    (b,) = out["blocked"]
-    assert b["kind"] == "contradiction" and b["path"] == "CLAUDE.md:5"
-    assert block_ids(root / "CLAUDE.local.md") == []
-
-
-def test_a_human_rule_in_a_file_with_a_latin1_byte_still_covers_a_lesson(reef, tmp_path):
-    root, ledger = init_project(reef, tmp_path)
-    claude = root / "CLAUDE.md"
-    claude.write_bytes(claude.read_bytes().replace(b"## Learned by reef",
-                                                   b"- Always use tabs for indentation.\n\n## Learned by reef") + CAFE)
-    assert reef("-C", str(root), "publish", "-m", "a human rule").code == 0
-    feedback(ledger, {"lesson": "Use tabs for indentation."}, 3)
+    feedback(ledger, {"lesson": lesson}, 3)
     (b,) = evolve(reef, root)["blocked"]
-    assert b["kind"] == "covered" and b["path"] == "CLAUDE.md:5" and not b["negative"]
+    assert b["kind"] == kind and b["path"] == "CLAUDE.md:5"
+    if kind == "covered":
+        assert not b["negative"]
+    else:
+        assert block_ids(root / "CLAUDE.local.md") == []
     assert block_ids(root / "CLAUDE.local.md") == []
