@@ -13,17 +13,17 @@ from pathlib import Path
 
 from ..durable import last_lines
 from ..errors import ReefError
+from .acked import line_ending_at
 from .reading import _scan, open_for_reading
 from .record import _BLOCK, _decode
 
 
 @dataclass(frozen=True)
 class Position:
-    """Where a ledger's chain ended when it was looked at: the file (`ino`), that last complete record's line
-    (from `offset` to `end`, the byte after its newline), its `seq` and `hash`."""
+    """Where a ledger's chain ended when it was looked at: the file (`ino`), the byte after the last complete
+    record's newline (`end`), and that record's `seq` and `hash`."""
 
     ino: int
-    offset: int
     end: int
     seq: int
     hash: str
@@ -48,7 +48,7 @@ def position(path: Path) -> Position | None:
             return None
         if not ok:
             return None
-        return Position(ino, offset, offset + len(raw) + 1, record.seq, record.hash)
+        return Position(ino, offset + len(raw) + 1, record.seq, record.hash)
     return None
 
 
@@ -66,9 +66,9 @@ def appended_since(path: Path, scenario: str, start: Position, last: tuple[int, 
         st = os.fstat(handle.fileno())
         if st.st_ino != start.ino or st.st_size < start.end:
             return None
-        raw = os.pread(handle.fileno(), start.end - start.offset, start.offset)
+        raw = line_ending_at(handle.fileno(), start.end)
     try:
-        record, ok = _decode(raw[:-1]) if raw.endswith(b"\n") else (None, False)
+        record, ok = _decode(raw) if raw else (None, False)
     except ValueError:
         return None
     if not ok or record is None or (record.seq, record.hash) != (start.seq, start.hash):
