@@ -26,7 +26,7 @@ from typing import Callable, Iterable, Mapping, Sequence
 
 from .durable import STATE_FILE_MODE, append_durable, make_dirs, write_atomic
 from .errors import InvalidInput
-from .redact import content_fields
+from .redact import WINDOW, content_fields, redact
 from .releases import canonical
 from .store import rmtree, write_files
 from .tasks import Task
@@ -246,14 +246,24 @@ def agent_argv(agent: Sequence[str], prompt: str) -> tuple[list[str], bool]:
 
 
 def _tail(path: Path) -> str:
+    """The last TAIL_CHARS characters of an output file, redacted: the journal keeps it after the run, and reef
+    never stores a secret. A window of WINDOW bytes more is read and redacted, and the tail is cut from the redacted
+    text, so a secret that starts before the cut and ends inside the tail is seen whole (a cut made in the raw text
+    would leave its end, too short to match, behind); a redaction marker is never cut in half."""
     try:
         with open(path, "rb") as f:
             f.seek(0, os.SEEK_END)
             size = f.tell()
-            f.seek(max(0, size - TAIL_CHARS))
-            return f.read().decode("utf-8", "replace")
+            f.seek(max(0, size - TAIL_CHARS - WINDOW))
+            text = f.read().decode("utf-8", "replace")
     except OSError:
         return ""
+    out = redact(text)[0]
+    cut = max(0, len(out) - TAIL_CHARS)
+    opened = out.rfind("[REDACTED:", 0, cut + len("[REDACTED:") - 1)  # a marker that starts before the cut
+    if 0 <= opened < cut and out.find("]", opened) >= cut:
+        cut = opened  # the cut falls inside a marker: keep the marker whole
+    return out[cut:]
 
 
 def _read(path: Path) -> bytes:
@@ -361,7 +371,8 @@ class EpisodeRunner:
             return EpisodeResult(
                 key=req.key, task_id=task.id, side=req.side, repeat=req.repeat, content_id=req.content_id,
                 score=score, exit=exit_code, check_exit=check_exit, duration_s=duration, timed_out=timed_out,
-                error=error, stdout=content_fields(_read(out), self.store_content),
+                error=error if error is None else redact(error)[0],  # a check's unreadable score line is its output
+                stdout=content_fields(_read(out), self.store_content),
                 stderr=content_fields(_read(err), self.store_content),
                 skills_used=_skills_used(routing), tail=tail, record_id=new_id("ep"),
             )

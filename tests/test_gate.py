@@ -278,6 +278,29 @@ def test_a_hung_episode_is_killed_at_its_timeout_with_its_process_group(tmp_path
     assert not late.exists()  # the grandchild died with the group
 
 
+GH_TOKEN = "ghp_" + "q" * 36
+
+
+def test_an_episodes_output_tail_and_error_are_redacted_before_the_journal_keeps_them(tmp_path):
+    """The journal (kept after the run) held a failing check's raw stderr tail: a token printed by the check, or its
+    last characters when the 600-character tail was cut inside it; and a check's unreadable score line verbatim."""
+    from reef_cli.episodes import TAIL_CHARS
+
+    loud = make_task(f"id: loud\nprompt: p\ncheck: 'echo token {GH_TOKEN} >&2; exit 1'\n")
+    pad = "x" * (TAIL_CHARS - 20)  # the raw tail began inside the token: its last characters were kept
+    cut = make_task(f"id: cut\nprompt: p\ncheck: 'echo {GH_TOKEN}; echo {pad}; exit 1'\n")
+    score = make_task(f"id: score\nprompt: p\ncheck: 'echo score: {GH_TOKEN}'\n")
+    journal = Journal(tmp_path / "j" / "journal.jsonl")
+    reqs = [EpisodeRequest(t, CANDIDATE, 0, tmp_path, "c" * 40) for t in (loud, cut, score)]
+    got = runner_for(["true"], tmp_path).run_many(reqs, journal=journal)
+    by_task = {r.task_id: r for r in got.values()}
+    assert by_task["loud"].tail == "token [REDACTED:github_token]\n"
+    assert by_task["cut"].tail == f"[REDACTED:github_token]\n{pad}\n"
+    assert by_task["score"].error == "check printed an unreadable score '[REDACTED:github_token]'"
+    stored = (tmp_path / "j" / "journal.jsonl").read_text()
+    assert "[REDACTED:github_token]" in stored and "ghp_" not in stored and GH_TOKEN[-12:] not in stored
+
+
 def test_leftover_background_processes_are_killed_after_a_normal_exit(tmp_path):
     late = tmp_path / "late"
     out, err = tmp_path / "o", tmp_path / "e"
