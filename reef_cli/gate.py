@@ -644,8 +644,12 @@ def frozen_changes(root: Path, config: Any, base: Mapping, cand: Mapping) -> lis
 # ------------------------------------------------------------------------------------------------ running it
 
 
-def _content_id(store, files: Mapping) -> str:
-    return store.git.write_tree(dict(files))
+def _content_id(files: Mapping) -> str:
+    """The tree id of `files`, hashed without writing to the object store: a candidate that is never published
+    (a rejected one, one holding a secret) leaves nothing behind in `.reef/git`; a publish writes its own tree."""
+    from .gitstore import tree_id
+
+    return tree_id(dict(files))
 
 
 def _run_key(parts: dict) -> str:
@@ -715,8 +719,8 @@ def gate_candidate(
         raise InvalidInput(f"{CONFIG_NAME} has no 'agent' to run the canary tasks with; "
                            "set e.g. agent: [reef-claude, -p, \"{prompt}\"]")
     cand_files = dict(candidate_files)
-    base_cid = base_release.content_id if base_release is not None else _content_id(store, base_files)
-    cand_cid = _content_id(store, cand_files)
+    base_cid = base_release.content_id if base_release is not None else _content_id(base_files)
+    cand_cid = _content_id(cand_files)
     # The baseline's release is part of the run: its episodes are recorded under it, so the same content judged as a
     # release and as a plain tree (`reef ci --base DIR`) must not share a journal whose record ids then collide.
     run = _run_key({"v": 1, "baseline": base_cid, "candidate": cand_cid, "suite": suite.digest,
@@ -850,7 +854,7 @@ def _attribute(settings, canary, attribute, store, trees, dirs, cids, runner, jo
                  for r in range(settings.repeats) for t in canary]
     for bid, files in attribute.items():
         side = f"ablate:{bid}"
-        cid = _content_id(store, files)
+        cid = _content_id(files)
         tree = materialise_readonly(trees / cid, files)
         abl_reqs = [EpisodeRequest(q.task, side, q.repeat, tree, cid) for q in cand_reqs]
         pairs = [q for pair in zip(cand_reqs, abl_reqs) for q in pair]  # interleaved, as the gate runs its sides
@@ -868,7 +872,7 @@ def publish_gated(store, files: Mapping, verdict: Verdict, *, reason: str, opera
     while the head is still the release it was judged against (compare-and-swap)."""
     if verdict.decision != PUBLISH:
         raise PolicyError(f"the canary gate rejected this candidate ({verdict.reason}); nothing was published")
-    cid = _content_id(store, files)
+    cid = _content_id(files)
     if cid != verdict.candidate_content_id:
         raise PolicyError(f"the verdict {verdict.record_id or verdict.run} was for content "
                           f"{verdict.candidate_content_id[:12]}, not {cid[:12]}; run the gate on these files")

@@ -26,6 +26,36 @@ def mode_of(st_mode: int) -> int:
     return MODE_EXEC if st_mode & 0o111 else MODE_FILE
 
 
+def tree_id(files: dict[str, Entry]) -> str:
+    """The id `GitStore.write_tree(files)` returns, computed in memory: nothing is written. The gate names the trees it
+    judges by content id, and a working-tree candidate may hold what publish refuses (a secret): hashing it must not
+    leave its blobs in `.reef/git`. Git's object format: a blob is sha1("blob <size>\\0" + data); a tree lists
+    "<octal mode> <name>\\0" + the raw 20-byte id per entry, sorted by name with a directory's name read as "name/"."""
+    import hashlib
+
+    def digest(kind: bytes, body: bytes) -> bytes:
+        return hashlib.sha1(kind + b" %d\0" % len(body) + body).digest()
+
+    def tree(entries: dict) -> bytes:
+        rows = []
+        for name, value in entries.items():
+            raw = name.encode("utf-8")
+            if isinstance(value, dict):
+                rows.append((raw + b"/", b"40000 " + raw + b"\0" + tree(value)))
+            else:
+                rows.append((raw, b"%o " % value.mode + raw + b"\0" + digest(b"blob", value.data)))
+        return digest(b"tree", b"".join(row for _key, row in sorted(rows)))
+
+    nested: dict = {}
+    for rel, entry in files.items():
+        *dirs, name = rel.split("/")
+        node = nested
+        for d in dirs:
+            node = node.setdefault(d, {})
+        node[name] = entry
+    return tree(nested).hex()
+
+
 def _damage_is_a_store_error(method):
     """pygit2 reports a corrupt or missing object as GitError, wherever it is read; that is damage to reef's store,
     said in one line (StoreError), not a crash."""

@@ -388,6 +388,9 @@ def test_eval_a_better_candidate_would_publish_and_is_recorded(reef, project):
     gates = ledger_records(project, "gate")
     assert [g["record_id"] for g in gates] == [v["record_id"]]
     assert gates[0]["payload"]["decision"] == "publish" and gates[0]["content_id"] == v["candidate_content_id"]
+    import pygit2
+
+    assert v["candidate_content_id"] not in pygit2.Repository(str(project / ".reef" / "git"))  # judged, not stored
     episodes = ledger_records(project, "episode")
     assert len(episodes) == v["episodes_spent"] == 20
     ep = episodes[0]["payload"]

@@ -392,6 +392,21 @@ def test_incremental_tree_equals_full_tree(tmp_path):
     assert sorted(git.blob_ids(tree)) == sorted(files)
 
 
+def test_a_tree_id_is_hashed_in_memory_as_write_tree_would_and_writes_nothing(tmp_path):
+    """The gate names a candidate by tree id; computing it wrote the candidate's blobs (a secret included) into
+    .reef/git although nothing was published. Names that sort differently as a directory ("a/" after "a.b", "a-")
+    and every mode check the ordering and the entry format against pygit2's own."""
+    from reef_cli.gitstore import MODE_EXEC, MODE_LINK, Entry, GitStore, tree_id
+
+    files = {"a.b": Entry(b"1\n"), "a/x": Entry(b"2\n"), "a-": Entry(b"3\n"), "a/b/c.sh": Entry(b"#!", MODE_EXEC),
+             "z": Entry(b"a.b", MODE_LINK), "\u00e9t\u00e9.md": Entry(b""), "b/a/a": Entry(b"4"), "b/a.": Entry(b"5")}
+    git = GitStore(tmp_path / "git")
+    assert tree_id({}) == "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
+    ids = [tree_id(files), tree_id({"a.md": Entry(b"ghp_" + b"w" * 36)})]
+    assert not [p for p in (tmp_path / "git" / "objects").rglob("*") if p.is_file()]  # nothing written
+    assert ids == [git.write_tree(files), git.write_tree({"a.md": Entry(b"ghp_" + b"w" * 36)})]
+
+
 def test_a_missing_tree_is_a_store_error(tmp_path):
     from reef_cli.errors import StoreError
     from reef_cli.gitstore import GitStore
