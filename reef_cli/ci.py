@@ -242,12 +242,14 @@ class CiReport:
 def run_ci(store, baseline, base_files: Mapping, base_label: str, *, workers: int | None = None,
            policy: str | None = None, max_episodes: int | None = None,
            progress: Callable[[dict], None] | None = None, environ: Mapping[str, str] | None = None,
-           executor=None, suite_change: bool = False) -> CiReport:
-    """Judge the working tree against the baseline: blocked when it touches a Frozen path (nothing runs), pass when
-    it changes nothing, else the canary gate's verdict."""
+           executor=None, suite_change: bool = False, allow_secret: bool = False) -> CiReport:
+    """Judge the working tree against the baseline: blocked when it touches a Frozen path or, unless `allow_secret`,
+    a changed file holds what publish refuses as a secret (nothing runs); pass when it changes nothing, else the
+    canary gate's verdict."""
     from .config import CONFIG_NAME, parse_config
     from .edits import ci_policy
     from .gate import gate_candidate
+    from .harness_secrets import changed, find, gate_refusal
 
     config = parse_config(base_files[CONFIG_NAME].data, source=f"{CONFIG_NAME} ({base_label})")
     files = store.worktree_files(config)
@@ -263,6 +265,8 @@ def run_ci(store, baseline, base_files: Mapping, base_label: str, *, workers: in
                          f"{violations[0].path}: {violations[0].reason})")
     elif files == base_files:
         report.status, report.reason = "pass", "no harness changes; nothing to gate"
+    elif not allow_secret and (refusal := gate_refusal(find(files, changed(base_files, files)))):
+        report.status, report.reason = "blocked", refusal
     else:
         verdict = gate_candidate(store, files, ledger=store.ledger(), baseline=baseline, workers=workers,
                                  policy=policy, max_episodes=max_episodes, progress=progress, environ=environ,

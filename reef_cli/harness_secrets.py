@@ -5,6 +5,10 @@ Only what a human publish adds or changes is read (reef's own lessons are redact
 the same redactor that guards records; a match is reported by file, line and kind, never by its value. The person
 publishing can override with `--allow-secret` (a test fixture, a documented dummy key): the redactor tunes for
 missing as few secrets as possible, so it sometimes flags what is not one.
+
+`reef eval` (working tree) and `reef ci` refuse the same change the same way, before any episode runs: a gate that
+passes what publish will refuse is a surprise, and the gate's records would hold the candidate. They take
+`--allow-secret` too, and then only store its text redacted.
 """
 
 from __future__ import annotations
@@ -49,10 +53,27 @@ def find(files: dict, paths) -> list[Found]:
     return found
 
 
+def changed(base: dict, files: dict) -> list[str]:
+    """Paths of `files` added or changed (bytes or mode) since `base`: what a secret check reads."""
+    return [path for path, entry in files.items() if base.get(path) != entry]
+
+
+def _listed(found: list[Found]) -> str:
+    return ", ".join(f.shown() for f in found[:3]) + (f" and {len(found) - 3} more file(s)" if len(found) > 3 else "")
+
+
 def refuse(found: list[Found]) -> None:
     if not found:
         return
-    listed = ", ".join(f.shown() for f in found[:3]) + (f" and {len(found) - 3} more file(s)" if len(found) > 3 else "")
-    raise PolicyError(f"{listed}: looks like a secret; a release is stored in Git, pushed and compiled into the "
+    raise PolicyError(f"{_listed(found)}: looks like a secret; a release is stored in Git, pushed and compiled into the "
                       "agent's files, so nothing was published — remove it (use an environment variable), or "
                       "publish anyway with --allow-secret")
+
+
+def gate_refusal(found: list[Found]) -> str | None:
+    """Why `reef eval`/`reef ci` judge nothing: publish's sentence, saying what the gate did."""
+    if not found:
+        return None
+    return (f"{_listed(found)}: looks like a secret; a release is stored in Git, pushed and compiled into the "
+            "agent's files, so publish would refuse this change and the gate ran nothing — remove it (use an "
+            "environment variable), or judge it anyway with --allow-secret")

@@ -105,3 +105,30 @@ def test_the_summary_lists_added_and_removed_bullets_with_their_evidence(reef, p
             "more; utility") not in r.out  # no attribution in ci
     assert "+ CLAUDE.md: Always end files with a trailing newline. (seen 7x: rec_0, rec_1, rec_2, rec_3, rec_4 and 2 more)" in r.out
     assert "- CLAUDE.md: Keep functions short. (seen 4x: rec_A, rec_B, rec_C, rec_D)" in r.out
+
+
+TOKEN = "ghp_" + "x" * 36
+
+
+def secret_line(project: Path) -> int:
+    set_block(project, NEWLINE, f"- Deploy with token {TOKEN}.")
+    return next(i for i, line in enumerate((project / "CLAUDE.md").read_text().splitlines(), 1) if TOKEN in line)
+
+
+def test_ci_and_eval_refuse_a_change_publish_would_refuse_for_a_secret(reef, project):
+    """ci passed (exit 0) and eval judged a working tree that publish refuses (exit 4): the CI job went green on a
+    change that can never be published, and the gate stored the candidate. Now both refuse it the same way, before
+    any episode; the summary and JUnit still say why."""
+    line = secret_line(project)
+    why = (f"CLAUDE.md:{line} (github token): looks like a secret; a release is stored in Git, pushed and compiled "
+           "into the agent's files, so publish would refuse this change and the gate ran nothing — remove it (use an "
+           "environment variable), or judge it anyway with --allow-secret")
+    r = reef("-C", str(project), "ci", "--summary", "s.md", "--junit", "j.xml")
+    assert (r.code, r.err) == (4, f"reef: error: {why}\n")
+    assert f"## reef canary gate: ⛔ blocked by policy\n\n**{why}**" in (project / "s.md").read_text()
+    assert "<failure" in (project / "j.xml").read_text()
+    r = reef("-C", str(project), "ci", "--json")
+    assert r.code == 4 and json.loads(r.out)["status"] == "blocked" and json.loads(r.out)["reason"] == why
+    r = reef("-C", str(project), "eval")
+    assert (r.code, r.out, r.err) == (4, "", f"reef: error: {why}\n")
+    assert episodes(project) == 0

@@ -22,6 +22,9 @@ EXECUTOR = typer.Option(None, "--executor", help="Where episodes run: local (thr
                         "env REEF_EXECUTOR).")
 RAY_ADDRESS = typer.Option(None, "--ray-address", help="Ray cluster to join with --executor ray (default: start a "
                            "local one; env REEF_RAY_ADDRESS).")
+ALLOW_SECRET = typer.Option(False, "--allow-secret", help="Judge the working tree even when a changed file holds what "
+                            "looks like a secret (by default that is refused, as publish refuses it; records keep "
+                            "its text redacted).")
 REPEATS = typer.Option(None, "--repeats", "-k", min=1, help="Repeats per task and side (default: harness.yaml gate.repeats).")
 
 
@@ -136,8 +139,10 @@ def eval_cmd(
     as_json: bool = JSON,
     executor: Optional[str] = EXECUTOR,
     ray_address: Optional[str] = RAY_ADDRESS,
+    allow_secret: bool = ALLOW_SECRET,
 ) -> None:
-    """Run the canary gate on a candidate harness without publishing: exit 0 if it would publish, 1 if not."""
+    """Run the canary gate on a candidate harness without publishing: exit 0 if it would publish, 1 if not, 4 if the
+    working tree holds what publish refuses as a secret (nothing runs; --allow-secret judges it anyway)."""
     from ..errors import NotFound, UsageError
     from ..gate import ablations, frozen_changes, gate_candidate
 
@@ -158,6 +163,13 @@ def eval_cmd(
         msg = f"nothing to evaluate: the {label} is identical to release {base.step} ({base.release_id})"
         emit_json({"decision": None, "reason": msg}) if as_json else print(msg)
         return
+    if not candidate and not allow_secret:  # what publish would read: the working tree's changes since the head
+        from ..errors import PolicyError
+        from ..harness_secrets import changed, find, gate_refusal
+
+        head_files = base_files if baseline is None else store.files_of(store.require_head())
+        if refusal := gate_refusal(find(files, changed(head_files, files))):
+            raise PolicyError(refusal)
     for v in frozen_changes(store.project.root, store.config_of(base), base_files, files):
         note(f"warning: the {label} changes {v.path} ({v.reason}); the gate judges with release {base.step}'s tasks, "
              "evaluators and settings")
@@ -197,12 +209,14 @@ def ci(
     ray_address: Optional[str] = RAY_ADDRESS,
     suite_change: bool = typer.Option(False, "--suite-change", help="The change edits the measuring stick (canary "
                                       "tasks, evaluators, harness.yaml gate/zones) on purpose: judge both sides on the new suite."),
+    allow_secret: bool = ALLOW_SECRET,
 ) -> None:
     """Gate the working tree's harness (e.g. a pull request) against the published head.
 
     Exit 0: pass (better, or no harness change); 1: a regression or not better; 4: the change touches the measuring
-    stick (canary tasks, evaluators, harness.yaml gate/zones) without --suite-change. Edits to your own rules and
-    instructions are evaluated like any harness change."""
+    stick (canary tasks, evaluators, harness.yaml gate/zones) without --suite-change, or a changed file holds what
+    looks like a secret (publish refuses it) without --allow-secret. Edits to your own rules and instructions are
+    evaluated like any harness change."""
     from ..ci import base_checkout, check_output, head_baseline, run_ci, write_output
     from ..errors import PolicyError
 
@@ -219,7 +233,7 @@ def ci(
     with _interruptible(), _progress(not as_json) as progress:
         report = run_ci(store, baseline, base_files, label, workers=workers, policy=policy,
                         max_episodes=max_episodes, progress=progress, environ=env.environ, executor=spec,
-                        suite_change=suite_change)
+                        suite_change=suite_change, allow_secret=allow_secret)
     for path, render in outputs:
         write_output(path, getattr(report, render)())
     if as_json:
