@@ -125,8 +125,11 @@ def _memory(files: Mapping, config) -> Any:
 
 def bullet_changes(base_files: Mapping, cand_files: Mapping, config, utility: Mapping | None = None) -> list[BulletChange]:
     """Bullets added and removed between the two trees, each with its evidence (the candidate's memory first for
-    an added bullet, since the change that adds it brings its pattern; the base's for a removed one)."""
+    an added bullet, since the change that adds it brings its pattern; the base's for a removed one). The text is
+    redacted: it goes to the CI job page and the terminal, and either tree may hold a secret published or judged
+    with --allow-secret."""
     from .gate import new_bullets
+    from .redact import redact_text
 
     mem_base, mem_cand = _memory(base_files, config), _memory(cand_files, config)
     utility = utility or {}
@@ -136,7 +139,7 @@ def bullet_changes(base_files: Mapping, cand_files: Mapping, config, utility: Ma
         for b in new_bullets(old, new):
             p = next((m.by_id(b.id) for m in memories if m.by_id(b.id) is not None), None)
             out.append(BulletChange(
-                change=change, id=b.id, path=b.path, text=b.text,
+                change=change, id=b.id, path=b.path, text=redact_text(b.text),  # the CI job page is public
                 count=None if p is None else p.count, evidence=() if p is None else tuple(p.evidence),
                 utility=utility.get(b.id) if change == "added" else None,
                 suppressed=bool(p is not None and p.suppressed)))

@@ -785,7 +785,10 @@ def gate_candidate(
     )
     payload = verdict.to_json()
     payload.pop("record_id")
-    payload["new_bullets"] = [{"id": b.id, "path": b.path, "text": b.text} for b in new_bullets(base_files, cand_files)]
+    from .redact import redact_text  # a human's working-tree bullet may hold a secret (--allow-secret): never stored
+
+    payload["new_bullets"] = [{"id": b.id, "path": b.path, "text": redact_text(b.text)}
+                              for b in new_bullets(base_files, cand_files)]
     record_id = _ledger_append(ledger, "gate", payload, release_id=base_rid, content_id=cand_cid)
     verdict = replace(verdict, record_id=record_id)
     rmtree(trees)

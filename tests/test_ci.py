@@ -132,3 +132,34 @@ def test_ci_and_eval_refuse_a_change_publish_would_refuse_for_a_secret(reef, pro
     r = reef("-C", str(project), "eval")
     assert (r.code, r.out, r.err) == (4, "", f"reef: error: {why}\n")
     assert episodes(project) == 0
+
+
+def stored_text(root: Path) -> str:
+    """Every file under .reef, Git objects inflated."""
+    import zlib
+
+    out = []
+    for p in (root / ".reef").rglob("*"):
+        if p.is_file():
+            data = p.read_bytes()
+            if "objects" in p.parts and len(p.parent.name) == 2:
+                data = zlib.decompress(data)
+            out.append(data.decode("utf-8", "replace"))
+    return "".join(out)
+
+
+def test_a_secret_judged_with_allow_secret_is_stored_and_shown_redacted(reef, project):
+    """With --allow-secret the gate runs, but the gate record's new bullets, the summary (the CI job page) and the
+    printed bullets held the raw token."""
+    secret_line(project)
+    r = reef("-C", str(project), "ci", "--allow-secret", "--summary", "s.md")
+    assert r.code == 0, r.err
+    shown = "Deploy with token [REDACTED:github_token]."
+    assert f"+ CLAUDE.md: {shown} (no pattern in memory (written by hand))\n" in r.out
+    md = (project / "s.md").read_text()
+    assert shown in md and TOKEN not in md and TOKEN not in r.out + r.err
+    assert "ghp_" not in stored_text(project)
+    from reef_cli.ledger import Ledger
+
+    gate = next(Ledger(project / ".reef/scenarios/default/ledger.jsonl", "default").iter_records(kind="gate"))
+    assert shown in {b["text"] for b in gate.payload["new_bullets"]}
