@@ -19,6 +19,21 @@ def printable(text: str) -> str:
                    for c in text)
 
 
+def printable_lines(text: str) -> str:
+    """Multi-line text for a terminal (a diff): as `printable` line by line, with tabs and line ends kept (a CR only
+    as part of a CRLF ending), so a harness file's stored escapes are shown, never obeyed."""
+    if text.isprintable():
+        return text
+    out = []
+    for line in text.splitlines(keepends=True):
+        body = line.rstrip("\r\n") if line.endswith("\n") else line
+        end = line[len(body):]
+        if not body.isprintable():
+            body = "".join(c if c.isprintable() or c == "\t" else printable(c) for c in body)
+        out.append(body + (end if end in ("\n", "\r\n", "") else printable(end[:-1]) + "\n"))
+    return "".join(out)
+
+
 def plain(text: str) -> str:
     """`text` with terminal sequences and other control/bidi characters removed (tab and newline kept): how a lesson
     is stored and written into an instruction file an agent reads and a human may `cat`."""

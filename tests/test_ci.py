@@ -163,3 +163,12 @@ def test_a_secret_judged_with_allow_secret_is_stored_and_shown_redacted(reef, pr
 
     gate = next(Ledger(project / ".reef/scenarios/default/ledger.jsonl", "default").iter_records(kind="gate"))
     assert shown in {b["text"] for b in gate.payload["new_bullets"]}
+
+
+def test_ci_prints_a_bullets_terminal_escapes_escaped(reef, project):
+    """reef ci printed each bullet's text raw: an OSC title or colour in a bullet reached the terminal."""
+    set_block(project, "- Run the linter \x1b]0;PWNED\x07\x1b[31mRED", f"- Deploy with token {TOKEN}.")
+    r = reef("-C", str(project), "ci")  # blocked by the secret: nothing runs, the bullets are still listed
+    assert r.code == 4 and "\x1b" not in r.out + r.err
+    assert ("+ CLAUDE.md: Run the linter \\x1b]0;PWNED\\x07\\x1b[31mRED (no pattern in memory (written by hand))\n"
+            in r.out)

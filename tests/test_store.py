@@ -251,6 +251,17 @@ def test_log_show_diff_checkout(reef, tmp_path):
     assert table.code == 0 and "notes" in table.out
 
 
+def test_diff_shows_a_harness_files_terminal_escapes_escaped(reef, tmp_path):
+    """`reef diff` wrote a file's bytes to the terminal raw: an OSC title or a clear-screen in a bullet was obeyed
+    (other listings escape them). Tabs and line ends stay as they are."""
+    init(reef, tmp_path)
+    (tmp_path / "CLAUDE.local.md").write_text("- Run \x1b]0;PWNED\x07\x1b[31mRED\r\n\tindented\n")
+    assert reef("-C", str(tmp_path), "publish", "-m", "notes").code == 0
+    d = reef("-C", str(tmp_path), "diff", "1", "2")
+    assert d.code == 0 and "\x1b" not in d.out
+    assert "+- Run \\x1b]0;PWNED\\x07\\x1b[31mRED\r\n+\tindented\n" in d.out
+
+
 def test_checkout_refuses_to_write_through_symlinks(reef, tmp_path):
     proj = tmp_path / "p"
     proj.mkdir()

@@ -96,6 +96,7 @@ def _check_policy(policy: str | None) -> None:
 def _render(verdict, label: str) -> None:
     from rich.table import Table
 
+    from ..printable import printable
     from .context import console
 
     table = Table(title=f"canary gate: {label} vs baseline", show_lines=False)
@@ -115,8 +116,8 @@ def _render(verdict, label: str) -> None:
         print(f"tally: {t['wins']} wins, {t['losses']} losses, {t['ties']} ties (margin {t['margin']})")
     for bid, u in verdict.bullet_utility.items():
         print(f"bullet {bid}: utility {_delta(u)} (candidate minus candidate-without-it)")
-    for e in verdict.errors[:5]:
-        print(f"episode error: {e}")
+    for e in verdict.errors[:5]:  # may quote a check's output
+        print(printable(f"episode error: {e}"))
     print(f"episodes spent: {verdict.episodes_spent} of up to {verdict.episodes_budget}"
           + (f" (+{verdict.attribution_episodes} for attribution)" if verdict.attribution_episodes else "")
           + f"; decision: {verdict.decision} ({verdict.policy}, stage {verdict.stage}) - {verdict.reason}")
@@ -243,8 +244,11 @@ def ci(
     elif report.status != "blocked":  # a block is reported once, as the error line
         print(f"reef ci: {report.status}: {report.reason}")
     if not as_json:
-        for b in report.bullets:
-            print(f"{'+' if b.change == 'added' else '-'} {b.path}: {b.text} ({b.evidence_text().replace('`', '')})")
+        from ..printable import printable
+
+        for b in report.bullets:  # a harness's text: shown escaped, never obeyed by the terminal
+            print(printable(f"{'+' if b.change == 'added' else '-'} {b.path}: {b.text} "
+                            f"({b.evidence_text().replace('`', '')})"))
     if report.status == "blocked":
         raise PolicyError(report.reason)
     raise typer.Exit(0 if report.status == "pass" else 1)

@@ -187,9 +187,11 @@ def show(ctx: typer.Context, release: str = typer.Argument(..., help="Release id
 
 
 def diff(ctx: typer.Context, a: str = typer.Argument(...), b: str = typer.Argument(...)) -> None:
-    """Unified diff per file between two releases."""
+    """Unified diff per file between two releases (control characters shown escaped: use `reef checkout` for bytes)."""
+    from ..printable import printable_lines
+
     store = ctx.obj.store()
-    sys.stdout.write(store.diff(store.find(a), store.find(b)))
+    sys.stdout.write(printable_lines(store.diff(store.find(a), store.find(b))))
 
 
 def checkout(
