@@ -777,8 +777,7 @@ def gate_candidate(
         attribution_spent = counter["done"] - before
     verdict = Verdict.of(
         outcome,
-        episodes_budget=settings.max_episodes if settings.max_episodes is not None else
-        full_tally_cost(len(specs), settings.repeats),
+        episodes_budget=est["max"],  # the plan's ceiling: sequential may pass the full tally (probes, extra passes)
         bullet_utility=utilities, repeats=settings.repeats, run=run,
         baseline_release_id=base_rid, baseline_content_id=base_cid, candidate_content_id=cand_cid,
         suite_digest=suite.digest, attribution_episodes=attribution_spent, errors=tuple(errors),

@@ -65,8 +65,8 @@ def _listed(found: list[Found]) -> str:
 def refuse(found: list[Found]) -> None:
     if not found:
         return
-    raise PolicyError(f"{_listed(found)}: looks like a secret; a release is stored in Git, pushed and compiled into the "
-                      "agent's files, so nothing was published — remove it (use an environment variable), or "
+    raise PolicyError(f"{_listed(found)}: looks like a secret; a release is stored in Git, pushed and compiled into "
+                      "the agent's files, so nothing was published — remove it (use an environment variable), or "
                       "publish anyway with --allow-secret")
 
 

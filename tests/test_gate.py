@@ -408,6 +408,9 @@ def test_eval_runs_the_sequential_policy_by_default_and_shows_an_interval(reef, 
     v = json.loads(r.out)
     assert v["policy"] == "sequential" and v["decision"] == "publish" and v["trace"]["looks"][-1]["crossed"]
     assert v["interval"]["lo"] > 0 and v["interval"]["hi"] >= v["interval"]["lo"]
+    # "episodes spent: N of up to M" named the full paired tally (20), which sequential's probes and extra passes
+    # may pass ("10 of up to 6" on a 3-task, 1-repeat suite): M is now the ceiling printed before the run
+    assert v["episodes_budget"] == 120 and v["episodes_spent"] <= 120  # 2 sides x 5 tasks x 6k repeats
 
 
 def test_a_gated_publish_carries_the_verdict(reef, project):
