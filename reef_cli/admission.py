@@ -22,6 +22,7 @@ zone map of its own: each release is bounded by its own harness.yaml, and the st
 from __future__ import annotations
 
 import functools
+import os
 import posixpath
 from dataclasses import dataclass
 
@@ -96,8 +97,6 @@ def problem(rel: str, entry, bound: Bound | None) -> str | None:
 
     why = path_problem(rel)
     if why is None and entry is not None and entry.mode == MODE_LINK:
-        import os
-
         why = link_problem(rel, os.fsdecode(entry.data))
     if why is None and bound is not None and not bound.admits(rel):
         why = f"is outside the include globs of {bound.source}"
@@ -131,6 +130,47 @@ def check_files(files: dict, label: str, bound: Bound | None, *, done: str = "no
         why = problem(rel, files[rel], bound)
         if why is not None:
             raise PolicyError(f"{label} holds '{rel}', which {why}; {done}")
+
+
+def check_outgoing(files: dict, config, root) -> None:
+    """What a publish is about to put into the chain, held to the rules every other clone's pull holds it to
+    (`check_incoming`): a release pull refuses, once pushed, stops each teammate's next pull until someone publishes
+    over it. Bounded by the harness.yaml being published (`config`; None: a weights manifest, the structural rules
+    only) — the only zone map the publisher knows.
+
+    A link is published only as `link_problem` takes it: relative, staying inside the harness. An absolute link is
+    refused even when it points inside this project: another clone resolves it on its own filesystem (another
+    checkout path, another user), never to this file. The message then names the relative link that would do."""
+    from .config import CONFIG_NAME
+    from .gitstore import MODE_LINK
+
+    bound = None if config is None else Bound(tuple(config.include), tuple(config.exclude), CONFIG_NAME)
+    for rel in sorted(files):
+        why = problem(rel, files[rel], bound)
+        if why is None:
+            continue
+        target = os.fsdecode(files[rel].data) if files[rel].mode == MODE_LINK else ""
+        fix = ""
+        if target.startswith("/"):
+            why = f"is a symlink to the absolute path '{target}', which another clone cannot resolve the same way"
+            fix = _relative_fix(rel, target, root)
+        raise PolicyError(f"'{rel}' {why}; reef pull refuses it, so nothing was published{fix}")
+
+
+def _relative_fix(rel: str, target: str, root) -> str:
+    """' — make it relative: ln -sfn TARGET PATH' when `target` lands inside the project at `root` and its relative
+    spelling is one reef takes; '' otherwise (it points outside: there is nothing to link to)."""
+    import os
+    import shlex
+
+    real_root = os.path.realpath(root)
+    landing = os.path.realpath(target)
+    if not landing.startswith(real_root + os.sep):
+        return ""
+    relative = os.path.relpath(landing, os.path.join(real_root, posixpath.dirname(rel)))
+    if link_problem(rel, relative) is not None:
+        return ""
+    return f" — make it relative: ln -sfn {shlex.quote(relative)} {shlex.quote(rel)}"
 
 
 def check_incoming(store, releases, *, local: Bound | None, origin: str, done: str) -> None:
