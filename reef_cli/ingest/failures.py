@@ -74,3 +74,19 @@ def summary(failures: list[Failure]) -> str | None:
     latest = failures[0]
     return (f"{len(failures)} transcript(s) not fully ingested since {since[:16].replace('T', ' ')} UTC "
             f"(latest: {printable(latest.path)}: {printable(latest.why)})")
+
+
+def notice(failed: dict[str, tuple[str, bool]]) -> str | None:
+    """The one short line a wrapper prints after its run when its transcripts did not ingest whole, control
+    characters escaped: "ingest skipped 1 transcript(s) (PATH: why; and 1 more)"; None when they did."""
+    from ..printable import printable
+
+    if not failed:
+        return None
+    whole = sorted(p for p, (_, w) in failed.items() if w)
+    partial = sorted(p for p, (_, w) in failed.items() if not w)
+    what = " and ".join(([f"skipped {len(whole)} transcript(s)"] if whole else [])
+                        + ([f"read {len(partial)} transcript(s) only in part"] if partial else []))
+    first = (whole or partial)[0]
+    more = f"; and {len(failed) - 1} more" if len(failed) > 1 else ""
+    return f"ingest {what} ({printable(first)}: {printable(failed[first][0])}{more})"
