@@ -130,3 +130,21 @@ def test_a_transcript_the_hook_cannot_read_shows_in_status_until_it_reads_clean(
     ingest_now(json.dumps(event).encode(), dict(os.environ))
     assert json.loads(reef("-C", str(root), "status", "--json").out)["ingest_failures"] == []
     assert not any(x.startswith("ingest: ") for x in reef("-C", str(root), "status").out.splitlines())
+
+
+def test_an_ingest_the_hook_could_not_run_at_all_shows_in_status(reef, tmp_path):
+    """A failure outside any one file (here reef's own ingest state of the wrong kind) is recorded against the
+    hook's transcript: before, only ingest-hook.log, which nothing reads, had it."""
+    from reef_cli.hook import ingest_now
+
+    root, _ = init_project(reef, tmp_path)
+    transcript = tmp_path / "t.jsonl"
+    shutil.copy(GOLDEN / "claude.jsonl", transcript)
+    state = root / ".reef" / "scenarios" / "default" / "ingest.json"
+    state.mkdir()
+    event = {"session_id": "27afa82b-71ef-4a2b-a9c2-2776c6f477ec", "transcript_path": str(transcript),
+             "cwd": str(root), "hook_event_name": "SessionEnd"}
+    assert ingest_now(json.dumps(event).encode(), dict(os.environ)) == 0  # what the detached child runs
+    (entry,) = json.loads(reef("-C", str(root), "status", "--json").out)["ingest_failures"]
+    assert entry["path"] == str(transcript) and entry["whole"] is True
+    assert entry["why"] == f"not ingested: IsADirectoryError: [Errno 21] Is a directory: '{state}'"
