@@ -261,7 +261,7 @@ def test_via_serve_flag_env_and_per_agent_mechanism():
                   "REEF_SERVE_SESSION": "rec_1"}
 
 
-def test_a_transcript_the_wrapper_cannot_read_is_one_line_and_the_exit_status_stays_the_agents(setup):
+def test_a_transcript_the_wrapper_cannot_read_is_one_line_and_the_exit_status_stays_the_agents(setup, reef):
     """It used to be ingested in silence: the user never knew the session was not learned from. The exit status
     stays the agent's (a transcript reef cannot parse is not a failed task)."""
     sessions = Path(setup["record"]["agent_dir"]) / "projects" / "p"
@@ -275,6 +275,8 @@ def test_a_transcript_the_wrapper_cannot_read_is_one_line_and_the_exit_status_st
             f"not JSON; 1 more)); 'reef -C {setup['project']} status' lists them\n") in r.stderr
     r = wrap(setup, "-p", "again", "--exit", "0")  # unchanged since: not read again, nothing to say
     assert r.returncode == 0 and "ingest" not in r.stderr
+    (entry,) = json.loads(reef("-C", str(setup["project"]), "status", "--json").out)["ingest_failures"]
+    assert entry["path"] == str(bad) and entry["whole"] is False  # ... but still not learned from whole
 
 
 def test_a_corrupt_opencode_database_is_named_after_the_run(reef, tmp_path, agent_bin, no_real_home):

@@ -456,6 +456,7 @@ def _ingest_locked(store, agent, sources, since_iso, state_path, progress, now: 
             key = os.path.abspath(path)
             if src.origin == "user":
                 scanned.add(key)
+            unchanged = result.files_skipped
             try:
                 records, files, sessions = _read_file(src, file_agent, path, state, result, since_iso,
                                                       observe_rules, now - STALE_AFTER)
@@ -464,7 +465,7 @@ def _ingest_locked(store, agent, sources, since_iso, state_path, progress, now: 
                 result.errors.append(f"{path}: {why}")
                 result.failed[key] = (why, True)
                 continue
-            if key not in result.failed:
+            if key not in result.failed and result.files_skipped == unchanged:  # not re-read: its entry stands
                 clean.add(key)
             writer.add(records, str(path))  # outside the guard: a ledger that fails stops the run, state unsaved
             state.files.update(files)
