@@ -561,6 +561,9 @@ class HarnessStore:
             from .validate import check_release
 
             check_release(files, config)  # a release that would break every later command is refused here
+        from .admission import check_outgoing
+
+        check_outgoing(files, config, self.project.root)  # nor one that every other clone's pull would refuse
         current = self.head()
         new_ids = self._ids(files)
         tree_id = self._tree_for(current, files, new_ids)

@@ -118,15 +118,14 @@ def publish(
     if from_git is not None:
         from ..proposal_branch import publish_from_git
 
-        res = publish_from_git(store, from_git, reason=message, expected_head=expected)
+        res = publish_from_git(store, from_git, reason=message, expected_head=expected, allow_secret=allow_secret)
     else:
         config = store.worktree_config()
         files = store.worktree_files(config)  # what is checked is what is published
         if not allow_secret:
-            from ..harness_secrets import find, refuse
+            from ..harness_secrets import in_changes, refuse
 
-            changed = [c.path for c in store.changes(store.head(), files, config) if c.change != "deleted"]
-            refuse(find(files, changed))
+            refuse(in_changes(store, files, config))
         res = store.publish(reason=message, expected_head=expected, files=files)
     if as_json:
         emit_json({"created": res.created, "release": res.release.to_json(), "changes": [c.to_json() for c in res.changes]})
