@@ -66,12 +66,17 @@ def status(ctx: typer.Context, as_json: bool = JSON) -> None:
             print(f"weight gate: {gate}")
         return
     head, changes = store.status()
+    from ..ingest import failures  # what the hook and the wrappers could not ingest: their output reaches no one
+
+    failed = failures.load(store.dir)
     if as_json:
         emit_json({"project": str(store.project.root), "scenario": store.scenario, "recipe": info.recipe,
                    "head": head.to_json(), "ledger_path": str(store.ledger_path), "clean": not changes,
-                   "changes": [c.to_json() for c in changes]})
+                   "changes": [c.to_json() for c in changes], "ingest_failures": [f.to_json() for f in failed]})
         return
     print(f"scenario {store.scenario} (recipe {info.recipe}) at step {head.step}: {head.release_id} [{head.operation}]")
+    if failed:
+        print(f"ingest: {failures.summary(failed)}; 'reef status --json' lists them")
     if not changes:
         print("harness clean: working tree matches the head release")
         return
