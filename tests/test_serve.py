@@ -1127,6 +1127,32 @@ def test_a_sync_that_fails_is_one_503_not_a_second_append(tmp_path, upstream, mo
     assert [r.payload["outcome"] for r in exchanges(project)][1:] == ["ok"]  # its line, never acknowledged
     assert "failed a sync (Input/output error)" in (tmp_path / "log").read_text()
 
+def test_a_ledger_changed_under_the_gateway_refuses_calls_before_the_upstream(tmp_path, upstream):
+    """The ledger replaced by a copy missing its last record while the gateway runs: the next append finds it (no
+    receipt, 503). The calls after it used to go upstream again (billed, tokens streamed) only to fail at their
+    record; now they are refused first, /healthz says why, and the gateway's exit is not 0."""
+    project, gw = _in_process_gateway(tmp_path, upstream)
+    ledger = project / ".reef" / "scenarios" / "default" / "ledger.jsonl"
+    with in_process(gw, code=1) as url:
+        for _ in range(2):
+            assert http(url + "/v1/chat/completions", {"model": "m", "messages": []})[0] == 200
+        lines = ledger.read_bytes().splitlines(keepends=True)
+        copy = ledger.with_name("copy")
+        copy.write_bytes(b"".join(lines[:-1]))
+        copy.replace(ledger)
+        calls = len(upstream.calls)
+        messages = []
+        for stream in (False, False, True):
+            status, headers, out = http(url + "/v1/chat/completions", {"model": "m", "messages": [], "stream": stream})
+            assert status == 503 and "x-reef-agent-record-id" not in {k.lower() for k in headers}, out
+            messages.append(json.loads(out)["error"]["message"])
+        assert len(upstream.calls) == calls + 1, messages  # only the call that found the damage went upstream
+        assert all("cannot record this call: its ledger changed under it (" in m and
+                   "run reef ledger verify, then restart the gateway" in m for m in messages[1:]), messages
+        status, _, out = http(url + "/healthz")
+        assert status == 503 and "changed under it" in json.loads(out)["error"]
+
+
 def test_an_error_after_the_early_send_does_not_answer_twice(tmp_path, upstream, monkeypatch):
     """The answer is sent from inside the append; if anything fails after it, a second answer (409, 500) on the
     same connection would be read as the answer to the client's next request. The connection ends instead."""
