@@ -573,3 +573,22 @@ def test_the_release_log_is_read_and_appended_only_as_a_regular_file(tmp_path, k
             call()
         assert str(raised.value) == line
     assert victim.read_bytes() == b""
+
+
+def test_report_names_a_scenario_file_of_the_wrong_kind_and_open_state_the_file_in_the_way(reef, tmp_path):
+    """`reef report` (the lean path, ScenarioPaths) said "scenario 'default' does not exist" for a directory at
+    scenario.json; open_state named a path beneath a file in the way ("…/x/y is not a directory")."""
+    from reef_cli.durable import open_state
+    from reef_cli.errors import MisplacedState
+
+    project = reef_init(tmp_path / "proj")
+    path = project / ".reef" / "scenarios" / "default" / "scenario.json"
+    path.unlink()
+    path.mkdir()
+    r = reef("report", "--score", "1", cwd=project)
+    assert (r.code, r.err) == (4, f"reef: error: {path} {MISPLACED_LINES['directory']}; move it away (nothing was "
+                                  "changed by this command)\n")
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(MisplacedState) as raised:
+        open_state(tmp_path / "file" / "y", os.O_RDONLY)
+    assert raised.value.path == str(tmp_path / "file")
