@@ -592,3 +592,19 @@ def test_report_names_a_scenario_file_of_the_wrong_kind_and_open_state_the_file_
     with pytest.raises(MisplacedState) as raised:
         open_state(tmp_path / "file" / "y", os.O_RDONLY)
     assert raised.value.path == str(tmp_path / "file")
+
+
+def test_an_error_message_is_printed_with_its_control_characters_escaped(reef, tmp_path, capsys):
+    """`reef: error:` printed the message raw: a path holding ESC[2J cleared the user's screen and a carriage return
+    let it overwrite its own line. Now escaped as `reef log` escapes stored text (printable), newlines too; the
+    "unexpected error" line as well."""
+    from reef_cli.cli.boundary import guarded
+
+    bad = tmp_path / "x\x1b[2J\ry\nz"
+    r = reef("-C", str(bad), "status")
+    assert (r.code, r.err) == (1, f"reef: error: -C {tmp_path}/x\\x1b[2J\\x0dy\\x0az: not a directory\n")
+
+    def crash():
+        raise RuntimeError("\x9b2J\u202e")
+    assert guarded(crash) == 1
+    assert capsys.readouterr().err.startswith("reef: unexpected error: RuntimeError: \\x9b2J\\u202e (traceback in ")
