@@ -326,6 +326,49 @@ def test_a_token_file_is_read_whole_or_not_at_all(tmp_path):
     assert notes == [f"--token-file {path}: reloaded, 1 token(s) accepted"]
 
 
+def test_a_token_file_rewritten_often_still_reloads(tmp_path):
+    """A sidecar re-rendering the file every tenth of SETTLE_S never lets it settle by its times; the same bytes
+    read SETTLE_S apart count as settled, or a removed token would keep working for as long as the rewrites go on.
+    Rewrites of the same bytes afterwards reload nothing and say nothing."""
+    from reef_cli.serve.auth import TokenFile
+
+    path = tmp_path / "tokens"
+    path.write_text("tok-old-1\n")
+    notes: list = []
+    tf = TokenFile(path, notes.append)
+    tf.SETTLE_S = 0.3
+    deadline = time.monotonic() + 2
+    while time.monotonic() < deadline and not tf.tokens.accepts("tok-new-2"):
+        path.write_text("tok-new-2\n")
+        tf.refresh()
+        time.sleep(0.03)
+    assert tf.tokens.accepts("tok-new-2") and not tf.tokens.accepts("tok-old-1")
+    for _ in range(15):
+        path.write_text("tok-new-2\n")
+        tf.refresh()
+        time.sleep(0.03)
+    assert notes == [f"--token-file {path}: reloaded, 1 token(s) accepted"]
+
+
+def test_a_token_files_bom_and_trailing_comments_are_not_part_of_a_token(tmp_path):
+    """A Windows editor's BOM is not part of the first token (its holder got 401 while the log said 1 token
+    accepted, and a BOM'd first `#` line was a token); `tok  # laptop` is a token and a comment; a `#` inside a
+    token stays; a space inside one is refused rather than read as part of it."""
+    from reef_cli.errors import InvalidInput
+    from reef_cli.serve.auth import TokenFile
+
+    path = tmp_path / "tokens"
+    path.write_bytes("\ufefftok-first-1\n# a comment\ntok-second-2   # laptop\nabc#def\n".encode())
+    tokens = TokenFile(path).tokens
+    assert all(tokens.accepts(t) for t in ("tok-first-1", "tok-second-2", "abc#def")) and len(tokens) == 3
+    path.write_bytes("\ufeff# only a comment\n".encode())
+    with pytest.raises(InvalidInput, match="holds no token"):
+        TokenFile(path)
+    path.write_text("tok-one\ntok two\n")
+    with pytest.raises(InvalidInput, match=r"tokens: line 2 holds a space inside a token \(one token per line; "):
+        TokenFile(path)
+
+
 @contextmanager
 def plain_upstream(extra=lambda calls: [], watch: str = ""):
     """A threaded http.server upstream (not FakeLLM): a chat completion for POST with the response headers
