@@ -413,7 +413,9 @@ def report(adapter_name: str, args: list[str], *, environ: dict | None = None, c
 
 # -- entry points ----------------------------------------------------------------------------------------------------
 def _note(message: str) -> None:
-    sys.stderr.write(f"reef: {message}\n")
+    from ..printable import printable
+
+    sys.stderr.write(f"reef: {printable(message)}\n")
 
 
 def main_for(adapter_name: str, argv: list[str] | None = None) -> int:
