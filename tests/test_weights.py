@@ -451,6 +451,37 @@ def test_sigint_is_forwarded_to_the_trainer(reef, project, engine, tmp_path):
     assert [p["stage"] for p in _failures(led)] == ["interrupted"] and engine.loads == []
 
 
+def test_ctrl_c_during_the_hot_swap_resumes_the_engine_records_and_locks(reef, project, engine):
+    """Ctrl-C while the engine loads the new weights: it may finish loading after reef stopped waiting, so the
+    engine is asked to continue generating (not left paused), the failure is recorded, and the scenario locks (the
+    next `reef train` would otherwise publish over weights no release names)."""
+    led = ledger_of(project)
+    _prime(led, engine)
+    engine.signal_on["POST /update_weights_from_disk"] = signal.SIGINT
+    r = train(reef, project, *swap_args(engine))
+    assert r.code == 130, r.err
+    assert "reef: error: interrupted during the hot swap of '1:" in r.err and "(at update); it may still load" in r.err
+    assert "weight updates of scenario 'model' are locked until 'reef train --unlock'" in r.err
+    assert engine.calls[-1] == "POST /continue_generation" and not engine.paused
+    assert engine.weight_version.startswith("1:") and _head(reef, project) is None  # loaded, and no release names it
+    (fail,) = _failures(led)
+    assert fail["stage"] == "swap:update" and fail["locked"] is True and fail["weight_version"] == engine.weight_version
+    r = train(reef, project, *swap_args(engine))
+    assert r.code == 4 and "weight updates for scenario 'model' are locked" in r.err
+
+
+def test_ctrl_c_before_the_swap_is_recorded_and_leaves_the_engine_alone(reef, project, engine):
+    led = ledger_of(project)
+    _prime(led, engine)
+    engine.signal_on["GET /get_model_info"] = signal.SIGINT  # reef's first look at the engine
+    r = train(reef, project, *swap_args(engine))
+    assert (r.code, r.err) == (130, "reef: error: interrupted before the engine was touched; the engine and the head "
+                                    "are as they were\n")
+    assert [(f["stage"], f["locked"]) for f in _failures(led)] == [("interrupted", False)]
+    assert engine.loads == [] and not (project / ".reef" / "scenarios" / SCEN / "weights.lock").exists()
+    assert train(reef, project, *swap_args(engine)).code == 0
+
+
 def test_slime_replay_builds_slime_samples_from_the_export(tmp_path, monkeypatch):
     """reef's rollout function as slime calls it (args, rollout_id, data_source), against slime's own type names."""
     import argparse
