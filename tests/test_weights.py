@@ -482,6 +482,29 @@ def test_ctrl_c_before_the_swap_is_recorded_and_leaves_the_engine_alone(reef, pr
     assert train(reef, project, *swap_args(engine)).code == 0
 
 
+def test_a_checkpoint_rewritten_while_the_engine_loads_it_is_not_published(reef, project, engine):
+    """The manifest is hashed before the swap; a process the trainer left behind rewrites the weights before the
+    engine reads them. The engine then serves bytes the manifest does not name: a failed swap, recorded and locked,
+    not a release naming other bytes than those served."""
+    led = ledger_of(project)
+    _prime(led, engine)
+    load = engine.load
+
+    def late_writer_then_load(body):
+        (Path(body["model_path"]) / "fake_weights.json").write_text('{"bias": 999}')
+        return load(body)
+
+    engine.load = late_writer_then_load
+    r = train(reef, project, *swap_args(engine))
+    assert r.code == 1 and r.err.count("\n") == 1, r.err
+    assert "changed while the engine loaded it (changed: fake_weights.json); the engine serves weight version '1:" in r.err
+    assert r.err.endswith("from bytes no release names; weight updates of scenario 'model' are locked until "
+                          "'reef train --unlock'\n")
+    assert engine.bias == 999 and not engine.paused and _head(reef, project) is None
+    fail = _failures(led)[-1]
+    assert fail["stage"] == "swap:verify" and fail["locked"] is True and fail["weight_version"] == engine.weight_version
+
+
 def test_slime_replay_builds_slime_samples_from_the_export(tmp_path, monkeypatch):
     """reef's rollout function as slime calls it (args, rollout_id, data_source), against slime's own type names."""
     import argparse

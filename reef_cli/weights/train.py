@@ -481,7 +481,7 @@ def _train(store, recipe, opts: TrainOptions, environ: dict | None,
                         f"train {recipe.name} on {len(selection.samples)} record(s) through seq "
                         f"{selection.through_seq}", tuple(s.record_id for s in selection.samples[:1000]), failed)
 
-    release = _swap_and_publish(store, engine, str(trained.checkpoint), version, failed, "swap", publish)
+    release = _swap_and_publish(store, engine, str(trained.checkpoint), version, failed, "swap", publish, manifest)
     result.release, result.runtime_load_id = release, version
     ledger.append("train", {"run_id": run_id, "recipe": recipe.name, "runtime_load_id": version,
                             "checkpoint": str(trained.checkpoint), "records": len(selection.samples),
@@ -721,19 +721,27 @@ def _restore(store, engine, target, *, run_id: str, reason: str, evidence, meta:
                      "previous_weight_version": swap.previous_version, **meta}
         return _publish(store, named, head, version, published, "rollback", reason, tuple(evidence), failed)
 
-    return _swap_and_publish(store, engine, ckpt, version, failed, "rollback", publish)
+    return _swap_and_publish(store, engine, ckpt, version, failed, "rollback", publish,
+                             None if named.get("format") == BASE_FORMAT else named)
 
 
-def _swap_and_publish(store, engine, ckpt: str, version: str, failed, stage: str, publish):
-    """Hot-swap `ckpt` in as `version`, then `publish(swap)` the release that names it; returns the release.
+def _swap_and_publish(store, engine, ckpt: str, version: str, failed, stage: str, publish, manifest: dict | None):
+    """Hot-swap `ckpt` in as `version`, check it still holds the bytes `manifest` names, then `publish(swap)` the
+    release that names them; returns the release.
 
-    A failed swap that touched the engine locks (its weights are unknown), and so does an interruption between the
-    engine taking the new weights and a release recording them (the engine serves a version no release names);
-    both are recorded, and the error says so (exit 130 for an interruption)."""
+    The manifest was hashed before the swap; a process still writing the checkpoint (one the trainer left behind, a
+    Ray worker, an async checkpoint writer) could change it before or while the engine read it, and the release
+    would name bytes the engine does not serve. So it is hashed again once the engine has read it back: a
+    difference is a failed swap (`verify`). A failed swap that touched the engine locks (its weights are unknown),
+    and so does an interruption between the engine taking the new weights and a release recording them (the engine
+    serves a version no release names); both are recorded, and the error says so (exit 130 for an interruption)."""
     from .sglang import SwapFailed
 
     try:
-        return publish(engine.hot_swap(ckpt, version))
+        swap = engine.hot_swap(ckpt, version)
+        if manifest is not None:
+            _check_unchanged(ckpt, manifest, version)
+        return publish(swap)
     except SwapFailed as exc:
         failed(f"{stage}:{exc.stage}", exc, locked=exc.touched, weight_version=version, checkpoint=ckpt,
                answered_version=exc.answered_version)
@@ -750,6 +758,24 @@ def _swap_and_publish(store, engine, ckpt: str, version: str, failed, stage: str
                                "'reef train --unlock'")
         failed("publish", exc, locked=True, weight_version=version, checkpoint=ckpt)
         raise exc from None
+
+
+def _check_unchanged(ckpt: str, manifest: dict, version: str) -> None:
+    """SwapFailed(stage verify) unless checkpoint `ckpt` still holds exactly the files `manifest` names."""
+    from .sglang import SwapFailed
+
+    try:
+        now = checkpoint_manifest(Path(ckpt))
+    except (InvalidInput, OSError) as exc:
+        why = f"it can no longer be read: {getattr(exc, 'strerror', None) or exc}"
+    else:
+        if now == manifest:
+            return
+        was, found = manifest.get("files", {}), now.get("files", {})
+        changed = sorted(name for name in was.keys() | found.keys() if was.get(name) != found.get(name))
+        why = "changed: " + ", ".join(changed[:3]) + (f" and {len(changed) - 3} more" if len(changed) > 3 else "")
+    raise SwapFailed(f"checkpoint {ckpt} changed while the engine loaded it ({why}); the engine serves weight "
+                     f"version {version!r} from bytes no release names", stage="verify", touched=True)
 
 
 def rollback_weights(store, ref: str, engine_url: str | None, *, environ: dict | None = None):
