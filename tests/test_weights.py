@@ -451,13 +451,25 @@ def test_sigint_is_forwarded_to_the_trainer(reef, project, engine, tmp_path):
     assert [p["stage"] for p in _failures(led)] == ["interrupted"] and engine.loads == []
 
 
-def test_ctrl_c_during_the_hot_swap_resumes_the_engine_records_and_locks(reef, project, engine):
+@pytest.fixture
+def sigterm_trap():
+    """SIGTERM to this process, where reef does not handle it, fails the test instead of ending the test run."""
+    def trap(_signum, _frame):
+        raise RuntimeError("SIGTERM reached the test: reef did not handle it")
+
+    previous = signal.signal(signal.SIGTERM, trap)
+    yield
+    signal.signal(signal.SIGTERM, previous)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])  # SIGTERM: a service manager stopping reef
+def test_ctrl_c_during_the_hot_swap_resumes_the_engine_records_and_locks(reef, project, engine, sigterm_trap, sig):
     """Ctrl-C while the engine loads the new weights: it may finish loading after reef stopped waiting, so the
     engine is asked to continue generating (not left paused), the failure is recorded, and the scenario locks (the
     next `reef train` would otherwise publish over weights no release names)."""
     led = ledger_of(project)
     _prime(led, engine)
-    engine.signal_on["POST /update_weights_from_disk"] = signal.SIGINT
+    engine.signal_on["POST /update_weights_from_disk"] = sig
     r = train(reef, project, *swap_args(engine))
     assert r.code == 130, r.err
     assert "reef: error: interrupted during the hot swap of '1:" in r.err and "(at update); it may still load" in r.err
@@ -468,6 +480,21 @@ def test_ctrl_c_during_the_hot_swap_resumes_the_engine_records_and_locks(reef, p
     assert fail["stage"] == "swap:update" and fail["locked"] is True and fail["weight_version"] == engine.weight_version
     r = train(reef, project, *swap_args(engine))
     assert r.code == 4 and "weight updates for scenario 'model' are locked" in r.err
+
+
+def test_sigterm_is_forwarded_to_the_trainer_and_recorded(reef, project, engine, tmp_path, sigterm_trap):
+    """A service manager stops `reef train` with SIGTERM: the trainer's process group (its own session) gets it
+    too, and the run ends as a Ctrl-C does: recorded, exit 130, nothing swapped."""
+    led = ledger_of(project)
+    _prime(led, engine, 1)
+    stopper = tmp_path / "stopped_trainer.py"
+    stopper.write_text("import os, signal, time\nprint('training', flush=True)\n"
+                       "os.kill(os.getppid(), signal.SIGTERM)\ntime.sleep(30)\n")
+    started = time.monotonic()
+    r = train(reef, project, "--engine", engine.url, "--trainer", f"{sys.executable} {stopper}")
+    assert r.code == 130 and r.err.startswith("reef: error: trainer interrupted (SIGTERM forwarded); log: "), r.err
+    assert time.monotonic() - started < 20  # the trainer's 30 s sleep ended by the forwarded SIGTERM
+    assert [p["stage"] for p in _failures(led)] == ["interrupted"] and engine.loads == []
 
 
 def test_ctrl_c_before_the_swap_is_recorded_and_leaves_the_engine_alone(reef, project, engine):

@@ -311,11 +311,33 @@ def train(store, recipe, opts: TrainOptions, *, environ: dict | None = None,
     if opts.dry_run:
         return _train(store, recipe, opts, environ, progress, {})
     run: dict = {}  # what _train has got to: its recorder, its result
-    with _training_lock(store):
+    with _training_lock(store), _sigterm_interrupts():
         try:
             return _train(store, recipe, opts, environ, progress, run)
         except KeyboardInterrupt:
             raise _interrupted(store, run) from None
+
+
+@contextlib.contextmanager
+def _sigterm_interrupts():
+    """SIGTERM (a service manager stopping reef) is a Ctrl-C for the length of a step, so it is recorded, locks
+    where a Ctrl-C locks and exits 130, as `reef gate` and `reef model serve` treat it; it used to kill reef where
+    it stood, with no record."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(_signum, _frame):
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _interrupted(store, run: dict) -> TrainInterrupted:
@@ -797,7 +819,7 @@ def rollback_weights(store, ref: str, engine_url: str | None, *, environ: dict |
     engine = Engine(url)
     from .gate import store_verdict, stored_verdict
 
-    with _training_lock(store):
+    with _training_lock(store), _sigterm_interrupts():
         rel = _restore(store, engine, target, run_id=run_id, failed=failed, evidence=(target.release_id,),
                        reason=f"rollback to step {target.step} ({target.release_id})", meta={})
         verdict = stored_verdict(store, target)
