@@ -168,6 +168,8 @@ def judge(mark: Mark | None, fd: int | None, ino: int, size: int, records_end: i
         last = _seq_hash(line_ending_at(fd, records_end)) if records_end else (0, "")
         if last is None:
             return None  # a last record that is not one: the chain's to report
+    if size > records_end and (whole := whole_tail(fd, records_end, size, last)) is not None:
+        last, records_end = whole, size  # a whole record that lost only its newline is not missing
     seq, digest = last
     if seq < mark.seq:
         loss = Loss(mark, "short", records_end, seq, size - records_end)
@@ -181,6 +183,35 @@ def judge(mark: Mark | None, fd: int | None, ino: int, size: int, records_end: i
             return None  # in place, or compacted away (the chain's compaction record explains the start)
         loss = Loss(mark, "replaced", records_end, seq, size - records_end, found)
     return None if records_end and recorded(line_ending_at(fd, records_end), mark) else loss
+
+
+def whole_tail(fd: int, records_end: int, size: int, last: tuple[int, str] | None = None) -> tuple[int, str] | None:
+    """(seq, hash) of the bytes after `records_end` (up to `size`) when they are a whole record that lacks only its
+    final newline: valid JSON, its hash checks, and it chains onto the record ending at `records_end` (`last`, its
+    seq and hash, read when not given). That is a write torn at its very last byte (or a file saved without the
+    trailing newline): the record is intact, so adding the newline loses nothing where cutting it as a torn line
+    would delete a record, acknowledged or not. None for anything else."""
+    from .record import ZERO_HASH, _decode
+
+    if not records_end < size <= records_end + (1 << 20):
+        return None
+    raw = os.pread(fd, size - records_end, records_end)
+    if b"\n" in raw or not raw.endswith(b"}"):
+        return None
+    try:
+        record, ok = _decode(raw)
+    except ValueError:
+        return None
+    if not ok:
+        return None
+    if records_end:
+        if last is None:
+            last = _seq_hash(line_ending_at(fd, records_end))
+        if last is None or (record.seq, record.prev_hash) != (last[0] + 1, last[1]):
+            return None
+    elif (record.seq, record.prev_hash) != (1, ZERO_HASH):
+        return None
+    return record.seq, record.hash
 
 
 def recorded(raw: bytes, mark: Mark) -> bool:

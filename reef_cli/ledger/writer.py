@@ -29,7 +29,7 @@ from .chain import (
 )
 from .group_commit import SyncLeader
 from .reading import _line_number
-from .repairs import _last_line_before, note_repair
+from .repairs import _last_line_before, note_newline, note_repair
 from .record import _REF_RE, ZERO_HASH, NewRecord, Record, _BadJSON, _decode, _encode, _quick_tail, _utf8, new_record_id
 
 _fdatasync = getattr(os, "fdatasync", os.fsync)
@@ -290,6 +290,9 @@ class Writer:
         if body_end < len(data):
             if repaired:
                 raise StoreError(f"{self.path}: the end of the file changed while a torn line was being removed")
+            if acked.whole_tail(self._fd, start + body_end, size) is not None:
+                self._add_newline(size)  # a whole record short of its newline: complete it, never cut it
+                return self._load_tail(size + 1, repaired=True)
             self._refuse_cut(start + body_end, size)
             self._truncate(start + body_end)
             return self._load_tail(start + body_end, repaired=True)
@@ -416,6 +419,50 @@ class Writer:
         self._sync_now()
         self._forget_durable_beyond(size)
         self.repairs.append(note_repair(self.path, size, end - size, torn, self._seq_before(size)))
+
+    def _add_newline(self, size: int) -> None:
+        """Complete a last record that is whole but lacks its newline (`acked.whole_tail`), under the writer lock:
+        the write was torn at its last byte. Cutting it as a torn line would delete a valid record (an acknowledged
+        one, if the mark says so); adding the newline loses nothing. Said out loud like a cut (`repairs`)."""
+        try:
+            write_all(self._fd, b"\n")
+        except OSError as exc:
+            raise self._taken_back(self._fd, size, exc) from None
+        self._sync_now()
+        self.repairs.append(note_newline(self.path, size, self._seq_before(size + 1)))
+
+    def complete_last_line(self) -> int | None:
+        """`reef repair ledger`: add the newline a whole last record lacks (`_add_newline`) without appending
+        anything; returns that record's seq, or None when the file does not end that way (or is not there). Looks
+        first without the writer lock, which a check that finds nothing to do never needs."""
+        try:
+            fd = open_state(self.path, os.O_RDONLY)
+        except FileNotFoundError:
+            return None
+        try:
+            size = os.fstat(fd).st_size
+            end = acked.records_end(fd, size)
+            if end is None or acked.whole_tail(fd, end, size) is None:
+                return None
+        finally:
+            os.close(fd)
+        with self._mutex:
+            self._ensure_open()
+            fcntl.flock(self._lock_fd, fcntl.LOCK_EX)
+            try:
+                if not os.path.lexists(self.path):
+                    return None
+                if self._fd < 0 or os.fstat(self._fd).st_nlink == 0:
+                    self._open_ledger()
+                size = os.fstat(self._fd).st_size
+                end = acked.records_end(self._fd, size)
+                if end is None or acked.whole_tail(self._fd, end, size) is None:
+                    return None
+                self._add_newline(size)
+                self._size = -1  # the next append looks at the tail afresh
+                return self._seq_before(size + 1)
+            finally:
+                fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
 
     def _seq_before(self, size: int) -> int:
         """The seq of the last complete record before offset `size` (for the repair note; 0 if unknown)."""
