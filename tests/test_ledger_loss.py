@@ -183,6 +183,34 @@ def test_what_is_not_a_loss(tmp_path: Path) -> None:
     assert run_reef("run", "--", "true", cwd=root).returncode == 0
 
 
+@pytest.mark.parametrize("how", ["emptied", "deleted"])
+def test_records_with_no_acknowledged_mark_are_never_called_intact(project: Path, reef, how: str) -> None:
+    """`.sync` emptied or deleted, then the acknowledged last record cut: verify said "intact", doctor ok, and the
+    next append started a new mark that erased the trace. Nothing can tell a cut end now, so verify says the end is
+    unchecked and warns (exit 0: a ledger from a reef older than the mark is the same case), doctor warns, and the
+    writer that starts the new mark notes it in `.repairs`, which verify lists from then on."""
+    from reef_cli.ledger.acked import unmarked
+
+    path = project / LEDGER
+    sync = path.with_name("ledger.jsonl.sync")
+    sync.write_bytes(b"") if how == "emptied" else sync.unlink()
+    path.write_bytes(b"".join(path.read_bytes().splitlines(keepends=True)[:-1]))
+    r = reef("ledger", "verify", cwd=project)
+    assert (r.code, r.out) == (0, "ledger chain intact: 3 record(s) verified, 1 release anchor(s) held; its end is "
+                                  "unchecked (no acknowledged mark)\n")
+    assert r.err == f"reef: warning: {unmarked(path, 3)}\n"
+    assert json.loads(reef("ledger", "verify", "--json", cwd=project).out)["mark_missing"] is True
+    if how == "emptied":
+        r = reef("doctor", cwd=project)
+        assert "ledger.jsonl.sync holds no acknowledged mark: records cut off its end could not be detected" in r.out
+    r = append(path, 1)
+    assert r.returncode == 0 and "its 3 record(s) had no acknowledged mark" in r.stderr, r.stderr
+    r = reef("ledger", "verify", cwd=project)
+    assert (r.code, r.out) == (0, "ledger intact: 4 record(s) verified, 1 release anchor(s) held\n")
+    assert "reef: warning: no acknowledged mark was kept for seq 1..3 (a writer started one at " in r.err
+    assert append(path, 1).returncode == 0 and len(Ledger(path, "default").verify().repairs) == 1  # said once
+
+
 # --- readers refuse a symlinked ledger, as writers do -------------------------------------------------------------
 
 _READERS = {

@@ -117,13 +117,23 @@ def verify(ctx: typer.Context, as_json: bool = typer.Option(False, "--json")) ->
         emit_json(res.to_json())
     elif res.ok:
         anchored = f", {res.anchors_checked} release anchor(s) held" if res.anchors_checked else ""
-        print(f"ledger intact: {res.count} record(s) verified{anchored}")
+        if res.mark_missing:  # not "intact": nothing can tell whether records were cut off its end
+            print(f"ledger chain intact: {res.count} record(s) verified{anchored}; its end is unchecked (no "
+                  f"acknowledged mark)")
+            sys.stderr.write(f"reef: warning: {res.message.split('; ', 1)[1]}\n")
+        else:
+            print(f"ledger intact: {res.count} record(s) verified{anchored}")
         if res.newline_missing:
             sys.stderr.write(f"reef: warning: {res.message.split('; ', 1)[1]}\n")
     else:
         sys.stderr.write(f"reef: error: {res.message}\n")
     if not as_json:
         for repair in res.repairs:
+            if repair.get("mark_started"):
+                sys.stderr.write(f"reef: warning: no acknowledged mark was kept for seq 1..{repair.get('after_seq')} "
+                                 f"(a writer started one at {repair.get('at')}): records cut off the end before then "
+                                 f"could not be detected\n")
+                continue
             if repair.get("added_newline"):
                 sys.stderr.write(f"reef: warning: the final newline of record seq {repair.get('after_seq')} was "
                                  f"missing and was added at {repair.get('at')}; no record was lost\n")

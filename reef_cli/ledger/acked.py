@@ -21,7 +21,10 @@ cut at a line boundary), that has no file at all (`gone`), or that holds another
 it was), a `cp -a` copy cut afterwards and any file put back by a rename were taken for new files and passed as
 intact; the release anchors only cover records up to the last publish, so the receipts since went unreported.
 
-What does not count as a loss: no mark, or a mark of seq 0 (a new ledger); a file at or past the mark's record with
+What does not count as a loss: no mark, or a mark of seq 0 (a new ledger). But a ledger with records and no mark
+(its `.sync` removed or emptied, or kept by a reef older than the mark) cannot rule out a cut end either: `verify`
+says so (`unmarked`, a warning), and the writer that starts a mark over such a file notes it in `<ledger>.repairs`,
+so a removed mark is not erased by the next append. Nor: a file at or past the mark's record with
 that record in place (a `cp -a` copy, a compaction's copy: `compact` moves the mark, and a crash before it moves
 leaves a file that still holds, or compacted away, the mark's record); and a file whose last record is the
 `ledger_cut` record naming this very mark (`reef repair ledger --accept-loss` recorded the loss; the append of that
@@ -183,6 +186,13 @@ def judge(mark: Mark | None, fd: int | None, ino: int, size: int, records_end: i
             return None  # in place, or compacted away (the chain's compaction record explains the start)
         loss = Loss(mark, "replaced", records_end, seq, size - records_end, found)
     return None if records_end and recorded(line_ending_at(fd, records_end), mark) else loss
+
+
+def unmarked(path: Path, records: int) -> str:
+    """What a ledger with `records` records and no mark cannot tell (`VerifyResult.mark_missing`)."""
+    return (f"ledger {path} holds {records} record(s) but no acknowledged mark ({path.name}.sync is missing, empty or "
+            f"was kept by a reef older than the mark), so records cut off its end past the release anchors cannot be "
+            f"detected; the next append starts a new mark")
 
 
 def whole_tail(fd: int, records_end: int, size: int, last: tuple[int, str] | None = None) -> tuple[int, str] | None:

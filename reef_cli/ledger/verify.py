@@ -34,6 +34,9 @@ class VerifyResult:
     """Torn tails writers cut off before (`<ledger>.repairs`): said out loud, never silently forgotten."""
     since_seq: int | None = None
     """Set by `Ledger.verify_since` when only the `count` records after this seq were checked."""
+    mark_missing: bool = False
+    """The file holds records but `<ledger>.sync` holds no acknowledged mark (removed, emptied, or kept by a reef
+    older than the mark): records cut off its end past the release anchors cannot be told from an intact end."""
     newline_missing: bool = False
     """The last record (counted in `count`) is whole and chains on, but its final newline is missing: a write torn
     at its last byte, completed by the next append or `reef repair ledger` (nothing is lost)."""
@@ -52,6 +55,7 @@ class VerifyResult:
             "anchors_checked": self.anchors_checked,
             "repairs": [dict(r) for r in self.repairs],
             "newline_missing": self.newline_missing,
+            "mark_missing": self.mark_missing,
         }
 
 

@@ -29,7 +29,7 @@ from .chain import (
 )
 from .group_commit import SyncLeader
 from .reading import _line_number
-from .repairs import _last_line_before, note_newline, note_repair
+from .repairs import _last_line_before, note_newline, note_repair, note_unmarked
 from .record import _REF_RE, ZERO_HASH, NewRecord, Record, _BadJSON, _decode, _encode, _quick_tail, _utf8, new_record_id
 
 _fdatasync = getattr(os, "fdatasync", os.fsync)
@@ -68,6 +68,7 @@ class Writer:
         self._sync_done = threading.Condition()
         self._ino = 0
         self._size = -1  # ledger size when this process last held the writer lock; -1: unknown
+        self._unmarked = 0  # the inode whose records had no acknowledged mark, once noted (see _loss)
         self._seq = 0
         self._hash = ZERO_HASH
         self.fsyncs = 0
@@ -331,6 +332,11 @@ class Writer:
         first look at a file (or one of another inode than the mark's) a file past the mark's record is checked
         for that record too; catching up with other writers' appends is not, so it costs nothing there."""
         mark = self._marks.read() if self._marks is not None else None
+        if mark is None and records_end and self._size < 0 and self._unmarked != self._ino:
+            # a first look at records no mark speaks for: this writer's append starts one; said, and kept in
+            # `<ledger>.repairs`, so a removed or emptied `.sync` is not erased by it (`acked.unmarked`)
+            self._unmarked = self._ino
+            self.repairs.append(note_unmarked(self.path, records_end, self._seq_before(records_end)))
         if mark is None or mark == self._accepting:
             return None
         return acked.judge(mark, self._fd, self._ino, size, records_end, last,
