@@ -188,6 +188,36 @@ def judge(mark: Mark | None, fd: int | None, ino: int, size: int, records_end: i
     return None if records_end and recorded(line_ending_at(fd, records_end), mark) else loss
 
 
+def at_mark(fd: int, mark: Mark) -> bool:
+    """Does the line ending at the mark's `end` hold the mark's record? One read of the last line before it."""
+    found = _seq_hash(line_ending_at(fd, mark.end))
+    return found is not None and found[0] == mark.seq and found[1].startswith(mark.hash)
+
+
+def moved(mark: Mark, fd: int, ino: int, size: int, records_end: int, last: tuple[int, str] | None = None) -> bool:
+    """Is the mark's record, which `judge` found in place, no longer where it was acknowledged: the last record
+    (`last`, ending at `records_end`) is the mark's record but ends elsewhere, or the file of the mark's own inode
+    grew past it but the line ending at the mark's `end` is not it. Bytes before it then changed length in place:
+    a record deleted, inserted or edited, or the lines reformatted (which keeps every record's hash). Cheap (at
+    most one read of one line), so a writer's first look and `reef run`'s check can ask; only a yes costs a walk of
+    the chain (`verify`), to tell a reformat from a break. A compaction writes a new file (another inode) whose
+    last record is its own, so it never reads as moved; an edit that keeps every length is left to `verify`."""
+    if last is None:
+        last = _seq_hash(line_ending_at(fd, records_end)) if records_end else None
+        if last is None:
+            return False
+    if last[0] == mark.seq:
+        return records_end != mark.end and last[1].startswith(mark.hash)
+    return last[0] > mark.seq and ino == mark.ino and not (size >= mark.end and at_mark(fd, mark))
+
+
+def edited(path: Path, mark: Mark, broken: str) -> str:
+    """The line for a ledger whose chain broke before its last acknowledged record (`broken`: verify's message)."""
+    return (f"{broken}; the ledger was changed before record seq {mark.seq}, acknowledged ending at offset "
+            f"{mark.end}, so nothing is appended to it: restore it from a backup ('reef ledger verify' names the "
+            f"break; nothing was changed)")
+
+
 def unmarked(path: Path, records: int) -> str:
     """What a ledger with `records` records and no mark cannot tell (`VerifyResult.mark_missing`)."""
     return (f"ledger {path} holds {records} record(s) but no acknowledged mark ({path.name}.sync is missing, empty or "

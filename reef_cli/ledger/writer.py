@@ -350,6 +350,25 @@ class Writer:
         if loss is not None:
             self._size = -1  # look again next time: the user may have restored the file meanwhile
             raise DamagedState(loss.message(self.path))
+        if self._size < 0 or size < self._size:  # a first look, or a file that shrank (appends never shrink it)
+            self._refuse_edited(records_end, size, last)
+
+    def _refuse_edited(self, records_end: int, size: int, last: tuple[int, str] | None) -> None:
+        """On a first look (a new process, a reopened file; never per append): refuse to append onto a chain broken
+        before the last acknowledged record. Walking the chain on every open is O(n) (`reef report` starts in
+        ~0.1 s, a 300k-record ledger takes seconds to verify), so it is walked only when the mark's record is not
+        where it was acknowledged (`acked.moved`, one read): a deletion, insertion or length-changing edit before
+        it. An edit that keeps every line's length is left to `reef ledger verify` (doctor runs it)."""
+        mark = self._marks.read() if self._marks is not None else None
+        if mark is None or not mark.seq or mark == self._accepting:
+            return
+        if not acked.moved(mark, self._fd, self._ino, size, records_end, last):
+            return
+        from .verify import _Verifier
+
+        result = _Verifier(self.path, self.scenario).run()
+        if not result.ok:
+            raise DamagedState(acked.edited(self.path, mark, result.message))
 
     def set_aside_cut(self) -> tuple[acked.Loss, dict] | None:
         """Record-the-loss half of `Ledger.accept_cut` (`reef repair ledger --accept-loss`): when acknowledged records
