@@ -120,11 +120,10 @@ def verify(ctx: typer.Context, as_json: bool = typer.Option(False, "--json")) ->
         if res.mark_missing:  # not "intact": nothing can tell whether records were cut off its end
             print(f"ledger chain intact: {res.count} record(s) verified{anchored}; its end is unchecked (no "
                   f"acknowledged mark)")
-            sys.stderr.write(f"reef: warning: {res.message.split('; ', 1)[1]}\n")
         else:
             print(f"ledger intact: {res.count} record(s) verified{anchored}")
-        if res.newline_missing:
-            sys.stderr.write(f"reef: warning: {res.message.split('; ', 1)[1]}\n")
+        for warning in res.warnings:
+            sys.stderr.write(f"reef: warning: {warning}\n")
     else:
         sys.stderr.write(f"reef: error: {res.message}\n")
     if not as_json:

@@ -99,8 +99,9 @@ class Ledger(Writer, Reader, IdIndex, Compaction):
                 mark, message = cut
                 result = replace(result, ok=False, first_bad_seq=mark.seq, problem="cut", message=message)
             elif result.count and _acked.read(self.sync_path) is None:
-                result = replace(result, mark_missing=True, message=result.message + "; " + _acked.unmarked(
-                    self.path, result.count))
+                warning = _acked.unmarked(self.path, result.count)
+                result = replace(result, mark_missing=True, message=f"{result.message}; {warning}",
+                                 warnings=(*result.warnings, warning))
         return replace(result, repairs=repairs) if repairs else result
 
     def position(self) -> _since.Position | None:

@@ -37,6 +37,8 @@ class VerifyResult:
     mark_missing: bool = False
     """The file holds records but `<ledger>.sync` holds no acknowledged mark (removed, emptied, or kept by a reef
     older than the mark): records cut off its end past the release anchors cannot be told from an intact end."""
+    warnings: tuple[str, ...] = ()
+    """What the user should hear though the ledger verifies (each also said in `message`)."""
     newline_missing: bool = False
     """The last record (counted in `count`) is whole and chains on, but its final newline is missing: a write torn
     at its last byte, completed by the next append or `reef repair ledger` (nothing is lost)."""
@@ -56,6 +58,7 @@ class VerifyResult:
             "repairs": [dict(r) for r in self.repairs],
             "newline_missing": self.newline_missing,
             "mark_missing": self.mark_missing,
+            "warnings": list(self.warnings),
         }
 
 
@@ -114,13 +117,10 @@ class _Verifier:
             return problem
         whole = self._whole_tail(torn) if torn else None
         if whole is not None:
-            return VerifyResult(
-                True, self.count + 1,
-                message=f"{self.path}: {self.count + 1} records, chain intact; the last record (seq {whole[0]}) is "
-                        f"whole but its final newline is missing (a write torn at its last byte): the next append or "
-                        f"'reef repair ledger' adds it, nothing is lost",
-                head_hash=whole[1], newline_missing=True,
-            )
+            warning = (f"the last record (seq {whole[0]}) is whole but its final newline is missing (a write torn at "
+                       f"its last byte): the next append or 'reef repair ledger' adds it, nothing is lost")
+            return VerifyResult(True, self.count + 1, message=f"{self.path}: {self.count + 1} records, chain intact; "
+                                f"{warning}", head_hash=whole[1], newline_missing=True, warnings=(warning,))
         return VerifyResult(
             True, self.count,
             message=f"{self.path}: {self.count} records, chain intact" + self._torn_note(torn),
