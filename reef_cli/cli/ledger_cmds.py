@@ -9,6 +9,7 @@ from typing import Optional
 
 import typer
 
+from .boundary import error_line
 from .context import console, emit_json
 
 app = typer.Typer(help="The append-only, hash-chained ledger of runs, reports and decisions.", no_args_is_help=True)
@@ -125,7 +126,7 @@ def verify(ctx: typer.Context, as_json: bool = typer.Option(False, "--json")) ->
         for warning in res.warnings:
             sys.stderr.write(f"reef: warning: {warning}\n")
     else:
-        sys.stderr.write(f"reef: error: {res.message}\n")
+        sys.stderr.write(error_line("reef", res.message))
     if not as_json:
         for repair in res.repairs:
             if repair.get("mark_started"):
@@ -288,7 +289,7 @@ class _RepairReport:
         else:
             for line in said:
                 print(line)
-        sys.stderr.write(f"reef: error: {message}\n")
+        sys.stderr.write(error_line("reef", message))
         raise typer.Exit(4)
 
     def refuse_damage(self, result, said: list[str] = ()) -> None:
