@@ -357,6 +357,16 @@ def check_ledger(store) -> list[Check]:
         return [Check("state:ledger", WARN, f"ledger verifies ({res.count} record(s)) but ends in a torn line, left by "
                                             "an interrupted write", "none needed: the next append cuts the torn line; "
                                                                     "'reef ledger verify' to re-check")]
+    if res.ok and res.mark_missing:
+        return [Check("state:ledger", WARN, f"ledger chain verifies ({res.count} record(s)) but "
+                                            f"{paths.ledger_path.name}.sync holds no acknowledged mark: records cut off "
+                                            "its end could not be detected",
+                      "put back ledger.jsonl.sync if it was moved; otherwise the next append (reef run, reef report) "
+                      "starts a new mark")]
+    if res.ok and res.newline_missing:
+        return [Check("state:ledger", WARN, f"ledger verifies ({res.count} record(s)) but its last record lacks its "
+                                            "final newline (a write torn at its last byte; the record is whole)",
+                      "'reef repair ledger' adds it (so does the next append); nothing is lost")]
     if res.ok:
         return [Check("state:ledger", OK, f"ledger verifies: {res.count} record(s)")]
     where = f" at line {res.line}" if res.line else ""

@@ -100,6 +100,29 @@ def test_whole_records_cut_in_place_are_reported_too(project: Path) -> None:
     assert path.read_bytes() == b"".join(lines[:2])
 
 
+def test_a_whole_last_record_missing_only_its_newline_is_completed_not_reported_lost(project: Path) -> None:
+    """Only the final "\\n" gone (a write torn at its last byte, an editor's save): verify said 1 acknowledged record
+    was missing and offered `--accept-loss`, which would cut a whole record whose hash checks. It is whole: verify
+    says so (exit 0, a warning), `reef repair ledger` adds the newline, and so does the next append."""
+    path = project / LEDGER
+    whole = path.read_bytes()
+    os.truncate(path, len(whole) - 1)
+    r = run_reef("ledger", "verify", cwd=project)
+    assert (r.returncode, r.stdout) == (0, "ledger intact: 4 record(s) verified, 1 release anchor(s) held\n")
+    assert r.stderr == ("reef: warning: the last record (seq 4) is whole but its final newline is missing (a write "
+                        "torn at its last byte): the next append or 'reef repair ledger' adds it, nothing is lost\n")
+    r = run_reef("repair", "ledger", cwd=project)
+    assert r.returncode == 0 and r.stdout.startswith(
+        "added the final newline that record seq 4 lacked (the record was whole)\n"), (r.stdout, r.stderr)
+    assert path.read_bytes() == whole
+    os.truncate(path, len(whole) - 1)
+    r = append(path, 1)
+    assert r.returncode == 0 and "record seq 4 was whole but its final newline was missing" in r.stderr, r.stderr
+    assert path.read_bytes().startswith(whole)
+    result = Ledger(path, "default").verify()
+    assert result.ok and result.count == 5 and [n.get("added_newline") for n in result.repairs] == [True, True]
+
+
 def test_a_writer_killed_mid_write_leaves_a_torn_line_that_is_still_cut_quietly(project: Path) -> None:
     """The never-acknowledged half line of a writer killed with SIGKILL inside its write: repaired, not refused."""
     path = project / LEDGER
