@@ -307,6 +307,7 @@ def check_state(cwd: Path, scenario: str | None, environ: dict) -> tuple[list[Ch
     if store is not None:
         out.extend(check_ledger(store))
         out.extend(check_state_files(store))
+        out.extend(check_ingest(store))
     out.extend(check_permissions(state))
     out.extend(check_installs(state))
     return out, state, store
@@ -356,6 +357,16 @@ def check_ledger(store) -> list[Check]:
         return [Check("state:ledger", WARN, f"ledger verifies ({res.count} record(s)) but ends in a torn line, left by "
                                             "an interrupted write", "none needed: the next append cuts the torn line; "
                                                                     "'reef ledger verify' to re-check")]
+    if res.ok and res.mark_missing:
+        return [Check("state:ledger", WARN, f"ledger chain verifies ({res.count} record(s)) but "
+                                            f"{paths.ledger_path.name}.sync holds no acknowledged mark: records cut off "
+                                            "its end could not be detected",
+                      "put back ledger.jsonl.sync if it was moved; otherwise the next append (reef run, reef report) "
+                      "starts a new mark")]
+    if res.ok and res.newline_missing:
+        return [Check("state:ledger", WARN, f"ledger verifies ({res.count} record(s)) but its last record lacks its "
+                                            "final newline (a write torn at its last byte; the record is whole)",
+                      "'reef repair ledger' adds it (so does the next append); nothing is lost")]
     if res.ok:
         return [Check("state:ledger", OK, f"ledger verifies: {res.count} record(s)")]
     where = f" at line {res.line}" if res.line else ""
@@ -386,6 +397,18 @@ def check_state_files(store) -> list[Check]:
             out.append(_misplaced("state:files", misplaced(path, "ENOTDIR")))
     return out or [Check("state:files", OK, f"{store.dir}: lock, runs/ and pending/ (and .reef/trees) are what reef "
                                             "expects there")]
+
+
+def check_ingest(store) -> list[Check]:
+    """Transcripts the hook or a wrapper could not ingest, whole or in part (reef_cli/ingest/failures.py): a warning,
+    since what could be read was learned from and reef still works; the hook's own output reaches no one."""
+    from .ingest import failures
+
+    found = failures.load(store.dir)
+    if not found:
+        return [Check("state:ingest", OK, "no transcript left unread by the last ingests")]
+    return [Check("state:ingest", WARN, str(failures.summary(found)),
+                  "'reef status --json' lists them; repair or remove each transcript and the next ingest clears it")]
 
 
 def check_installs(state: Path) -> list[Check]:

@@ -1,4 +1,5 @@
-"""A secret typed into a harness file is refused at `reef publish`: a release is a Git commit, pushed with the store
+"""A secret typed into a harness file is refused at `reef publish` (the working tree, `--from-git REF`, and the merged
+proposal `reef sync` publishes): a release is a Git commit, pushed with the store
 and compiled into every agent's instruction files, and reef promises never to store a secret.
 
 Only what a human publish adds or changes is read (reef's own lessons are redacted before they are written), with
@@ -53,6 +54,22 @@ def find(files: dict, paths) -> list[Found]:
     return found
 
 
+def in_changes(store, files: dict, config) -> list[Found]:
+    """`find` over what publishing `files` would add or change against the head release (a deletion adds nothing)."""
+    return find(files, [c.path for c in store.changes(store.head(), files, config) if c.change != "deleted"])
+
+
+def refusal(found: list[Found], override: str = "--allow-secret") -> str:
+    listed = ", ".join(f.shown() for f in found[:3]) + (f" and {len(found) - 3} more file(s)" if len(found) > 3 else "")
+    return (f"{listed}: looks like a secret; a release is stored in Git, pushed and compiled into the agent's files, "
+            f"so nothing was published — remove it (use an environment variable), or publish anyway with {override}")
+
+
+def refuse(found: list[Found]) -> None:
+    if found:
+        raise PolicyError(refusal(found))
+
+
 def changed(base: dict, files: dict) -> list[str]:
     """Paths of `files` added or changed (bytes or mode) since `base`: what a secret check reads."""
     return [path for path, entry in files.items() if base.get(path) != entry]
@@ -60,14 +77,6 @@ def changed(base: dict, files: dict) -> list[str]:
 
 def _listed(found: list[Found]) -> str:
     return ", ".join(f.shown() for f in found[:3]) + (f" and {len(found) - 3} more file(s)" if len(found) > 3 else "")
-
-
-def refuse(found: list[Found]) -> None:
-    if not found:
-        return
-    raise PolicyError(f"{_listed(found)}: looks like a secret; a release is stored in Git, pushed and compiled into "
-                      "the agent's files, so nothing was published — remove it (use an environment variable), or "
-                      "publish anyway with --allow-secret")
 
 
 def gate_refusal(found: list[Found]) -> str | None:

@@ -90,6 +90,9 @@ def test_a_ledger_short_of_an_anchor_fails_verify_reflect_and_evolve(reef, ancho
         r = reef("-C", str(root), *command)
         assert r.code == 4, (command, r.out, r.err)
         lines = r.err.strip().splitlines()
+        if damage == "regrown" and command == ("ledger", "verify"):  # the writer that grew it found no mark
+            assert lines[1].startswith("reef: warning: no acknowledged mark was kept for seq 1..2 "), r.err
+            lines = lines[:1]
         assert len(lines) == 1 and lines[0].startswith("reef: error: ledger "), (command, r.err)
         assert str(path) in lines[0] and anchor in lines[0] and why in lines[0], (command, lines[0])
     r = reef("-C", str(root), "ledger", "verify", "--json")

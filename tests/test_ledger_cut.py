@@ -100,6 +100,29 @@ def test_whole_records_cut_in_place_are_reported_too(project: Path) -> None:
     assert path.read_bytes() == b"".join(lines[:2])
 
 
+def test_a_whole_last_record_missing_only_its_newline_is_completed_not_reported_lost(project: Path) -> None:
+    """Only the final "\\n" gone (a write torn at its last byte, an editor's save): verify said 1 acknowledged record
+    was missing and offered `--accept-loss`, which would cut a whole record whose hash checks. It is whole: verify
+    says so (exit 0, a warning), `reef repair ledger` adds the newline, and so does the next append."""
+    path = project / LEDGER
+    whole = path.read_bytes()
+    os.truncate(path, len(whole) - 1)
+    r = run_reef("ledger", "verify", cwd=project)
+    assert (r.returncode, r.stdout) == (0, "ledger intact: 4 record(s) verified, 1 release anchor(s) held\n")
+    assert r.stderr == ("reef: warning: the last record (seq 4) is whole but its final newline is missing (a write "
+                        "torn at its last byte): the next append or 'reef repair ledger' adds it, nothing is lost\n")
+    r = run_reef("repair", "ledger", cwd=project)
+    assert r.returncode == 0 and r.stdout.startswith(
+        "added the final newline that record seq 4 lacked (the record was whole)\n"), (r.stdout, r.stderr)
+    assert path.read_bytes() == whole
+    os.truncate(path, len(whole) - 1)
+    r = append(path, 1)
+    assert r.returncode == 0 and "record seq 4 was whole but its final newline was missing" in r.stderr, r.stderr
+    assert path.read_bytes().startswith(whole)
+    result = Ledger(path, "default").verify()
+    assert result.ok and result.count == 5 and [n.get("added_newline") for n in result.repairs] == [True, True]
+
+
 def test_a_writer_killed_mid_write_leaves_a_torn_line_that_is_still_cut_quietly(project: Path) -> None:
     """The never-acknowledged half line of a writer killed with SIGKILL inside its write: repaired, not refused."""
     path = project / LEDGER
@@ -422,7 +445,8 @@ def test_a_directory_where_a_shells_pending_receipts_lock_goes_is_refused_before
 
 def test_the_gateway_answers_503_naming_a_directory_where_the_ledger_lock_goes(tmp_path):
     """Raised as invalid input, the line reached reef serve's clients as a 400 blaming their request; it is the
-    gateway's state that keeps the record from being kept (503), and the call after it is moved away is kept."""
+    gateway's state that keeps the record from being kept (503); the calls after it are refused before they reach
+    the upstream while it is still there, and the call after it is moved away is kept."""
     import urllib.error
     import urllib.request
 
@@ -448,6 +472,10 @@ def test_the_gateway_answers_503_naming_a_directory_where_the_ledger_lock_goes(t
     with FakeLLM() as llm, Gateway(project, llm.url) as gw:
         status, answer = call(gw.url)
         assert status == 503 and answer["error"]["message"].startswith(f"{lock} is a directory where reef expects"), answer
+        calls = len(llm.calls)
+        status, answer = call(gw.url)  # still in the way: refused before the upstream, which would bill it
+        assert status == 503 and len(llm.calls) == calls, answer
+        assert answer["error"]["message"].endswith("move it away (the gateway goes on once it is)"), answer
         lock.rmdir()
         assert call(gw.url)[0] == 200
     assert len(exchanges(project)) == 1

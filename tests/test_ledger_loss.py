@@ -183,6 +183,65 @@ def test_what_is_not_a_loss(tmp_path: Path) -> None:
     assert run_reef("run", "--", "true", cwd=root).returncode == 0
 
 
+@pytest.mark.parametrize("how", ["emptied", "deleted"])
+def test_records_with_no_acknowledged_mark_are_never_called_intact(project: Path, reef, how: str) -> None:
+    """`.sync` emptied or deleted, then the acknowledged last record cut: verify said "intact", doctor ok, and the
+    next append started a new mark that erased the trace. Nothing can tell a cut end now, so verify says the end is
+    unchecked and warns (exit 0: a ledger from a reef older than the mark is the same case), doctor warns, and the
+    writer that starts the new mark notes it in `.repairs`, which verify lists from then on."""
+    from reef_cli.ledger.acked import unmarked
+
+    path = project / LEDGER
+    sync = path.with_name("ledger.jsonl.sync")
+    sync.write_bytes(b"") if how == "emptied" else sync.unlink()
+    path.write_bytes(b"".join(path.read_bytes().splitlines(keepends=True)[:-1]))
+    r = reef("ledger", "verify", cwd=project)
+    assert (r.code, r.out) == (0, "ledger chain intact: 3 record(s) verified, 1 release anchor(s) held; its end is "
+                                  "unchecked (no acknowledged mark)\n")
+    assert r.err == f"reef: warning: {unmarked(path, 3)}\n"
+    assert json.loads(reef("ledger", "verify", "--json", cwd=project).out)["mark_missing"] is True
+    if how == "emptied":
+        r = reef("doctor", cwd=project)
+        assert "ledger.jsonl.sync holds no acknowledged mark: records cut off its end could not be detected" in r.out
+    r = append(path, 1)
+    assert r.returncode == 0 and "its 3 record(s) had no acknowledged mark" in r.stderr, r.stderr
+    r = reef("ledger", "verify", cwd=project)
+    assert (r.code, r.out) == (0, "ledger intact: 4 record(s) verified, 1 release anchor(s) held\n")
+    assert "reef: warning: no acknowledged mark was kept for seq 1..3 (a writer started one at " in r.err
+    assert append(path, 1).returncode == 0 and len(Ledger(path, "default").verify().repairs) == 1  # said once
+
+
+def test_appends_refuse_a_chain_broken_before_the_last_acknowledged_record(project: Path, reef, tmp_path: Path) -> None:
+    """A record deleted in the middle: `reef ledger verify` exits 4, yet `reef report`, `reef run` and a running
+    gateway appended onto the broken chain (a writer looks only at the last record). The mark's record no longer
+    ends where it was acknowledged (one read tells), so a writer's first look walks the chain then, and refuses;
+    so do `reef run` before it runs anything and a writer that already had the file open. A reformat that keeps
+    every record's hash moves the record too, but the walk finds the chain whole and appends go on."""
+    path = project / LEDGER
+    whole = path.read_bytes()
+    lines = whole.splitlines(keepends=True)
+    running = Ledger(path, "default")
+    running.append("interaction", {"i": 4}, release_id="r", content_id="c")
+    full = path.read_bytes()
+    broken = b"".join(lines[:2] + lines[3:]) + full[len(whole):]
+    path.write_bytes(broken)  # in place, as an editor or `sed -i` without a rename does
+    third = json.loads(lines[3])["record_id"]
+    line = (f"{path}: seq 3 deleted before line 3 (record {third}); the ledger was changed before record seq 5, "
+            f"acknowledged ending at offset {len(full)}, so nothing is "
+            f"appended to it: restore it from a backup ('reef ledger verify' names the break; nothing was changed)")
+    r = append(path, 1)
+    assert (r.returncode, r.stderr) == (4, line + "\n")
+    with pytest.raises(DamagedState) as refused:
+        running.append("interaction", {"i": 5}, release_id="r", content_id="c")
+    assert str(refused.value) == line
+    marker = tmp_path / "ran"
+    r = reef("run", "--", "touch", str(marker), cwd=project)
+    assert (r.code, r.err) == (4, f"reef: error: {line}\n") and not marker.exists()
+    assert path.read_bytes() == broken
+    path.write_bytes(full.replace(b'"seq":2}', b'"seq": 2}', 1))  # the same records, one line reformatted
+    assert append(path, 1).returncode == 0 and Ledger(path, "default").verify().ok
+
+
 # --- readers refuse a symlinked ledger, as writers do -------------------------------------------------------------
 
 _READERS = {

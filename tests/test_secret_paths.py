@@ -290,6 +290,92 @@ def test_a_continuous_stream_is_written_in_blocks_that_never_split_a_secret(tmp_
     assert PEM_LINE.strip()[:20] not in data
 
 
+ANTHROPIC = "sk-ant-api03-" + "Q7vR2mX9kL4pZ8wT1nB6cY3hJ5fD0sGaE-" + "UuIiOoPpAaSsDdFfGgHhJjKkLlZzXxCcVvBbNnMm012345AA"
+SHAPELESS = "hunter2-Zq9xW3vB7nM1kP5"  # a value only its name (HF_TOKEN=, password:) says is a secret
+
+
+def copy_through(path: Path, steps, monkeypatch, **limits) -> list[str]:
+    """Feed `steps` (text to write, seconds to wait, or None: wait for the log to grow, note what it holds) through a
+    RedactedLog into `path`, with `PAUSE_S` short so a wait of 0.15 s is a pause; returns the notes."""
+    import os
+    import threading
+    import time
+
+    from reef_cli.weights import trainer_log
+
+    monkeypatch.setattr(trainer_log, "PAUSE_S", 0.02)
+    for name, value in limits.items():
+        monkeypatch.setattr(trainer_log, name, value)
+    out, into = os.pipe()
+    notes: list[str] = []
+
+    def feed():
+        for step in steps:
+            if step is None:
+                grown = time.monotonic() + 10
+                while path.stat().st_size == len("".join(notes[-1:]).encode()) and time.monotonic() < grown:
+                    time.sleep(0.01)
+                notes.append(path.read_bytes().decode())
+            elif isinstance(step, float):
+                time.sleep(step)
+            else:
+                os.write(into, step.encode())
+        os.close(into)
+
+    with open(path, "ab", buffering=0) as log:
+        copier = trainer_log.RedactedLog(out, log).start()
+        writer = threading.Thread(target=feed)
+        writer.start()
+        writer.join()
+        copier.close()
+    return notes
+
+
+@pytest.mark.parametrize("first, rest", [
+    ("using anthropic key " + ANTHROPIC[:20], ANTHROPIC[20:] + "\n"),  # a key in two writes
+    ("HF_TOKEN=", SHAPELESS + "\n"),  # the name, then its value
+], ids=["key-in-two-writes", "name-then-value"])
+def test_a_pause_inside_a_line_does_not_split_a_secret(tmp_path, monkeypatch, first, rest):
+    """A trainer that pauses in mid-line (`print(..., end="")`, then the rest): the complete lines go out on the
+    pause, the line being written waits for its end and is redacted whole."""
+    path = tmp_path / "trainer.log"
+    notes = copy_through(path, ["step 1\n" + first, 0.15, None, rest, "step 2\n"], monkeypatch)
+    assert notes == ["step 1\n"]  # the log keeps up with the lines that are complete
+    data = path.read_text()
+    assert data.startswith("step 1\n") and data.endswith("[REDACTED:anthropic_key]\nstep 2\n"
+                                                           if "anthropic" in first else "=[REDACTED:token]\nstep 2\n")
+    assert ANTHROPIC[13:33] not in data and ANTHROPIC[33:] not in data and SHAPELESS not in data
+
+
+def test_a_progress_bar_shows_in_the_log_one_update_behind(tmp_path, monkeypatch):
+    path = tmp_path / "trainer.log"
+    notes = copy_through(path, ["\rstep 0 token=" + TOKEN, 0.15, "\rstep 1 token=" + TOKEN, 0.15, None, "\n"],
+                         monkeypatch)
+    assert notes == ["\rstep 0 token=[REDACTED:github_token]\r"]  # the update being drawn waits for the next
+    data = path.read_bytes().decode()
+    assert data == "\rstep 0 token=[REDACTED:github_token]\rstep 1 token=[REDACTED:github_token]\n"
+
+
+def test_a_value_on_the_line_after_its_name_is_redacted_across_a_pause(tmp_path, monkeypatch):
+    """`password: |` goes out on a pause; its value, on the next line, is redacted with that line as context."""
+    path = tmp_path / "trainer.log"
+    copy_through(path, ["config:\n  password: |\n", 0.15, f"    {SHAPELESS}\n  steps: 3\n"], monkeypatch)
+    data = path.read_text()
+    assert SHAPELESS not in data
+    assert data == "config:\n  password: |\n    [REDACTED:password]\n  steps: 3\n"
+
+
+def test_a_line_cut_at_max_pending_keeps_a_name_with_its_value(tmp_path, monkeypatch):
+    """A line longer than MAX_PENDING is written up to a window before its end: `HF_TOKEN=` at the end of the first
+    megabyte (here 64 KiB) still has its value after it when that arrives."""
+    path = tmp_path / "trainer.log"
+    head = " HF_TOKEN="
+    pad = ("word " * 20000)[: (1 << 16) - len(head)]
+    notes = copy_through(path, [pad + head, 0.15, None, SHAPELESS + " end\n"], monkeypatch, MAX_PENDING=1 << 16)
+    assert 0 < len(notes[0]) <= (1 << 16) - 4096 and notes[0].endswith("word ")  # written up to a space
+    assert path.read_text() == pad + " HF_TOKEN=[REDACTED:token] end\n"
+
+
 # -- reef publish -----------------------------------------------------------------------------------------------------
 def git_objects(root: Path) -> str:
     """Every loose Git object under .reef, inflated: where a published file's bytes go."""

@@ -451,6 +451,87 @@ def test_sigint_is_forwarded_to_the_trainer(reef, project, engine, tmp_path):
     assert [p["stage"] for p in _failures(led)] == ["interrupted"] and engine.loads == []
 
 
+@pytest.fixture
+def sigterm_trap():
+    """SIGTERM to this process, where reef does not handle it, fails the test instead of ending the test run."""
+    def trap(_signum, _frame):
+        raise RuntimeError("SIGTERM reached the test: reef did not handle it")
+
+    previous = signal.signal(signal.SIGTERM, trap)
+    yield
+    signal.signal(signal.SIGTERM, previous)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])  # SIGTERM: a service manager stopping reef
+def test_ctrl_c_during_the_hot_swap_resumes_the_engine_records_and_locks(reef, project, engine, sigterm_trap, sig):
+    """Ctrl-C while the engine loads the new weights: it may finish loading after reef stopped waiting, so the
+    engine is asked to continue generating (not left paused), the failure is recorded, and the scenario locks (the
+    next `reef train` would otherwise publish over weights no release names)."""
+    led = ledger_of(project)
+    _prime(led, engine)
+    engine.signal_on["POST /update_weights_from_disk"] = sig
+    r = train(reef, project, *swap_args(engine))
+    assert r.code == 130, r.err
+    assert "reef: error: interrupted during the hot swap of '1:" in r.err and "(at update); it may still load" in r.err
+    assert "weight updates of scenario 'model' are locked until 'reef train --unlock'" in r.err
+    assert engine.calls[-1] == "POST /continue_generation" and not engine.paused
+    assert engine.weight_version.startswith("1:") and _head(reef, project) is None  # loaded, and no release names it
+    (fail,) = _failures(led)
+    assert fail["stage"] == "swap:update" and fail["locked"] is True and fail["weight_version"] == engine.weight_version
+    r = train(reef, project, *swap_args(engine))
+    assert r.code == 4 and "weight updates for scenario 'model' are locked" in r.err
+
+
+def test_sigterm_is_forwarded_to_the_trainer_and_recorded(reef, project, engine, tmp_path, sigterm_trap):
+    """A service manager stops `reef train` with SIGTERM: the trainer's process group (its own session) gets it
+    too, and the run ends as a Ctrl-C does: recorded, exit 130, nothing swapped."""
+    led = ledger_of(project)
+    _prime(led, engine, 1)
+    stopper = tmp_path / "stopped_trainer.py"
+    stopper.write_text("import os, signal, time\nprint('training', flush=True)\n"
+                       "os.kill(os.getppid(), signal.SIGTERM)\ntime.sleep(30)\n")
+    started = time.monotonic()
+    r = train(reef, project, "--engine", engine.url, "--trainer", f"{sys.executable} {stopper}")
+    assert r.code == 130 and r.err.startswith("reef: error: trainer interrupted (SIGTERM forwarded); log: "), r.err
+    assert time.monotonic() - started < 20  # the trainer's 30 s sleep ended by the forwarded SIGTERM
+    assert [p["stage"] for p in _failures(led)] == ["interrupted"] and engine.loads == []
+
+
+def test_ctrl_c_before_the_swap_is_recorded_and_leaves_the_engine_alone(reef, project, engine):
+    led = ledger_of(project)
+    _prime(led, engine)
+    engine.signal_on["GET /get_model_info"] = signal.SIGINT  # reef's first look at the engine
+    r = train(reef, project, *swap_args(engine))
+    assert (r.code, r.err) == (130, "reef: error: interrupted before the engine was touched; the engine and the head "
+                                    "are as they were\n")
+    assert [(f["stage"], f["locked"]) for f in _failures(led)] == [("interrupted", False)]
+    assert engine.loads == [] and not (project / ".reef" / "scenarios" / SCEN / "weights.lock").exists()
+    assert train(reef, project, *swap_args(engine)).code == 0
+
+
+def test_a_checkpoint_rewritten_while_the_engine_loads_it_is_not_published(reef, project, engine):
+    """The manifest is hashed before the swap; a process the trainer left behind rewrites the weights before the
+    engine reads them. The engine then serves bytes the manifest does not name: a failed swap, recorded and locked,
+    not a release naming other bytes than those served."""
+    led = ledger_of(project)
+    _prime(led, engine)
+    load = engine.load
+
+    def late_writer_then_load(body):
+        (Path(body["model_path"]) / "fake_weights.json").write_text('{"bias": 999}')
+        return load(body)
+
+    engine.load = late_writer_then_load
+    r = train(reef, project, *swap_args(engine))
+    assert r.code == 1 and r.err.count("\n") == 1, r.err
+    assert "changed while the engine loaded it (changed: fake_weights.json); the engine serves weight version '1:" in r.err
+    assert r.err.endswith("from bytes no release names; weight updates of scenario 'model' are locked until "
+                          "'reef train --unlock'\n")
+    assert engine.bias == 999 and not engine.paused and _head(reef, project) is None
+    fail = _failures(led)[-1]
+    assert fail["stage"] == "swap:verify" and fail["locked"] is True and fail["weight_version"] == engine.weight_version
+
+
 def test_slime_replay_builds_slime_samples_from_the_export(tmp_path, monkeypatch):
     """reef's rollout function as slime calls it (args, rollout_id, data_source), against slime's own type names."""
     import argparse

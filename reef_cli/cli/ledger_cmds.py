@@ -9,6 +9,7 @@ from typing import Optional
 
 import typer
 
+from .boundary import error_line
 from .context import console, emit_json
 
 app = typer.Typer(help="The append-only, hash-chained ledger of runs, reports and decisions.", no_args_is_help=True)
@@ -117,11 +118,26 @@ def verify(ctx: typer.Context, as_json: bool = typer.Option(False, "--json")) ->
         emit_json(res.to_json())
     elif res.ok:
         anchored = f", {res.anchors_checked} release anchor(s) held" if res.anchors_checked else ""
-        print(f"ledger intact: {res.count} record(s) verified{anchored}")
+        if res.mark_missing:  # not "intact": nothing can tell whether records were cut off its end
+            print(f"ledger chain intact: {res.count} record(s) verified{anchored}; its end is unchecked (no "
+                  f"acknowledged mark)")
+        else:
+            print(f"ledger intact: {res.count} record(s) verified{anchored}")
+        for warning in res.warnings:
+            sys.stderr.write(f"reef: warning: {warning}\n")
     else:
-        sys.stderr.write(f"reef: error: {res.message}\n")
+        sys.stderr.write(error_line("reef", res.message))
     if not as_json:
         for repair in res.repairs:
+            if repair.get("mark_started"):
+                sys.stderr.write(f"reef: warning: no acknowledged mark was kept for seq 1..{repair.get('after_seq')} "
+                                 f"(a writer started one at {repair.get('at')}): records cut off the end before then "
+                                 f"could not be detected\n")
+                continue
+            if repair.get("added_newline"):
+                sys.stderr.write(f"reef: warning: the final newline of record seq {repair.get('after_seq')} was "
+                                 f"missing and was added at {repair.get('at')}; no record was lost\n")
+                continue
             sys.stderr.write(
                 f"reef: warning: a torn last line ({repair.get('bytes')} bytes after seq {repair.get('after_seq')}) "
                 f"was cut off at {repair.get('at')}; it was never acknowledged\n"
@@ -209,6 +225,9 @@ def repair_ledger(
     report = _RepairReport(as_json, len(anchors))
     with led:
         checked = None
+        mended = led.complete_last_line()  # a whole last record short of its newline: nothing lost, nothing to accept
+        if mended is not None:
+            report.mended = f"added the final newline that record seq {mended} lacked (the record was whole)"
         if led.acknowledged_cut(thorough=True) is None:
             # a chain broken inside (not records cut off its end) is not mended by recording a loss: say so before
             # anything is judged or written (a damaged line also reads as a missing anchor)
@@ -245,6 +264,8 @@ def repair_ledger(
         lines.append(f"recorded the loss as {rec.record_id} (seq {rec.seq}): anchors of {lost} are given up")
     report.recorded = [r for r in (cut_rec, rec) if r is not None]
     report.refuse_damage(damage, said=lines)
+    if report.mended:
+        lines.insert(0, report.mended)
     if not report.recorded:
         lines.append(f"ledger holds all {len(anchors)} release anchor(s): nothing is lost")
     report.done("loss_recorded" if report.recorded else "intact", lines)
@@ -256,7 +277,7 @@ class _RepairReport:
     a refusal), and a refusal still writes its one error line to stderr and exits 4."""
 
     def __init__(self, as_json: bool, anchors: int) -> None:
-        self.as_json, self.anchors, self.recorded = as_json, anchors, []
+        self.as_json, self.anchors, self.recorded, self.mended = as_json, anchors, [], ""
 
     def _emit(self, outcome: str, ok: bool, problem: str | None, message: str) -> None:
         emit_json({"outcome": outcome, "ok": ok, "problem": problem, "message": message,
@@ -268,7 +289,7 @@ class _RepairReport:
         else:
             for line in said:
                 print(line)
-        sys.stderr.write(f"reef: error: {message}\n")
+        sys.stderr.write(error_line("reef", message))
         raise typer.Exit(4)
 
     def refuse_damage(self, result, said: list[str] = ()) -> None:

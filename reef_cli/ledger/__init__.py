@@ -98,6 +98,10 @@ class Ledger(Writer, Reader, IdIndex, Compaction):
             if cut:
                 mark, message = cut
                 result = replace(result, ok=False, first_bad_seq=mark.seq, problem="cut", message=message)
+            elif result.count and _acked.read(self.sync_path) is None:
+                warning = _acked.unmarked(self.path, result.count)
+                result = replace(result, mark_missing=True, message=f"{result.message}; {warning}",
+                                 warnings=(*result.warnings, warning))
         return replace(result, repairs=repairs) if repairs else result
 
     def position(self) -> _since.Position | None:
@@ -155,7 +159,9 @@ class Ledger(Writer, Reader, IdIndex, Compaction):
         """The acknowledged mark and the line saying so when the file at the ledger's path lost records writers
         acknowledged (`acked`: cut off the end, the file gone or replaced by a shorter one, another record at the
         mark's seq); None when nothing says so. Without `thorough` (`reef run` asks before every session) a file of
-        the mark's inode that still reaches the mark's end is taken at its size; `verify` looks at the record."""
+        the mark's inode whose line ending at the mark's end is the mark's record is taken as it is (one read); one
+        whose records before the mark's moved is walked once (`acked.moved`), and a break there is refused too
+        (`acked.edited`); `verify` looks at the record and walks the chain itself."""
         mark = _acked.read(self.sync_path)
         if mark is None or not mark.seq:
             return None
@@ -165,10 +171,16 @@ class Ledger(Writer, Reader, IdIndex, Compaction):
             return mark, _acked.Loss(mark, "gone").message(self.path)
         try:
             st = os.fstat(fd)
-            if not thorough and st.st_ino == mark.ino and st.st_size >= mark.end:
-                return None  # it still reaches what was acknowledged
+            if not thorough and st.st_ino == mark.ino and st.st_size >= mark.end and _acked.at_mark(fd, mark):
+                return None  # it still holds what was acknowledged, where it was
             end = _acked.records_end(fd, st.st_size)
             loss = _acked.judge(mark, fd, st.st_ino, st.st_size, end) if end is not None else None
+            if loss is None and not thorough and end is not None and _acked.moved(mark, fd, st.st_ino, st.st_size, end):
+                # bytes before the mark's record changed length: walk the chain (only now) to tell a break from a
+                # reformat; a `thorough` caller (verify, repair) walks it anyway and names the break itself
+                result = _Verifier(self.path, self.scenario).run()
+                if not result.ok:
+                    return mark, _acked.edited(self.path, mark, result.message)
         except StoreError:
             return None  # a corrupt last record: the chain's to report
         finally:

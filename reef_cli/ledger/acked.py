@@ -21,7 +21,10 @@ cut at a line boundary), that has no file at all (`gone`), or that holds another
 it was), a `cp -a` copy cut afterwards and any file put back by a rename were taken for new files and passed as
 intact; the release anchors only cover records up to the last publish, so the receipts since went unreported.
 
-What does not count as a loss: no mark, or a mark of seq 0 (a new ledger); a file at or past the mark's record with
+What does not count as a loss: no mark, or a mark of seq 0 (a new ledger). But a ledger with records and no mark
+(its `.sync` removed or emptied, or kept by a reef older than the mark) cannot rule out a cut end either: `verify`
+says so (`unmarked`, a warning), and the writer that starts a mark over such a file notes it in `<ledger>.repairs`,
+so a removed mark is not erased by the next append. Nor: a file at or past the mark's record with
 that record in place (a `cp -a` copy, a compaction's copy: `compact` moves the mark, and a crash before it moves
 leaves a file that still holds, or compacted away, the mark's record); and a file whose last record is the
 `ledger_cut` record naming this very mark (`reef repair ledger --accept-loss` recorded the loss; the append of that
@@ -168,6 +171,8 @@ def judge(mark: Mark | None, fd: int | None, ino: int, size: int, records_end: i
         last = _seq_hash(line_ending_at(fd, records_end)) if records_end else (0, "")
         if last is None:
             return None  # a last record that is not one: the chain's to report
+    if size > records_end and (whole := whole_tail(fd, records_end, size, last)) is not None:
+        last, records_end = whole, size  # a whole record that lost only its newline is not missing
     seq, digest = last
     if seq < mark.seq:
         loss = Loss(mark, "short", records_end, seq, size - records_end)
@@ -181,6 +186,72 @@ def judge(mark: Mark | None, fd: int | None, ino: int, size: int, records_end: i
             return None  # in place, or compacted away (the chain's compaction record explains the start)
         loss = Loss(mark, "replaced", records_end, seq, size - records_end, found)
     return None if records_end and recorded(line_ending_at(fd, records_end), mark) else loss
+
+
+def at_mark(fd: int, mark: Mark) -> bool:
+    """Does the line ending at the mark's `end` hold the mark's record? One read of the last line before it."""
+    found = _seq_hash(line_ending_at(fd, mark.end))
+    return found is not None and found[0] == mark.seq and found[1].startswith(mark.hash)
+
+
+def moved(mark: Mark, fd: int, ino: int, size: int, records_end: int, last: tuple[int, str] | None = None) -> bool:
+    """Is the mark's record, which `judge` found in place, no longer where it was acknowledged: the last record
+    (`last`, ending at `records_end`) is the mark's record but ends elsewhere, or the file of the mark's own inode
+    grew past it but the line ending at the mark's `end` is not it. Bytes before it then changed length in place:
+    a record deleted, inserted or edited, or the lines reformatted (which keeps every record's hash). Cheap (at
+    most one read of one line), so a writer's first look and `reef run`'s check can ask; only a yes costs a walk of
+    the chain (`verify`), to tell a reformat from a break. A compaction writes a new file (another inode) whose
+    last record is its own, so it never reads as moved; an edit that keeps every length is left to `verify`."""
+    if last is None:
+        last = _seq_hash(line_ending_at(fd, records_end)) if records_end else None
+        if last is None:
+            return False
+    if last[0] == mark.seq:
+        return records_end != mark.end and last[1].startswith(mark.hash)
+    return last[0] > mark.seq and ino == mark.ino and not (size >= mark.end and at_mark(fd, mark))
+
+
+def edited(path: Path, mark: Mark, broken: str) -> str:
+    """The line for a ledger whose chain broke before its last acknowledged record (`broken`: verify's message)."""
+    return (f"{broken}; the ledger was changed before record seq {mark.seq}, acknowledged ending at offset "
+            f"{mark.end}, so nothing is appended to it: restore it from a backup ('reef ledger verify' names the "
+            f"break; nothing was changed)")
+
+
+def unmarked(path: Path, records: int) -> str:
+    """What a ledger with `records` records and no mark cannot tell (`VerifyResult.mark_missing`)."""
+    return (f"ledger {path} holds {records} record(s) but no acknowledged mark ({path.name}.sync is missing, empty or "
+            f"was kept by a reef older than the mark), so records cut off its end past the release anchors cannot be "
+            f"detected; the next append starts a new mark")
+
+
+def whole_tail(fd: int, records_end: int, size: int, last: tuple[int, str] | None = None) -> tuple[int, str] | None:
+    """(seq, hash) of the bytes after `records_end` (up to `size`) when they are a whole record that lacks only its
+    final newline: valid JSON, its hash checks, and it chains onto the record ending at `records_end` (`last`, its
+    seq and hash, read when not given). That is a write torn at its very last byte (or a file saved without the
+    trailing newline): the record is intact, so adding the newline loses nothing where cutting it as a torn line
+    would delete a record, acknowledged or not. None for anything else."""
+    from .record import ZERO_HASH, _decode
+
+    if not records_end < size <= records_end + (1 << 20):
+        return None
+    raw = os.pread(fd, size - records_end, records_end)
+    if b"\n" in raw or not raw.endswith(b"}"):
+        return None
+    try:
+        record, ok = _decode(raw)
+    except ValueError:
+        return None
+    if not ok:
+        return None
+    if records_end:
+        if last is None:
+            last = _seq_hash(line_ending_at(fd, records_end))
+        if last is None or (record.seq, record.prev_hash) != (last[0] + 1, last[1]):
+            return None
+    elif (record.seq, record.prev_hash) != (1, ZERO_HASH):
+        return None
+    return record.seq, record.hash
 
 
 def recorded(raw: bytes, mark: Mark) -> bool:

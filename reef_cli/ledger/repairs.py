@@ -39,6 +39,40 @@ def note_repair(ledger_path: Path, offset: int, size: int, torn: bytes, after_se
     return note
 
 
+def note_newline(ledger_path: Path, offset: int, seq: int) -> dict:
+    """Record that the newline a whole last record (`seq`) lacked was added at `offset` (`Writer._add_newline`)."""
+    note = {"at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "offset": offset, "bytes": 0,
+            "added_newline": True, "after_seq": seq}
+    try:
+        append_durable(repairs_path(ledger_path), json.dumps(note, sort_keys=True).encode() + b"\n")
+        where = f"noted in {repairs_path(ledger_path)}"
+    except OSError as exc:
+        where = f"could not note it in {repairs_path(ledger_path)}: {exc.strerror}"
+    sys.stderr.write(
+        f"reef: warning: ledger {ledger_path}: record seq {seq} was whole but its final newline was missing (a write "
+        f"torn at its last byte); added the newline, no record is lost ({where})\n"
+    )
+    return note
+
+
+def note_unmarked(ledger_path: Path, offset: int, seq: int) -> dict:
+    """Record that a writer found records up to `seq` (ending at `offset`) with no acknowledged mark and starts one
+    with its append: a cut end before then could not be detected (`acked.unmarked`)."""
+    note = {"at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "offset": offset, "bytes": 0,
+            "mark_started": True, "after_seq": seq}
+    try:
+        append_durable(repairs_path(ledger_path), json.dumps(note, sort_keys=True).encode() + b"\n")
+        where = f"noted in {repairs_path(ledger_path)}"
+    except OSError as exc:
+        where = f"could not note it in {repairs_path(ledger_path)}: {exc.strerror}"
+    sys.stderr.write(
+        f"reef: warning: ledger {ledger_path}: its {seq} record(s) had no acknowledged mark ({ledger_path.name}.sync "
+        f"missing, empty or from an older reef), so a cut end before now cannot be ruled out; a new mark starts with "
+        f"this append ({where})\n"
+    )
+    return note
+
+
 def read_repairs(ledger_path: Path) -> tuple[dict, ...]:
     """Every repair noted for this ledger, oldest first (a line that does not parse is skipped: a note, not state)."""
     try:

@@ -34,6 +34,14 @@ class VerifyResult:
     """Torn tails writers cut off before (`<ledger>.repairs`): said out loud, never silently forgotten."""
     since_seq: int | None = None
     """Set by `Ledger.verify_since` when only the `count` records after this seq were checked."""
+    mark_missing: bool = False
+    """The file holds records but `<ledger>.sync` holds no acknowledged mark (removed, emptied, or kept by a reef
+    older than the mark): records cut off its end past the release anchors cannot be told from an intact end."""
+    warnings: tuple[str, ...] = ()
+    """What the user should hear though the ledger verifies (each also said in `message`)."""
+    newline_missing: bool = False
+    """The last record (counted in `count`) is whole and chains on, but its final newline is missing: a write torn
+    at its last byte, completed by the next append or `reef repair ledger` (nothing is lost)."""
 
     def to_json(self) -> dict:
         return {
@@ -48,6 +56,9 @@ class VerifyResult:
             "torn_tail": self.torn_tail,
             "anchors_checked": self.anchors_checked,
             "repairs": [dict(r) for r in self.repairs],
+            "newline_missing": self.newline_missing,
+            "mark_missing": self.mark_missing,
+            "warnings": list(self.warnings),
         }
 
 
@@ -104,6 +115,12 @@ class _Verifier:
         problem = self._head_problem(head, anchors)
         if problem:
             return problem
+        whole = self._whole_tail(torn) if torn else None
+        if whole is not None:
+            warning = (f"the last record (seq {whole[0]}) is whole but its final newline is missing (a write torn at "
+                       f"its last byte): the next append or 'reef repair ledger' adds it, nothing is lost")
+            return VerifyResult(True, self.count + 1, message=f"{self.path}: {self.count + 1} records, chain intact; "
+                                f"{warning}", head_hash=whole[1], newline_missing=True, warnings=(warning,))
         return VerifyResult(
             True, self.count,
             message=f"{self.path}: {self.count} records, chain intact" + self._torn_note(torn),
@@ -217,6 +234,17 @@ class _Verifier:
         except (ValueError, UnicodeDecodeError):
             return len(last) + 1
         return 0
+
+    def _whole_tail(self, torn: int) -> tuple[int, str] | None:
+        """(seq, hash) of a torn last line that is a whole record chaining on (`acked.whole_tail`), or None."""
+        from .acked import whole_tail
+
+        handle = open_for_reading(self.path)
+        if handle is None:
+            return None
+        with handle:
+            size = os.fstat(handle.fileno()).st_size
+            return whole_tail(handle.fileno(), size - torn, size)
 
     @staticmethod
     def _torn_note(torn: int) -> str:

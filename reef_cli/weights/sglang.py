@@ -23,9 +23,10 @@ import urllib.request
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from ..errors import ReefError
+from ..errors import ExitCode, ReefError
 
 DEFAULT_VERSION = "default"  # what SGLang reports before any weight update names a version
+INTERRUPTED_RESUME_S = 10.0  # how long an interrupted swap waits for /continue_generation: the user wants out
 
 
 class EngineError(ReefError):
@@ -105,6 +106,13 @@ class SwapFailed(EngineError):
         self.stage = stage
         self.touched = touched
         self.answered_version = answered_version
+
+
+class SwapInterrupted(SwapFailed):
+    """Ctrl-C (or SIGTERM) while the engine was paused or loading: it may finish loading the new weights after reef
+    stopped waiting, so they are as unknown as after any other failed swap."""
+
+    exit_code = ExitCode.INTERRUPTED
 
 
 def checked_url(url: str) -> str:
@@ -196,8 +204,8 @@ class Engine:
         if status != 200:
             raise EngineRefused(f"SGLang engine at {self.url}: /pause_generation answered HTTP {status}: {_brief(body)}")
 
-    def resume(self) -> None:
-        status, body = self._call("POST", "/continue_generation", {})
+    def resume(self, timeout: float | None = None) -> None:
+        status, body = self._call("POST", "/continue_generation", {}, timeout=timeout)
         if status != 200:
             raise EngineRefused(f"SGLang engine at {self.url}: /continue_generation answered HTTP {status}: {_brief(body)}")
 
@@ -227,12 +235,17 @@ class Engine:
         """pause → flush (retry while busy) → update with the new version → read it back → continue.
 
         Every failure after the pause is a SwapFailed(touched=True); the engine is asked to continue generating
-        either way, so serving resumes and reef serve's provenance check guards what answers next.
+        either way, so serving resumes and reef serve's provenance check guards what answers next. A KeyboardInterrupt
+        (Ctrl-C, or SIGTERM where the caller maps it) from the pause on is one too, SwapInterrupted: an engine left
+        paused serves nobody, and one still loading may commit the new version after reef stopped waiting.
         """
         try:
             previous = self.weight_version()
         except EngineError as exc:
             raise SwapFailed(str(exc), stage="model_info", touched=False) from None
+        except KeyboardInterrupt:
+            raise SwapInterrupted(f"interrupted before the hot swap of {weight_version!r} began; the SGLang engine at "
+                                  f"{self.url} was not touched", stage="model_info", touched=False) from None
         stage = "pause"
         try:
             self.pause()
@@ -257,13 +270,24 @@ class Engine:
             if stage != "continue":
                 self._resume_quietly()
             raise SwapFailed(str(exc), stage=stage, touched=True) from None
+        except KeyboardInterrupt:
+            try:
+                resumed = self._resume_quietly(timeout=INTERRUPTED_RESUME_S)
+            except KeyboardInterrupt:  # a second Ctrl-C: stop asking, still say what state it is in
+                resumed = False
+            raise SwapInterrupted(
+                f"interrupted during the hot swap of {weight_version!r} into the SGLang engine at {self.url} "
+                f"(at {stage}); it may still load those weights, so which weights it serves is unknown"
+                + ("" if resumed else " (and it did not answer /continue_generation: it may still be paused)"),
+                stage=stage, touched=True) from None
         return SwapResult(weight_version, previous, attempts, info, str(update.get("message", "")))
 
-    def _resume_quietly(self) -> None:
+    def _resume_quietly(self, timeout: float | None = None) -> bool:
         try:
-            self.resume()
+            self.resume(timeout)
         except EngineError:
-            pass
+            return False
+        return True
 
 
 def _decode(raw: bytes) -> Any:

@@ -12,7 +12,9 @@ Order, and what each failure leaves:
    manifest), the commit point; the high-water mark moves with it;
 7. with canary tasks (or `--eval CMD`), gate the new weights against the previous release's stored verdict and roll
    back (reload the previous checkpoint, publish a `rollback` release) when they lose (weights/gate.py).
-Every failure is one ledger record (`train_failed`) and one error line; the head never moves on a failure.
+Every failure is one ledger record (`train_failed`) and one error line; the head never moves on a failure. So is
+a Ctrl-C (exit 130): one from the pause of step 5 until step 6's release is written locks like a failed swap (the
+engine may serve, or go on loading, weights no release names), and the engine is asked to continue generating.
 A run killed between 6 and 7 leaves published weights with no `weight_gate` record: the next `reef train` (once
 the engine answers with those weights) gates them before training on top of them, and rolls them back if they lose
 or can no longer be judged (`_settle_unjudged`).
@@ -28,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from ..errors import ConflictError, InvalidInput, PolicyError, ReefError
+from ..errors import ConflictError, ExitCode, InvalidInput, PolicyError, ReefError
 from ..ids import new_id
 from ..releases import canonical
 from ..times import format_time, utc_now
@@ -296,13 +298,64 @@ def checkpoint_manifest(path: Path) -> dict:
 
 
 # -- one step ------------------------------------------------------------------------------------------------------
+class TrainInterrupted(ReefError):
+    """Ctrl-C (or SIGTERM) during `reef train`, recorded: the message says what the engine and the head were left
+    with."""
+
+    exit_code = ExitCode.INTERRUPTED
+
+
 def train(store, recipe, opts: TrainOptions, *, environ: dict | None = None,
           progress: Callable[[dict], None] | None = None) -> TrainResult:
     """One step under the scenario's training lock: two trainers swapping one engine would race each other."""
     if opts.dry_run:
-        return _train(store, recipe, opts, environ, progress)
-    with _training_lock(store):
-        return _train(store, recipe, opts, environ, progress)
+        return _train(store, recipe, opts, environ, progress, {})
+    run: dict = {}  # what _train has got to: its recorder, its result
+    with _training_lock(store), _sigterm_interrupts():
+        try:
+            return _train(store, recipe, opts, environ, progress, run)
+        except KeyboardInterrupt:
+            raise _interrupted(store, run) from None
+
+
+@contextlib.contextmanager
+def _sigterm_interrupts():
+    """SIGTERM (a service manager stopping reef) is a Ctrl-C for the length of a step, so it is recorded, locks
+    where a Ctrl-C locks and exits 130, as `reef gate` and `reef model serve` treat it; it used to kill reef where
+    it stood, with no record."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(_signum, _frame):
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _interrupted(store, run: dict) -> TrainInterrupted:
+    """An interruption outside the trainer and the swap (those record their own): before the engine was touched,
+    or after the new weights were published (the next `reef train` gates them first: `_settle_unjudged`)."""
+    failed, result = run.get("failed"), run.get("result")
+    if failed is None:
+        return TrainInterrupted("interrupted before training started; nothing ran")
+    release = result.release if result is not None else None
+    if release is None:
+        what = "interrupted before the engine was touched; the engine and the head are as they were"
+    else:
+        what = (f"interrupted after release {release.release_id} (weight version {release.runtime_load_id}) was "
+                "published" + ("" if result.gate_plan is None else ", before the weight gate decided; the next "
+                               "'reef train' judges those weights before training on them"))
+    exc = TrainInterrupted(what)
+    failed("interrupted", exc)
+    return exc
 
 
 @contextlib.contextmanager
@@ -339,7 +392,7 @@ def _start_point(prev, info: dict) -> tuple:
 
 
 def _train(store, recipe, opts: TrainOptions, environ: dict | None,
-           progress: Callable[[dict], None] | None) -> TrainResult:
+           progress: Callable[[dict], None] | None, run: dict) -> TrainResult:
     environ = dict(os.environ if environ is None else environ)
     emit = progress or (lambda event: None)
     if not opts.dry_run:
@@ -363,7 +416,7 @@ def _train(store, recipe, opts: TrainOptions, environ: dict | None,
     url = opts.engine_url or environ.get("REEF_ENGINE_URL")
     if not url:
         raise InvalidInput("no engine: pass --engine URL (the SGLang server to hot-swap) or set REEF_ENGINE_URL")
-    from .sglang import Engine, EngineError, SwapFailed
+    from .sglang import Engine, EngineError
 
     engine = Engine(url, flush_retries=opts.flush_retries, flush_wait=opts.flush_wait_s)
     run_id = new_id("trn")
@@ -371,6 +424,7 @@ def _train(store, recipe, opts: TrainOptions, environ: dict | None,
     ledger = store.ledger()
 
     failed = _recorder(store, run_id, recipe.name, url)
+    run.update(failed=failed, result=result)
 
     emit({"event": "engine", "url": url})
     try:
@@ -435,26 +489,21 @@ def _train(store, recipe, opts: TrainOptions, environ: dict | None,
     step = (head.step + 1) if head else 1
     version = f"{step}:{run_id[-8:].lower()}"
     emit({"event": "swap", "weight_version": version})
-    try:
-        swap = engine.hot_swap(str(trained.checkpoint), version)
-    except SwapFailed as exc:
-        failed(f"swap:{exc.stage}", exc, locked=exc.touched, weight_version=version,
-               checkpoint=str(trained.checkpoint), answered_version=exc.answered_version)
-        if exc.touched:
-            raise SwapFailed(f"{exc}; weight updates of scenario '{store.scenario}' are locked until "
-                             "'reef train --unlock'", stage=exc.stage, touched=True) from None
-        raise
-    result.swap = swap.to_json()
-    meta = {"checkpoint": str(trained.checkpoint), "run_id": run_id, "recipe": recipe.name, "engine": url,
-            "base_model_path": base_model, "previous_weight_version": swap.previous_version,
-            "records": {"from_seq": selection.from_seq, "through_seq": selection.through_seq,
-                        "count": len(selection.samples), "pending_ids": list(selection.pending)},
-            "gate_plan": None if gate_plan is None else gate_plan.kind,
-            "trainer": {"argv": shown_argv(trained.argv), "duration_s": round(trained.duration_s, 3),
-                        "log": str(trained.log_path)}}
-    release = _publish(store, manifest, head, version, meta, "train",
-                       f"train {recipe.name} on {len(selection.samples)} record(s) through seq {selection.through_seq}",
-                       tuple(s.record_id for s in selection.samples[:1000]), failed)
+
+    def publish(swap):
+        result.swap = swap.to_json()
+        meta = {"checkpoint": str(trained.checkpoint), "run_id": run_id, "recipe": recipe.name, "engine": url,
+                "base_model_path": base_model, "previous_weight_version": swap.previous_version,
+                "records": {"from_seq": selection.from_seq, "through_seq": selection.through_seq,
+                            "count": len(selection.samples), "pending_ids": list(selection.pending)},
+                "gate_plan": None if gate_plan is None else gate_plan.kind,
+                "trainer": {"argv": shown_argv(trained.argv), "duration_s": round(trained.duration_s, 3),
+                            "log": str(trained.log_path)}}
+        return _publish(store, manifest, head, version, meta, "train",
+                        f"train {recipe.name} on {len(selection.samples)} record(s) through seq "
+                        f"{selection.through_seq}", tuple(s.record_id for s in selection.samples[:1000]), failed)
+
+    release = _swap_and_publish(store, engine, str(trained.checkpoint), version, failed, "swap", publish, manifest)
     result.release, result.runtime_load_id = release, version
     ledger.append("train", {"run_id": run_id, "recipe": recipe.name, "runtime_load_id": version,
                             "checkpoint": str(trained.checkpoint), "records": len(selection.samples),
@@ -629,24 +678,47 @@ def _recorder(store, run_id: str, recipe: str, url: str):
     def failed(stage: str, exc: Exception, *, locked: bool = False, **extra) -> None:
         from ..redact import redact_obj
 
-        head = store.head()
-        # an error carries outside text (a trainer's or --eval's last line, an engine's answer): redacted
-        payload = {"run_id": run_id, "recipe": recipe, "stage": stage, "error": str(exc), "locked": locked,
-                   "engine": url, **extra}
-        ledger.append("train_failed", redact_obj(payload)[0], release_id=head.release_id if head else None,
-                      content_id=head.content_id if head else None)
-        if locked:
-            _set_lock(store, redact_obj({"at": format_time(utc_now()), "run_id": run_id, "stage": stage,
-                                         "reason": f"{stage} failed: {exc}", "engine": url, **extra})[0])
+        with _interrupts_held():
+            head = store.head()
+            # an error carries outside text (a trainer's or --eval's last line, an engine's answer): redacted
+            payload = {"run_id": run_id, "recipe": recipe, "stage": stage, "error": str(exc), "locked": locked,
+                       "engine": url, **extra}
+            ledger.append("train_failed", redact_obj(payload)[0], release_id=head.release_id if head else None,
+                          content_id=head.content_id if head else None)
+            if locked:
+                _set_lock(store, redact_obj({"at": format_time(utc_now()), "run_id": run_id, "stage": stage,
+                                             "reason": f"{stage} failed: {exc}", "engine": url, **extra})[0])
 
     return failed
+
+
+@contextlib.contextmanager
+def _interrupts_held():
+    """SIGINT and SIGTERM wait while a failure is recorded and the lock set: a second Ctrl-C there would leave an
+    engine in an unknown state with no record and no lock. One that came is raised afterwards, unless an error is
+    already on its way out (recording it is why we are here)."""
+    import signal
+    import sys
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    came: list[int] = []
+    held = {sig: signal.signal(sig, lambda signum, _frame: came.append(signum))
+            for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in held.items():
+            signal.signal(sig, handler)
+    if came and sys.exc_info()[0] is None:
+        raise KeyboardInterrupt
 
 
 def _restore(store, engine, target, *, run_id: str, reason: str, evidence, meta: dict, failed):
     """Reload `target`'s checkpoint into the engine under a new version and publish it as a `rollback` release
     (history is never rewritten). The checkpoint must still hold exactly the bytes its release names."""
-    from .sglang import SwapFailed
-
     ckpt = target.meta.get("checkpoint")
     if not ckpt:
         raise InvalidInput(f"release {target.release_id} names no checkpoint to reload")
@@ -663,18 +735,69 @@ def _restore(store, engine, target, *, run_id: str, reason: str, evidence, meta:
                            "nothing was reloaded")
     head = store.head()
     version = f"{head.step + 1}:rb-{run_id[-6:].lower()}"
+
+    def publish(swap):
+        published = {**target.meta, "rollback_target_release_id": target.release_id,
+                     "rolled_back_release_id": head.release_id,
+                     "records": head.meta.get("records", target.meta.get("records")),
+                     "previous_weight_version": swap.previous_version, **meta}
+        return _publish(store, named, head, version, published, "rollback", reason, tuple(evidence), failed)
+
+    return _swap_and_publish(store, engine, ckpt, version, failed, "rollback", publish,
+                             None if named.get("format") == BASE_FORMAT else named)
+
+
+def _swap_and_publish(store, engine, ckpt: str, version: str, failed, stage: str, publish, manifest: dict | None):
+    """Hot-swap `ckpt` in as `version`, check it still holds the bytes `manifest` names, then `publish(swap)` the
+    release that names them; returns the release.
+
+    The manifest was hashed before the swap; a process still writing the checkpoint (one the trainer left behind, a
+    Ray worker, an async checkpoint writer) could change it before or while the engine read it, and the release
+    would name bytes the engine does not serve. So it is hashed again once the engine has read it back: a
+    difference is a failed swap (`verify`). A failed swap that touched the engine locks (its weights are unknown),
+    and so does an interruption between the engine taking the new weights and a release recording them (the engine
+    serves a version no release names); both are recorded, and the error says so (exit 130 for an interruption)."""
+    from .sglang import SwapFailed
+
     try:
         swap = engine.hot_swap(ckpt, version)
+        if manifest is not None:
+            _check_unchanged(ckpt, manifest, version)
+        return publish(swap)
     except SwapFailed as exc:
-        failed(f"rollback:{exc.stage}", exc, locked=exc.touched, weight_version=version, checkpoint=ckpt)
+        failed(f"{stage}:{exc.stage}", exc, locked=exc.touched, weight_version=version, checkpoint=ckpt,
+               answered_version=exc.answered_version)
         if exc.touched:
-            raise SwapFailed(f"{exc}; weight updates of scenario '{store.scenario}' are locked until "
-                             "'reef train --unlock'", stage=exc.stage, touched=True) from None
+            raise type(exc)(f"{exc}; weight updates of scenario '{store.scenario}' are locked until "
+                            "'reef train --unlock'", stage=exc.stage, touched=True) from None
         raise
-    meta = {**target.meta, "rollback_target_release_id": target.release_id, "rolled_back_release_id": head.release_id,
-            "records": head.meta.get("records", target.meta.get("records")),
-            "previous_weight_version": swap.previous_version, **meta}
-    return _publish(store, named, head, version, meta, "rollback", reason, tuple(evidence), failed)
+    except KeyboardInterrupt:
+        head = store.head()
+        if head is not None and head.runtime_load_id == version:
+            raise  # published: what was left is the caller's
+        exc = TrainInterrupted(f"interrupted after the engine loaded weight version {version} and before a release "
+                               f"recorded it; weight updates of scenario '{store.scenario}' are locked until "
+                               "'reef train --unlock'")
+        failed("publish", exc, locked=True, weight_version=version, checkpoint=ckpt)
+        raise exc from None
+
+
+def _check_unchanged(ckpt: str, manifest: dict, version: str) -> None:
+    """SwapFailed(stage verify) unless checkpoint `ckpt` still holds exactly the files `manifest` names."""
+    from .sglang import SwapFailed
+
+    try:
+        now = checkpoint_manifest(Path(ckpt))
+    except (InvalidInput, OSError) as exc:
+        why = f"it can no longer be read: {getattr(exc, 'strerror', None) or exc}"
+    else:
+        if now == manifest:
+            return
+        was, found = manifest.get("files", {}), now.get("files", {})
+        changed = sorted(name for name in was.keys() | found.keys() if was.get(name) != found.get(name))
+        why = "changed: " + ", ".join(changed[:3]) + (f" and {len(changed) - 3} more" if len(changed) > 3 else "")
+    raise SwapFailed(f"checkpoint {ckpt} changed while the engine loaded it ({why}); the engine serves weight "
+                     f"version {version!r} from bytes no release names", stage="verify", touched=True)
 
 
 def rollback_weights(store, ref: str, engine_url: str | None, *, environ: dict | None = None):
@@ -696,7 +819,7 @@ def rollback_weights(store, ref: str, engine_url: str | None, *, environ: dict |
     engine = Engine(url)
     from .gate import store_verdict, stored_verdict
 
-    with _training_lock(store):
+    with _training_lock(store), _sigterm_interrupts():
         rel = _restore(store, engine, target, run_id=run_id, failed=failed, evidence=(target.release_id,),
                        reason=f"rollback to step {target.step} ({target.release_id})", meta={})
         verdict = stored_verdict(store, target)

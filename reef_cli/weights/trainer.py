@@ -22,6 +22,7 @@ from .orphans import die_with_parent
 
 REPLAY_ROLLOUT = "reef_cli.weights.slime_replay.generate_rollout"
 KILL_GRACE_S = 10.0
+FORWARDED = (signal.SIGINT, signal.SIGTERM)  # to the trainer's process group, which is not reef's
 
 
 class TrainerFailed(ReefError):
@@ -119,25 +120,26 @@ def find_checkpoint(hf_dir: Path) -> Path | None:
 def launch(argv: list[str], *, cwd: Path, env: dict, log_path: Path, hf_dir: Path, timeout_s: float | None,
            on_tick: Callable[[float, str], None] | None = None, poll_s: float = 0.2) -> TrainerResult:
     """Run the trainer in its own process group with output to `log_path`, redacted on the way (trainer_log.py);
-    SIGINT is forwarded to the group (which a terminal's Ctrl-C would not reach), a timeout ends it (SIGTERM, then
-    SIGKILL after a grace period)."""
+    SIGINT is forwarded to the group (which a terminal's Ctrl-C would not reach), and so is SIGTERM (a service
+    manager stopping reef stops the trainer with it, and the run is recorded as interrupted); a timeout ends it
+    (SIGTERM, then SIGKILL after a grace period)."""
     from .trainer_log import RedactedLog
 
     started = time.monotonic()
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    interrupted = threading.Event()
+    interrupted: list[int] = []
     box: list[subprocess.Popen] = []
 
     def forward(signum, _frame):
-        interrupted.set()
+        interrupted.append(signum)
         if box:
-            _signal_group(box[0], signal.SIGINT)
+            _signal_group(box[0], signum)
 
     # The handler goes in before the trainer starts: a Ctrl-C between the two would otherwise kill reef with a
     # KeyboardInterrupt and leave the trainer (in its own session) running unattended.
     with open(log_path, "ab", buffering=0) as log:
-        previous = signal.signal(signal.SIGINT, forward) if threading.current_thread() is threading.main_thread() \
-            else None
+        previous = {sig: signal.signal(sig, forward) for sig in FORWARDED} \
+            if threading.current_thread() is threading.main_thread() else None
         out, into = os.pipe()
         try:
             proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=into,
@@ -155,8 +157,8 @@ def launch(argv: list[str], *, cwd: Path, env: dict, log_path: Path, hf_dir: Pat
         os.close(into)
         copier = RedactedLog(out, log).start()
         box.append(proc)
-        if interrupted.is_set():  # Ctrl-C came while it was starting
-            _signal_group(proc, signal.SIGINT)
+        if interrupted:  # Ctrl-C came while it was starting
+            _signal_group(proc, interrupted[0])
         timed_out = False
         try:
             while proc.poll() is None:
@@ -174,9 +176,9 @@ def launch(argv: list[str], *, cwd: Path, env: dict, log_path: Path, hf_dir: Pat
             copier.close()
     duration = time.monotonic() - started
     exit_code = 128 - code if code < 0 else code
-    if interrupted.is_set():
-        raise TrainerInterrupted(f"trainer interrupted (SIGINT forwarded); log: {log_path}", stage="interrupted",
-                                 status=exit_code)
+    if interrupted:
+        raise TrainerInterrupted(f"trainer interrupted ({signal.Signals(interrupted[0]).name} forwarded); log: "
+                                 f"{log_path}", stage="interrupted", status=exit_code)
     if timed_out:
         raise TrainerFailed(f"trainer timed out after {timeout_s:g} s and was stopped; log: {log_path}",
                             stage="timeout", status=exit_code)
@@ -192,8 +194,8 @@ def launch(argv: list[str], *, cwd: Path, env: dict, log_path: Path, hf_dir: Pat
 
 
 def _restore(previous) -> None:
-    if previous is not None:
-        signal.signal(signal.SIGINT, previous)
+    for sig, handler in (previous or {}).items():
+        signal.signal(sig, handler)
 
 
 def _signal_group(proc: subprocess.Popen, sig: int) -> None:

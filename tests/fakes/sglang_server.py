@@ -4,12 +4,14 @@ What a loaded "checkpoint" is: a directory with config.json (as an HF checkpoint
 `fake_weights.json` whose `bias` shifts the token ids it generates, so a test can see that new weights answer.
 Faults are switches on the instance: `busy_flushes` (that many 400s from /flush_cache first), `refuse_update`,
 `wrong_version` (commit a different version than asked), `refuse_after_loads` (refuse every update once that many
-loads succeeded), `down` (close the listener).
+loads succeeded), `down` (close the listener), `signal_on` (a signal sent to this process once, when the named call
+has been handled and before its answer: a Ctrl-C while reef waits for the engine, with the call done regardless).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -30,6 +32,7 @@ class FakeSGLang:
         self.swap_mid_stream: str | None = None  # a stream's engine switches to this version while it streams
         self.chat_bodies: list[dict] = []
         self.loads: list[dict] = []
+        self.signal_on: dict[str, int] = {}  # "POST /update_weights_from_disk" -> signal.SIGINT
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         # a short poll: shutdown() waits out one poll interval (the default 0.5 s was paid at every teardown)
         self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,), daemon=True)
@@ -89,11 +92,17 @@ class FakeSGLang:
 
             def _send(self, status: int, body, content_type: str = "application/json") -> None:
                 data = body if isinstance(body, bytes) else json.dumps(body).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", content_type)
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                sig = fake.signal_on.pop(getattr(self, "call", ""), None)
+                if sig is not None:
+                    os.kill(os.getpid(), sig)
+                try:
+                    self.send_response(status)
+                    self.send_header("Content-Type", content_type)
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+                except (BrokenPipeError, ConnectionResetError):  # the client stopped waiting (signal_on)
+                    pass
 
             def _body(self) -> dict:
                 n = int(self.headers.get("Content-Length") or 0)
@@ -101,7 +110,8 @@ class FakeSGLang:
                 return json.loads(raw) if raw else {}
 
             def do_GET(self):
-                fake.calls.append(f"GET {self.path}")
+                self.call = f"GET {self.path}"
+                fake.calls.append(self.call)
                 if self.path in ("/health", "/health_generate"):
                     return self._send(200, b"", "text/plain")
                 if self.path in ("/get_model_info", "/model_info"):
@@ -123,7 +133,8 @@ class FakeSGLang:
                 self._send(200, b"Cache flushed.\n", "text/plain")
 
             def do_POST(self):
-                fake.calls.append(f"POST {self.path}")
+                self.call = f"POST {self.path}"
+                fake.calls.append(self.call)
                 body = self._body()
                 if self.path == "/flush_cache":
                     return self._flush()
