@@ -35,6 +35,11 @@ def test_a_killed_rollback_is_named_refused_by_publish_and_finished_by_rollback(
     assert "publish with" not in st.out
     pub = reef("-C", str(tmp_path), "publish", "-m", "oops")
     assert pub.code == 3 and pub.err == f"reef: error: nothing was published: a {sentence}\n"
+    doc = reef("-C", str(tmp_path), "doctor", "--json")
+    assert doc.code == 1
+    [row] = [c for c in json.loads(doc.out)["checks"] if c["name"] == "state:interrupted"]
+    assert row == {"name": "state:interrupted", "status": "fail", "message": f"a {sentence}",
+                   "fix": "reef rollback 1"}
     fin = reef("-C", str(tmp_path), "rollback", "1")
     assert fin.code == 0, fin.err
     assert fin.out == (f"Finished the interrupted rollback: the working tree now holds release {rb['release_id']} "
@@ -42,6 +47,9 @@ def test_a_killed_rollback_is_named_refused_by_publish_and_finished_by_rollback(
     assert not local.exists()
     assert json.loads(reef("-C", str(tmp_path), "status", "--json").out)["clean"] is True
     assert json.loads(reef("-C", str(tmp_path), "log", "--json").out)[0]["step"] == 3  # nothing more published
+    [row] = [c for c in json.loads(reef("-C", str(tmp_path), "doctor", "--json").out)["checks"]
+             if c["name"] == "state:interrupted"]
+    assert row["status"] == "ok"
 
 
 def test_finishing_a_killed_rollback_keeps_an_edit_saved_since(reef, tmp_path):
@@ -56,3 +64,25 @@ def test_finishing_a_killed_rollback_keeps_an_edit_saved_since(reef, tmp_path):
     assert "Unpublished changes (publish with: reef publish -m MESSAGE):" in reef("-C", str(tmp_path), "status").out
     assert reef("-C", str(tmp_path), "publish", "-m", "mine").code == 0
 
+
+def test_doctor_names_an_evolve_killed_while_writing_the_working_tree(reef, tmp_path):
+    """It said nothing (0 failures) while `reef status` reported the half-written evolve."""
+    from test_evolve import LINT, _evolve_proc, feedback, init_project
+
+    root, ledger = init_project(reef, tmp_path)
+    feedback(ledger, LINT, 5)
+    feedback(ledger, {"lesson": "Use tabs for indentation."}, 3)
+    assert _evolve_proc(root, {"REEF_FAULT": "evolve:writing"}).returncode == -signal.SIGKILL
+    journal = json.loads((root / ".reef/scenarios/default/evolve/journal.json").read_text())
+    doc = reef("-C", str(root), "doctor", "--json")
+    assert doc.code == 1
+    [row] = [c for c in json.loads(doc.out)["checks"] if c["name"] == "state:interrupted"]
+    assert row == {"name": "state:interrupted", "status": "fail",
+                   "message": f"evolve {journal['evolve_id']} was interrupted in phase writing; run 'reef harness "
+                              "evolve' to finish it (the working tree already holds some of its files)",
+                   "fix": "reef harness evolve"}
+    assert _evolve_proc(root, {}).returncode == 0
+    [row] = [c for c in json.loads(reef("-C", str(root), "doctor", "--json").out)["checks"]
+             if c["name"] == "state:interrupted"]
+    assert row == {"name": "state:interrupted", "status": "ok", "message": "no evolve or rollback was left half-done",
+                   "fix": ""}
