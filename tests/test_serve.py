@@ -326,6 +326,49 @@ def test_a_token_file_is_read_whole_or_not_at_all(tmp_path):
     assert notes == [f"--token-file {path}: reloaded, 1 token(s) accepted"]
 
 
+def test_a_token_file_rewritten_often_still_reloads(tmp_path):
+    """A sidecar re-rendering the file every tenth of SETTLE_S never lets it settle by its times; the same bytes
+    read SETTLE_S apart count as settled, or a removed token would keep working for as long as the rewrites go on.
+    Rewrites of the same bytes afterwards reload nothing and say nothing."""
+    from reef_cli.serve.auth import TokenFile
+
+    path = tmp_path / "tokens"
+    path.write_text("tok-old-1\n")
+    notes: list = []
+    tf = TokenFile(path, notes.append)
+    tf.SETTLE_S = 0.3
+    deadline = time.monotonic() + 2
+    while time.monotonic() < deadline and not tf.tokens.accepts("tok-new-2"):
+        path.write_text("tok-new-2\n")
+        tf.refresh()
+        time.sleep(0.03)
+    assert tf.tokens.accepts("tok-new-2") and not tf.tokens.accepts("tok-old-1")
+    for _ in range(15):
+        path.write_text("tok-new-2\n")
+        tf.refresh()
+        time.sleep(0.03)
+    assert notes == [f"--token-file {path}: reloaded, 1 token(s) accepted"]
+
+
+def test_a_token_files_bom_and_trailing_comments_are_not_part_of_a_token(tmp_path):
+    """A Windows editor's BOM is not part of the first token (its holder got 401 while the log said 1 token
+    accepted, and a BOM'd first `#` line was a token); `tok  # laptop` is a token and a comment; a `#` inside a
+    token stays; a space inside one is refused rather than read as part of it."""
+    from reef_cli.errors import InvalidInput
+    from reef_cli.serve.auth import TokenFile
+
+    path = tmp_path / "tokens"
+    path.write_bytes("\ufefftok-first-1\n# a comment\ntok-second-2   # laptop\nabc#def\n".encode())
+    tokens = TokenFile(path).tokens
+    assert all(tokens.accepts(t) for t in ("tok-first-1", "tok-second-2", "abc#def")) and len(tokens) == 3
+    path.write_bytes("\ufeff# only a comment\n".encode())
+    with pytest.raises(InvalidInput, match="holds no token"):
+        TokenFile(path)
+    path.write_text("tok-one\ntok two\n")
+    with pytest.raises(InvalidInput, match=r"tokens: line 2 holds a space inside a token \(one token per line; "):
+        TokenFile(path)
+
+
 @contextmanager
 def plain_upstream(extra=lambda calls: [], watch: str = ""):
     """A threaded http.server upstream (not FakeLLM): a chat completion for POST with the response headers
@@ -1083,6 +1126,32 @@ def test_a_sync_that_fails_is_one_503_not_a_second_append(tmp_path, upstream, mo
         assert status == 503 and "failed a sync" in json.loads(out)["error"]
     assert [r.payload["outcome"] for r in exchanges(project)][1:] == ["ok"]  # its line, never acknowledged
     assert "failed a sync (Input/output error)" in (tmp_path / "log").read_text()
+
+def test_a_ledger_changed_under_the_gateway_refuses_calls_before_the_upstream(tmp_path, upstream):
+    """The ledger replaced by a copy missing its last record while the gateway runs: the next append finds it (no
+    receipt, 503). The calls after it used to go upstream again (billed, tokens streamed) only to fail at their
+    record; now they are refused first, /healthz says why, and the gateway's exit is not 0."""
+    project, gw = _in_process_gateway(tmp_path, upstream)
+    ledger = project / ".reef" / "scenarios" / "default" / "ledger.jsonl"
+    with in_process(gw, code=1) as url:
+        for _ in range(2):
+            assert http(url + "/v1/chat/completions", {"model": "m", "messages": []})[0] == 200
+        lines = ledger.read_bytes().splitlines(keepends=True)
+        copy = ledger.with_name("copy")
+        copy.write_bytes(b"".join(lines[:-1]))
+        copy.replace(ledger)
+        calls = len(upstream.calls)
+        messages = []
+        for stream in (False, False, True):
+            status, headers, out = http(url + "/v1/chat/completions", {"model": "m", "messages": [], "stream": stream})
+            assert status == 503 and "x-reef-agent-record-id" not in {k.lower() for k in headers}, out
+            messages.append(json.loads(out)["error"]["message"])
+        assert len(upstream.calls) == calls + 1, messages  # only the call that found the damage went upstream
+        assert all("cannot record this call: its ledger changed under it (" in m and
+                   "run reef ledger verify, then restart the gateway" in m for m in messages[1:]), messages
+        status, _, out = http(url + "/healthz")
+        assert status == 503 and "changed under it" in json.loads(out)["error"]
+
 
 def test_an_error_after_the_early_send_does_not_answer_twice(tmp_path, upstream, monkeypatch):
     """The answer is sent from inside the append; if anything fails after it, a second answer (409, 500) on the

@@ -22,7 +22,7 @@ from pathlib import Path
 from ..errors import ConflictError, DamagedState, InvalidInput, NotFound, PolicyError, ReefError, StoreError
 from ..times import format_ms
 from .auth import TokenFile, check_bind, presented_token
-from .keys import Undecodable, decoder_for, screen
+from .keys import Undecodable, client_keys, decoder_for, screen
 from .http_server import BodyTooLarge, HttpServer, Request, Response, StreamResponse
 from .recording import Exchange, Recorder
 from .reef_routes import ReefRoutes
@@ -214,10 +214,8 @@ class Gateway(StreamRelay, ReefRoutes):
         headers = request.headers
         capture = api in RECORDED and headers.get("x-reef-capture", "").strip().lower() not in ("false", "0", "no")
         state = self.recorder.scenario(headers.get("x-reef-scenario"))
-        if capture and state.ledger.sync_failure is not None:  # nothing more can be recorded: no upstream call
-            return _json_response(error_body(api, 503, f"the gateway cannot record this call: its ledger failed a "
-                                             f"sync ({state.ledger.sync_failure}); restart the gateway once the "
-                                             f"disk is checked", "api_error"), 503)
+        if capture and (state.ledger.sync_failure is not None or state.damaged is not None):
+            return self._unrecordable(api, state)  # nothing more can be recorded: no upstream call
         release = state.release()  # frozen here: a publish during the request does not re-attribute it
         target = self._target(path, request.raw_path)
         extra = [("x-reef-release-id", release.release_id)]
@@ -265,9 +263,16 @@ class Gateway(StreamRelay, ReefRoutes):
             await self._record(ex)
             raise
 
+    @staticmethod
+    def _unrecordable(api: str, state) -> Response:
+        return _json_response(error_body(api, 503, f"the gateway cannot record this call: {state.refusal()}",
+                                         "api_error"), 503)
+
     def _begin(self, state, release, api, path, started, headers, parsed, session) -> Exchange:
         ex = self.recorder.begin(state, release, api, path, started)
         _describe(ex, headers, parsed, session)
+        if self.config.pass_client_key and self.config.store_content:
+            ex.private = client_keys(headers)  # the client's own key stays out of the stored text (keys.py)
         return ex
 
     async def _edit(self, state, release, api, ex: Exchange | None, parsed: dict | None, body: bytes) -> bytes:

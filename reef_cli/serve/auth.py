@@ -27,6 +27,7 @@ from ..errors import InvalidInput, PolicyError
 
 MAX_TOKEN_FILE = 256 * 1024
 _DIGEST_LINE = re.compile(r"sha256:([0-9a-f]{64})")
+_COMMENT = re.compile(r"(?:^|\s)#")
 
 
 class TokenSet:
@@ -37,31 +38,22 @@ class TokenSet:
         return len(self._digests)
 
     @classmethod
-    def load(cls, path: Path) -> "TokenSet":
+    def parse(cls, path: Path, data: bytes) -> "TokenSet":
+        """Tokens from the file's bytes. A `#` at the start of a line or after a space starts a comment (`tok  #
+        laptop`); a token holds no space, so anything else after one on its line is refused rather than read as
+        part of it. A leading BOM (a Windows editor's UTF-8) is not part of the first token."""
         try:
-            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)  # a FIFO must not hang the gateway
-        except FileNotFoundError:
-            raise InvalidInput(f"--token-file {path}: no such file") from None
-        except OSError as exc:
-            raise InvalidInput(f"--token-file {path}: cannot read it ({exc.strerror})") from None
-        try:
-            st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode):
-                raise InvalidInput(f"--token-file {path}: not a regular file (one token per line)")
-            if st.st_size > MAX_TOKEN_FILE:  # read on the event loop: a stray big file must not stall it
-                raise InvalidInput(f"--token-file {path}: over {MAX_TOKEN_FILE // 1024} KiB, not a token file")
-            text = os.read(fd, MAX_TOKEN_FILE + 1).decode("utf-8")
-        except OSError as exc:
-            raise InvalidInput(f"--token-file {path}: cannot read it ({exc.strerror})") from None
+            text = data.decode("utf-8").removeprefix("\ufeff")
         except UnicodeDecodeError:
             raise InvalidInput(f"--token-file {path}: not UTF-8 text (one token per line)") from None
-        finally:
-            os.close(fd)
         digests = []
-        for line in text.splitlines():
-            token = line.strip()
-            if not token or token.startswith("#"):
+        for number, line in enumerate(text.splitlines(), 1):
+            token = _COMMENT.split(line, 1)[0].strip()
+            if not token:
                 continue
+            if any(ch.isspace() for ch in token):
+                raise InvalidInput(f"--token-file {path}: line {number} holds a space inside a token (one token per "
+                                   "line; '#' starts a comment)")
             m = _DIGEST_LINE.fullmatch(token)
             digests.append(bytes.fromhex(m.group(1)) if m else hashlib.sha256(token.encode()).digest())
         del text
@@ -80,6 +72,27 @@ class TokenSet:
         return ok
 
 
+def read_token_file(path: Path) -> bytes:
+    """The file's bytes: opened non-blocking (a FIFO must not hang the gateway), a regular file only, bounded."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise InvalidInput(f"--token-file {path}: no such file") from None
+    except OSError as exc:
+        raise InvalidInput(f"--token-file {path}: cannot read it ({exc.strerror})") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise InvalidInput(f"--token-file {path}: not a regular file (one token per line)")
+        if st.st_size > MAX_TOKEN_FILE:  # read on the event loop: a stray big file must not stall it
+            raise InvalidInput(f"--token-file {path}: over {MAX_TOKEN_FILE // 1024} KiB, not a token file")
+        return os.read(fd, MAX_TOKEN_FILE + 1)
+    except OSError as exc:
+        raise InvalidInput(f"--token-file {path}: cannot read it ({exc.strerror})") from None
+    finally:
+        os.close(fd)
+
+
 class TokenFile:
     """The token file as a running gateway sees it: looked at (one stat) at most once a second, on a request, and
     reread once a change has settled (last written or renamed a second ago or more, so an editor's save caught
@@ -96,7 +109,10 @@ class TokenFile:
     def __init__(self, path: Path, note: Callable[[str], None] = lambda _line: None):
         self.path = Path(path)
         self._seen = _signature(self.path)
-        self.tokens = TokenSet.load(self.path)
+        data = read_token_file(self.path)
+        self.tokens = TokenSet.parse(self.path, data)
+        self._loaded = hashlib.sha256(data).digest()  # the bytes the tokens came from: the same again is no reload
+        self._pending: tuple[bytes, float] | None = None  # (digest, first seen) of bytes read before they settled
         self.note = note
         self._next = time.monotonic() + self.CHECK_EVERY_S
 
@@ -111,19 +127,40 @@ class TokenFile:
         seen = _signature(self.path)
         if seen == self._seen:
             return
+        data = None
         if seen is not None:
             age = time.time() - max(seen[2], seen[3]) / 1e9
             if 0 <= age < self.SETTLE_S:  # still being written, perhaps: looked at again once it has settled
-                self._next = min(self._next, time.monotonic() + self.SETTLE_S - age)
-                return
+                # A file rewritten more often than that (a sidecar re-rendering it every half second) never settles
+                # by its times; the same bytes read a second apart count as settled, or a token removed from it
+                # would be accepted for as long as the rewrites go on.
+                now = time.monotonic()
+                try:
+                    data = read_token_file(self.path)
+                except InvalidInput:
+                    data = None
+                digest = hashlib.sha256(data).digest() if data is not None else None
+                if self._pending is None or self._pending[0] != digest:
+                    self._pending = (digest, now)
+                if digest is None or now - self._pending[1] < self.SETTLE_S:
+                    self._next = min(self._next, now + self.SETTLE_S - age)
+                    return
         self._seen = seen
+        self._pending = None
         try:
-            tokens = TokenSet.load(self.path)
+            if data is None:
+                data = read_token_file(self.path)
+            digest = hashlib.sha256(data).digest()
+            if digest == self._loaded and len(self.tokens):
+                return  # touched or rewritten with the same tokens: nothing to say
+            tokens = TokenSet.parse(self.path, data)
         except InvalidInput as exc:
             self.tokens = TokenSet([])
+            self._loaded = None
             self.note(f"{exc}; no client is accepted until it holds a token again")
             return
         self.tokens = tokens
+        self._loaded = digest
         self.note(f"--token-file {self.path}: reloaded, {len(tokens)} token(s) accepted")
 
 

@@ -30,8 +30,24 @@ def hidden_keys(env_keys, pass_client_key: bool) -> tuple[bytes, ...]:
     inside it, leaving the longer key's tail). With --pass-client-key a client's own key is its own to see."""
     if pass_client_key:
         return ()
-    keys = {k.encode() for k in env_keys if k and len(k) >= MIN_KEY}
-    return tuple(sorted(keys, key=lambda k: (-len(k), k)))
+    return _ordered(env_keys)
+
+
+def client_keys(headers) -> tuple[bytes, ...]:
+    """With --pass-client-key, the upstream key a client sent (Authorization: Bearer, x-api-key). The client may
+    see it echoed, but a stored record must not keep it: a key of no known shape (Mistral's 32 letters, Together's
+    64 hex digits) escapes pattern redaction."""
+    found = []
+    for name in ("authorization", "x-api-key", "api-key"):
+        for value in headers.getall(name):
+            scheme, _, rest = value.strip().partition(" ")
+            found.append(rest if name == "authorization" and scheme.lower() == "bearer" else value)
+    return _ordered(found)
+
+
+def _ordered(keys) -> tuple[bytes, ...]:
+    out = {k.strip().encode("utf-8", "surrogateescape") for k in keys if k and len(k.strip()) >= MIN_KEY}
+    return tuple(sorted(out, key=lambda k: (-len(k), k)))
 
 
 def screen(data: bytes, keys: tuple[bytes, ...]) -> bytes:
@@ -112,10 +128,13 @@ class Decoder:
 
 def decoder_for(headers) -> Decoder | None:
     """The decoder an answer needs before it can be screened (None: it is not compressed). Raises Undecodable for
-    an encoding the gateway cannot read (br, zstd, several layers)."""
-    encoding = (headers.get("Content-Encoding") or "").strip().lower()
-    if encoding in ("", "identity"):
+    an encoding the gateway cannot read (br, zstd, several layers). Every Content-Encoding header counts: a client
+    applies them all, so `identity` first and `gzip` second is a gzip answer."""
+    codings = [c.strip().lower() for value in headers.getall("Content-Encoding") for c in value.split(",")]
+    codings = [c for c in codings if c not in ("", "identity")]
+    if not codings:
         return None
+    encoding = ", ".join(codings)
     if encoding in ("gzip", "x-gzip", "deflate"):
         return Decoder(encoding)
     raise Undecodable(f"the upstream compressed its answer ({encoding}) although asked not to, in an encoding the "

@@ -29,9 +29,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from ..errors import InvalidInput, NotFound
+from ..errors import DamagedState, InvalidInput, MisplacedState, NotFound
 from ..ledger import NewRecord
 from .commit import INLINE_MAX_CONTENT, Committer
+from .keys import screen
 from .sse import tokens_of
 
 RECORD_KIND = "inference"  # as the reference names a model exchange; `reef run`'s records are "interaction"
@@ -78,6 +79,7 @@ class Exchange:
     pending: object = None  # the append in flight (a handler cancelled while waiting for it must not append again)
     training_context: dict | None = None  # the request's fields besides the messages, which token ids also encode
     append_error: BaseException | None = None  # the append failed (a sync that failed): not tried again
+    private: tuple = ()  # keys screened out of the stored text (the client's own, with --pass-client-key)
 
     def add_response(self, data: bytes) -> None:
         self.response_sha.update(data)
@@ -127,9 +129,10 @@ class Exchange:
             from ..redact import redact
 
             if self.response_text is not None:
-                response["text"] = redact(bytes(self.response_text).decode("utf-8", "replace"))[0]
+                text = screen(bytes(self.response_text), self.private)
+                response["text"] = redact(text.decode("utf-8", "replace"))[0]
             if self.request_body is not None:
-                request["text"] = redact(self.request_body.decode("utf-8", "replace"))[0]
+                request["text"] = redact(screen(self.request_body, self.private).decode("utf-8", "replace"))[0]
         ended = self.ended if self.ended is not None else time.perf_counter()
         p = {
             "source": "serve",
@@ -231,10 +234,19 @@ class _Scenario:
         self.ledger = self.store.ledger()
         self.start = self.ledger.position()  # where the chain ended when first used: the drain's check starts here
         self.last = None
+        self.damaged: str | None = None  # why the ledger takes no more records (found by an append), or None
         self.log_path = self.store.dir / "releases.jsonl"
         self._key = None
         self._release = None
         self.instructions: dict[str, tuple[str | None, str | None]] = {}  # content_id -> (compiled text, problem)
+
+    def refusal(self) -> str | None:
+        """Why this scenario's ledger takes no more records until the gateway restarts (as a clause), or None."""
+        if self.ledger.sync_failure is not None:
+            return f"its ledger failed a sync ({self.ledger.sync_failure}); restart the gateway once the disk is checked"
+        if self.damaged is not None:
+            return f"its ledger changed under it ({self.damaged}); run reef ledger verify, then restart the gateway"
+        return None
 
     def release(self):
         """The head, re-read only when the release log's file changed (one stat per request)."""
@@ -369,6 +381,8 @@ class Recorder:
                     then()
         except Exception as exc:
             ex.append_error = exc
+            if isinstance(exc, (DamagedState, MisplacedState)) and state.damaged is None:
+                state.damaged = str(exc)  # cut, replaced or moved under the gateway: no more upstream calls
             raise
         if state.last is None or record.seq > state.last.seq:
             state.last = record  # the newest this gateway appended: still in the file when it stops (app._verify)

@@ -59,7 +59,7 @@ class ReefRoutes:
         for name, state in sorted(self.recorder.scenarios.items()):
             rel = state.release()
             scenarios[name] = {"release_id": rel.release_id, "content_id": rel.content_id, "step": rel.step,
-                               "ledger_failed": state.ledger.sync_failure}
+                               "ledger_failed": state.ledger.sync_failure or state.damaged}
         from .. import __version__
 
         return json_response({
@@ -79,9 +79,8 @@ class ReefRoutes:
         return json_response({"ok": True})
 
     def _failed_ledgers(self) -> list[str]:
-        return [f"the ledger of scenario '{name}' failed a sync ({state.ledger.sync_failure}); calls are refused "
-                f"until the gateway is restarted" for name, state in sorted(self.recorder.scenarios.items())
-                if state.ledger.sync_failure is not None]
+        return [f"scenario '{name}': {state.refusal()}; its calls are refused until then"
+                for name, state in sorted(self.recorder.scenarios.items()) if state.refusal() is not None]
 
 
 class _ReportStore:

@@ -61,9 +61,11 @@ class Upstream:
             netloc += f":{parts.port}"
         path = parts.path.rstrip("/")
         base = urlunsplit((parts.scheme, netloc, path, "", ""))
-        shared = environ.get("REEF_UPSTREAM_API_KEY")
-        keys = {"openai": shared or environ.get("OPENAI_API_KEY"),
-                "anthropic": shared or environ.get("ANTHROPIC_API_KEY")}
+        # A key pasted with a space or a newline at an end: the provider reads the header without them (HTTP
+        # trims a field's value), so an echo carries the bare key, which is what must be screened and sent.
+        shared = (environ.get("REEF_UPSTREAM_API_KEY") or "").strip()
+        keys = {"openai": shared or (environ.get("OPENAI_API_KEY") or "").strip() or None,
+                "anthropic": shared or (environ.get("ANTHROPIC_API_KEY") or "").strip() or None}
         if parts.username or parts.password:
             raise InvalidInput(f"--upstream {shown(url)}: put credentials in REEF_UPSTREAM_API_KEY, not in the URL")
         for protocol, key in keys.items():
@@ -117,8 +119,8 @@ def response_headers(upstream_headers, hidden: tuple[bytes, ...] = (),
     named = _connection_named(upstream_headers)
     drop = RESPONSE_DROP | {"content-encoding"} if decoded else RESPONSE_DROP
     kept = [(k, v) for k, v in upstream_headers.items() if k.lower() not in drop and k.lower() not in named]
-    if hidden:
-        kept = [(k, screen_text(v, hidden)) for k, v in kept]
+    if hidden:  # a header whose name carries a key is dropped: a name cannot hold the mark
+        kept = [(k, screen_text(v, hidden)) for k, v in kept if screen_text(k, hidden) is k]
     return kept
 
 
