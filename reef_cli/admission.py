@@ -22,10 +22,13 @@ zone map of its own: each release is bounded by its own harness.yaml, and the st
 from __future__ import annotations
 
 import functools
+import os
 import posixpath
 from dataclasses import dataclass
 
+from .config import CONFIG_NAME
 from .errors import PolicyError
+from .gitstore import MODE_LINK
 
 RESERVED = {".git", ".reef", "git~1"}
 _IGNORABLE = {chr(c) for c in (*range(0x200C, 0x2010), *range(0x202A, 0x202F), *range(0x206A, 0x2070), 0xFEFF)}
@@ -40,8 +43,6 @@ class Bound:
     source: str
 
     def admits(self, rel: str) -> bool:
-        from .config import CONFIG_NAME
-
         if rel == CONFIG_NAME:
             return True
         return _matcher(self.include)(rel) and not _matcher(self.exclude)(rel)
@@ -56,6 +57,8 @@ def _matcher(patterns: tuple[str, ...]):
 
 def _folded(name: str) -> str:
     """A name as case-insensitive, dot-trimming (NTFS) or ignorable-character-dropping (HFS+) filesystems see it."""
+    if name.isascii():  # the usual name, and no ignorable character is ASCII: every publish checks every path
+        return name.lower().rstrip(". ")
     return "".join(c for c in name if c not in _IGNORABLE).casefold().rstrip(". ")
 
 
@@ -66,6 +69,8 @@ def path_problem(rel: str) -> str | None:
     parts = rel.split("/")
     if any(p in ("", ".", "..") for p in parts):
         return "has an empty, '.' or '..' component"
+    if rel.isascii() and not any(r in rel.lower() for r in RESERVED):  # no ASCII name folds to one unless it holds it
+        return None
     for i, p in enumerate(parts):
         if _folded(p) in RESERVED:
             return f"lies inside a '{p}' directory" if i < len(parts) - 1 else f"is named '{p}'"
@@ -92,12 +97,8 @@ def link_problem(rel: str, target: str) -> str | None:
 
 
 def problem(rel: str, entry, bound: Bound | None) -> str | None:
-    from .gitstore import MODE_LINK
-
     why = path_problem(rel)
     if why is None and entry is not None and entry.mode == MODE_LINK:
-        import os
-
         why = link_problem(rel, os.fsdecode(entry.data))
     if why is None and bound is not None and not bound.admits(rel):
         why = f"is outside the include globs of {bound.source}"
@@ -106,8 +107,6 @@ def problem(rel: str, entry, bound: Bound | None) -> str | None:
 
 def own_bound(files: dict, label: str, done: str = "nothing was written") -> Bound | None:
     """The zone map a tree declares for itself (its harness.yaml), or None when it holds none (a weights manifest)."""
-    from .config import CONFIG_NAME
-
     entry = files.get(CONFIG_NAME)
     if entry is None:
         return None
@@ -115,7 +114,7 @@ def own_bound(files: dict, label: str, done: str = "nothing was written") -> Bou
 
 
 def _globs(data: bytes, label: str, done: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    from .config import CONFIG_NAME, parse_config
+    from .config import parse_config
     from .errors import ReefError
 
     try:
@@ -133,13 +132,49 @@ def check_files(files: dict, label: str, bound: Bound | None, *, done: str = "no
             raise PolicyError(f"{label} holds '{rel}', which {why}; {done}")
 
 
+def check_outgoing(files: dict, config, root) -> None:
+    """What a publish is about to put into the chain, held to the rules every other clone's pull holds it to
+    (`check_incoming`): a release pull refuses, once pushed, stops each teammate's next pull until someone publishes
+    over it. Bounded by the harness.yaml being published (`config`; None: a weights manifest, the structural rules
+    only) — the only zone map the publisher knows.
+
+    A link is published only as `link_problem` takes it: relative, staying inside the harness. An absolute link is
+    refused even when it points inside this project: another clone resolves it on its own filesystem (another
+    checkout path, another user), never to this file. The message then names the relative link that would do."""
+    bound = None if config is None else Bound(tuple(config.include), tuple(config.exclude), CONFIG_NAME)
+    for rel in sorted(files):
+        why = problem(rel, files[rel], bound)
+        if why is None:
+            continue
+        target = os.fsdecode(files[rel].data) if files[rel].mode == MODE_LINK else ""
+        fix = ""
+        if target.startswith("/"):
+            why = f"is a symlink to the absolute path '{target}', which another clone cannot resolve the same way"
+            fix = _relative_fix(rel, target, root)
+        raise PolicyError(f"'{rel}' {why}; reef pull refuses it, so nothing was published{fix}")
+
+
+def _relative_fix(rel: str, target: str, root) -> str:
+    """' — make it relative: ln -sfn TARGET PATH' when `target` lands inside the project at `root` and its relative
+    spelling is one reef takes; '' otherwise (it points outside: there is nothing to link to)."""
+    import shlex
+
+    real_root = os.path.realpath(root)
+    landing = os.path.realpath(target)
+    if not landing.startswith(real_root + os.sep):
+        return ""
+    relative = os.path.relpath(landing, os.path.join(real_root, posixpath.dirname(rel)))
+    if link_problem(rel, relative) is not None:
+        return ""
+    return f" — make it relative: ln -sfn {shlex.quote(relative)} {shlex.quote(rel)}"
+
+
 def check_incoming(store, releases, *, local: Bound | None, origin: str, done: str) -> None:
     """Every release arriving from outside (`releases`, oldest first), checked before any enters the chain.
 
     Reads paths and modes only (blob ids), a blob only for a symlink's target or a harness.yaml not parsed yet, and
     skips a path already checked with the same id under the same bound: consecutive releases share most files."""
-    from .config import CONFIG_NAME
-    from .gitstore import MODE_LINK, Entry
+    from .gitstore import Entry
 
     git = store.git
     parsed: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {}

@@ -308,6 +308,7 @@ def check_state(cwd: Path, scenario: str | None, environ: dict) -> tuple[list[Ch
         out.extend(check_ledger(store))
         out.extend(check_state_files(store))
         out.extend(check_interrupted(store))
+        out.extend(check_ingest(store))
     out.extend(check_permissions(state))
     out.extend(check_installs(state))
     return out, state, store
@@ -414,6 +415,16 @@ def check_interrupted(store) -> list[Check]:
     if rolling is not None:
         out.append(Check("state:interrupted", FAIL, f"a {rolling.sentence()}", f"reef rollback {rolling.target.step}"))
     return out or [Check("state:interrupted", OK, "no evolve or rollback was left half-done")]
+def check_ingest(store) -> list[Check]:
+    """Transcripts the hook or a wrapper could not ingest, whole or in part (reef_cli/ingest/failures.py): a warning,
+    since what could be read was learned from and reef still works; the hook's own output reaches no one."""
+    from .ingest import failures
+
+    found = failures.load(store.dir)
+    if not found:
+        return [Check("state:ingest", OK, "no transcript left unread by the last ingests")]
+    return [Check("state:ingest", WARN, str(failures.summary(found)),
+                  "'reef status --json' lists them; repair or remove each transcript and the next ingest clears it")]
 
 
 def check_installs(state: Path) -> list[Check]:

@@ -75,9 +75,10 @@ def write_atomic(path: Path, data: bytes, mode: int = 0o644) -> None:
 
 
 def append_durable(path: Path, line: bytes, mode: int = STATE_FILE_MODE) -> None:
-    """Append one line and fsync it (the commit point of an append-only log); a new file's entry is synced too."""
+    """Append one line and fsync it (the commit point of an append-only log); a new file's entry is synced too.
+    Opened as every state file is (`open_state`): a symlink there was appended through."""
     new = not path.exists()
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, mode)
+    fd = open_state(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, mode)
     try:
         write_all(fd, line)
         os.fsync(fd)
@@ -209,10 +210,35 @@ def open_state(path, flags: int, mode: int = 0o600) -> int:
             os.set_blocking(fd, True)
         return fd
     except OSError as exc:
-        found = misplaced(path, errno.errorcode.get(exc.errno or 0, ""))
+        name = errno.errorcode.get(exc.errno or 0, "")
+        found = misplaced(_in_the_way(path) if name == "ENOTDIR" else path, name)
         if found is not None:
             raise found from None
         raise
+
+
+SMALL_STATE_LIMIT = 1 << 20
+"""The most bytes reef reads of a state file it writes as one small JSON document (project.json, scenario.json:
+about a hundred bytes), so a file planted or pasted there cannot make every command read gigabytes."""
+
+
+def read_state(path, limit: int | None = None) -> bytes | None:
+    """One of reef's own state files read whole: its bytes, or None when there is none. Opened by `open_state`
+    (never through a symlink, never waiting on a FIFO, never a directory or device: its one line, exit 4), so every
+    state read refuses what the writers refuse. `limit` (bytes) bounds files that never grow: over it, InvalidInput
+    naming the file, exit 4."""
+    from .errors import InvalidInput
+
+    try:
+        fd = open_state(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return None
+    with open(fd, "rb") as f:
+        data = f.read() if limit is None else f.read(limit + 1)
+    if limit is not None and len(data) > limit:
+        raise InvalidInput(f"{path} is larger than {limit} bytes, more than reef ever writes there; move it away "
+                           "(nothing was changed by this command)")
+    return data
 
 
 def refuse_misplaced(path) -> None:

@@ -562,7 +562,7 @@ def new_bullets(base: Mapping, cand: Mapping) -> list[Bullet]:
         for line in new_lines:
             m = _BULLET.match(line)
             if m and line not in old:
-                text = m.group("text")
+                text = _shown(m.group("text"))
                 rid = _REEF_ID.search(text)
                 if rid:
                     bid, text = rid.group("id"), text[: rid.start()].strip()
@@ -584,20 +584,29 @@ def ablations(base: Mapping, cand: Mapping) -> dict[str, dict]:
         kept, dropped = [], False
         for line in lines:
             m = _BULLET.match(line.rstrip("\r\n"))
-            text = _REEF_ID.sub("", m.group("text")).strip() if m else None
+            text = _shown(_REEF_ID.sub("", m.group("text")).strip()) if m else None
             if not dropped and m and text == b.text and line.rstrip("\r\n") not in old_lines:
                 dropped = True
                 continue
             kept.append(line)
         files = dict(cand)
-        files[b.path] = Entry("".join(kept).encode("utf-8"), entry.mode)
+        files[b.path] = Entry("".join(kept).encode("utf-8", "surrogateescape"), entry.mode)
         out[b.id] = files
     return out
 
 
 def _text(entry: Any) -> str:
+    """A file's text, lossless: bytes that are not UTF-8 (a Latin-1 "café" in the human's CLAUDE.md) decode to
+    lone surrogates, so two different such bytes stay different when compared (outside_unchanged) and encode back
+    to the same bytes (ablations). U+FFFD here once let a candidate change them and pass as "outside unchanged"."""
     data = getattr(entry, "data", entry)
-    return data.decode("utf-8", "replace") if isinstance(data, bytes) else str(data)
+    return data.decode("utf-8", "surrogateescape") if isinstance(data, bytes) else str(data)
+
+
+def _shown(text: str) -> str:
+    """Text for a report or a ledger record (which must be valid UTF-8): a byte that is not UTF-8 shows as U+FFFD,
+    as it always did, so bullet ids hashed from it are unchanged."""
+    return text.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,5 @@
-"""A secret typed into a harness file is refused at `reef publish`: a release is a Git commit, pushed with the store
+"""A secret typed into a harness file is refused at `reef publish` (the working tree, `--from-git REF`, and the merged
+proposal `reef sync` publishes): a release is a Git commit, pushed with the store
 and compiled into every agent's instruction files, and reef promises never to store a secret.
 
 Only what a human publish adds or changes is read (reef's own lessons are redacted before they are written), with
@@ -49,10 +50,17 @@ def find(files: dict, paths) -> list[Found]:
     return found
 
 
-def refuse(found: list[Found]) -> None:
-    if not found:
-        return
+def in_changes(store, files: dict, config) -> list[Found]:
+    """`find` over what publishing `files` would add or change against the head release (a deletion adds nothing)."""
+    return find(files, [c.path for c in store.changes(store.head(), files, config) if c.change != "deleted"])
+
+
+def refusal(found: list[Found], override: str = "--allow-secret") -> str:
     listed = ", ".join(f.shown() for f in found[:3]) + (f" and {len(found) - 3} more file(s)" if len(found) > 3 else "")
-    raise PolicyError(f"{listed}: looks like a secret; a release is stored in Git, pushed and compiled into the "
-                      "agent's files, so nothing was published — remove it (use an environment variable), or "
-                      "publish anyway with --allow-secret")
+    return (f"{listed}: looks like a secret; a release is stored in Git, pushed and compiled into the agent's files, "
+            f"so nothing was published — remove it (use an environment variable), or publish anyway with {override}")
+
+
+def refuse(found: list[Found]) -> None:
+    if found:
+        raise PolicyError(refusal(found))

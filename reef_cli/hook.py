@@ -11,7 +11,10 @@ The hook must never slow, block or fail the agent: it reads the hook's JSON from
 `transcript_path`, `cwd`), hands it to a detached child and exits 0 at once, whatever happens. The child ingests
 that one transcript (reef_cli/ingest) under the ingest lock. It never recurses: reef runs no agent from it, and a
 hook started inside a reef process (REEF_HOOK_ACTIVE) or a gate episode (REEF_HARNESS_DIR) does nothing. Outside a
-reef project it does nothing. Failures go to `<scenario>/ingest-hook.log`, never to the agent.
+reef project it does nothing. Failures go to `<scenario>/ingest-hook.log` and to `<scenario>/ingest-failed.json`
+(a transcript it could not read, whole or in part: reef_cli/ingest/failures.py), which `reef status` and `reef
+doctor` show; never to the agent. It always exits 0: to Claude Code a Stop hook's exit 2 means "do not stop", and
+any other status shows its stderr to the user as a hook error, after every session.
 """
 
 from __future__ import annotations
@@ -154,8 +157,14 @@ def ingest_now(data: bytes, environ: dict) -> int:
     source = Source("claude", Path(transcript), "hook", head.release_id if head else None,
                     head.content_id if head else None, only=frozenset({sid}) if isinstance(sid, str) else None)
     try:
-        return ingest(store, sources=[source], environ=environ).turns
-    except Exception as exc:  # noqa: BLE001 - logged for the user, never surfaced to the agent
+        return ingest(store, sources=[source], environ=environ).turns  # a file it cannot read: ingest records it
+    except Exception as exc:  # noqa: BLE001 - recorded for the user (`reef status`), never surfaced to the agent
+        try:
+            from .ingest import note_failure
+
+            note_failure(store, Path(transcript), f"not ingested: {type(exc).__name__}: {exc}")
+        except Exception:  # noqa: BLE001 - the log below still has it
+            pass
         try:
             from .durable import append_durable
 

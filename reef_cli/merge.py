@@ -132,20 +132,37 @@ def _merge_memory(b, o, t) -> bytes:
     return merged.dumps()
 
 
-def merge_remote(store, remote: str, *, url: str | None = None, workers: int | None = None) -> MergeOutcome:
+def merge_remote(store, remote: str, *, url: str | None = None, workers: int | None = None,
+                 note=None) -> MergeOutcome:
     """Merge the remote's chain of this scenario; with `url`, fetched first, so "nothing to merge" and its advice
-    are about the remote as it is now, not as the last pull or push saw it."""
+    are about the remote as it is now, not as the last pull or push saw it.
+
+    The merge itself needs only the chain already fetched (the tracking ref a pull, push or earlier merge left):
+    when the fetch fails (offline, the remote down or moved), that chain is merged and `note` says so — a stale
+    one costs at most a refused `reef push` and another merge, never a release. Without `url`, nothing is fetched.
+    Only when no chain was ever fetched does the merge need the remote, and the error says that in one line."""
     from .config import CONFIG_NAME, parse_config
+    from .errors import StoreError
     from .gate import gate_candidate
     from .remote import _follow, chain_between, fetch, tracking_ref
 
     git = store.git
     ours_rel = store.require_head()
+    unreachable = None
     if url is not None:
-        fetch(store.project, remote, url)
+        try:
+            fetch(store.project, remote, url)
+        except StoreError as exc:
+            unreachable = str(exc)
     theirs_commit = git.get_ref(tracking_ref(remote, store.scenario))
+    if theirs_commit is None and unreachable is not None:
+        raise StoreError(f"reef merge needs remote '{remote}': it cannot be reached ({unreachable}) and no chain of "
+                         f"scenario '{store.scenario}' was fetched from it before; nothing was merged — retry when "
+                         "it is reachable")
     if theirs_commit is None:
         raise NotFound(f"no chain of scenario '{store.scenario}' fetched from remote '{remote}'; run 'reef pull {remote}'")
+    if unreachable is not None and note is not None:
+        note(f"remote '{remote}' cannot be reached ({unreachable}); merging its chain as last fetched")
     if git.is_ancestor(theirs_commit, ours_rel.commit_id):
         raise ConflictError(f"nothing to merge: scenario '{store.scenario}' already holds remote '{remote}''s "
                             f"releases; run 'reef push {remote}'")

@@ -9,7 +9,7 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-from .durable import STATE_DIR_MODE, STATE_FILE_MODE, make_dirs, write_atomic
+from .durable import SMALL_STATE_LIMIT, STATE_DIR_MODE, STATE_FILE_MODE, make_dirs, read_state, refuse_misplaced, write_atomic
 from .errors import InvalidInput, NotFound, StoreError
 
 __all__ = ["Project", "ScenarioPaths", "find_project", "check_scenario_name", "write_atomic"]
@@ -44,12 +44,17 @@ class Project:
         return self.state / "scenarios" / check_scenario_name(name)
 
     def settings(self) -> dict:
-        try:
-            return json.loads((self.state / PROJECT_FILE).read_text())
-        except FileNotFoundError:
+        """The project file's settings ({} when it is gone); read as every state file is (`durable.read_state`)."""
+        data = read_state(self.state / PROJECT_FILE, SMALL_STATE_LIMIT)
+        if data is None:
             return {}
+        try:
+            settings = json.loads(data)
         except ValueError:
-            raise StoreError(f"{self.state / PROJECT_FILE}: corrupt project file") from None
+            settings = None
+        if not isinstance(settings, dict):  # `[]` after a bad edit is as corrupt as torn bytes
+            raise StoreError(f"{self.state / PROJECT_FILE}: corrupt project file")
+        return settings
 
     def default_scenario(self) -> str:
         return self.settings().get("default_scenario", DEFAULT_SCENARIO)
@@ -122,6 +127,8 @@ class ScenarioPaths:
         return self.dir / "ledger.jsonl"
 
     def exists(self) -> bool:
+        """As HarnessStore.exists: a scenario.json of the wrong kind is named (exit 4), not "does not exist"."""
+        refuse_misplaced(self.dir / "scenario.json")
         return (self.dir / "scenario.json").is_file()
 
     def ledger(self):
@@ -140,9 +147,17 @@ def shipped(name: str) -> Path:
 
 
 def find_project(start: Path) -> Project:
-    """Walk up from `start` to the first directory holding `.reef/project.json`."""
+    """Walk up from `start` to the first directory holding `.reef/project.json`. A project file of the wrong kind
+    (a directory, a FIFO, a symlink) is named there (MisplacedState, exit 4), not passed over for "not a reef
+    project" and a `reef init` that would fail on it; one lstat() per directory."""
     here = Path(os.path.abspath(start))
     for candidate in (here, *here.parents):
-        if (candidate / STATE_DIR / PROJECT_FILE).is_file():
-            return Project(candidate)
+        marker = candidate / STATE_DIR / PROJECT_FILE
+        try:
+            mode = os.lstat(marker).st_mode
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        if not stat.S_ISREG(mode):
+            refuse_misplaced(marker)
+        return Project(candidate)
     raise NotFound(f"not a reef project (or any parent up to /): {here}; run 'reef init' first")

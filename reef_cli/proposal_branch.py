@@ -221,12 +221,20 @@ def _trailers(message: str) -> dict:
     return out
 
 
-def publish_from_git(store, ref: str, *, reason: str | None = None, expected_head=...):
+def publish_from_git(store, ref: str, *, reason: str | None = None, expected_head=..., allow_secret: bool = False):
+    """Publish the harness as committed at `ref`, under the checks a working-tree publish has: admission, and a
+    secret in what it adds or changes refused unless `allow_secret` (a commit is anyone's text, merged or not)."""
     from .admission import check_files
 
     files, commit, proposals = files_at(store, ref)
     # the files are within the commit's own include globs already; a link leaving the harness or a nested .git is not
     check_files(files, f"--from-git {ref} ({commit[:12]})", None, done="nothing was published")
+    if not allow_secret:
+        from .config import CONFIG_NAME, parse_config
+        from .harness_secrets import in_changes, refuse
+
+        refuse(in_changes(store, files, parse_config(files[CONFIG_NAME].data, f"{CONFIG_NAME} at {ref}",
+                                                     validate=False)))
     links = [p["proposal"] for p in proposals]
     meta = {"git_commit": commit, "git_ref": ref}
     if proposals:
@@ -291,4 +299,11 @@ def merged_proposal(store):
         return None, (f"Git HEAD ({commit[:12]}) {why} — publishing HEAD would overwrite it; nothing was published "
                       f"(rebase the proposal onto the current harness, or run 'reef publish --from-git HEAD' if HEAD "
                       f"is what you mean)")
-    return publish_from_git(store, "HEAD"), None
+    from .config import CONFIG_NAME, parse_config
+    from .harness_secrets import in_changes, refusal
+
+    found = in_changes(store, head_git, parse_config(head_git[CONFIG_NAME].data, f"{CONFIG_NAME} at HEAD",
+                                                      validate=False))
+    if found:  # named like the other reasons not to, and sync goes on to push what is already published
+        return None, (f"Git HEAD ({commit[:12]}): " + refusal(found, "'reef publish --from-git HEAD --allow-secret'"))
+    return publish_from_git(store, "HEAD", allow_secret=True), None

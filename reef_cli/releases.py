@@ -11,7 +11,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .durable import append_durable, last_lines
+from .durable import append_durable, last_lines, open_state
 from .errors import NotFound, StoreError
 
 def canonical(obj) -> bytes:
@@ -115,11 +115,17 @@ class ReleaseLog:
         self.path = path
         self._valid: tuple[int, int, bytes, list[Release]] | None = None  # (inode, size, last line, releases)
 
+    def _open(self, flags: int = os.O_RDONLY):
+        """The log as a binary file, opened as every state file is (`open_state`): a FIFO there hung every read (an
+        open for reading waits for a writer), a symlink was read and repaired through; now their one line, exit 4.
+        FileNotFoundError when there is none."""
+        return open(open_state(self.path, flags), "rb+" if flags & os.O_RDWR else "rb")
+
     def read(self) -> list[Release]:
         """Every release, validated. Within a process only the lines appended since the last read are parsed,
         provided the file is the same one and the previously validated last line is still where it was."""
         try:
-            with open(self.path, "rb") as f:
+            with self._open() as f:
                 st = os.fstat(f.fileno())
                 start, out = 0, []
                 if self._valid is not None and self._valid[0] == st.st_ino and self._valid[1] <= st.st_size:
@@ -154,7 +160,7 @@ class ReleaseLog:
     def head(self) -> Release | None:
         """The last complete line, read from the end of the file (cheap on long logs)."""
         try:
-            with open(self.path, "rb") as f:
+            with self._open() as f:
                 found = last_lines(f, 1)
         except FileNotFoundError:
             return None
@@ -169,7 +175,7 @@ class ReleaseLog:
     def repair(self) -> bool:
         """Truncate a torn last line; call with the scenario lock held. Returns True if it truncated."""
         try:
-            with open(self.path, "rb+") as f:
+            with self._open(os.O_RDWR) as f:
                 size = f.seek(0, os.SEEK_END)
                 if size == 0:
                     return False

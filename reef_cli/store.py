@@ -23,7 +23,8 @@ from typing import Callable
 
 from . import chain_integrity
 from .config import CONFIG_NAME, HarnessConfig, parse_config
-from .durable import STATE_FILE_MODE, make_dirs, open_state, read_nofollow, refuse_misplaced, write_all
+from .durable import (SMALL_STATE_LIMIT, STATE_FILE_MODE, make_dirs, open_state, read_nofollow, read_state,
+                      refuse_misplaced, write_all)
 from .errors import ConflictError, DamagedState, InvalidInput, NotFound, StoreError
 from .gitstore import MODE_EXEC, MODE_LINK, Entry, GitStore, mode_of
 from .ids import new_id
@@ -377,10 +378,10 @@ class HarnessStore:
     def own_releases(self, chain: list[Release]) -> list[Release]:
         """The releases published on this machine: one pulled from a remote (remote.py lists it in
         `pulled-releases` before it enters the log) anchors another machine's ledger, which stays there."""
-        try:
-            pulled = set((self.dir / "pulled-releases").read_text().split())
-        except FileNotFoundError:
+        data = read_state(self.dir / "pulled-releases")
+        if data is None:
             return chain
+        pulled = set(data.decode("utf-8", "replace").split())
         return [r for r in chain if r.release_id not in pulled]
 
     def checked_ledger(self):
@@ -412,11 +413,12 @@ class HarnessStore:
         return (self.dir / "scenario.json").is_file()
 
     def info(self) -> ScenarioInfo:
-        try:
-            d = json.loads((self.dir / "scenario.json").read_text())
-        except FileNotFoundError:
+        data = read_state(self.dir / "scenario.json", SMALL_STATE_LIMIT)
+        if data is None:
             known = ", ".join(self.project.scenarios()) or "none"
-            raise NotFound(f"scenario '{self.scenario}' does not exist (known: {known}); create it with 'reef init --scenario {self.scenario}'") from None
+            raise NotFound(f"scenario '{self.scenario}' does not exist (known: {known}); create it with 'reef init --scenario {self.scenario}'")
+        try:
+            d = json.loads(data)
         except ValueError:
             raise StoreError(f"{self.dir / 'scenario.json'}: corrupt scenario file") from None
         # Valid JSON of the wrong shape ({} or [] after a bad edit) is as corrupt as torn bytes: one line, no KeyError.
@@ -567,6 +569,9 @@ class HarnessStore:
             from .validate import check_release
 
             check_release(files, config)  # a release that would break every later command is refused here
+        from .admission import check_outgoing
+
+        check_outgoing(files, config, self.project.root)  # nor one that every other clone's pull would refuse
         current = self.head()
         new_ids = self._ids(files)
         tree_id = self._tree_for(current, files, new_ids)

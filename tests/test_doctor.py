@@ -276,3 +276,21 @@ def test_corrupt_scenario_file_fails_doctor_and_status_in_one_line(reef, project
     r = reef("-C", str(project), "status")
     assert r.code == 1 and r.err.startswith(f"reef: error: {path}: corrupt scenario file"), r.err
     assert "unexpected" not in r.err and len(r.err.strip().splitlines()) == 1
+
+
+def test_a_transcript_left_unread_is_a_warning_naming_it(reef, project, tmp_path):
+    """What the hook or a wrapper could not ingest: doctor is the one pass a user runs when learning seems off."""
+    assert by_name(diagnose(project, environ=env_with()), "state:ingest").status == OK
+    bad = tmp_path / "s\x1b]0;x\x07.jsonl"
+    bad.write_text(json.dumps({"sessionId": "s"}) + "\nnot json\n")
+    assert reef("-C", str(project), "ingest", str(bad)).code == 0  # lines skipped: a warning, the rest ingested
+    report = diagnose(project, environ=env_with())
+    c = by_name(report, "state:ingest")
+    assert c.status == WARN and report.exit_code == 0
+    assert c.message.startswith("1 transcript(s) not fully ingested since ")
+    assert c.message.endswith(f"(latest: {tmp_path}/s\\x1b]0;x\\x07.jsonl: skipped 1 line(s) reef could not read "
+                              "(line 2: not JSON))")
+    assert c.fix == "'reef status --json' lists them; repair or remove each transcript and the next ingest clears it"
+    bad.unlink()  # gone: nothing left to learn from it, and the next ingest forgets it
+    assert reef("-C", str(project), "ingest", "--agent", "claude").code == 0
+    assert by_name(diagnose(project, environ=env_with()), "state:ingest").status == OK

@@ -520,3 +520,91 @@ def test_feedback_json_with_nan_and_a_negative_zero_score(tmp_path):
     r = run_reef("report", "--score", "1", "--feedback-json", str(bad), "--receipt", receipt, cwd=tmp_path)
     assert r.returncode == 4 and r.stderr.strip() == f"reef: error: --feedback-json {bad}: not valid JSON (NaN is not a JSON value)"
     assert str(parse_score("-0")) == "0.0" and str(parse_score(-0.0)) == "0.0"
+
+
+@pytest.mark.parametrize("kind", sorted(MISPLACED_LINES))
+def test_a_project_file_of_the_wrong_kind_is_named_not_taken_for_no_project(reef, tmp_path, kind):
+    """A directory or a FIFO at .reef/project.json read as "not a reef project (or any parent up to /)", sending
+    the user to `reef init`; a symlink there was followed. Now the one line naming it, exit 4."""
+    project = reef_init(tmp_path / "proj")
+    path = project / ".reef" / "project.json"
+    path.unlink()
+    {"directory": path.mkdir, "fifo": lambda: os.mkfifo(path),
+     "symlink": lambda: path.symlink_to(tmp_path / "elsewhere")}[kind]()
+    if kind == "symlink":
+        (tmp_path / "elsewhere").write_text('{"default_scenario": "default", "version": 1}\n')
+    r = reef("status", cwd=project)
+    assert (r.code, r.err) == (4, f"reef: error: {path} {MISPLACED_LINES[kind]}; move it away (nothing was "
+                                  "changed by this command)\n")
+
+
+@pytest.mark.parametrize("content,line", [
+    (b" " * (1 << 20) + b"{}", "is larger than 1048576 bytes, more than reef ever writes there; move it away "
+                               "(nothing was changed by this command)"),
+    (b"[]\n", ": corrupt project file")])
+def test_a_project_file_too_large_or_of_the_wrong_shape_is_one_line(reef, tmp_path, content, line):
+    """A planted multi-gigabyte project.json was read whole into memory; `[]` there ended in "unexpected error"."""
+    project = reef_init(tmp_path / "proj")
+    path = project / ".reef" / "project.json"
+    path.write_bytes(content)
+    r = reef("status", cwd=project)
+    assert (r.code, r.err) == (4 if "larger" in line else 1, f"reef: error: {path}{'' if ':' in line else ' '}{line}\n")
+
+
+@pytest.mark.timeout(20)
+@pytest.mark.parametrize("kind", sorted(MISPLACED_LINES))
+def test_the_release_log_is_read_and_appended_only_as_a_regular_file(tmp_path, kind):
+    """ReleaseLog opened its file with a plain open(): a FIFO there hung read/head/repair (an open for reading
+    waits for a writer) and a symlink was read and appended through. Store.exists() refuses them first, but the
+    log itself must not rely on its callers' lstat (a swap between the two)."""
+    from reef_cli.errors import MisplacedState
+    from reef_cli.releases import Release, ReleaseLog
+
+    path = tmp_path / "releases.jsonl"
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"")
+    {"directory": path.mkdir, "fifo": lambda: os.mkfifo(path), "symlink": lambda: path.symlink_to(victim)}[kind]()
+    log = ReleaseLog(path)
+    line = f"{path} {MISPLACED_LINES[kind]}; move it away (nothing was changed by this command)"
+    release = Release.from_json({"release_id": "rel_1", "scenario": "default", "content_id": "t" * 40,
+                                 "commit_id": "c" * 40, "step": 1, "operation": "publish"})
+    for call in (log.read, log.head, log.repair, lambda: log.append(release)):
+        with pytest.raises(MisplacedState) as raised:
+            call()
+        assert str(raised.value) == line
+    assert victim.read_bytes() == b""
+
+
+def test_report_names_a_scenario_file_of_the_wrong_kind_and_open_state_the_file_in_the_way(reef, tmp_path):
+    """`reef report` (the lean path, ScenarioPaths) said "scenario 'default' does not exist" for a directory at
+    scenario.json; open_state named a path beneath a file in the way ("…/x/y is not a directory")."""
+    from reef_cli.durable import open_state
+    from reef_cli.errors import MisplacedState
+
+    project = reef_init(tmp_path / "proj")
+    path = project / ".reef" / "scenarios" / "default" / "scenario.json"
+    path.unlink()
+    path.mkdir()
+    r = reef("report", "--score", "1", cwd=project)
+    assert (r.code, r.err) == (4, f"reef: error: {path} {MISPLACED_LINES['directory']}; move it away (nothing was "
+                                  "changed by this command)\n")
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(MisplacedState) as raised:
+        open_state(tmp_path / "file" / "y", os.O_RDONLY)
+    assert raised.value.path == str(tmp_path / "file")
+
+
+def test_an_error_message_is_printed_with_its_control_characters_escaped(reef, tmp_path, capsys):
+    """`reef: error:` printed the message raw: a path holding ESC[2J cleared the user's screen and a carriage return
+    let it overwrite its own line. Now escaped as `reef log` escapes stored text (printable), newlines too; the
+    "unexpected error" line as well."""
+    from reef_cli.cli.boundary import guarded
+
+    bad = tmp_path / "x\x1b[2J\ry\nz"
+    r = reef("-C", str(bad), "status")
+    assert (r.code, r.err) == (1, f"reef: error: -C {tmp_path}/x\\x1b[2J\\x0dy\\x0az: not a directory\n")
+
+    def crash():
+        raise RuntimeError("\x9b2J\u202e")
+    assert guarded(crash) == 1
+    assert capsys.readouterr().err.startswith("reef: unexpected error: RuntimeError: \\x9b2J\\u202e (traceback in ")

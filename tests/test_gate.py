@@ -225,6 +225,34 @@ def test_frozen_changes_allow_edits_inside_the_managed_block_only(tmp_path):
         "text outside reef's managed block changed"]
 
 
+def test_frozen_changes_compare_bytes_that_are_not_utf8_exactly(tmp_path):
+    """Two different invalid byte sequences once both decoded to U+FFFD, so a candidate that swapped the human's
+    Latin-1 "café" for "cafè" outside the block passed as "outside unchanged"."""
+    from reef_cli.config import parse_config
+    from reef_cli.gate import frozen_changes
+
+    config = parse_config("version: 1\ninclude: ['**']\nzones: {managed: [CLAUDE.md]}\n")
+    block = b"<!-- reef:begin learned -->\n<!-- reef:end learned -->\n"
+    base = {"CLAUDE.md": Entry(b"# caf\xe9\n" + block)}
+    swapped = {"CLAUDE.md": Entry(b"# caf\xe8\n" + block)}
+    assert [(v.path, v.change, v.reason) for v in frozen_changes(tmp_path, config, base, swapped)] == [
+        ("CLAUDE.md", "modified", "text outside reef's managed block changed")]
+    inside = {"CLAUDE.md": Entry(b"# caf\xe9\n" + block.replace(b"-->\n<", b"-->\n- new <!-- reef:b3f2a1 -->\n<"))}
+    assert frozen_changes(tmp_path, config, base, inside) == []
+
+
+def test_ablations_keep_bytes_that_are_not_utf8(tmp_path):
+    """A leave-one-out candidate is the user's file minus one line: every other byte, Latin-1 included, stays."""
+    base = {"CLAUDE.md": Entry(b"# caf\xe9\n- old \xff rule\n")}
+    cand = {"CLAUDE.md": Entry(b"# caf\xe9\n- old \xff rule\n- new \xe8 one\n- plain\n", 0o100644)}
+    found = new_bullets(base, cand)
+    assert [b.text for b in found] == ["new \ufffd one", "plain"]  # shown (and hashed) as before
+    json.dumps([b.text for b in found], ensure_ascii=False).encode("utf-8")  # a report can carry them
+    abl = ablations(base, cand)
+    assert abl[found[0].id]["CLAUDE.md"].data == b"# caf\xe9\n- old \xff rule\n- plain\n"
+    assert abl[found[1].id]["CLAUDE.md"].data == b"# caf\xe9\n- old \xff rule\n- new \xe8 one\n"
+
+
 # ------------------------------------------------------------------------------------------------ episodes
 
 

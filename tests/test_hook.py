@@ -98,3 +98,53 @@ def test_the_hook_ingests_its_session_detached_and_never_fails(reef, tmp_path):
     kinds = [rec.kind for rec in ledger.iter_records()]
     assert kinds.count("session") == 2 and kinds.count("report") == 1, kinds
     assert time.monotonic() - started < 20
+
+
+def test_a_transcript_the_hook_cannot_read_shows_in_status_until_it_reads_clean(reef, tmp_path):
+    """The hook's output reaches no one (and exit 2 would keep Claude Code from stopping): a transcript it could not
+    read used to be lost without a word. Now `reef status` names it, and the next clean read clears it."""
+    root, ledger = init_project(reef, tmp_path)
+    transcript = tmp_path / "t\x1b[2J.jsonl"  # printed escaped, never as a terminal sequence
+    good = (GOLDEN / "claude.jsonl").read_text()
+    transcript.write_text("not json at all\n" * 3 + good)
+    event = {"session_id": "27afa82b-71ef-4a2b-a9c2-2776c6f477ec", "transcript_path": str(transcript),
+             "cwd": str(root), "hook_event_name": "Stop"}
+    r = hook(json.dumps(event), tmp_path)
+    assert r.returncode == 0 and r.stdout == "" and r.stderr == ""
+    failed = root / ".reef" / "scenarios" / "default" / "ingest-failed.json"
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and not failed.exists():
+        time.sleep(0.1)
+    st = reef("-C", str(root), "status")
+    assert st.code == 0
+    line = next(x for x in st.out.splitlines() if x.startswith("ingest: "))
+    assert line.startswith("ingest: 1 transcript(s) not fully ingested since ")
+    assert line.endswith(f"(latest: {tmp_path}/t\\x1b[2J.jsonl: skipped 3 line(s) reef could not read (line 1: "
+                         "not JSON; 2 more)); 'reef status --json' lists them")
+    (entry,) = json.loads(reef("-C", str(root), "status", "--json").out)["ingest_failures"]
+    assert entry["path"] == str(transcript) and entry["whole"] is False
+    assert [rec.kind for rec in ledger.iter_records()].count("session") == 2  # the rest of it was learned from
+    transcript.write_text(good)  # repaired: the next read clears it
+    from reef_cli.hook import ingest_now  # what the hook's detached child runs, in-process this time
+
+    ingest_now(json.dumps(event).encode(), dict(os.environ))
+    assert json.loads(reef("-C", str(root), "status", "--json").out)["ingest_failures"] == []
+    assert not any(x.startswith("ingest: ") for x in reef("-C", str(root), "status").out.splitlines())
+
+
+def test_an_ingest_the_hook_could_not_run_at_all_shows_in_status(reef, tmp_path):
+    """A failure outside any one file (here reef's own ingest state of the wrong kind) is recorded against the
+    hook's transcript: before, only ingest-hook.log, which nothing reads, had it."""
+    from reef_cli.hook import ingest_now
+
+    root, _ = init_project(reef, tmp_path)
+    transcript = tmp_path / "t.jsonl"
+    shutil.copy(GOLDEN / "claude.jsonl", transcript)
+    state = root / ".reef" / "scenarios" / "default" / "ingest.json"
+    state.mkdir()
+    event = {"session_id": "27afa82b-71ef-4a2b-a9c2-2776c6f477ec", "transcript_path": str(transcript),
+             "cwd": str(root), "hook_event_name": "SessionEnd"}
+    assert ingest_now(json.dumps(event).encode(), dict(os.environ)) == 0  # what the detached child runs
+    (entry,) = json.loads(reef("-C", str(root), "status", "--json").out)["ingest_failures"]
+    assert entry["path"] == str(transcript) and entry["whole"] is True
+    assert entry["why"] == f"not ingested: IsADirectoryError: [Errno 21] Is a directory: '{state}'"

@@ -422,7 +422,8 @@ def test_a_directory_where_a_shells_pending_receipts_lock_goes_is_refused_before
 
 def test_the_gateway_answers_503_naming_a_directory_where_the_ledger_lock_goes(tmp_path):
     """Raised as invalid input, the line reached reef serve's clients as a 400 blaming their request; it is the
-    gateway's state that keeps the record from being kept (503), and the call after it is moved away is kept."""
+    gateway's state that keeps the record from being kept (503); the calls after it are refused before they reach
+    the upstream while it is still there, and the call after it is moved away is kept."""
     import urllib.error
     import urllib.request
 
@@ -448,6 +449,10 @@ def test_the_gateway_answers_503_naming_a_directory_where_the_ledger_lock_goes(t
     with FakeLLM() as llm, Gateway(project, llm.url) as gw:
         status, answer = call(gw.url)
         assert status == 503 and answer["error"]["message"].startswith(f"{lock} is a directory where reef expects"), answer
+        calls = len(llm.calls)
+        status, answer = call(gw.url)  # still in the way: refused before the upstream, which would bill it
+        assert status == 503 and len(llm.calls) == calls, answer
+        assert answer["error"]["message"].endswith("move it away (the gateway goes on once it is)"), answer
         lock.rmdir()
         assert call(gw.url)[0] == 200
     assert len(exchanges(project)) == 1

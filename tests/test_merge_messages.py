@@ -66,3 +66,60 @@ def test_a_both_sided_conflict_names_the_way_through_and_it_works(reef, pair):  
     r = ok(reef("-C", str(a), "merge", "origin"))
     assert "published" in r.out
     ok(reef("-C", str(a), "push"))
+
+
+def closed_port() -> int:
+    """A port on 127.0.0.1 nothing listens on: a connection to it is refused at once, as offline."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def diverged_then_offline(reef, pair) -> tuple:  # noqa: F811
+    """A and B published over step 1, B pushed, A's pull fetched B's chain (and refused: diverged); then the remote's
+    URL in A points where nothing answers."""
+    _, _, a, b = pair
+    append(b / "CLAUDE.md", "\n- B's rule\n")
+    ok(reef("-C", str(b), "publish", "-m", "b"))
+    ok(reef("-C", str(b), "push"))
+    append(a / "CLAUDE.local.md", "A's note\n")
+    ok(reef("-C", str(a), "publish", "-m", "a"))
+    assert reef("-C", str(a), "pull").code == 3
+    url = f"http://127.0.0.1:{closed_port()}/hub.git"
+    git("--git-dir", str(a / ".reef" / "git"), "remote", "set-url", "origin", url, cwd=a)
+    return a, url
+
+
+def test_merge_offline_merges_the_chain_already_fetched_and_says_so(reef, pair):  # noqa: F811
+    a, url = diverged_then_offline(reef, pair)
+    r = reef("-C", str(a), "merge")
+    assert r.code == 0, r.err
+    assert r.out.startswith("merge origin into scenario default: published as rel_")
+    assert r.err == (f"reef: remote 'origin' cannot be reached ({url}: fetch failed (failed to connect to 127.0.0.1: "
+                     f"Connection refused)); merging its chain as last fetched\n"), r.err
+    assert "- B's rule" in (a / "CLAUDE.md").read_text() and "A's note" in (a / "CLAUDE.local.md").read_text()
+
+
+def test_merge_no_fetch_never_contacts_the_remote(reef, pair):  # noqa: F811
+    a, _ = diverged_then_offline(reef, pair)
+    r = reef("-C", str(a), "merge", "--no-fetch")
+    assert (r.code, r.err) == (0, "")
+    assert r.out.startswith("merge origin into scenario default: published as rel_")
+
+
+def test_merge_that_truly_needs_the_remote_says_so_in_one_line(reef, tmp_path):
+    from conftest import reef_init
+
+    p = reef_init(tmp_path / "p", "--template", "claude")
+    url = f"http://127.0.0.1:{closed_port()}/hub.git"
+    ok(reef("-C", str(p), "remote", "add", "origin", url))
+    r = reef("-C", str(p), "merge")
+    assert (r.code, r.err) == (1, f"reef: error: reef merge needs remote 'origin': it cannot be reached ({url}: fetch "
+                                  "failed (failed to connect to 127.0.0.1: Connection refused)) and no chain of "
+                                  "scenario 'default' was fetched from it before; nothing was merged — retry when it "
+                                  "is reachable\n")
+    r = reef("-C", str(p), "merge", "--no-fetch")
+    assert (r.code, r.err) == (1, "reef: error: no chain of scenario 'default' fetched from remote 'origin'; run "
+                                  "'reef pull origin'\n")

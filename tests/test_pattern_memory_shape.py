@@ -6,6 +6,8 @@ one line naming the file and the field, exit 4."""
 from __future__ import annotations
 
 import json
+import shutil
+from pathlib import Path
 
 import pytest
 
@@ -48,9 +50,23 @@ BAD = [
 ]
 
 
+_TEMPLATE: list[Path] = []
+
+
+def copied_project(reef, tmp_path: Path) -> Path:
+    """init_project's project, copied from one made by the first caller in this process (in its own tmp_path, with
+    its HOME isolated): the BAD cases only replace the memory file, so `reef init` need not run 18 times."""
+    if not _TEMPLATE:
+        (tmp_path / "template").mkdir()
+        _TEMPLATE.append(init_project(reef, tmp_path / "template")[0])
+    root = tmp_path / "proj"
+    shutil.copytree(_TEMPLATE[0], root, symlinks=True)
+    return root
+
+
 @pytest.mark.parametrize("memory,field,problem", BAD, ids=[f"{b[1]}-{n}" for n, b in enumerate(BAD)])
 def test_every_harness_command_names_the_bad_field_with_exit_4(reef, tmp_path, memory, field, problem):
-    root, _ = init_project(reef, tmp_path)
+    root = copied_project(reef, tmp_path)
     path = root / "reef/memory/patterns.json"
     path.write_text(json.dumps(memory))
     for args in (("harness", "bullets"), ("harness", "patterns"), ("harness", "reflect"), ("harness", "evolve")):

@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pygit2
 
+from conftest import reef_init
 from test_evolve import LINT, feedback, init_project
+from test_secret_paths import TOKEN, git_objects
 
 
 def git(*args: str, cwd: Path) -> str:
@@ -239,3 +241,46 @@ def test_sync_will_not_publish_a_merged_proposal_over_a_release_made_since(reef,
         "not change — publishing HEAD would overwrite it; nothing was published (rebase the proposal onto the "
         "current harness, or run 'reef publish --from-git HEAD' if HEAD is what you mean)")
     assert json.loads(reef("-C", str(root), "show", "HEAD", "--json").out)["step"] == 2
+
+
+SECRET_REFUSED = ("looks like a secret; a release is stored in Git, pushed and compiled into the agent's files, so "
+                  "nothing was published — remove it (use an environment variable), or publish anyway with ")
+
+
+def test_publish_from_git_refuses_a_secret_as_a_working_tree_publish_does(reef, tmp_path):
+    root = reef_init(tmp_path / "p", "--template", "claude")
+    git("init", "-q", "-b", "main", cwd=root)
+    git("add", "-A", cwd=root)
+    git("commit", "-qm", "harness", cwd=root)
+    lines = (root / "CLAUDE.md").read_text().splitlines()
+    (root / "CLAUDE.md").write_text("\n".join(lines + ["", f"Deploy with `gh auth login --with-token {TOKEN}`."]) + "\n")
+    git("commit", "-qam", "deploy notes", cwd=root)
+    git("checkout", "-q", "HEAD~1", "--", "CLAUDE.md", cwd=root)  # the working tree holds no secret: Git's HEAD does
+    r = reef("-C", str(root), "publish", "--from-git", "main")
+    assert (r.code, r.err) == (4, f"reef: error: CLAUDE.md:{len(lines) + 2} (github token): {SECRET_REFUSED}"
+                                  "--allow-secret\n")
+    assert len(json.loads(reef("-C", str(root), "log", "--json").out)) == 1
+    assert TOKEN not in git_objects(root)
+    r = reef("-C", str(root), "publish", "--from-git", "main", "--allow-secret")
+    assert r.code == 0, r.err
+    assert json.loads(reef("-C", str(root), "show", "HEAD", "--json").out)["step"] == 2
+    assert TOKEN in git_objects(root)  # what --allow-secret means, and what the check above would have seen
+
+
+def test_sync_publishes_no_secret_typed_into_a_merged_proposal(reef, tmp_path):
+    root, ledger = repo_project(reef, tmp_path)
+    feedback(ledger, LINT, 3)
+    out = json.loads(reef("-C", str(root), "harness", "evolve", "--branch", "--json").out)
+    git("merge", "-q", "--no-ff", "--no-commit", out["branch"]["branch"], cwd=root)
+    with open(root / "CLAUDE.local.md", "a") as f:  # the reviewer's edit to the file the proposal changed
+        f.write(f"token: {TOKEN}\n")
+    git("commit", "-qam", "merge proposal", cwd=root)
+    line = (root / "CLAUDE.local.md").read_text().splitlines().index(f"token: {TOKEN}") + 1
+    r = reef("-C", str(root), "sync", "--json")
+    assert r.code == 0, r.err
+    assert json.loads(r.out)["published"] is None
+    tip = git("rev-parse", "HEAD", cwd=root).strip()
+    assert r.err.splitlines()[0] == (f"reef: Git HEAD ({tip[:12]}): CLAUDE.local.md:{line} (github token): "
+                                     f"{SECRET_REFUSED}'reef publish --from-git HEAD --allow-secret'")
+    assert len(json.loads(reef("-C", str(root), "log", "--json").out)) == 1
+    assert TOKEN not in git_objects(root)

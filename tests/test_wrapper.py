@@ -285,3 +285,48 @@ def test_a_hangup_after_the_agent_exited_keeps_its_record_and_receipt(setup):
     r = wrap(setup, "report", "--score", "1", "--json")
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["payload"]["receipts"] == [m.group(1)]
+
+
+def test_a_transcript_the_wrapper_cannot_read_is_one_line_and_the_exit_status_stays_the_agents(setup, reef):
+    """It used to be ingested in silence: the user never knew the session was not learned from. The exit status
+    stays the agent's (a transcript reef cannot parse is not a failed task)."""
+    sessions = Path(setup["record"]["agent_dir"]) / "projects" / "p"
+    sessions.mkdir(parents=True)
+    bad = sessions / "s\x1b[2J.jsonl"
+    bad.write_text("not json\n" * 2)
+    r = wrap(setup, "-p", "hi", "--exit", "3")
+    assert r.returncode == 3 and "Traceback" not in r.stderr
+    shown = str(bad).replace("\x1b", "\\x1b")
+    assert (f"reef: ingest read 1 transcript(s) only in part ({shown}: skipped 2 line(s) reef could not read (line 1: "
+            f"not JSON; 1 more)); 'reef -C {setup['project']} status' lists them\n") in r.stderr
+    r = wrap(setup, "-p", "again", "--exit", "0")  # unchanged since: not read again, nothing to say
+    assert r.returncode == 0 and "ingest" not in r.stderr
+    (entry,) = json.loads(reef("-C", str(setup["project"]), "status", "--json").out)["ingest_failures"]
+    assert entry["path"] == str(bad) and entry["whole"] is False  # ... but still not learned from whole
+
+
+def test_a_corrupt_opencode_database_is_named_after_the_run(reef, tmp_path, agent_bin, no_real_home):
+    project = tmp_path / "proj"
+    project.mkdir()
+    assert reef("-C", str(project), "init").code == 0
+    assert reef("-C", str(project), "harness", "install", "--adapter", "opencode", "--dest", str(tmp_path / "root"),
+                "--bin-dir", str(tmp_path / "bin")).code == 0
+    db = no_real_home / ".local/share/opencode/opencode.db"
+    db.parent.mkdir(parents=True)
+    db.write_text("not sqlite at all, but long enough to have a header " * 4)
+    env = {**os.environ, "REEF_OPENCODE_BIN": str(agent_bin), "FAKE_AGENT_DIR_VAR": "OPENCODE_CONFIG_DIR"}
+    r = subprocess.run([str(tmp_path / "bin" / "reef-opencode"), "run", "hi"], cwd=project, env=env,
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert (f"reef: ingest skipped 1 transcript(s) ({db}: file is not a database); 'reef -C {project} status' lists "
+            "them\n") in r.stderr
+    assert reef("-C", str(project), "status").out.splitlines()[1].endswith(
+        f"(latest: {db}: file is not a database); 'reef status --json' lists them")
+
+
+def test_an_ingest_that_fails_whole_is_one_line_not_a_traceback(setup):
+    state = setup["project"] / ".reef" / "scenarios" / "default" / "ingest.json"
+    state.mkdir()  # reef's own ingest state of the wrong kind: ingest stops before reading any transcript
+    r = wrap(setup, "-p", "hi", "--exit", "5")
+    assert r.returncode == 5 and "Traceback" not in r.stderr
+    assert f"reef: could not ingest this session's transcript: [Errno 21] Is a directory: '{state}'\n" in r.stderr

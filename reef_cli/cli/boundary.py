@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from ..errors import ExitCode, ReefError, Stopped
+from ..printable import printable
 
 
 def crash_log(exc: BaseException) -> Path:
@@ -52,6 +53,13 @@ def misplaced_error(exc: BaseException) -> str | None:
     return None if found is None else str(found)
 
 
+def error_line(prog: str, message: object, label: str = "error") -> str:
+    """`prog: error: MESSAGE` as written to stderr, one line: control characters in the message (a path or a
+    remote's name holding `ESC[2J` or a carriage return) are escaped as `reef log`/`show` escape them (printable:
+    `\\x1b[2J`), newlines too, so an error can neither repaint the user's terminal nor forge a line after it."""
+    return f"{prog}: {label}: {printable(str(message))}\n"
+
+
 def guarded(fn, prog: str = "reef") -> int:
     """Run fn() and return its exit code; a ReefError prints `prog: error: ...` and exits with its code."""
     try:
@@ -60,7 +68,7 @@ def guarded(fn, prog: str = "reef") -> int:
         sys.stderr.write(f"{prog}: {exc}\n")
         return int(exc.exit_code)
     except ReefError as exc:
-        sys.stderr.write(f"{prog}: error: {exc}\n")
+        sys.stderr.write(error_line(prog, exc))
         return int(exc.exit_code)
     except KeyboardInterrupt:
         sys.stderr.write(f"{prog}: interrupted\n")
@@ -70,12 +78,12 @@ def guarded(fn, prog: str = "reef") -> int:
     except Exception as exc:  # a bug, not a user error: short line here, traceback in a file
         line = environment_error(exc)
         if line is not None:
-            sys.stderr.write(f"{prog}: error: {line}\n")
+            sys.stderr.write(error_line(prog, line))
             return int(ExitCode.ERROR)
         line = misplaced_error(exc)
         if line is not None:
-            sys.stderr.write(f"{prog}: error: {line}\n")
+            sys.stderr.write(error_line(prog, line))
             return int(ExitCode.INVALID)
         path = crash_log(exc)
-        sys.stderr.write(f"{prog}: unexpected error: {type(exc).__name__}: {exc} (traceback in {path})\n")
+        sys.stderr.write(error_line(prog, f"{type(exc).__name__}: {exc} (traceback in {path})", "unexpected error"))
         return int(ExitCode.ERROR)

@@ -94,5 +94,7 @@ def cell(value) -> "object":
 
 
 def note(message: str) -> None:
-    """A one-line notice on stderr (keeps stdout clean for pipes)."""
-    sys.stderr.write(f"reef: {message}\n")
+    """A one-line notice on stderr (keeps stdout clean for pipes); control characters escaped (printable)."""
+    from ..printable import printable
+
+    sys.stderr.write(f"reef: {printable(message)}\n")

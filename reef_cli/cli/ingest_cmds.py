@@ -7,6 +7,7 @@ from typing import List, Optional
 
 import typer
 
+from .boundary import error_line
 from .context import emit_json
 
 JSON = typer.Option(False, "--json", help="Print machine-readable JSON.")
@@ -41,9 +42,9 @@ def ingest_cmd(ctx: typer.Context,
         emit_json(res.to_json())
     else:
         for warning in [] if quiet else res.warnings:
-            sys.stderr.write(f"reef: ingest: warning: {warning}\n")
+            sys.stderr.write(error_line("reef", warning, "ingest: warning"))
         for err in res.errors:
-            sys.stderr.write(f"reef: ingest: {err}\n")
+            sys.stderr.write(error_line("reef", err, "ingest"))
         if not quiet:
             print(f"ingested {res.turns} turn(s) from {res.sessions} session(s) ({res.files_read} file(s) read, "
                   f"{res.files_skipped} unchanged): {res.corrections} correction(s), {res.acceptances} acceptance(s)"

@@ -9,6 +9,7 @@ from typing import Optional
 
 import typer
 
+from .boundary import error_line
 from .context import console, emit_json
 
 app = typer.Typer(help="The append-only, hash-chained ledger of runs, reports and decisions.", no_args_is_help=True)
@@ -119,7 +120,7 @@ def verify(ctx: typer.Context, as_json: bool = typer.Option(False, "--json")) ->
         anchored = f", {res.anchors_checked} release anchor(s) held" if res.anchors_checked else ""
         print(f"ledger intact: {res.count} record(s) verified{anchored}")
     else:
-        sys.stderr.write(f"reef: error: {res.message}\n")
+        sys.stderr.write(error_line("reef", res.message))
     if not as_json:
         for repair in res.repairs:
             sys.stderr.write(
@@ -268,7 +269,7 @@ class _RepairReport:
         else:
             for line in said:
                 print(line)
-        sys.stderr.write(f"reef: error: {message}\n")
+        sys.stderr.write(error_line("reef", message))
         raise typer.Exit(4)
 
     def refuse_damage(self, result, said: list[str] = ()) -> None:

@@ -171,6 +171,7 @@ def _publish_merged_proposals(store):
 
 def merge(ctx: typer.Context, name: Optional[str] = NAME,
           workers: Optional[int] = typer.Option(None, "--workers", help="Parallel canary episodes."),
+          no_fetch: bool = typer.Option(False, "--no-fetch", help="Merge the remote's chain as last fetched (by pull, push or merge) without contacting it; an unreachable remote falls back to it too."),
           as_json: bool = JSON) -> None:
     """Merge a diverged remote chain: learned blocks joined by bullet id, then gated like any candidate."""
     from ..merge import merge_remote
@@ -179,7 +180,7 @@ def merge(ctx: typer.Context, name: Optional[str] = NAME,
     env: Env = ctx.obj
     store = env.store()
     rname, url = resolve(store.project, name)
-    out = merge_remote(store, rname, url=url, workers=workers)
+    out = merge_remote(store, rname, url=None if no_fetch else url, workers=workers, note=note)
     if as_json:
         emit_json(out.to_json())
     else:

@@ -66,12 +66,17 @@ def status(ctx: typer.Context, as_json: bool = JSON) -> None:
             print(f"weight gate: {gate}")
         return
     head, changes = store.status()
+    from ..ingest import failures  # what the hook and the wrappers could not ingest: their output reaches no one
+
+    failed = failures.load(store.dir)
     if as_json:
         emit_json({"project": str(store.project.root), "scenario": store.scenario, "recipe": info.recipe,
                    "head": head.to_json(), "ledger_path": str(store.ledger_path), "clean": not changes,
-                   "changes": [c.to_json() for c in changes]})
+                   "changes": [c.to_json() for c in changes], "ingest_failures": [f.to_json() for f in failed]})
         return
     print(f"scenario {store.scenario} (recipe {info.recipe}) at step {head.step}: {head.release_id} [{head.operation}]")
+    if failed:
+        print(f"ingest: {failures.summary(failed)}; 'reef status --json' lists them")
     if not changes:
         print("harness clean: working tree matches the head release")
         return
@@ -118,15 +123,14 @@ def publish(
     if from_git is not None:
         from ..proposal_branch import publish_from_git
 
-        res = publish_from_git(store, from_git, reason=message, expected_head=expected)
+        res = publish_from_git(store, from_git, reason=message, expected_head=expected, allow_secret=allow_secret)
     else:
         config = store.worktree_config()
         files = store.worktree_files(config)  # what is checked is what is published
         if not allow_secret:
-            from ..harness_secrets import find, refuse
+            from ..harness_secrets import in_changes, refuse
 
-            changed = [c.path for c in store.changes(store.head(), files, config) if c.change != "deleted"]
-            refuse(find(files, changed))
+            refuse(in_changes(store, files, config))
         res = store.publish(reason=message, expected_head=expected, files=files)
     if as_json:
         emit_json({"created": res.created, "release": res.release.to_json(), "changes": [c.to_json() for c in res.changes]})

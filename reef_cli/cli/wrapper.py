@@ -91,6 +91,15 @@ class Binding:
             raise NotFound(f"scenario '{self.scenario}' does not exist in {self.project.root}")
         return store
 
+    def reef_hint(self, command: str) -> str:
+        """`reef COMMAND` as the user would type it for this binding's project (and scenario, unless the default)."""
+        import shlex
+
+        from ..printable import printable
+
+        scenario = "" if self.scenario == self.project.default_scenario() else f" --scenario {self.scenario}"
+        return printable(f"reef -C {shlex.quote(str(self.project.root))}{scenario} {command}")
+
     def restore_hint(self) -> str:
         return (f"reef -C {self.project.root} --scenario {self.scenario} harness install --adapter {self.adapter.name}"
                 f" --dest {self.root}")
@@ -238,11 +247,14 @@ def run(adapter_name: str, args: list[str], *, environ: dict | None = None, cwd:
 
 def _ingest_session(binding: Binding, store, record, interaction, cwd: Path) -> None:
     """This run's session transcript into the ledger (reef_cli/ingest: turns, tool outcomes, corrections as implicit
-    reports), after the agent exited. It never changes the run's exit status; REEF_INGEST=0 turns it off."""
+    reports), after the agent exited; REEF_INGEST=0 turns it off. A transcript it could not read, whole or in part,
+    is one line on stderr (never a traceback) and stays listed by `reef status`. It never changes the run's exit
+    status: that is the agent's own, which scripts and CI read as the agent's verdict on its task; learning is
+    reef's business, and a transcript reef cannot parse is not a failed task."""
     if binding.environ.get("REEF_INGEST", "1") == "0":
         return
     try:
-        from ..ingest import ingest, wrapper_sources
+        from ..ingest import failures, ingest, wrapper_sources
 
         reported = interaction.payload.get("agent_reported") or {}
         sources = wrapper_sources(binding.adapter.name, Path(record.agent_dir), reported, record.release_id,
@@ -250,8 +262,12 @@ def _ingest_session(binding: Binding, store, record, interaction, cwd: Path) -> 
         res = ingest(store, sources=sources, environ=binding.environ)
         if res.corrections and not binding.environ.get("REEF_QUIET"):
             _note(f"heard {res.corrections} correction(s) in this session; reef harness evolve learns from them")
+        if line := failures.notice(res.failed):  # also in `reef status` (failures.py): this terminal may be gone
+            _note(f"{line}; '{binding.reef_hint('status')}' lists them")
     except Exception as exc:  # noqa: BLE001 - the run is over and recorded: a transcript reef cannot read must not fail it
-        _note(f"could not ingest this session's transcript: {exc}")
+        from ..printable import printable
+
+        _note(f"could not ingest this session's transcript: {printable(str(exc))}")
 
 
 # -- under reef: a gate episode, or `reef run -- reef-<agent>` ----------------------------------------------------
@@ -403,7 +419,9 @@ def report(adapter_name: str, args: list[str], *, environ: dict | None = None, c
 
 # -- entry points ----------------------------------------------------------------------------------------------------
 def _note(message: str) -> None:
-    sys.stderr.write(f"reef: {message}\n")
+    from ..printable import printable
+
+    sys.stderr.write(f"reef: {printable(message)}\n")
 
 
 def main_for(adapter_name: str, argv: list[str] | None = None) -> int:

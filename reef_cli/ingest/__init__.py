@@ -70,6 +70,8 @@ class IngestResult:
     errors: list[str] = field(default_factory=list)  # a file, source or record that could not be ingested
     warnings: list[str] = field(default_factory=list)  # lines skipped in a file that was otherwise ingested
     record_ids: list[str] = field(default_factory=list)
+    # the files behind errors and warnings: absolute path -> (why, whether the whole file failed)
+    failed: dict[str, tuple[str, bool]] = field(default_factory=dict)
 
     def to_json(self) -> dict:
         return {"sources": self.sources, "files_read": self.files_read, "files_skipped": self.files_skipped,
@@ -382,8 +384,9 @@ class _Writer:
                 except ConflictError:  # changed since it was first ingested: the first stays
                     self.result.conflicts += 1
                 except InvalidInput as exc:
-                    self.result.errors.append(f"{origin}: turn {item.payload.get('turn', '?')} "
-                                              f"({item.record_id}) not stored: {exc}")
+                    why = f"turn {item.payload.get('turn', '?')} ({item.record_id}) not stored: {exc}"
+                    self.result.errors.append(f"{origin}: {why}")
+                    self.result.failed.setdefault(os.path.abspath(origin), (why, False))
         for rec in written:
             if rec.seq <= self.mark:
                 self._already(rec)
@@ -430,10 +433,12 @@ def ingest(store, *, agent: str | None = None, paths: list[Path] | None = None, 
     state_path = ScenarioPaths(store.project, store.scenario).dir / STATE_NAME
     with flocked(f"{state_path}.lock"):  # a Stop hook, a wrapper and `reef ingest` may run at once
         return _ingest_locked(store, agent, sources, since_iso, state_path, progress,
-                              (now or datetime.now(timezone.utc)) - STALE_AFTER)
+                              now or datetime.now(timezone.utc))
 
 
-def _ingest_locked(store, agent, sources, since_iso, state_path, progress, stale_before: datetime) -> IngestResult:
+def _ingest_locked(store, agent, sources, since_iso, state_path, progress, now: datetime) -> IngestResult:
+    from . import failures
+
     head = store.head()
     # the materialised release's cached config: no YAML or Git on a wrapper's path (tests/test_wrapper.py)
     observe_rules = tuple(store.materialised_config(head)[1].observe_only) if head is not None else ()
@@ -442,16 +447,26 @@ def _ingest_locked(store, agent, sources, since_iso, state_path, progress, stale
     ledger = store.ledger()
     writer = _Writer(ledger, result)
     started = time.monotonic()
+    clean: set[str] = set()  # read whole, no line skipped: a failure recorded for it earlier is over
+    scanned: set[str] = set()  # found in the user's own agent dirs: maybe another project's (failures.py)
     for src in sources:
         for file_agent, path in _files(src):
             if agent is not None and file_agent != agent:
                 continue
+            key = os.path.abspath(path)
+            if src.origin == "user":
+                scanned.add(key)
+            unchanged = result.files_skipped
             try:
                 records, files, sessions = _read_file(src, file_agent, path, state, result, since_iso,
-                                                      observe_rules, stale_before)
+                                                      observe_rules, now - STALE_AFTER)
             except Exception as exc:  # noqa: BLE001 - one file reef cannot read must not stop the others
-                result.errors.append(_unreadable(path, exc))
+                why = _unreadable(exc)
+                result.errors.append(f"{path}: {why}")
+                result.failed[key] = (why, True)
                 continue
+            if key not in result.failed and result.files_skipped == unchanged:  # not re-read: its entry stands
+                clean.add(key)
             writer.add(records, str(path))  # outside the guard: a ledger that fails stops the run, state unsaved
             state.files.update(files)
             state.sessions.update(sessions)
@@ -460,15 +475,30 @@ def _ingest_locked(store, agent, sources, since_iso, state_path, progress, stale
                           "seconds": round(time.monotonic() - started, 1)})
     writer.flush()
     state.save()
+    failures.update(state_path.parent, {p: v for p, v in result.failed.items() if p not in scanned}, clean,
+                    _iso(now))
     return result
 
 
-def _unreadable(path: Path, exc: Exception) -> str:
-    """The one line for a file that could not be read: the reason as the OS, SQLite or the decoder gave it, else
-    the exception's type too (what the parser met that it did not expect)."""
+def note_failure(store, path: Path, why: str, now: datetime | None = None) -> None:
+    """Record that `path` could not be ingested at all for a reason outside any one file (the ledger, the lock, a
+    bug): for the hook, whose output nobody sees. See failures.py."""
+    from ..project import ScenarioPaths
+    from ..sessions import flocked
+    from . import failures
+
+    state_path = ScenarioPaths(store.project, store.scenario).dir / STATE_NAME
+    with flocked(f"{state_path}.lock"):
+        failures.update(state_path.parent, {os.path.abspath(path): (why, True)}, set(),
+                        _iso(now or datetime.now(timezone.utc)))
+
+
+def _unreadable(exc: Exception) -> str:
+    """Why a file could not be read: the reason as the OS, SQLite or the decoder gave it, else the exception's type
+    too (what the parser met that it did not expect)."""
     if isinstance(exc, (OSError, ValueError)) or type(exc).__module__ == "sqlite3":
-        return f"{path}: {exc}"
-    return f"{path}: could not be read ({type(exc).__name__}: {str(exc)[:200]})"
+        return str(exc)
+    return f"could not be read ({type(exc).__name__}: {str(exc)[:200]})"
 
 
 def _read_file(src: Source, agent: str, path: Path, state: _State, result: IngestResult, since_iso: str | None,
@@ -495,6 +525,7 @@ def _read_file(src: Source, agent: str, path: Path, state: _State, result: Inges
         sessions = {"claude": claude.parse, "pi": pi.parse, "codex": codex.parse}[agent](path, problems)
         if problems.count:
             result.warnings.append(f"{path}: {problems.summary()}")
+            result.failed[os.path.abspath(path)] = (str(problems.summary()), False)
         stamps = {}
     counts = IngestResult()
     roots: dict[str, str] = {}

@@ -214,7 +214,8 @@ class Gateway(StreamRelay, ReefRoutes):
         headers = request.headers
         capture = api in RECORDED and headers.get("x-reef-capture", "").strip().lower() not in ("false", "0", "no")
         state = self.recorder.scenario(headers.get("x-reef-scenario"))
-        if capture and (state.ledger.sync_failure is not None or state.damaged is not None):
+        if capture and (state.ledger.sync_failure is not None or state.damaged is not None
+                        or state.misplaced is not None) and state.refusal() is not None:
             return self._unrecordable(api, state)  # nothing more can be recorded: no upstream call
         release = state.release()  # frozen here: a publish during the request does not re-attribute it
         target = self._target(path, request.raw_path)

@@ -235,6 +235,7 @@ class _Scenario:
         self.start = self.ledger.position()  # where the chain ended when first used: the drain's check starts here
         self.last = None
         self.damaged: str | None = None  # why the ledger takes no more records (found by an append), or None
+        self.misplaced: tuple | None = None  # (MisplacedState, what its path was then): refused until it changes
         self.log_path = self.store.dir / "releases.jsonl"
         self._key = None
         self._release = None
@@ -246,6 +247,12 @@ class _Scenario:
             return f"its ledger failed a sync ({self.ledger.sync_failure}); restart the gateway once the disk is checked"
         if self.damaged is not None:
             return f"its ledger changed under it ({self.damaged}); run reef ledger verify, then restart the gateway"
+        if self.misplaced is not None:
+            exc, then = self.misplaced
+            if _lstat(exc.path) != then:  # moved away or replaced: the next append finds out whether it is right
+                self.misplaced = None
+                return None
+            return f"{exc.what}; move it away (the gateway goes on once it is)"
         return None
 
     def release(self):
@@ -259,6 +266,14 @@ class _Scenario:
             self._release = self.store.require_head()
             self._key = key
         return self._release
+
+
+def _lstat(path) -> tuple | None:
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    return st.st_ino, st.st_mode, st.st_mtime_ns
 
 
 class Recorder:
@@ -381,8 +396,10 @@ class Recorder:
                     then()
         except Exception as exc:
             ex.append_error = exc
-            if isinstance(exc, (DamagedState, MisplacedState)) and state.damaged is None:
-                state.damaged = str(exc)  # cut, replaced or moved under the gateway: no more upstream calls
+            if isinstance(exc, DamagedState) and state.damaged is None:
+                state.damaged = str(exc)  # records lost under the gateway: no more upstream calls
+            elif isinstance(exc, MisplacedState):  # until the thing in the way is moved
+                state.misplaced = (exc, _lstat(exc.path))
             raise
         if state.last is None or record.seq > state.last.seq:
             state.last = record  # the newest this gateway appended: still in the file when it stops (app._verify)
