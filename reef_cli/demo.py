@@ -120,6 +120,10 @@ def _session(store, task, agent: tuple[str, ...], environ: dict, round_no: int) 
         env = {**environ, "REEF_DEMO_PROMPT": task.prompt, "REEF_TASK_ID": "", "REEF_WORK_DIR": str(work)}
         res = run_recorded(store, argv, env=env, adapter="demo", cwd=work, stdout_fd=None, stderr_fd=None,
                            capture=True)
+        if res.stop_signal is not None:  # asked to stop once the agent was gone: its run is kept, the demo ends
+            from .errors import Stopped
+
+            raise Stopped.after_run(res.stop_signal, res.record.record_id)
         out = work.parent / f"{work.name}.check.out"
         err = work.parent / f"{work.name}.check.err"
         ck = run_command(task.check, cwd=work, env={**environ, "REEF_AGENT_EXIT": str(res.exit_code)},

@@ -307,6 +307,7 @@ def check_state(cwd: Path, scenario: str | None, environ: dict) -> tuple[list[Ch
     if store is not None:
         out.extend(check_ledger(store))
         out.extend(check_state_files(store))
+        out.extend(check_interrupted(store))
         out.extend(check_ingest(store))
     out.extend(check_permissions(state))
     out.extend(check_installs(state))
@@ -399,6 +400,31 @@ def check_state_files(store) -> list[Check]:
                                             "expects there")]
 
 
+def check_interrupted(store) -> list[Check]:
+    """An evolve or a rollback killed part-way (their journals): the working tree may hold part of a release, which
+    `reef status` would otherwise list as the user's edits and `reef publish` would publish back. A half-written
+    tree is a failure; an evolve stopped before it wrote anything is a warning (finishing it is still owed)."""
+    from .evolve import JournalFile, in_flight
+    from .rollback_journal import pending
+
+    out = []
+    try:
+        journal = JournalFile(store.dir / "evolve").load()
+        evolve = in_flight(store) if journal is not None else None
+    except Exception as exc:  # an unreadable journal is a finding, not a crash
+        evolve, journal = f"evolve journal in {store.dir / 'evolve'} cannot be read: {exc}", None
+    if evolve:
+        out.append(Check("state:interrupted", FAIL if journal is None or journal.phase == "writing" else WARN, evolve,
+                         "reef harness evolve"))
+    try:
+        rolling = pending(store)
+    except Exception as exc:
+        out.append(Check("state:interrupted", FAIL, f"rollback journal {store.dir / 'rollback.json'} cannot be "
+                                                    f"read: {exc}", f"move {store.dir / 'rollback.json'} away"))
+        rolling = None
+    if rolling is not None:
+        out.append(Check("state:interrupted", FAIL, f"a {rolling.sentence()}", f"reef rollback {rolling.target.step}"))
+    return out or [Check("state:interrupted", OK, "no evolve or rollback was left half-done")]
 def check_ingest(store) -> list[Check]:
     """Transcripts the hook or a wrapper could not ingest, whole or in part (reef_cli/ingest/failures.py): a warning,
     since what could be read was learned from and reef still works; the hook's own output reaches no one."""

@@ -73,3 +73,22 @@ class PolicyError(ReefError):
 
 class UsageError(ReefError):
     exit_code = ExitCode.USAGE
+
+
+class Stopped(ReefError):
+    """A signal asked reef to stop while it kept something it must not lose (a run's record): raised once that is
+    durable, so reef exits as the signal asks, 128+N (130 for SIGINT), with a line saying what was kept."""
+
+    def __init__(self, message: str, signum: int):
+        super().__init__(message)
+        self.signum = signum
+        self.exit_code = 128 + signum
+
+    def __reduce__(self):
+        return type(self), (str(self), self.signum)
+
+    @classmethod
+    def after_run(cls, signum: int, receipt: str) -> "Stopped":
+        import signal
+
+        return cls(f"stopped by {signal.Signals(signum).name} once the run was recorded (receipt {receipt})", signum)

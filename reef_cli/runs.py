@@ -34,6 +34,7 @@ class RunResult:
     record: object  # ledger.Record
     release: Release
     harness_dir: Path
+    stop_signal: int | None = None  # a SIGINT/SIGTERM/SIGHUP held until the record was durable: exit 128+N now
 
 
 class _Tee:
@@ -98,6 +99,76 @@ def forwarding(proc, signals: tuple, ignore: tuple = ()):
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+STOPPING = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+class RunGuard:
+    """Signals for one recorded run, from before its child starts until its record is durable.
+
+    While the child lives, `forward` signals are passed on to it (the agent decides what they mean; its exit status
+    says what it did) and `ignore` ones are ignored (an interactive child gets Ctrl-C from the terminal itself).
+    Once it has exited there is nobody to pass them on to: SIGINT/SIGTERM/SIGHUP are held (`stop` is the first) so
+    that redacting the output and appending the record finish, and the caller exits as the signal asks afterwards.
+    Any number of them is held, not two: a user mashing Ctrl-C does it in the very seconds the output is redacted
+    (~0.5 s/MB), and the record is the promise; SIGQUIT (Ctrl-\\) is the deliberate way out and gets its default
+    action, and a supervisor escalates to SIGKILL anyway. Other signals with no child left are ignored. Only the
+    main thread may set handlers: elsewhere this does nothing (nothing is held, nothing forwarded)."""
+
+    def __init__(self, forward: tuple, ignore: tuple = ()):
+        self.forward, self.ignore = set(forward), set(ignore)
+        self.proc = None
+        self.child_done = False
+        self.received: list[str] = []  # stopping signals that reached reef during the run, for its record
+        self.stop: int | None = None  # the first stopping signal held while there was no child to pass it to
+        self._previous: dict = {}
+
+    def __enter__(self) -> "RunGuard":
+        if threading.current_thread() is threading.main_thread():
+            for sig in self.forward | self.ignore | set(STOPPING) | {signal.SIGQUIT}:
+                self._previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+        self._previous.clear()
+
+    def started(self, proc) -> None:
+        """The child exists: a stopping signal that came in the moment before it did is its to act on."""
+        self.proc = proc
+        if self.stop is not None:
+            sig, self.stop = self.stop, None
+            self._pass_on(sig)
+
+    def exited(self) -> None:
+        self.child_done = True
+
+    def _pass_on(self, signum: int) -> None:
+        try:
+            self.proc.send_signal(signum)
+        except ProcessLookupError:
+            pass
+
+    def _handle(self, signum, _frame) -> None:
+        alive = self.proc is not None and not self.child_done
+        if alive and signum in self.ignore:
+            return
+        if signum in STOPPING:
+            self.received.append(signal.Signals(signum).name)
+        if alive and signum in self.forward:
+            self._pass_on(signum)
+        elif signum in STOPPING:
+            if self.stop is None:
+                self.stop = signum
+                if self.proc is not None:  # before the child started it is passed on to the child, no note
+                    with contextlib.suppress(OSError):  # os.write: a handler must not re-enter sys.stderr's buffer
+                        os.write(2, b"reef: finishing this run's record before stopping (Ctrl-\\ quits at once "
+                                    b"without it)\n")
+        elif signum == signal.SIGQUIT and not alive:
+            signal.signal(signum, signal.SIG_DFL)  # the way out that does not wait for the record
+            os.kill(os.getpid(), signum)
 
 
 def exit_status(status: int) -> int:
@@ -165,10 +236,13 @@ def run_recorded(
     release: Release | None = None,
     store_content: bool | None = None,
     env_for_receipt=None,
+    after_record=None,
 ) -> RunResult:
     """`release` pins the run to a release already materialised by the caller (a wrapper's install root), so a
     publish between the caller's install and this call cannot re-attribute the run. `env_for_receipt(record_id)`
-    returns extra child environment that names the receipt (a wrapper's --via-serve session)."""
+    returns extra child environment that names the receipt (a wrapper's --via-serve session). `after_record(record)`
+    runs once the record is durable, still under the run's signal guard (a wrapper remembering the receipt).
+    `stop_signal` in the result is a stop request that came after the child exited: the caller exits 128+N."""
     from .sessions import PendingReceipts, shell_key
 
     if not argv:
@@ -208,73 +282,81 @@ def run_recorded(
     interactive = sys.stdin.isatty() and sys.stdout.isatty()
     if capture is None:
         capture = not interactive
-    started = time.time()
-    try:
-        proc = subprocess.Popen(
-            argv,
-            cwd=cwd,
-            env=child_env,
-            stdout=subprocess.PIPE if capture else None,
-            stderr=subprocess.PIPE if capture else None,
-        )
-    except FileNotFoundError:
-        raise InvalidInput(f"command not found: {argv[0]}") from None
-    except PermissionError:
-        raise InvalidInput(f"command is not executable: {argv[0]}") from None
+    # An interactive child gets Ctrl-C from the terminal itself; we only must not die of it first. From before the
+    # child starts until its record is durable no signal may lose the run (RunGuard).
+    guard = RunGuard(FORWARDED + (() if interactive else (signal.SIGINT,)),
+                     ignore=(signal.SIGINT,) if interactive else ())
+    with guard:
+        started = time.time()
+        try:
+            proc = subprocess.Popen(
+                argv,
+                cwd=cwd,
+                env=child_env,
+                stdout=subprocess.PIPE if capture else None,
+                stderr=subprocess.PIPE if capture else None,
+            )
+        except FileNotFoundError:
+            raise InvalidInput(f"command not found: {argv[0]}") from None
+        except PermissionError:
+            raise InvalidInput(f"command is not executable: {argv[0]}") from None
 
-    tees = []
-    # An interactive child gets Ctrl-C from the terminal itself; we only must not die of it first.
-    with forwarding(proc, FORWARDED + (() if interactive else (signal.SIGINT,)),
-                    ignore=(signal.SIGINT,) if interactive else ()):
+        guard.started(proc)
+        tees = []
         if capture:
             tees = [_Tee(proc.stdout, stdout_fd), _Tee(proc.stderr, stderr_fd)]
         status = proc.wait()
+        guard.exited()
         for t in tees:
             t.thread.join()
-    duration = time.time() - started
-    exit_code = exit_status(status)
-    payload = {
-        "argv": argv,
-        "cwd": str(cwd or os.getcwd()),
-        "exit_code": exit_code,
-        "signal": -status if status < 0 else None,
-        "duration_s": round(duration, 6),
-        "observe_only": observe_only,
-        "adapter": adapter,
-        "model": model,
-        "harness_dir": str(harness_dir),
-        "captured": bool(capture),
-        "routing": read_routing(routing_file),
-    }
-    if base_env.get("REEF_TASK_ID"):  # run as a gate episode: the held-out check must see that it ran this task
-        payload["task_id"] = base_env["REEF_TASK_ID"]
-    keep_text = config.store_content if store_content is None else store_content
-    if capture:
-        payload["stdout"] = tees[0].fields(keep_text)
-        payload["stderr"] = tees[1].fields(keep_text)
-        if on_output is not None:
-            extra = on_output(bytes(tees[0].buf), bytes(tees[1].buf))
-            if extra:
-                payload.update(extra)
-    if extra_payload:
-        payload.update(extra_payload)
-    from .redact import redact_argv, redact_obj
+        duration = time.time() - started
+        exit_code = exit_status(status)
+        payload = {
+            "argv": argv,
+            "cwd": str(cwd or os.getcwd()),
+            "exit_code": exit_code,
+            "signal": -status if status < 0 else None,
+            "duration_s": round(duration, 6),
+            "observe_only": observe_only,
+            "adapter": adapter,
+            "model": model,
+            "harness_dir": str(harness_dir),
+            "captured": bool(capture),
+            "routing": read_routing(routing_file),
+        }
+        if base_env.get("REEF_TASK_ID"):  # run as a gate episode: the held-out check must see that it ran this task
+            payload["task_id"] = base_env["REEF_TASK_ID"]
+        keep_text = config.store_content if store_content is None else store_content
+        if capture:
+            payload["stdout"] = tees[0].fields(keep_text)
+            payload["stderr"] = tees[1].fields(keep_text)
+            if on_output is not None:
+                extra = on_output(bytes(tees[0].buf), bytes(tees[1].buf))
+                if extra:
+                    payload.update(extra)
+        if extra_payload:
+            payload.update(extra_payload)
+        from .redact import redact_argv, redact_obj
 
-    # The full output text is already redact()'s output (redacting is idempotent) and costs ~0.5 s/MB to scan:
-    # set it aside rather than redact it twice. Everything else, excerpts included, goes through redact_obj.
-    texts = {name: payload[name].pop("text") for name in ("stdout", "stderr")
-             if isinstance(payload.get(name), dict) and "text" in payload[name]}
-    words = payload.pop("argv", None)  # redacted as the command line it makes (`mysql -pX`: a word is a secret by
-    payload, _ = redact_obj(payload)  # the words before it), which reads each word alone too: not twice more
-    if words is not None:
-        payload["argv"] = redact_argv(words) if isinstance(words, list) else redact_obj(words)[0]
-    for name, text in texts.items():
-        payload[name]["text"] = text
-    record = ledger.append("interaction", payload, release_id=release.release_id, content_id=release.content_id,
-                           record_id=record_id)
-    try:
-        routing_file.unlink()
-    except FileNotFoundError:
-        pass
-    pending.add(record.record_id)
-    return RunResult(exit_code, record, release, Path(harness_dir))
+        # The full output text is already redact()'s output (redacting is idempotent) and costs ~0.5 s/MB to scan:
+        # set it aside rather than redact it twice. Everything else, excerpts included, goes through redact_obj.
+        texts = {name: payload[name].pop("text") for name in ("stdout", "stderr")
+                 if isinstance(payload.get(name), dict) and "text" in payload[name]}
+        words = payload.pop("argv", None)  # redacted as the command line it makes (`mysql -pX`: a word is a secret by
+        payload, _ = redact_obj(payload)  # the words before it), which reads each word alone too: not twice more
+        if words is not None:
+            payload["argv"] = redact_argv(words) if isinstance(words, list) else redact_obj(words)[0]
+        for name, text in texts.items():
+            payload[name]["text"] = text
+        if guard.received:  # asked to stop during the run, up to now (the agent's own exit says what it did then)
+            payload["interrupted"] = list(guard.received)
+        record = ledger.append("interaction", payload, release_id=release.release_id, content_id=release.content_id,
+                               record_id=record_id)
+        try:
+            routing_file.unlink()
+        except FileNotFoundError:
+            pass
+        pending.add(record.record_id)
+        if after_record is not None:
+            after_record(record)
+    return RunResult(exit_code, record, release, Path(harness_dir), guard.stop)

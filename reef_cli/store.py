@@ -60,6 +60,7 @@ class PublishResult:
     release: Release
     created: bool
     changes: tuple[Change, ...] = field(default_factory=tuple)
+    finished: bool = False  # a rollback: it finished writing an interrupted rollback's working tree
 
 
 @functools.lru_cache(maxsize=4096)
@@ -553,6 +554,11 @@ class HarnessStore:
         if expected_head is ...:
             current = self.head()
             expected_head = current.release_id if current else None
+        if operation == "publish" and surface == "harness":  # a human publish (working tree, or --from-git)
+            from . import rollback_journal
+
+            if (interrupted := rollback_journal.pending(self)) is not None:  # its old files are not the user's edits
+                raise ConflictError(f"nothing was published: a {interrupted.sentence()}")
         if files is None:
             files = self.worktree_files()
         config = None
@@ -679,7 +685,14 @@ class HarnessStore:
             raise exc
 
     def rollback(self, ref: str, *, expected_head: str | None | type(...) = ..., force: bool = False) -> PublishResult:
+        from . import rollback_journal
+
         target = self.find(ref)
+        interrupted = rollback_journal.pending(self)
+        if interrupted is not None:  # killed after its publish: finish writing it before anything else
+            rollback_journal.finish(self, interrupted)
+            if target.content_id == interrupted.head.content_id and expected_head in (..., interrupted.head.release_id):
+                return PublishResult(interrupted.head, False, (), finished=True)
         head = self.require_head()
         if expected_head is ...:
             expected_head = head.release_id
@@ -705,18 +718,29 @@ class HarnessStore:
                         raise InvalidInput(f"{self.project.root / rel} {why}; reef writes a file there")
         except InvalidInput as exc:
             raise InvalidInput(f"cannot roll back: {exc} (nothing was published)") from None
-        result = self.publish(
-            reason=f"rollback to step {target.step} ({target.release_id})",
-            operation="rollback",
-            files=new_files,
-            expected_head=expected_head,
-            meta={"rollback_target_release_id": target.release_id, "rolled_back_release_id": head.release_id},
-        )
+        rollback_journal.begin(self, head, target)
+        try:
+            result = self.publish(
+                reason=f"rollback to step {target.step} ({target.release_id})",
+                operation="rollback",
+                files=new_files,
+                expected_head=expected_head,
+                meta={"rollback_target_release_id": target.release_id, "rolled_back_release_id": head.release_id},
+            )
+        except BaseException:
+            rollback_journal.pending(self)  # drops the journal unless the publish got past its commit point
+            raise
+        if os.environ.get("REEF_FAULT") == "rollback:published":  # test-only: killed before the tree is written
+            import signal
+
+            os.kill(os.getpid(), signal.SIGKILL)
         try:
             self.sync_worktree(old_files, new_files, guard=not force)
         except ConflictError as exc:
+            rollback_journal.done(self)  # the rest is written; what is left are the user's kept edits, named here
             raise ConflictError(f"rolled back: {result.release.release_id} is published, but {exc}; 'reef status' "
                                 "shows it against the new head") from None
+        rollback_journal.done(self)
         return result
 
     def diff(self, a: Release, b: Release) -> str:

@@ -225,3 +225,38 @@ def test_hostile_answers_skip_their_batch_or_fold_never_an_unexpected_error(reef
         _cited(ids[0]), _cited(ids[1]))}]
     fake_llm.reply(raw(json.dumps({"content": blocks, "usage": {"input_tokens": "x", "output_tokens": -3}})))
     assert reflect(reef, root, *args(fake_llm, "anthropic"))["observations"] == 2
+
+
+def test_a_hand_edit_saved_while_the_model_thinks_is_never_overwritten(reef, tmp_path, fake_llm):
+    """The user deletes a pattern from reef/memory/patterns.json while a model-backed reflect waits for its answer:
+    reflect refuses to write over it (exit 3, naming the file), records nothing, and the next reflect folds the same
+    records into the edited file. It used to write back what it had read, so the deleted pattern came back, exit 0."""
+    root, ledger = init_project(reef, tmp_path)
+    feedback(ledger, "Run the linter before committing.", 3)
+    feedback(ledger, "Use tabs for indentation.", 3)
+    assert reef("-C", str(root), "harness", "reflect").code == 0  # the builtin reflector: patterns in the file
+    path = root / "reef" / "memory" / "patterns.json"
+    doc = json.loads(path.read_text())
+    assert any("tab" in p["key"] for p in doc["patterns"])
+    (rid,) = feedback(ledger, "You merged without a changelog entry.")
+    edited = json.dumps({**doc, "patterns": [p for p in doc["patterns"] if "tab" not in p["key"]]}, indent=2) + "\n"
+    lesson = answer({"text": "Write the changelog entry before merging.", "polarity": "do", "evidence": [rid]})
+
+    def user_saves_then_model_answers(_req):
+        path.write_text(edited)
+        return text(lesson)
+
+    fake_llm.default = user_saves_then_model_answers
+    reflects = sum(r.kind == "reflect" for r in ledger.iter_records())
+    out = reflect(reef, root, *args(fake_llm), code=3)
+    assert out["err"] == ("reef: error: reef/memory/patterns.json changed while reef was reflecting into it (it no "
+                          "longer holds the bytes reflect read); reef left your edit as it is and recorded nothing, "
+                          "so the same records are still to reflect - run 'reef harness reflect' again to fold them "
+                          "into the file as it is now\n")
+    assert path.read_text() == edited
+    assert sum(r.kind == "reflect" for r in ledger.iter_records()) == reflects
+    fake_llm.default = text(lesson)
+    again = reflect(reef, root, *args(fake_llm))
+    assert again["written"] is True and rid in fake_llm.calls[-1].body.decode()
+    keys = set(memory(root))
+    assert not any("tab" in k for k in keys) and any("changelog" in k for k in keys)

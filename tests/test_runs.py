@@ -290,3 +290,81 @@ def test_usage_errors_still_come_from_typer(project):
     assert r.returncode == 2 and "Missing argument" in r.stderr
     r = run_reef("report", "--feedback", "x", cwd=project)
     assert r.returncode == 2 and "Missing option '--score'" in r.stderr
+
+
+# A command that prints ~2 MB (redacting it keeps the recorder busy for about a second after it exits), writes its pid
+# to argv[1] and exits 0; with argv[2] it first waits for a SIGINT (writing argv[2] when ready) and exits 0 on it.
+LOUD = r"""
+import os, signal, sys, time
+sys.stdout.write(("lorem ipsum " * 80 + "\n") * 2200)
+sys.stdout.flush()
+if len(sys.argv) > 2:
+    got = []
+    signal.signal(signal.SIGINT, lambda s, f: got.append(s))
+    open(sys.argv[2], "w").close()
+    while not got:
+        time.sleep(0.01)
+open(sys.argv[1] + ".tmp", "w").write(str(os.getpid()))
+os.rename(sys.argv[1] + ".tmp", sys.argv[1])
+"""
+
+
+def wait_for(proc, path: Path) -> None:
+    deadline = time.monotonic() + 60
+    while not path.exists():
+        assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()
+        time.sleep(0.005)
+
+
+def gone(pid: int) -> None:
+    """Until the recorder has reaped the command: from then on a signal has nobody to be passed on to."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.002)
+    raise AssertionError(f"pid {pid} still there")
+
+
+def test_a_stop_signal_after_the_command_exited_waits_for_its_record(project, tmp_path):
+    """SIGTERM in the second the recorder redacts the output of a command that already exited: the run is recorded
+    (saying it was interrupted), then reef exits 128+15. It used to die of it and lose the run."""
+    done = tmp_path / "done"
+    proc = subprocess.Popen([reef_exe(), "run", "--", sys.executable, "-c", LOUD, str(done)], cwd=project,
+                            env={**os.environ, **session_env()}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            text=True)
+    wait_for(proc, done)
+    gone(int(done.read_text()))
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    [rec] = records(project, "interaction")
+    assert rec["payload"]["exit_code"] == 0 and rec["payload"]["interrupted"] == ["SIGTERM"]
+    assert rec["payload"]["stdout"]["length"] > 2_000_000
+    assert "reef: finishing this run's record before stopping (Ctrl-\\ quits at once without it)\n" in err
+    assert err.endswith(f"reef: stopped by SIGTERM once the run was recorded (receipt {rec['record_id']})\n")
+    assert reef_read("ledger", "verify", cwd=project).code == 0
+
+
+def test_a_double_ctrl_c_keeps_the_record(project, tmp_path):
+    """Ctrl-C twice: the first goes to the command (which exits 0 on it), the second comes when it is gone, while
+    its record is written. Both are in the record; reef exits 130 once the record is kept."""
+    done, ready = tmp_path / "done", tmp_path / "ready"
+    proc = subprocess.Popen([reef_exe(), "run", "--", sys.executable, "-c", LOUD, str(done), str(ready)],
+                            cwd=project, env={**os.environ, **session_env()}, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    wait_for(proc, ready)
+    proc.send_signal(signal.SIGINT)
+    wait_for(proc, done)
+    gone(int(done.read_text()))
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    [rec] = records(project, "interaction")
+    assert rec["payload"]["exit_code"] == 0 and rec["payload"]["interrupted"] == ["SIGINT", "SIGINT"]
+    assert f"reef: stopped by SIGINT once the run was recorded (receipt {rec['record_id']})" in err
+    # the receipt is this shell's to report on, as for any run
+    r = run_reef("report", "--score", "1", cwd=project, env=session_env())
+    assert r.returncode == 0, r.stderr

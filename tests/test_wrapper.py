@@ -261,6 +261,32 @@ def test_via_serve_flag_env_and_per_agent_mechanism():
                   "REEF_SERVE_SESSION": "rec_1"}
 
 
+def test_a_hangup_after_the_agent_exited_keeps_its_record_and_receipt(setup):
+    """SIGHUP (the terminal closed) while reef-claude redacts a long session's output after the agent exited: the run
+    is recorded and remembered for `reef-claude report`, then the wrapper exits 128+1. It used to die unrecorded."""
+    from test_runs import LOUD, gone, wait_for
+
+    agent, done = setup["tmp"] / "loud-agent", setup["tmp"] / "done"
+    agent.write_text(f"#!{sys.executable}\nimport sys\nsys.argv[1:] = [{str(done)!r}]\n" + LOUD)
+    agent.chmod(0o755)
+    proc = subprocess.Popen([str(setup["wrapper"]), "-p", "x"], cwd=setup["code"],
+                            env={**setup["env"], "REEF_CLAUDE_BIN": str(agent)}, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    wait_for(proc, done)
+    gone(int(done.read_text()))
+    proc.send_signal(signal.SIGHUP)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + signal.SIGHUP, err
+    m = re.search(r"reef-claude: stopped by SIGHUP once the run was recorded \(receipt (\S+)\)\n$", err)
+    assert m, err
+    assert "reef: this session's transcript was not ingested: `reef ingest` reads it when you want\n" in err
+    record = ledger_record(setup["project"], m.group(1))
+    assert record.payload["exit_code"] == 0 and record.payload["interrupted"] == ["SIGHUP"]
+    r = wrap(setup, "report", "--score", "1", "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["payload"]["receipts"] == [m.group(1)]
+
+
 def test_a_transcript_the_wrapper_cannot_read_is_one_line_and_the_exit_status_stays_the_agents(setup, reef):
     """It used to be ingested in silence: the user never knew the session was not learned from. The exit status
     stays the agent's (a transcript reef cannot parse is not a failed task)."""

@@ -8,7 +8,7 @@ import os
 import sys
 from pathlib import Path
 
-from ..errors import ExitCode, ReefError
+from ..errors import ExitCode, ReefError, Stopped
 from ..printable import printable
 
 
@@ -64,6 +64,9 @@ def guarded(fn, prog: str = "reef") -> int:
     """Run fn() and return its exit code; a ReefError prints `prog: error: ...` and exits with its code."""
     try:
         return fn()
+    except Stopped as exc:  # not a failure: what was under way is kept, and the signal is obeyed
+        sys.stderr.write(f"{prog}: {exc}\n")
+        return int(exc.exit_code)
     except ReefError as exc:
         sys.stderr.write(error_line(prog, exc))
         return int(exc.exit_code)

@@ -98,6 +98,10 @@ def record_run(env, cmd: list[str], *, observe_only: bool, adapter: str | None, 
     result = run_recorded(env.store(), list(cmd), adapter=adapter, observe_only=observe_only, cwd=env.cwd,
                           store_content=store_content)
     sys.stderr.write(f"reef: receipt {result.record.record_id} (release {result.release.release_id})\n")
+    if result.stop_signal is not None:
+        from ..errors import Stopped
+
+        raise Stopped.after_run(result.stop_signal, result.record.record_id)
     return result.exit_code
 
 

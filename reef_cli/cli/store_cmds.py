@@ -81,10 +81,15 @@ def status(ctx: typer.Context, as_json: bool = JSON) -> None:
         print("harness clean: working tree matches the head release")
         return
     from ..evolve import in_flight  # evolve's hook: an interrupted evolve is finished, not published over
+    from ..rollback_journal import pending
 
     if interrupted := in_flight(store):
         print(interrupted)
-    print("Unpublished changes (publish with: reef publish -m MESSAGE):")
+    if rolling := pending(store):
+        print(f"A {rolling.sentence()}")
+        print("Not yet written by the rollback (or edited since):")
+    else:
+        print("Unpublished changes (publish with: reef publish -m MESSAGE):")
     for c in changes:
         print(f"  {c.change:9} {c.path}  [{c.zone}]")
 
@@ -235,6 +240,10 @@ def rollback(
     res = store.rollback(release, force=force)
     if as_json:
         emit_json({"created": res.created, "release": res.release.to_json()})
+        return
+    if res.finished:
+        print(f"Finished the interrupted rollback: the working tree now holds release {res.release.release_id} "
+              f"(step {res.release.step})")
         return
     if not res.created:
         print(f"nothing to do: the head (step {res.release.step}) already has that content")

@@ -229,9 +229,15 @@ def run(adapter_name: str, args: list[str], *, environ: dict | None = None, cwd:
     result = run_recorded(store, [binary, *args], env=child_env, adapter=adapter.name,
                           harness_dir=Path(record.agent_dir), extra_payload=extra,
                           cwd=cwd or Path.cwd(), on_output=on_output, release=release,
-                          env_for_receipt=env_for_receipt)
+                          env_for_receipt=env_for_receipt,
+                          after_record=lambda rec: _remember(binding, rec.record_id))
     receipt = result.record.record_id
-    _remember(binding, receipt)
+    if result.stop_signal is not None:  # asked to stop once the agent was gone: the record is kept, stop now
+        from ..errors import Stopped
+
+        if binding.environ.get("REEF_INGEST", "1") != "0":
+            _note("this session's transcript was not ingested: `reef ingest` reads it when you want")
+        raise Stopped.after_run(result.stop_signal, receipt)
     _ingest_session(binding, store, record, result.record, cwd or Path.cwd())
     if not binding.environ.get("REEF_QUIET"):
         _note(f"receipt {receipt} (release {record.release_id}, step {record.step}); "

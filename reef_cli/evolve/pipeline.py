@@ -44,21 +44,41 @@ def run_reflect(store, opts: Options) -> ReflectOutcome:
     with ledger:
         negatives = [] if opts.dry_run else record_rollback_negatives(store, ledger, config)
         files = store.files_of(head)
+        path = memory_path(config)
+        target = store.project.root / path
+        seen = _file_state(target)  # read before load_memory: an edit in between is a (safe) conflict, not a loss
         memory = load_memory(store, config, files)
         before = memory.dumps()
-        result = reflect_into(store, ledger, config, memory, opts, files)
+        result = reflect_into(store, ledger, config, memory, opts, files)  # a model backend: seconds, or minutes
         after = memory.dumps()
-        path = memory_path(config)
         written = False
         if after != before and not opts.dry_run:
             check_write(store.project.root, config.zone_map(), path)
-            target = store.project.root / path
+            if _file_state(target) != seen:  # the compare-and-swap evolve does (worktree.write_tree), for one file
+                raise ConflictError(
+                    f"{path} changed while reef was reflecting into it (it no longer holds the bytes reflect read); "
+                    f"reef left your edit as it is and recorded nothing, so the same records are still to reflect "
+                    f"- run 'reef harness reflect' again to fold them into the file as it is now")
             target.parent.mkdir(parents=True, exist_ok=True)
             write_atomic(target, after)
             written = True
         if result.changed and not opts.dry_run:
             reflect_records(store, ledger, result, memory, config)
     return ReflectOutcome(result, written, path, negatives)
+
+
+def _file_state(path) -> str | None:
+    """What reflect compares before replacing the memory file: sha256 of its bytes, None when absent, or the line
+    read_nofollow refuses it with (a symlink, a directory: load_memory reads the head release's copy then)."""
+    from ..durable import read_nofollow
+
+    try:
+        data = read_nofollow(path)
+    except InvalidInput as exc:
+        return f"refused: {exc}"
+    except OSError as exc:
+        return f"unreadable: {exc.strerror}"
+    return None if data is None else sha(data)
 
 
 # --------------------------------------------------------------------------------------------- evolve
