@@ -20,56 +20,36 @@ def repairs_path(ledger_path: Path) -> Path:
 
 def note_repair(ledger_path: Path, offset: int, size: int, torn: bytes, after_seq: int) -> dict:
     """Record that `size` bytes (`torn`, or their first MiB) were cut at `offset`, after record `after_seq`."""
-    note = {
-        "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "offset": offset,
-        "bytes": size,
-        "sha256": hashlib.sha256(torn).hexdigest(),
-        "after_seq": after_seq,
-    }
-    try:
-        append_durable(repairs_path(ledger_path), json.dumps(note, sort_keys=True).encode() + b"\n")
-        where = f"noted in {repairs_path(ledger_path)}"
-    except OSError as exc:
-        where = f"could not note it in {repairs_path(ledger_path)}: {exc.strerror}"
-    sys.stderr.write(
-        f"reef: warning: ledger {ledger_path}: cut a torn last line ({size} bytes after seq {after_seq}) left by a "
-        f"writer that crashed; it was never acknowledged, so no record is lost ({where})\n"
-    )
-    return note
+    return _said(ledger_path, {"offset": offset, "bytes": size, "sha256": hashlib.sha256(torn).hexdigest(),
+                               "after_seq": after_seq},
+                 f"cut a torn last line ({size} bytes after seq {after_seq}) left by a writer that crashed; it was "
+                 "never acknowledged, so no record is lost")
 
 
 def note_newline(ledger_path: Path, offset: int, seq: int) -> dict:
     """Record that the newline a whole last record (`seq`) lacked was added at `offset` (`Writer._add_newline`)."""
-    note = {"at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "offset": offset, "bytes": 0,
-            "added_newline": True, "after_seq": seq}
-    try:
-        append_durable(repairs_path(ledger_path), json.dumps(note, sort_keys=True).encode() + b"\n")
-        where = f"noted in {repairs_path(ledger_path)}"
-    except OSError as exc:
-        where = f"could not note it in {repairs_path(ledger_path)}: {exc.strerror}"
-    sys.stderr.write(
-        f"reef: warning: ledger {ledger_path}: record seq {seq} was whole but its final newline was missing (a write "
-        f"torn at its last byte); added the newline, no record is lost ({where})\n"
-    )
-    return note
+    return _said(ledger_path, {"offset": offset, "bytes": 0, "added_newline": True, "after_seq": seq},
+                 f"record seq {seq} was whole but its final newline was missing (a write torn at its last byte); "
+                 "added the newline, no record is lost")
 
 
 def note_unmarked(ledger_path: Path, offset: int, seq: int) -> dict:
     """Record that a writer found records up to `seq` (ending at `offset`) with no acknowledged mark and starts one
     with its append: a cut end before then could not be detected (`acked.unmarked`)."""
-    note = {"at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "offset": offset, "bytes": 0,
-            "mark_started": True, "after_seq": seq}
+    return _said(ledger_path, {"offset": offset, "bytes": 0, "mark_started": True, "after_seq": seq},
+                 f"its {seq} record(s) had no acknowledged mark ({ledger_path.name}.sync missing, empty or from an "
+                 "older reef), so a cut end before now cannot be ruled out; a new mark starts with this append")
+
+
+def _said(ledger_path: Path, fields: dict, what: str) -> dict:
+    """The note, appended durably to `<ledger>.repairs` and said on stderr (with where it went)."""
+    note = {"at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **fields}
     try:
         append_durable(repairs_path(ledger_path), json.dumps(note, sort_keys=True).encode() + b"\n")
         where = f"noted in {repairs_path(ledger_path)}"
     except OSError as exc:
         where = f"could not note it in {repairs_path(ledger_path)}: {exc.strerror}"
-    sys.stderr.write(
-        f"reef: warning: ledger {ledger_path}: its {seq} record(s) had no acknowledged mark ({ledger_path.name}.sync "
-        f"missing, empty or from an older reef), so a cut end before now cannot be ruled out; a new mark starts with "
-        f"this append ({where})\n"
-    )
+    sys.stderr.write(f"reef: warning: ledger {ledger_path}: {what} ({where})\n")
     return note
 
 
