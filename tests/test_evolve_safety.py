@@ -93,6 +93,18 @@ def test_a_read_only_target_is_refused_before_anything_is_written_or_published(r
     assert stat.S_IMODE(claude.stat().st_mode) == 0o644 and _status(reef, root)["clean"] is True
 
 
+def test_a_private_file_keeps_its_permissions_when_evolve_writes_it(reef, tmp_path):
+    """A CLAUDE.md the user keeps private (0600) came back world-readable (0644): the new text went out with a
+    fixed mode. An existing file keeps its own bits."""
+    root, ledger = init_project(reef, tmp_path)
+    feedback(ledger, LINT, 5)
+    claude = root / "CLAUDE.md"
+    claude.chmod(0o600)
+    out = evolve(reef, root)
+    assert out["status"] == "published" and len(block_ids(claude)) == 1
+    assert stat.S_IMODE(claude.stat().st_mode) == 0o600
+
+
 # ------------------------------------------------------------------------------ edits racing the gate
 
 RACER = """

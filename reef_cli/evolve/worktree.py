@@ -60,6 +60,19 @@ def _temp(target: Path) -> Path:
     return target.with_name(f".{target.name}.reef-tmp")
 
 
+def _mode_for(target: Path, executable: bool) -> int:
+    """The permission bits the new text goes out with: a file that exists keeps its own (a CLAUDE.md the user keeps
+    private, 0600, must not come back world-readable), with execute bits only where the release says so; a new
+    file gets the usual 0644 / 0755."""
+    try:
+        bits = stat.S_IMODE(os.lstat(target).st_mode)
+    except OSError:
+        return 0o755 if executable else 0o644
+    if executable:
+        return bits | ((bits & 0o444) >> 2)  # x wherever r is
+    return bits & ~0o111
+
+
 def _read_only(path: Path) -> bool:
     """The user made it read-only: no write permission for its owner (root ignores modes, so ask the bits)."""
     return not (os.lstat(path).st_mode & stat.S_IWUSR) or not os.access(path, os.W_OK)
@@ -118,7 +131,7 @@ def write_tree(root: Path, base: dict, files: dict, expected: dict, *, before_wr
                 temps[rel] = tmp
                 try:
                     write_all(fd, new.data)
-                    os.fchmod(fd, 0o755 if new.mode == MODE_EXEC else 0o644)
+                    os.fchmod(fd, _mode_for(target, new.mode == MODE_EXEC))
                     os.fsync(fd)
                 finally:
                     os.close(fd)
