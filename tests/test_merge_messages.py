@@ -14,13 +14,19 @@ def append(path, line: str) -> None:
         f.write(line)
 
 
-def test_merge_fetches_first_so_nothing_to_merge_is_never_stale(reef, pair):  # noqa: F811
+def both_published(reef, pair) -> tuple:  # noqa: F811
+    """A and B each published over step 1, and B pushed: A's next merge has B's chain to fold in."""
     _, _, a, b = pair
     append(b / "CLAUDE.md", "\n- B's rule\n")
     ok(reef("-C", str(b), "publish", "-m", "b"))
     ok(reef("-C", str(b), "push"))
     append(a / "CLAUDE.local.md", "A's note\n")
     ok(reef("-C", str(a), "publish", "-m", "a"))
+    return a, b
+
+
+def test_merge_fetches_first_so_nothing_to_merge_is_never_stale(reef, pair):  # noqa: F811
+    a, _b = both_published(reef, pair)
     # A has not pulled since B pushed: its tracking ref still says the remote is at step 1
     r = reef("-C", str(a), "merge")
     assert r.code == 0, (r.out, r.err)
@@ -80,12 +86,7 @@ def closed_port() -> int:
 def diverged_then_offline(reef, pair) -> tuple:  # noqa: F811
     """A and B published over step 1, B pushed, A's pull fetched B's chain (and refused: diverged); then the remote's
     URL in A points where nothing answers."""
-    _, _, a, b = pair
-    append(b / "CLAUDE.md", "\n- B's rule\n")
-    ok(reef("-C", str(b), "publish", "-m", "b"))
-    ok(reef("-C", str(b), "push"))
-    append(a / "CLAUDE.local.md", "A's note\n")
-    ok(reef("-C", str(a), "publish", "-m", "a"))
+    a, _b = both_published(reef, pair)
     assert reef("-C", str(a), "pull").code == 3
     url = f"http://127.0.0.1:{closed_port()}/hub.git"
     git("--git-dir", str(a / ".reef" / "git"), "remote", "set-url", "origin", url, cwd=a)
