@@ -17,6 +17,7 @@ from reef_cli.adapters import load, names
 from reef_cli.compile import compile_harness
 from reef_cli.errors import InvalidInput, NotFound
 from reef_cli.gitstore import MODE_EXEC, MODE_LINK, Entry
+from reef_cli.install import sha256
 from reef_cli.store import collect_files, write_files
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -235,7 +236,7 @@ def test_cli_compile_writes_the_golden_tree_and_prunes_on_rerun(reef, project, t
     data = json.loads(r.out)
     assert data["release"]["step"] == 1 and data["agent"] == "opencode" and data["removed"] == []
     got = collect_files(out, ("**",))
-    assert json.loads(got.pop(".reef-compiled.json").data)["files"] == sorted(got)
+    assert json.loads(got.pop(".reef-compiled.json").data)["files"] == {p: sha256(e.data) for p, e in got.items()}
     assert got == collect_files(GOLDEN / "opencode" / "project", ("**",))
     # a skill removed from the harness disappears from DIR on the next compile; nothing else is touched
     (out / "mine.txt").write_text("keep me")
