@@ -274,6 +274,18 @@ def test_cli_compile_lists_files_with_sources(reef, project):
     assert "CLAUDE.md  <- CLAUDE.md, CLAUDE.local.md" in r.out
 
 
+def test_cli_compile_listing_escapes_a_path_with_a_newline_or_escape(reef, project):
+    # a name is anyone's text: one listed file is one line, and its ESC never repaints the terminal
+    (project / ".claude" / "commands").mkdir(exist_ok=True)
+    (project / ".claude" / "commands" / "a\nb.md").write_text("hi\n")
+    (project / ".claude" / "commands" / "c\x1b[2J.md").write_text("hi\n")
+    r = reef("-C", str(project), "harness", "compile", "--agent", "claude", "--worktree")
+    assert r.code == 0, r.err
+    assert "     3  .claude/commands/a\\x0ab.md  <- .claude/commands/a\\x0ab.md\n" in r.out
+    assert "     3  .claude/commands/c\\x1b[2J.md  <- .claude/commands/c\\x1b[2J.md\n" in r.out
+    assert "\x1b" not in r.out
+
+
 REAL = Path(os.environ.get("REEF_SHARED", Path(__file__).resolve().parent.parent.parent / "shared")) / "data" / "real-harnesses"
 
 

@@ -54,14 +54,16 @@ def compile_cmd(
         return
     for w in result.warnings:
         note(f"warning: {w}")
+    from ..printable import printable  # harness paths are anyone's names: a newline or ESC in one is shown escaped
+
     what = "the working tree" if rel is None else f"release {rel.release_id} (step {rel.step})"
     print(f"{adapter.title} ({adapter.name}, {layout} layout) from {what}:")
     for path, entry in result.files.items():
-        print(f"  {len(entry.data):8d}  {path}  <- {', '.join(result.sources.get(path, ()))}")
+        print(printable(f"  {len(entry.data):8d}  {path}  <- {', '.join(result.sources.get(path, ()))}"))
     if out is not None:
-        print(f"wrote {len(written)} file(s), removed {len(removed)} stale file(s) in {out}")
+        print(printable(f"wrote {len(written)} file(s), removed {len(removed)} stale file(s) in {out}"))
     if backup is not None:
-        print(f"kept a backup of {len(kept)} file(s) you had changed in {out}: {backup}")
+        print(printable(f"kept a backup of {len(kept)} file(s) you had changed in {out}: {backup}"))
 
 
 def install_cmd(
