@@ -98,7 +98,8 @@ def _at_risk(dest: Path, files: dict[str, Entry], previous: dict[str, str | None
 
 
 def _backup(dest: Path, rels: list[str], root: Path) -> Path:
-    """Copy each of `rels` (a file, a link kept as a link; a directory's files) below a new backup directory."""
+    """Copy each of `rels` (a file, a link kept as a link; a directory's files) below a new backup directory; a path
+    under a link in DIR is kept as that link, never read through it."""
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     backup = Path(root) / f"compile-{stamp}"
     n = 1
@@ -106,9 +107,14 @@ def _backup(dest: Path, rels: list[str], root: Path) -> Path:
         n += 1
         backup = Path(root) / f"compile-{stamp}-{n}"
     backup.mkdir(parents=True)
+    from .install import _link_component
+
     for rel in rels:
-        src = dest / rel
-        pending = [(src, backup / rel)]
+        if (link := _link_component(dest, rel)) is not None:  # the user's link itself, not what lies beyond it
+            rel = os.path.relpath(link, dest)
+        if os.path.lexists(backup / rel):
+            continue
+        pending = [(dest / rel, backup / rel)]
         while pending:
             s, d = pending.pop()
             try:

@@ -92,3 +92,20 @@ def test_an_older_manifest_without_digests_refuses_only_files_that_would_change(
     (out / "AGENTS.md").write_text("edited?\n")
     r = compile_to(reef, project, out)
     assert r.code == 3 and "AGENTS.md (may be edited; the manifest of an older reef keeps no digests)" in r.err
+
+
+def test_force_over_a_users_link_keeps_the_link_and_never_writes_through_it(reef, project, tmp_path):
+    out, outside = tmp_path / "out", tmp_path / "outside"
+    assert compile_to(reef, project, out).code == 0
+    (outside / "review").mkdir(parents=True)
+    (outside / "review" / "SKILL.md").write_text("someone else's\n")
+    shutil.rmtree(out / ".opencode" / "skills")
+    (out / ".opencode" / "skills").symlink_to(outside)
+    r = compile_to(reef, project, out)
+    assert r.code == 3 and f".opencode/skills/review/SKILL.md (under a symlink: {out}/.opencode/skills)" in r.err
+    r = compile_to(reef, project, out, "--force", "--json")
+    assert r.code == 0, r.err
+    backup = Path(json.loads(r.out)["backup"])
+    assert (backup / ".opencode" / "skills").is_symlink() and (backup / ".opencode" / "skills").readlink() == outside
+    assert (outside / "review" / "SKILL.md").read_text() == "someone else's\n"
+    assert not (out / ".opencode" / "skills").is_symlink()
