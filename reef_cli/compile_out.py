@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from .errors import ConflictError
+from .errors import ConflictError, InvalidInput
 from .gitstore import Entry
 from .install import COMPILED_MANIFEST, drift, read_nofollow, sha256, sync_tree
 from .releases import canonical
@@ -42,8 +42,6 @@ def write_out(dest: Path, compiled, release_id: str | None, *, backup_root: Path
     dest = Path(os.path.abspath(dest))
     previous = _previous(dest)  # path -> sha256, or None where an older manifest kept no digest
     if COMPILED_MANIFEST in compiled.files:
-        from .errors import InvalidInput
-
         raise InvalidInput(f"the compiled harness has a file named {COMPILED_MANIFEST}, which reef reserves")
     at_risk = _at_risk(dest, compiled.files, previous)
     backup = None
@@ -65,12 +63,17 @@ def write_out(dest: Path, compiled, release_id: str | None, *, backup_root: Path
 def _previous(dest: Path) -> dict[str, str | None]:
     if not (os.path.isdir(dest) and not os.path.islink(dest) and any(os.scandir(dest))):
         return {}
+    from .install import _safe_rel
+
     try:
         files = json.loads(read_nofollow(dest / COMPILED_MANIFEST))["files"]
         if isinstance(files, list):  # an older reef's manifest: paths only
-            return {str(rel): None for rel in files}
-        return {str(rel): str(digest) for rel, digest in dict(files).items()}
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            files = dict.fromkeys(files)
+        out = {str(rel): None if digest is None else str(digest) for rel, digest in dict(files).items()}
+        for rel in out:
+            _safe_rel(rel)  # a manifest naming '../x' was not written by reef: nothing outside DIR is touched
+        return out
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, InvalidInput):
         raise ConflictError(f"{dest} is not empty and was not written by 'reef harness compile'; "
                             "choose an empty or new directory") from None
 

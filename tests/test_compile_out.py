@@ -109,3 +109,16 @@ def test_force_over_a_users_link_keeps_the_link_and_never_writes_through_it(reef
     assert (backup / ".opencode" / "skills").is_symlink() and (backup / ".opencode" / "skills").readlink() == outside
     assert (outside / "review" / "SKILL.md").read_text() == "someone else's\n"
     assert not (out / ".opencode" / "skills").is_symlink()
+
+
+def test_a_manifest_naming_a_path_outside_dir_is_not_reefs(reef, project, tmp_path):
+    out = tmp_path / "out"
+    assert compile_to(reef, project, out).code == 0
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    manifest = json.loads((out / ".reef-compiled.json").read_text())
+    manifest["files"]["../victim"] = "0" * 64
+    (out / ".reef-compiled.json").write_text(json.dumps(manifest))
+    r = compile_to(reef, project, out, "--force")
+    assert r.code == 3 and "was not written by 'reef harness compile'" in r.err
+    assert victim.read_text() == "precious\n" and not (project / ".reef" / "backups").exists()
