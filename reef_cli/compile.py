@@ -58,7 +58,7 @@ def compile_harness(files: dict[str, Entry], adapter: Adapter, *, layout: str = 
     """Compile a canonical harness (a release's files) for one agent; raises InvalidInput listing every problem."""
     if layout not in LAYOUTS:
         raise InvalidInput(f"--layout {layout}: expected one of {', '.join(LAYOUTS)}")
-    from .edits import refuse_stick_links
+    from .stick_links import refuse_stick_links
 
     refuse_stick_links(files, (_config(_resolve_links(files)),), done="nothing was compiled")
     files = _resolve_links(files)

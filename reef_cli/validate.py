@@ -47,7 +47,7 @@ def check_release(files: Mapping[str, Any], config) -> None:
     except InvalidInput as exc:
         raise InvalidInput(f"{exc}; nothing was published") from None
     _check_memory(files, config)
-    from .edits import refuse_stick_links
+    from .stick_links import refuse_stick_links
 
     refuse_stick_links(files, (config,), done="nothing was published")  # a link handing the agent its exam
 

@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from reef_cli.edits import stick_links
+from reef_cli.stick_links import stick_links
 from reef_cli.gitstore import MODE_LINK, Entry
 
 

@@ -171,7 +171,7 @@ def eval_cmd(
         head_files = base_files if baseline is None else store.files_of(store.require_head())
         if refusal := gate_refusal(find(files, changed(head_files, files))):
             raise PolicyError(refusal)
-    from ..edits import refuse_stick_links
+    from ..stick_links import refuse_stick_links
 
     refuse_stick_links(files, (store.config_of(base),), root=None if candidate else store.project.root,
                        done="nothing was run")
