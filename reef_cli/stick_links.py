@@ -32,28 +32,47 @@ class StickLink:
                          "would read the held-out measuring stick through it — remove the link")
 
 
+def _stick(configs) -> tuple[dict, dict]:
+    """(directory -> what, what -> matcher) of the measuring stick under `configs` (reef's own directories too)."""
+    from .zones import glob_matcher
+
+    globs = {"the canary suite": [], "the evaluators": []}
+    for config in configs:
+        if config is not None:
+            globs["the canary suite"] += list(config.gate.tasks)
+            globs["the evaluators"] += list(config.gate.evaluators)
+    dirs = dict(STICK_DIRS)
+    for what, patterns in globs.items():
+        for pattern in patterns:
+            if (top := _literal_dir(pattern)):
+                dirs.setdefault(top, what)
+    return dirs, {what: glob_matcher(tuple(patterns)) for what, patterns in globs.items()}
+
+
+def agent_view(files: Mapping, configs=()) -> dict:
+    """`files` without the measuring stick: the harness a canary episode's agent is given ($REEF_HARNESS_DIR). The
+    gate reads its tasks and checks from the whole baseline tree; the agent under test must not find its exam (the
+    prompts' checks, the evaluators) one `ls` away in the harness it is told to follow."""
+    dirs, matchers = _stick(configs)
+
+    def stick(path: str) -> bool:
+        return (any(path == d or path.startswith(d + "/") for d in dirs)
+                or any(m(path) for m in matchers.values()))
+
+    return {path: entry for path, entry in files.items() if not stick(path)}
+
+
 def stick_links(files: Mapping, configs=(), *, root=None) -> list[StickLink]:
     """Every link in `files` that lands on, inside or above the canary tasks or the evaluators (the globs of each of
     `configs`, and reef's canary/ and evaluators/ directories whatever they say). A link's target is resolved as
     compile copies it (against `files`, links in any directory on the way followed); with `root` (a checkout on
     disk) also as the filesystem resolves it there, an absolute target included."""
     from .gitstore import MODE_LINK
-    from .zones import glob_matcher
 
     links = sorted(p for p, e in files.items() if getattr(e, "mode", None) == MODE_LINK)
     if not links:
         return []
-    globs = {"the canary suite": [], "the evaluators": []}
-    for config in configs:
-        if config is not None:
-            globs["the canary suite"] += list(config.gate.tasks)
-            globs["the evaluators"] += list(config.gate.evaluators)
-    dirs = dict((d, w) for d, w in STICK_DIRS.items())
-    for what, patterns in globs.items():
-        for pattern in patterns:
-            if (top := _literal_dir(pattern)):
-                dirs.setdefault(top, what)
-    matchers = {what: glob_matcher(tuple(patterns)) for what, patterns in globs.items()}
+    dirs, matchers = _stick(configs)
     stick_files = {p: what for p in files for what, m in matchers.items() if m(p)}
 
     def reaches(lands: str) -> str | None:
