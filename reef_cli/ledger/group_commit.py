@@ -33,6 +33,8 @@ MAX_COMMIT_DELAY_NS = 1_000_000
 _LEADER_RETRY_S = 20e-6
 _AVERAGE_FRESH_NS = 1_000_000
 """How old the leaders' average a writer decides by may be (`SyncLeader.shared_average`)."""
+_FOLLOW_EVERY_NS = 100_000_000
+"""How often a writer checks that its page is still the file at the path (`SyncLeader.follow`)."""
 
 def clamped(took_ns: int) -> int:
     """A sync's duration as the moving averages take it: at most twice `COORDINATE_ABOVE_NS`. One stalled sync
@@ -67,9 +69,18 @@ class SyncPage:
     def __init__(self, fd: int):
         """Use the file open at `fd` (the caller keeps and closes its own descriptor: this takes a duplicate, as the
         mapping did)."""
+        self._grow(fd)
+        self.fd = os.dup(fd)
+
+    def adopt(self, fd: int) -> None:
+        """Use the file open at `fd` from now on, under the same descriptor number (so whoever holds `self.fd`,
+        `acked.MarkPage` say, follows; dup2 swaps it in one step, a pread racing it reads one file or the other)."""
+        self._grow(fd)
+        os.dup2(fd, self.fd, inheritable=False)
+
+    def _grow(self, fd: int) -> None:
         if os.fstat(fd).st_size < self.SIZE:
             os.ftruncate(fd, self.SIZE)  # the 4 KiB page a reef that maps it expects; growing only
-        self.fd = os.dup(fd)
 
     def __del__(self) -> None:
         try:
@@ -100,6 +111,7 @@ class SyncLeader:
         self._page: SyncPage | None = None
         self._opening = threading.Lock()
         self._average = self._average_at = 0  # the leaders' average as last read, and when (see shared_average)
+        self._followed_at = 0
 
     def page(self) -> SyncPage:
         """The page, opened on first use."""
@@ -117,13 +129,40 @@ class SyncLeader:
         most once per `_AVERAGE_FRESH_NS` (a read is a system call, and every append asks): on a disk whose syncs
         are slow that is still every append; on a fast one, a writer joins leaders that began meanwhile at most
         that much later (both ways of syncing are durable: this only chooses who syncs)."""
-        if self._page is None:
+        page = self._page
+        if page is None:
             return 0
         now = time.monotonic_ns()
         if now - self._average_at >= _AVERAGE_FRESH_NS:
-            state = self._page.read()
+            if now - self._followed_at >= _FOLLOW_EVERY_NS:
+                self._followed_at = now
+                self.follow()
+            state = page.read()
             self._average, self._average_at = (state[4] if state is not None else 0), now
         return self._average
+
+    def follow(self) -> None:
+        """Once the page's file is no longer at the path (`rm ledger.jsonl.sync`, or another file renamed over it),
+        use the one there now, created if need be. Otherwise this writer's acknowledged marks went on into the
+        removed file, which nothing else reads, while `verify` and other writers read the path: no mark, or an
+        older one, for as long as the writer ran. One fstat, at most every `_FOLLOW_EVERY_NS`. The page is
+        evidence: a file that cannot be opened there (`open_state` refuses a planted directory or symlink) leaves
+        the page as it was, and the writer goes on."""
+        from ..errors import ReefError
+
+        page = self._page
+        try:
+            if page is None or os.fstat(page.fd).st_nlink:
+                return
+            fd = open_state(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        except (OSError, ReefError):
+            return
+        try:
+            page.adopt(fd)
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
 
     def make_durable(self, fd: int, ino: int, end: int, own: int, sync: Callable[[int], None],
                      note: Callable[[int], None]) -> None:
@@ -140,7 +179,9 @@ class SyncLeader:
                 self._wait_for(current[2])
                 waited = current[2]  # still "in flight" after its lock came free: its leader died; lead instead
                 continue
-            lead = open_state(self.path, os.O_RDWR)
+            # created if removed meanwhile: without it, `rm ledger.jsonl.sync` failed the sync ("cannot sync ...: No
+            # such file or directory") and the writer refused every append after it
+            lead = open_state(self.path, os.O_RDWR | os.O_CREAT, 0o600)
             try:
                 try:
                     fcntl.flock(lead, fcntl.LOCK_EX | fcntl.LOCK_NB)
