@@ -113,7 +113,7 @@ def ci_policy(base_files: Mapping, files: Mapping, base_config, *, suite_change:
     None for the usual baseline —, the measuring-stick changes). Without `suite_change` any stick change blocks
     (exit 4); with it, both sides are judged on the new suite."""
     from .config import parse_config
-    from .gate import Violation
+    from .harness_diff import Violation
 
     cand_config = base_config
     if CONFIG_NAME in files and files.get(CONFIG_NAME) != base_files.get(CONFIG_NAME):
