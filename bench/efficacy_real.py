@@ -137,7 +137,7 @@ agent: %s
 def make_project(root: Path) -> None:
     """Release 1: the minimal template, a one-line human instruction, the suite and its checker."""
     from reef_cli.bootstrap import init_project, template_files
-    from reef_cli.store import write_files
+    from reef_cli.harness_files import write_files
 
     write_files(root, template_files("minimal"))
     agents = root / "AGENTS.md"
