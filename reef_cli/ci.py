@@ -128,7 +128,7 @@ def bullet_changes(base_files: Mapping, cand_files: Mapping, config, utility: Ma
     an added bullet, since the change that adds it brings its pattern; the base's for a removed one). The text is
     redacted: it goes to the CI job page and the terminal, and either tree may hold a secret published or judged
     with --allow-secret."""
-    from .gate import new_bullets
+    from .harness_diff import new_bullets
     from .redact import redact_text
 
     mem_base, mem_cand = _memory(base_files, config), _memory(cand_files, config)

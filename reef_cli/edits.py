@@ -117,7 +117,7 @@ def ci_policy(base_files: Mapping, files: Mapping, base_config, *, suite_change:
     (exit 4); with it, both sides are judged on the new suite. A link into the stick (`stick_links`; `root`: the
     checkout the files were read from) blocks either way: no suite makes reading its own tasks fair."""
     from .config import parse_config
-    from .gate import Violation
+    from .harness_diff import Violation
 
     cand_config = base_config
     if CONFIG_NAME in files and files.get(CONFIG_NAME) != base_files.get(CONFIG_NAME):
