@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass, field, fields, replace
+from functools import partial
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
@@ -186,10 +187,13 @@ def gate_candidate(
     journal = Journal(run_dir / "journal.jsonl")
     trees = run_dir / "trees"
     make_dirs(trees)
-    dirs = {CURRENT: materialise_readonly(trees / base_cid, base_files),
-            CANDIDATE: materialise_readonly(trees / cand_cid, cand_files)}
+    # The agent is given each side's harness without the measuring stick (stick_links.agent_view); the tasks and
+    # their checks are read from the whole baseline tree, which no agent is pointed at.
+    view = partial(_agent_tree, trees, config)
+    dirs = {CURRENT: view(base_cid, base_files), CANDIDATE: view(cand_cid, cand_files)}
     cids = {CURRENT: base_cid, CANDIDATE: cand_cid}
-    runner = EpisodeRunner(config.agent, suite_dir=dirs[CURRENT], seed=settings.seed, workers=workers,
+    runner = EpisodeRunner(config.agent, suite_dir=materialise_readonly(trees / base_cid, base_files),
+                           seed=settings.seed, workers=workers,
                            environ=environ, store_content=config.store_content,
                            executor=executor or ExecutorSpec.of(environ=environ, config=config.gate))
     by_id = {t.id: t for t in canary}
@@ -227,7 +231,7 @@ def gate_candidate(
     if attribute:
         emit({"event": "stage", "stage": "attribution", "bullets": len(attribute)})
         before = counter["done"]
-        utilities, tests = _attribute(settings, canary, attribute, store, trees, dirs, cids, runner, journal, on_result)
+        utilities, tests = _attribute(settings, canary, attribute, store, view, dirs, cids, runner, journal, on_result)
         outcome = replace(outcome, trace={**outcome.trace, "bullets": tests})
         attribution_spent = counter["done"] - before
     verdict = Verdict.of(
@@ -300,10 +304,19 @@ def bullet_test(diffs: Sequence[float], settings: GateSettings) -> dict:
             "needed_mean": None if look.needed is None else rounded(look.needed / look.pairs)}
 
 
-def _attribute(settings, canary, attribute, store, trees, dirs, cids, runner, journal, on_result) -> tuple[dict, dict]:
+def _agent_tree(trees: Path, config, cid: str, files: Mapping) -> Path:
+    """The read-only harness a canary episode's agent gets as $REEF_HARNESS_DIR: the side's files without the
+    canary tasks and evaluators of the baseline's config (an agent that read `canary/` there scored 1.00)."""
+    from .episodes import materialise_readonly
+    from .stick_links import agent_view
+
+    return materialise_readonly(trees / f"{cid}.agent", agent_view(files, (config,)))
+
+
+def _attribute(settings, canary, attribute, store, view, dirs, cids, runner, journal, on_result) -> tuple[dict, dict]:
     """Leave-one-out: utility(b) = mean over tasks and repeats of candidate score minus ablated score, and its
     `bullet_test` (returned as the verdict's trace["bullets"])."""
-    from .episodes import EpisodeRequest, materialise_readonly
+    from .episodes import EpisodeRequest
 
     out: dict[str, float | None] = {}
     tests: dict[str, dict] = {}
@@ -312,7 +325,7 @@ def _attribute(settings, canary, attribute, store, trees, dirs, cids, runner, jo
     for bid, files in attribute.items():
         side = f"ablate:{bid}"
         cid = _content_id(files)
-        tree = materialise_readonly(trees / cid, files)
+        tree = view(cid, files)
         abl_reqs = [EpisodeRequest(q.task, side, q.repeat, tree, cid) for q in cand_reqs]
         pairs = [q for pair in zip(cand_reqs, abl_reqs) for q in pair]  # interleaved, as the gate runs its sides
         got = runner.run_many(pairs, journal=journal, on_result=on_result)

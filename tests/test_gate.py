@@ -632,7 +632,7 @@ def test_an_eval_killed_mid_run_resumes_without_rerunning_finished_episodes(reef
     runs = log.read_text().splitlines()
     for e in entries:
         if e["key"] in done_before:  # one agent run per finished episode, even across the kill and the resume
-            assert runs.count(f"{trees / e['content_id']} 0:{e['task_id']}:{e['repeat']}") == 1, e["key"]
+            assert runs.count(f"{trees / (e['content_id'] + '.agent')} 0:{e['task_id']}:{e['repeat']}") == 1, e["key"]
     assert len(runs) <= 20 + 2  # the only reruns are episodes in flight at the kill (at most one per worker)
 
 

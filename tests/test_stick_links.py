@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from reef_cli.stick_links import stick_links
+from reef_cli.stick_links import agent_view, stick_links
 from reef_cli.gitstore import MODE_LINK, Entry
 
 
@@ -74,3 +74,37 @@ def test_compile_publish_ci_and_eval_refuse_the_link(reef, project):
     assert r.code == 4
     r = reef("-C", str(project), "eval", "--working-tree")
     assert (r.code, r.err) == (4, LINE.format("run"))
+
+
+def test_the_agents_view_of_a_harness_holds_no_measuring_stick():
+    from types import SimpleNamespace
+
+    config = SimpleNamespace(gate=SimpleNamespace(tasks=("exams/*.yaml",), evaluators=("grading/**",)))
+    files = {**SUITE, "exams/t.yaml": Entry(b"tasks: []\n"), "grading/g.py": Entry(b""), "exams-notes.md": Entry(b""),
+             ".claude/skills/s/SKILL.md": Entry(b"x\n")}
+    assert sorted(agent_view(files, (config,))) == [".claude/skills/s/SKILL.md", "CLAUDE.md", "exams-notes.md"]
+
+
+def test_a_canary_episodes_agent_cannot_read_the_suite_in_its_harness(reef, tmp_path):
+    """Every gate episode's agent got the whole tree as $REEF_HARNESS_DIR, canary/ included: an agent that read
+    its exam there scored 1.00 in `reef eval`. It now gets the harness without the tasks and evaluators."""
+    import json
+
+    from conftest import set_block
+
+    root = tmp_path / "proj"
+    root.mkdir()
+    assert reef("-C", str(root), "init").code == 0
+    (root / "canary").mkdir()
+    (root / "canary" / "t.yaml").write_text(
+        "version: 1\ntasks:\n  - id: peek\n    prompt: answer\n    check: grep -qx clean answer.txt\n    timeout: 30\n")
+    cfg = root / "harness.yaml"
+    agent = ('["sh", "-c", "if [ -e \\"$REEF_HARNESS_DIR/canary\\" ]; then echo leaked; '
+             'elif [ -e \\"$REEF_HARNESS_DIR/harness.yaml\\" ]; then echo clean; fi > answer.txt", "{prompt}"]')
+    cfg.write_text("\n".join(ln for ln in cfg.read_text().splitlines() if not ln.startswith("agent:"))
+                   + f"\nagent: {agent}\n")
+    assert reef("-C", str(root), "publish", "-m", "one canary task").code == 0
+    set_block(root, "- Read the task twice.")
+    r = reef("-C", str(root), "eval", "--json", "--policy", "paired", "--repeats", "1")
+    v = json.loads(r.out)
+    assert {t["task_id"]: (t["current"], t["candidate"]) for t in v["per_task"]} == {"peek": (1.0, 1.0)}, r.out
