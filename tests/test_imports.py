@@ -18,6 +18,8 @@ MODULES = sorted(
     if p.name != "__main__.py"
 )
 HEAVY = ("pygit2", "jsonschema", "rich", "ruamel.yaml", "typer", "click", "filelock")
+# Loaded only where they are used, not by `reef run` / `reef report` (each costs every agent session's start-up)
+NOT_HOT = ("reef_cli.ledger.verify", "reef_cli.ledger.since", "reef_cli.ledger.anchors", "reef_cli.ledger.export")
 
 
 # A fresh `python -c` that imports nothing, then forks one child per module: each child starts with exactly the
@@ -102,6 +104,8 @@ def test_hot_commands_stay_lean(tmp_path):
         names = _imported(args, tmp_path, env)
         heavy = sorted(n for n in names if n in HEAVY or n.startswith(tuple(h + "." for h in HEAVY)))
         assert heavy == [], f"reef {' '.join(args)} imported {heavy}"
+        lazy = sorted(n for n in names if n in NOT_HOT)
+        assert lazy == [], f"reef {' '.join(args)} imported {lazy}"
 
 
 def test_the_redactor_compiles_no_pattern_on_import():
