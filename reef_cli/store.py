@@ -8,7 +8,6 @@ serialises writers across processes.
 from __future__ import annotations
 
 import contextlib
-import difflib
 import fcntl
 import functools
 import errno
@@ -19,18 +18,22 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING
 
-from . import chain_integrity
 from .config import CONFIG_NAME, HarnessConfig, parse_config
 from .durable import (SMALL_STATE_LIMIT, STATE_FILE_MODE, make_dirs, open_state, read_nofollow, read_state,
                       refuse_misplaced, write_all)
 from .errors import ConflictError, DamagedState, InvalidInput, NotFound, StoreError
-from .gitstore import MODE_EXEC, MODE_LINK, Entry, GitStore, mode_of
 from .ids import new_id
 from .project import Project, ScenarioPaths, check_scenario_name, write_atomic
 from .releases import TRAILER, Release, ReleaseLog, canonical
 from .times import format_time, utc_now
+
+if TYPE_CHECKING:  # gitstore, chain_integrity and difflib load where used: `reef run` needs none of them
+    from collections.abc import Callable
+
+    from . import chain_integrity
+    from .gitstore import Entry, GitStore
 
 SKIP_DIRS = {".reef", ".git"}
 
@@ -106,6 +109,7 @@ def collect_files(root: Path, include: tuple[str, ...], exclude: tuple[str, ...]
     and inode are unchanged is not re-listed ({("dir", path, include, exclude): (stat key, cached at, entries)}) —
     adding, removing or renaming an entry changes its directory's mtime. Each entry is still lstat'ed.
     """
+    from .gitstore import MODE_LINK, Entry, mode_of
     from .zones import glob_matcher
 
     include, exclude = tuple(include), tuple(exclude)
@@ -210,6 +214,8 @@ def unreplaceable(target: Path, entry: Entry | None) -> str | None:
     A symlink where the release holds a file (or nothing) is InvalidInput: writing would go through it, --force or
     not. Shared by rollback's check before it publishes and checkout's conflict check, so both judge a path alike;
     what a directory there means is theirs (checkout: a conflict; rollback: refused)."""
+    from .gitstore import MODE_LINK
+
     try:
         st = os.lstat(target)
     except FileNotFoundError:
@@ -231,6 +237,8 @@ def write_files(dest: Path, files: dict[str, Entry], *, read_only: bool = False,
     old bytes or the new ones. `expected` maps paths to the bytes the caller's conflict check saw (None: absent);
     each is compared again right before its rename, so an edit the user saved meanwhile stops the write
     (ConflictError) and is kept."""
+    from .gitstore import MODE_EXEC, MODE_LINK
+
     mkdir = make_dirs if read_only else (lambda d: d.mkdir(parents=True, exist_ok=True))
     mkdir(dest)
     from .admission import problem
@@ -275,6 +283,8 @@ def write_files(dest: Path, files: dict[str, Entry], *, read_only: bool = False,
 
 def _replace_user_file(target: Path, rel: str, entry: Entry, expected: dict[str, bytes | None] | None) -> None:
     """Stage `entry` beside `target`, compare the target with what the caller saw, then rename over it."""
+    from .gitstore import MODE_EXEC
+
     if os.path.exists(target) and not os.access(target, os.W_OK):  # a file made read-only is not replaced either
         raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(target))
     tmp = target.with_name(f".{target.name}.reef-tmp")
@@ -341,19 +351,27 @@ class HarnessStore:
                         f"were in it; nothing was changed — restore .reef/git from a backup, or move .reef aside and "
                         f"run 'reef init' to start a new history from the working tree"
                     )
+            from .gitstore import GitStore
+
             self._git = GitStore(self.project.git_dir)
         return self._git
 
     # -- integrity of the release chain (reef_cli/chain_integrity.py) ----------------------------------------------
     def _check_log_not_lost(self) -> None:
+        from . import chain_integrity
+
         chain_integrity.check_log_not_lost(self)
 
     def check_integrity(self, head: Release | None = None) -> None:
         """Refuse (DamagedState, exit 4) a release chain that lost something; see `chain_integrity.check`."""
+        from . import chain_integrity
+
         chain_integrity.check(self, head)
 
     def rebuild_releases(self) -> chain_integrity.RebuildResult:
         """`reef repair releases`: rebuild the release log from the store's commits (`chain_integrity.rebuild`)."""
+        from . import chain_integrity
+
         return chain_integrity.rebuild(self)
 
     def _next_anchor(self, chain: list[Release]) -> dict:
@@ -782,6 +800,8 @@ def rmtree(path: Path) -> None:
 
 
 def unified_diff(old: dict[str, Entry], new: dict[str, Entry], a_label: str, b_label: str) -> str:
+    import difflib
+
     out: list[str] = []
     for rel in sorted(set(old) | set(new)):
         a, b = old.get(rel), new.get(rel)

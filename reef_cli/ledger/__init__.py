@@ -44,6 +44,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from ..durable import open_state, refuse_misplaced
 from ..errors import ReefError, StoreError
@@ -54,6 +55,11 @@ from .reading import Reader
 from .repairs import read_repairs
 from .record import ZERO_HASH, NewRecord, Record, canonical_json, new_record_id
 from .writer import Writer
+
+if TYPE_CHECKING:
+    from . import since as _since
+    from .anchors import Anchor
+    from .verify import VerifyResult
 
 # `anchors`, `since`, `verify` and `export` load on first use: `reef run` and `reef report` append and check the
 # acknowledged mark, and need none of them (tests/test_imports.py pins it).
