@@ -20,7 +20,6 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .config import CONFIG_NAME, HarnessConfig, parse_config
 from .durable import (SMALL_STATE_LIMIT, STATE_FILE_MODE, make_dirs, open_state, read_nofollow, read_state,
                       refuse_misplaced, write_all)
 from .errors import ConflictError, DamagedState, InvalidInput, NotFound, StoreError
@@ -29,10 +28,11 @@ from .project import Project, ScenarioPaths, check_scenario_name, write_atomic
 from .releases import TRAILER, Release, ReleaseLog, canonical
 from .times import format_time, utc_now
 
-if TYPE_CHECKING:  # gitstore, chain_integrity and difflib load where used: `reef run` needs none of them
+if TYPE_CHECKING:  # config, gitstore, chain_integrity and difflib load where used: `reef run` needs none of them
     from collections.abc import Callable
 
     from . import chain_integrity
+    from .config import HarnessConfig
     from .gitstore import Entry, GitStore
 
 SKIP_DIRS = {".reef", ".git"}
@@ -489,6 +489,8 @@ class HarnessStore:
         return self.git.read_tree(release.content_id)
 
     def config_of(self, release: Release) -> HarnessConfig:
+        from .config import CONFIG_NAME, parse_config
+
         files = self.files_of(release)
         if CONFIG_NAME not in files:
             raise InvalidInput(f"release {release.release_id} has no {CONFIG_NAME}")
@@ -496,10 +498,10 @@ class HarnessStore:
 
     def materialised_config(self, release: Release) -> tuple[Path, HarnessConfig]:
         """The release's read-only copy and its config, without touching the object store when cached."""
-        from .config import config_data, from_data
+        from .config import CONFIG_NAME, config_data, from_data
 
         tree = self.materialise(release)
-        cache = tree.with_name(f"{release.content_id}.config.json")
+        cache = _config_cache(tree, release)
         try:
             return tree, from_data(json.loads(cache.read_bytes()))
         except (FileNotFoundError, ValueError):
@@ -509,7 +511,24 @@ class HarnessStore:
         write_atomic(cache, json.dumps(data, sort_keys=True).encode(), STATE_FILE_MODE)
         return tree, from_data(data)
 
+    def run_settings(self, release: Release) -> tuple[Path, tuple[dict, ...], bool]:
+        """What `reef run` needs of a release's harness.yaml: its read-only copy, the `observe_only` rules and
+        `ledger.store_content`, read from `materialised_config`'s cache as `config.from_data` reads them, without
+        building the config (its three dataclasses and module were ~7% of a run's start-up). A missing or
+        unexpected cache goes through `materialised_config`, which rebuilds it or says what is wrong."""
+        tree = self.materialise(release)
+        try:
+            data = json.loads(_config_cache(tree, release).read_bytes())
+            rules = tuple(data.get("observe_only") or ())
+            return tree, rules, bool((data.get("ledger") or {}).get("store_content", False))
+        except (FileNotFoundError, ValueError, AttributeError, TypeError):
+            pass
+        tree, config = self.materialised_config(release)
+        return tree, config.observe_only, config.store_content
+
     def worktree_config(self) -> HarnessConfig:
+        from .config import CONFIG_NAME, parse_config
+
         path = self.project.root / CONFIG_NAME
         try:
             raw = path.read_bytes()
@@ -518,6 +537,8 @@ class HarnessStore:
         return parse_config(raw, source=str(path))
 
     def worktree_files(self, config: HarnessConfig | None = None) -> dict[str, Entry]:
+        from .config import CONFIG_NAME
+
         config = config or self.worktree_config()
         include = tuple(config.include) + (CONFIG_NAME,)
         return collect_files(self.project.root, include, config.exclude, self._stat_cache)
@@ -581,6 +602,8 @@ class HarnessStore:
             files = self.worktree_files()
         config = None
         if surface == "harness":
+            from .config import CONFIG_NAME, parse_config
+
             if CONFIG_NAME not in files:
                 raise InvalidInput(f"the harness has no {CONFIG_NAME}; it is required in every release")
             config = parse_config(files[CONFIG_NAME].data, source=str(self.project.root / CONFIG_NAME))
@@ -780,6 +803,11 @@ class HarnessStore:
         except OSError:
             rmtree(tmp)  # another process won the race; its copy is identical
         return cache
+
+
+def _config_cache(tree: Path, release: Release) -> Path:
+    """Where a materialised release's config is cached as JSON, beside its read-only copy."""
+    return tree.with_name(f"{release.content_id}.config.json")
 
 
 def rmtree(path: Path) -> None:
