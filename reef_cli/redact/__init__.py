@@ -46,6 +46,8 @@ def redact(text: str) -> tuple[str, int]:
     continued over lines (`mysql -h db \\` + newline + `-pX`) lose its line breaks, read as the one line it is."""
     if not isinstance(text, str):
         raise InvalidInput(f"redact takes text, not {type(text).__name__}")
+    if not text:
+        return text, 0  # an empty output (`reef run -- true`): no rule to compile, nothing to read
     hidden = 0
     if (not text.isascii() or "\\u" in text) and _HIDDEN.search(text):  # isascii: a quick no for most texts
         text, hidden = _redact_hidden(text)
