@@ -20,7 +20,7 @@ MODULES = sorted(
 HEAVY = ("pygit2", "jsonschema", "rich", "ruamel.yaml", "typer", "click", "filelock")
 # Loaded only where they are used, not by `reef run` / `reef report` (each costs every agent session's start-up)
 NOT_HOT = ("reef_cli.ledger.verify", "reef_cli.ledger.since", "reef_cli.ledger.anchors", "reef_cli.ledger.export",
-           "reef_cli.gitstore", "reef_cli.chain_integrity", "difflib", "reef_cli.config")
+           "reef_cli.chain_integrity", "difflib", "reef_cli.config")
 
 
 # A fresh `python -c` that imports nothing, then forks one child per module: each child starts with exactly the

@@ -21,7 +21,7 @@ Why it is built this way:
     overlapping ones into shared journal commits. Waking sleepers costs more CPU than such a sync, so user-space
     coordination only slowed this case down (measured: 1.0x the raw rate with 8 writers against ~1.5x).
   - slow syncs (a disk or cloud volume taking milliseconds to flush): one writer leads a sync for everyone
-    (`group_commit.SyncLeader`: a mapped durable-up-to page and generation locks). ext4 alone splits such writers
+    (`group_commit.SyncLeader`: a shared durable-up-to page and generation locks). ext4 alone splits such writers
     into two groups that take turns, about half per commit; a leader with a short commit delay gathers nearly all
     of them (8 writers: 3.1x -> ~4.9x the raw rate).
   Only a durable size published after a real sync is trusted; cutting a torn line takes back any size beyond it,

@@ -64,7 +64,7 @@ class CanarySuite:
     files: dict
     config: object
     tasks: tuple
-    settings: object  # reef_cli.gate.GateSettings
+    settings: object  # reef_cli.gate_policies.GateSettings
     digest: str
 
     def key(self) -> dict:
@@ -112,7 +112,7 @@ def find_suite(project, weights_scenario: str, name: str | None) -> CanarySuite 
     """The canary suite of harness scenario `name` (an error when it has none), else of the project's default
     scenario (None when it has none: that project simply has no weight gate)."""
     from ..config import CONFIG_NAME, parse_config
-    from ..gate import GateSettings
+    from ..gate_policies import GateSettings
     from ..store import HarnessStore
     from ..tasks import load_suite
 
@@ -284,7 +284,7 @@ def _mean(xs: list[float]) -> float:
 # -- deciding --------------------------------------------------------------------------------------------------------
 def judge(suite: CanarySuite, new: dict, old: dict | None) -> dict:
     """Keep or roll back `new` against `old` (see the module docstring); `old` None keeps (nothing to lose to)."""
-    from ..gate import SENTINEL_PASS, bootstrap_interval
+    from ..gate_policies import SENTINEL_PASS, bootstrap_interval
 
     s = suite.settings
     out = {"kind": "canary", "score": new["score"], "baseline": old["score"] if old else None,
