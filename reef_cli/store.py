@@ -8,17 +8,14 @@ serialises writers across processes. Reading and writing the files themselves is
 from __future__ import annotations
 
 import contextlib
-import difflib
 import fcntl
 import json
 import os
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING
 
-from . import chain_integrity
-from .config import CONFIG_NAME, HarnessConfig, parse_config
 from .durable import (SMALL_STATE_LIMIT, STATE_FILE_MODE, make_dirs, open_state, read_nofollow, read_state,
                       refuse_misplaced)
 from .errors import ConflictError, DamagedState, InvalidInput, NotFound, StoreError
@@ -28,6 +25,12 @@ from .ids import new_id
 from .project import Project, ScenarioPaths, check_scenario_name, write_atomic
 from .releases import TRAILER, Release, ReleaseLog, canonical
 from .times import format_time, utc_now
+
+if TYPE_CHECKING:  # config, chain_integrity and difflib load where used: `reef run` needs none of them
+    from collections.abc import Callable
+
+    from . import chain_integrity
+    from .config import HarnessConfig
 
 
 
@@ -100,14 +103,20 @@ class HarnessStore:
 
     # -- integrity of the release chain (reef_cli/chain_integrity.py) ----------------------------------------------
     def _check_log_not_lost(self) -> None:
+        from . import chain_integrity
+
         chain_integrity.check_log_not_lost(self)
 
     def check_integrity(self, head: Release | None = None) -> None:
         """Refuse (DamagedState, exit 4) a release chain that lost something; see `chain_integrity.check`."""
+        from . import chain_integrity
+
         chain_integrity.check(self, head)
 
     def rebuild_releases(self) -> chain_integrity.RebuildResult:
         """`reef repair releases`: rebuild the release log from the store's commits (`chain_integrity.rebuild`)."""
+        from . import chain_integrity
+
         return chain_integrity.rebuild(self)
 
     def _next_anchor(self, chain: list[Release]) -> dict:
@@ -225,6 +234,8 @@ class HarnessStore:
         return self.git.read_tree(release.content_id)
 
     def config_of(self, release: Release) -> HarnessConfig:
+        from .config import CONFIG_NAME, parse_config
+
         files = self.files_of(release)
         if CONFIG_NAME not in files:
             raise InvalidInput(f"release {release.release_id} has no {CONFIG_NAME}")
@@ -232,10 +243,10 @@ class HarnessStore:
 
     def materialised_config(self, release: Release) -> tuple[Path, HarnessConfig]:
         """The release's read-only copy and its config, without touching the object store when cached."""
-        from .config import config_data, from_data
+        from .config import CONFIG_NAME, config_data, from_data
 
         tree = self.materialise(release)
-        cache = tree.with_name(f"{release.content_id}.config.json")
+        cache = _config_cache(tree, release)
         try:
             return tree, from_data(json.loads(cache.read_bytes()))
         except (FileNotFoundError, ValueError):
@@ -245,7 +256,24 @@ class HarnessStore:
         write_atomic(cache, json.dumps(data, sort_keys=True).encode(), STATE_FILE_MODE)
         return tree, from_data(data)
 
+    def run_settings(self, release: Release) -> tuple[Path, tuple[dict, ...], bool]:
+        """What `reef run` needs of a release's harness.yaml: its read-only copy, the `observe_only` rules and
+        `ledger.store_content`, read from `materialised_config`'s cache as `config.from_data` reads them, without
+        building the config (its three dataclasses and module were ~7% of a run's start-up). A missing or
+        unexpected cache goes through `materialised_config`, which rebuilds it or says what is wrong."""
+        tree = self.materialise(release)
+        try:
+            data = json.loads(_config_cache(tree, release).read_bytes())
+            rules = tuple(data.get("observe_only") or ())
+            return tree, rules, bool((data.get("ledger") or {}).get("store_content", False))
+        except (FileNotFoundError, ValueError, AttributeError, TypeError):
+            pass
+        tree, config = self.materialised_config(release)
+        return tree, config.observe_only, config.store_content
+
     def worktree_config(self) -> HarnessConfig:
+        from .config import CONFIG_NAME, parse_config
+
         path = self.project.root / CONFIG_NAME
         try:
             raw = path.read_bytes()
@@ -254,6 +282,8 @@ class HarnessStore:
         return parse_config(raw, source=str(path))
 
     def worktree_files(self, config: HarnessConfig | None = None) -> dict[str, Entry]:
+        from .config import CONFIG_NAME
+
         config = config or self.worktree_config()
         include = tuple(config.include) + (CONFIG_NAME,)
         return collect_files(self.project.root, include, config.exclude, self._stat_cache)
@@ -317,6 +347,8 @@ class HarnessStore:
             files = self.worktree_files()
         config = None
         if surface == "harness":
+            from .config import CONFIG_NAME, parse_config
+
             if CONFIG_NAME not in files:
                 raise InvalidInput(f"the harness has no {CONFIG_NAME}; it is required in every release")
             config = parse_config(files[CONFIG_NAME].data, source=str(self.project.root / CONFIG_NAME))
@@ -518,7 +550,14 @@ class HarnessStore:
         return cache
 
 
+def _config_cache(tree: Path, release: Release) -> Path:
+    """Where a materialised release's config is cached as JSON, beside its read-only copy."""
+    return tree.with_name(f"{release.content_id}.config.json")
+
+
 def unified_diff(old: dict[str, Entry], new: dict[str, Entry], a_label: str, b_label: str) -> str:
+    import difflib
+
     out: list[str] = []
     for rel in sorted(set(old) | set(new)):
         a, b = old.get(rel), new.get(rel)
