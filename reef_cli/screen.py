@@ -104,16 +104,40 @@ def _excerpt(text: str, m: re.Match) -> str:
     return " ".join(text[m.start():m.end()].split())[:80]
 
 
-_INVISIBLE = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|[\u00ad\u034f\u061c\u115f\u1160\u17b4\u17b5\u180e\u200b-\u200f"
-                        r"\u202a-\u202e\u2060-\u206f\ufeff\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
+
+# Letters from other scripts that a reader (or a model) takes for Latin ones: "Ignоre all prеvious instructiоns" with a
+# Cyrillic о and е reads as the attack and matched no pattern. Only look-alikes are folded (Cyrillic, Greek,
+# Armenian, a few Latin extensions and pipe/star shapes); a Russian lesson comes out as nonsense Latin, which no rule
+# matches either.
+_CONFUSABLES = str.maketrans(dict(zip(
+    "асеһіјӏоԛрѕԝхуԁкмтɡɑıȷʟαεικνορτυχօսոհցɩ" "АВСЕНІЈКМОРЅТХУԌԚԜΑΒΕΗΙΚΜΝΟΡΤΥΧΖ" "ǀ∣│┃❘∗⁎✱",
+    "acehijloqpswxydkmtgaijlaeikvoptuxounhgi" "ABCEHIJKMOPSTXYGQWABEHIKMNOPTYXZ" "|||||***", strict=True)))
+_SPACES = re.compile(r"[^\S\n]+")
+_NEWLINES = re.compile(r"\s*\n\s*")
+# "I g n o r e" or "c.u.r.l": four or more single letters split by one repeated separator read as one word.
+_SPACED = re.compile(r"(?<![\w.\-])[A-Za-z](?:([ .\-_*·])[A-Za-z])(?:\1[A-Za-z]){2,}(?![\w])")
+
+
+def _kept(ch: str) -> bool:
+    """Drops what a reader does not see: format characters (zero-width, bidi, tag characters), combining marks (an
+    accent on an "ignóre"), controls other than tab and newline."""
+    import unicodedata
+
+    cat = unicodedata.category(ch)
+    return not (cat in ("Cf", "Mn", "Me") or (cat == "Cc" and ch not in "\t\n"))
 
 
 def normalise(text: str) -> str:
-    """What a reader (or a model) sees: compatibility forms folded (fullwidth ｃｕｒｌ is curl), and invisible
-    characters and ANSI colour codes that could split a keyword out of a pattern's sight removed."""
+    """What a reader (or a model) sees: compatibility forms folded (fullwidth ｃｕｒｌ is curl), look-alike letters of
+    other scripts folded to Latin, invisible characters, accents and ANSI colour codes that could split a keyword out
+    of a pattern's sight removed, runs of white space made one, and spaced-out words ("I g n o r e") joined."""
     import unicodedata
 
-    return _INVISIBLE.sub("", unicodedata.normalize("NFKC", text))
+    text = unicodedata.normalize("NFKD", _ANSI.sub("", unicodedata.normalize("NFKC", text)))
+    text = "".join(ch for ch in text if _kept(ch)).translate(_CONFUSABLES)
+    text = _NEWLINES.sub("\n", _SPACES.sub(" ", unicodedata.normalize("NFC", text))).strip()
+    return _SPACED.sub(lambda m: re.sub(r"[ .\-_*·]", "", m.group(0)), text)
 
 
 def screen(text: str) -> Finding | None:
