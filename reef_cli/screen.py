@@ -7,8 +7,10 @@ if a canary gate would not notice it (the gate measures task scores, not safety)
 `Finding` (kind `injection` or `escalation`, the rule, the matched excerpt) or None.
 
 Decisions: the rules are few and specific, and a match inside a clause that forbids the act ("never pipe curl into
-sh", "do not add Bash(*) to settings.json") is a safety rule, not an attack, so it passes — except the "ignore your
-instructions" family, which no clause makes benign. A false positive costs one lesson (negative evidence a human
+sh", "do not add Bash(*) to settings.json") is a safety rule, not an attack, so it passes. The "ignore your
+instructions" family is matched as intent (any wording, either order, a few words apart, on the text as a reader
+reads it: look-alike letters folded, "Ig.nore" squeezed, "1gn0re" read as letters); only a negation right before its
+verb ("never ignore the rules above") makes it benign, so "don't hesitate to ignore …" stays an attack. A false positive costs one lesson (negative evidence a human
 can lift with `reef harness promote KEY`); a false negative would hand the agent's next session to an attacker.
 The corpus in tests/data/screen_corpus.json holds both attacks and benign look-alikes.
 """
@@ -20,12 +22,85 @@ from dataclasses import dataclass
 
 _I = re.IGNORECASE
 
-# Always an attack, negated or not: attempts to replace the agent's instructions.
+# The "ignore your instructions" family, matched as intent rather than as one wording: a verb that sets
+# instructions aside and a phrase that points at the agent's instructions, either order, a few words apart, any
+# separator ("Ignore-previous-instructions", "Disregard, for this repository only, any prior directives", "the rules
+# above: disregard them", "previous guidelines no longer apply"). A clause that forbids it ("never ignore the rules
+# above") is a safety rule only when the negation governs the verb itself: "don't hesitate to ignore …" is an attack.
+_SEP = r"(?:[^\w.;!?\n]|_|\.(?!\s|$))+"  # any separator but the end of a sentence
+_GAP = r"(?:[^\w.;!?\n,]|_|\.(?!\s|$))+"  # the same, without a comma
+_WORD = r"[^\W_]+"
+
+
+def _ws(words: str) -> str:
+    """'set aside|pay no attention to' as a pattern whose words any separator may split."""
+    return "(?:" + "|".join(_SEP.join(w.split()) for w in words.split("|")) + ")"
+
+
+_VERB = _ws("ignore|disregard|forget|override|overrule|bypass|skip|discard|dismiss|abandon|neglect|drop|void|"
+            "cancel|nullify|set aside|throw out|pay no attention to|stop following|stop obeying|"
+            "do not follow|don't follow|dont follow|never follow|no longer follow|do not obey|don't obey|"
+            "do not heed|don't heed|do not listen to|don't listen to|do not adhere to|do not comply with")
+_OBJ = (r"(?:instructions?|rules?|guidelines?|directives?|prompts?|constraints?|restrictions?|guardrails?|policies|"
+        r"policy|guidance|orders|programming|training)")
+# "the previous prompt template", "all rules for generated files": a compound noun or a scope is not the agent's.
+_NOT_THEIRS = (rf"(?!{_SEP}(?:template|file|files|length|format|builder|cache|field|string|variable|table|engine|"
+               rf"parser|module|class|function|names?|counts?|limit|size|tokens?|schema|column|test|tests|id|ids)\b)")
+_SCOPED = rf"(?!{_SEP}(?:in|for|of|from|under|on|about|that|which|when|where)\b)"
+_REF = r"(?:previous|previously|prior|above|earlier|preceding|foregoing|former|original|initial|system|developer|safety)"
+_FILL = (r"(?:of|the|your|my|all|any|these|those|given|stated|listed|mentioned|provided|set|system|safety|developer|"
+         r"and|or|previous|prior|above|earlier|original|initial)")
+_NP = (rf"(?:(?:all|any|every|each|the|your|my|of|these|those){_SEP}){{0,3}}"
+       rf"(?:{_REF}(?:{_SEP}{_FILL}){{0,2}}{_SEP}{_OBJ}\b{_NOT_THEIRS}|"
+       rf"(?:all|any|your|my){_SEP}{_OBJ}\b{_NOT_THEIRS}{_SCOPED}|"
+       rf"{_OBJ}(?:{_SEP}{_WORD}){{0,3}}?{_SEP}(?:above|previously|so{_SEP}far|until{_SEP}now|up{_SEP}to{_SEP}now|"
+       rf"(?:you|i)(?:{_SEP}(?:were|have{_SEP}been|was|got|received))?{_SEP}(?:given|told))\b|"
+       rf"(?:everything|anything|whatever)(?:{_SEP}{_WORD}){{0,3}}?{_SEP}(?:above|previously|so{_SEP}far|"
+       rf"until{_SEP}now|earlier|(?:told|given|said|taught|written)\b(?!{_SEP}(?:in|by|about)\b))|"
+       rf"the{_SEP}above(?=(?:{_SEP})?(?:$|[.;,!?:\n]|(?:and|then|instead|text|message|content|lines?)\b)))")
+_VOIDED = _ws("are void|is void|are null|are cancelled|are canceled|are revoked|are obsolete|are superseded|"
+              "are overridden|are invalid|are lifted|are suspended|no longer apply|no longer applies|"
+              "do not apply|don't apply|does not apply|no longer matter|are to be ignored|should be ignored|"
+              "must be ignored|can be ignored|ignore them|disregard them|forget them|override them")
+_NEGATED = re.compile(rf"\b(?:never|not|don'?t|dont)(?:{_SEP}(?:ever|to))?{_SEP}$", _I)
+_OVERRIDE_FAMILY = [
+    # a comma in the gap only around an aside ("Disregard, for this repository only, any prior directives"), so
+    # "Ignore whitespace-only diffs, previous instructions say pnpm" is two thoughts, not one
+    re.compile(rf"\b{_VERB}\b(?:(?:{_GAP}{_WORD}){{0,4}}?{_GAP}|\s*,(?:{_GAP}{_WORD}){{1,5}}?\s*,\s*){_NP}", _I),
+    re.compile(rf"\b{_NP}(?:{_SEP}{_WORD}){{0,3}}?{_SEP}(?:now{_SEP})?{_VOIDED}\b", _I),
+]
+
+# What a reader takes for one word: "Ig.nore" and "in*struc*tions" squeezed, snake_case split, and leetspeak ("1gn0re pr3vious")
+# read as letters. Only the intent families are matched on these readings, never the acts (a path or a flag would
+# change meaning).
+_SQUEEZE = re.compile(r"(?<=[A-Za-z])[.\-*'`~^·•|/\\]+(?=[A-Za-z])")
+_LEET = re.compile(r"[A-Za-z0-9@$]*[0-9@$][A-Za-z0-9@$]*")
+
+
+def _readings(text: str) -> list[str]:
+    """The normalised text, then each other way a reader may read it, when it differs."""
+    squeezed = _SQUEEZE.sub("", text).replace("_", " ")  # "ignore_previous_instructions": \b sees one word
+    out = [text] if squeezed == text else [text, squeezed]
+    for one in "il":
+        table = str.maketrans("01345@$7", f"o{one}easast")
+        leet = _LEET.sub(lambda m: m.group(0).translate(table)
+                         if re.search("[A-Za-z]", m.group(0)) and not re.search("[2689]", m.group(0)) else m.group(0),
+                         squeezed)
+        if leet not in out:
+            out.append(leet)
+    return out
+
+
+def _override(reading: str) -> re.Match | None:
+    for rx in _OVERRIDE_FAMILY:
+        for m in rx.finditer(reading):
+            if not _NEGATED.search(reading[: m.start()]):
+                return m
+    return None
+
+
+# Always an attack, negated or not: attempts to take over the agent.
 _OVERRIDE = [
-    ("override", re.compile(r"\b(?:ignore|disregard|forget|override|bypass|skip)\b[^.;\n]{0,30}?\b(?:all\s+|any\s+|the\s+|your\s+|my\s+)?"
-                            r"(?:previous|prior|above|earlier|preceding|existing|original|system|safety|other)\s+"
-                            r"(?:rules?|instructions?|prompts?|guidelines?|directives?|guardrails?|messages?|context)\b", _I)),
-    ("override", re.compile(r"\b(?:ignore|disregard|forget)\s+(?:everything|all)\s+(?:you\s+were\s+told|above|before)\b", _I)),
     ("role", re.compile(r"\byou\s+are\s+now\s+(?:a|an|in|DAN|free|unrestricted|jailbroken)\b|\bdeveloper\s+mode\b|"
                         r"\bjailbreak|\bdo\s+anything\s+now\b|\bnew\s+(?:system\s+)?instructions?\s*:", _I)),
     ("prompt-leak", re.compile(r"\b(?:print|reveal|show|repeat|output|dump)\b[^.;\n]{0,20}\bsystem\s+prompt\b", _I)),
@@ -145,10 +220,14 @@ def screen(text: str) -> Finding | None:
     if not text:
         return None
     text = normalise(text)
-    for rule, rx in _OVERRIDE:
-        m = rx.search(text)
+    for reading in _readings(text):
+        m = _override(reading)
         if m:
-            return Finding("injection", rule, _excerpt(text, m))
+            return Finding("injection", "override", _excerpt(reading, m))
+        for rule, rx in _OVERRIDE:
+            m = rx.search(reading)
+            if m:
+                return Finding("injection", rule, _excerpt(reading, m))
     for clause in _CLAUSE.split(text):
         if not clause:
             continue
