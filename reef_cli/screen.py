@@ -101,8 +101,37 @@ def _override(reading: str) -> re.Match | None:
 
 # Always an attack, negated or not: attempts to take over the agent.
 _OVERRIDE = [
-    ("role", re.compile(r"\byou\s+are\s+now\s+(?:a|an|in|DAN|free|unrestricted|jailbroken)\b|\bdeveloper\s+mode\b|"
-                        r"\bjailbreak|\bdo\s+anything\s+now\b|\bnew\s+(?:system\s+)?instructions?\s*:", _I)),
+    # Role hijack: a new identity or a new master for the agent. "developer mode" and "jailbreak" alone are not
+    # one (Android's developer mode, a repository's jailbreak-detection tests).
+    ("role", re.compile(
+        rf"\byou(?:{_SEP}are|'re|re){_SEP}now{_SEP}(?:an?|dan|free|unrestricted|unfiltered|uncensored|jailbroken|evil|"
+        rf"no{_SEP}longer|in{_SEP}(?:{_WORD}{_SEP})?mode)\b|"
+        rf"\b(?:from{_SEP}now{_SEP}on|henceforth|from{_SEP}this{_SEP}point{_SEP}(?:on|forward)|starting{_SEP}now)"
+        rf"(?:{_SEP}you(?:{_SEP}(?:are|will{_SEP}be|shall{_SEP}be|must{_SEP}act|act|play)|'re|re)|"
+        rf"{_SEP}(?:act|behave|pose){_SEP}as|{_SEP}pretend|{_SEP}role{_SEP}?play)\b|"
+        rf"\b(?:act|behave|respond|pose|role{_SEP}?play|pretend{_SEP}to{_SEP}be)(?:{_SEP}as)?{_SEP}(?:an?{_SEP}|the{_SEP})?"
+        rf"(?:dan|unrestricted|unfiltered|uncensored|jailbroken|evil|amoral|different{_SEP}(?:ai|assistant|model)|"
+        rf"another{_SEP}(?:ai|assistant|model))\b|"
+        rf"\bpretend{_SEP}(?:that{_SEP})?you{_SEP}(?:are|have|were){_SEP}(?:an?{_SEP})?(?:dan|unrestricted|unfiltered|"
+        rf"uncensored|jailbroken|free|not{_SEP}bound|no{_SEP}(?:restrictions|rules|limits|limitations|filters|guardrails))\b|"
+        rf"\byou{_SEP}(?:have|face|are{_SEP}under){_SEP}no{_SEP}(?:restrictions|limits|limitations|rules|filters|"
+        rf"guidelines|boundaries|constraints|guardrails)\b|"
+        rf"\byou(?:{_SEP}are|'re|re){_SEP}(?:not{_SEP}bound|free{_SEP}from|freed{_SEP}from|no{_SEP}longer{_SEP}bound|"
+        rf"unrestricted|unfiltered|uncensored|jailbroken)\b|"
+        rf"\b(?:dan|god|jailbreak|jailbroken|unrestricted|unfiltered)(?:{_SEP}mode)(?:{_SEP}(?:enabled|on|activated))?\b|"
+        rf"\byou(?:{_SEP}are|'re|re)(?:{_SEP}now)?{_SEP}in{_SEP}developer{_SEP}mode\b|\bdo{_SEP}anything{_SEP}now\b|"
+        rf"\bnew\s+(?:system\s+)?(?:instructions?|rules|directives?|prompt)\s*:|"
+        rf"\b(?:new|updated|real|actual|true){_SEP}system{_SEP}prompt\b|"
+        rf"\byour{_SEP}(?:new|real|true|actual|only){_SEP}(?:instructions?|directives?|role|purpose|programming|"
+        rf"objective|master)s?{_SEP}(?:is|are)\b|"
+        rf"\bobey\b(?:{_SEP}(?:the|me|my|this|that|user|users|author|issue|file|page|comment|them|it|orders?|commands?)){{0,3}}"
+        rf"{_SEP}(?:only|blindly|unconditionally|without{_SEP}(?:question|hesitation))\b|"
+        rf"\b(?:only|always){_SEP}obey\b|\bobey{_SEP}(?:me|my{_SEP}(?:orders|commands|instructions))\b", _I)),
+    # A fake turn of the conversation: a role header or a chat-template token the model reads as its own.
+    ("role", re.compile(r"(?:^|(?<=[\s>\]})\"'`*#:]))(?:SYSTEM|ASSISTANT|DEVELOPER)(?:\s+(?:PROMPT|MESSAGE|OVERRIDE|NOTE|"
+                        r"INSTRUCTIONS?))?\s*:|<\|(?:im_start|im_end|system|user|assistant|endoftext|eot_id|"
+                        r"start_header_id)\|>|\[/?(?:INST|SYSTEM)\]|<</?SYS>>|</?(?:system|assistant)>|"
+                        r"(?:^|\n)#{1,6}\s*(?:system|new\s+instructions?)\b")),
     ("prompt-leak", re.compile(r"\b(?:print|reveal|show|repeat|output|dump)\b[^.;\n]{0,20}\bsystem\s+prompt\b", _I)),
 ]
 
