@@ -132,6 +132,9 @@ _OVERRIDE = [
                         r"INSTRUCTIONS?))?\s*:|<\|(?:im_start|im_end|system|user|assistant|endoftext|eot_id|"
                         r"start_header_id)\|>|\[/?(?:INST|SYSTEM)\]|<</?SYS>>|</?(?:system|assistant)>|"
                         r"(?:^|\n)#{1,6}\s*(?:system|new\s+instructions?)\b")),
+    # reef's own markers: a lesson that closes the managed block (or forges a bullet's id) would let what follows
+    # it pass for the human's text. Prose about the markers ("never edit between reef:begin and reef:end") passes.
+    ("marker", re.compile(r"<!-\s*-?\s*reef\s*:|\breef\s*:\s*(?:begin|end)\s+[\w.-]+\s*-\s*-?\s*>", _I)),
     ("prompt-leak", re.compile(r"\b(?:print|reveal|show|repeat|output|dump)\b[^.;\n]{0,20}\bsystem\s+prompt\b", _I)),
 ]
 
