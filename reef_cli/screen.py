@@ -185,9 +185,38 @@ _ACTS = [
     ("escalation", "reef-guard",
      re.compile(r"\breef\s+(?:unfreeze|rollback)\b|\b(?:edit|change|modify|delete|rewrite|remove)\b[^.;\n]{0,40}"
                 r"\b(?:canary(?:/|\s+tasks?)|evaluators?/|harness\.yaml\s+zones?|the\s+zone\s+map)\b", _I)),
+    # Safety checks bypassed: a lesson that teaches the agent to get past hooks, CI, review or a red test suite.
+    ("escalation", "safety-bypass",
+     re.compile(r"--no-verify\b|--no-gpg-sign\b|\bgit\s+commit\b[^;\n|&]{0,60}\s-n\b|\bHUSKY=0\b|"
+                r"\bSKIP=\S+\s+git\s+commit\b|\bgh\s+pr\s+merge\b[^;\n|&]{0,60}\s--admin\b|"
+                r"\b(?:skip|skipping|bypass|bypassing|disable|disabling|circumvent|turn\s+off|deactivate|get\s+around|"
+                r"switch\s+off|uninstall)\s+(?:the\s+|all\s+|any\s+|your\s+)?(?:(?:pre-?commit|pre-?push|commit-msg|git|"
+                r"commit|push|husky|lefthook)\s+hooks?|(?:all\s+|the\s+)?hooks\b|pre-?commit\b|husky\b)", _I)),
+    ("escalation", "safety-bypass",
+     re.compile(r"\b(?:disable|turn\s+off|bypass|circumvent|deactivate|switch\s+off|remove|delete)\s+(?:the\s+|all\s+|"
+                r"any\s+)?(?:ci|ci/cd|continuous\s+integration|github\s+actions)(?:\s+(?:checks?|pipelines?|workflows?|"
+                r"runs?|builds?|gates?))?(?=\s*[.;,!?]|\s*$|\s+(?:for|on|so|to|when|and|until|entirely|completely|"
+                r"here|now)\b)|"
+                r"\b(?:disable|bypass|circumvent|skip|remove|override)\s+(?:the\s+)?(?:branch\s+protection|"
+                r"required\s+(?:status\s+)?(?:checks?|reviews?)|status\s+checks?|code\s+review)\b|"
+                r"\bmerge\b[^.;\n]{0,40}\bwithout\s+(?:a\s+|any\s+)?(?:review|approval|ci|checks)\b", _I)),
+    ("escalation", "safety-bypass",
+     re.compile(r"\b(?:skip|disable|delete|remove|comment\s+out|xfail|mute|silence)\s+(?:(?:the|all|any|every|"
+                r"failing|broken|flaky|red|unit|integration|e2e)\s+){0,3}tests?\b[^.;\n]{0,40}?"
+                r"(?:\bto\s+(?:make|get|keep)\b[^.;\n]{0,25}\b(?:pass|passing|green)\b|\bso\s+(?:that\s+)?(?:ci|the\s+"
+                r"(?:build|pipeline|gate|checks?))\b|\bbefore\s+(?:commit|push|merg)|\bwhen\s+(?:they\s+)?fail|"
+                r"\bif\s+(?:they\s+)?fail|\binstead\s+of\s+fixing)", _I)),
+    ("escalation", "safety-bypass",
+     re.compile(r"\bforce[\s-]?push(?:es|ed|ing)?\b[^.;\n]{0,30}\b(?:main|master|trunk)\b|"
+                r"\bgit\s+push\b(?=[^;\n|&]{0,80}?(?:--force\b|\s-f\b|\s\+\w))(?=[^;\n|&]{0,80}?\b(?:main|master|trunk)\b)"
+                r"[^;\n|&]{0,80}(?:\bmain|\bmaster|\btrunk|--force|\s-f)\b", _I)),
+    ("escalation", "destructive",
+     re.compile(r"\brm\s+-(?:[a-z]*r[a-z]*f|[a-z]*f[a-z]*r)[a-z]*\s+(?:--no-preserve-root\s+)?(?:/\*?|~/?|\$HOME/?)"
+                r"(?=\s|$|[;&|)\"'`])|--no-preserve-root\b|\bmkfs(?:\.\w+)?\s+/dev/|"
+                r"\bdd\b[^;\n]{0,60}\bof=/dev/(?:sd|nvme|hd|disk|xvd)|:\(\)\s*\{\s*:\s*\|\s*:\s*&\s*\}", _I)),
 ]
 
-_CLAUSE = re.compile(r"(?<=[.;!?])\s+|\n+|\s+(?:but|however|then|and\s+then|instead)\s+", _I)
+_CLAUSE = re.compile(r"(?<=[.;!?])\s+|\n+|\s+(?:but|however|then|and\s+then|instead(?!\s+of))\s+", _I)
 _FORBID = re.compile(r"\b(?:never|don['’]?t|do\s+not|does\s+not|must\s+not|mustn['’]?t|should\s+not|shouldn['’]?t|"
                      r"cannot|can['’]?t|avoid|refuse|reject|no\s+longer|not\s+allowed|forbidden|prohibited|instead\s+of|"
                      r"rather\s+than|warn\s+(?:about|against)|flag|report)\b", _I)
