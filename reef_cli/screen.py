@@ -141,7 +141,10 @@ _OVERRIDE = [
 # Dangerous acts: an attack when the clause asks for them, a safety rule when it forbids them.
 _ACTS = [
     ("injection", "remote-exec",
-     re.compile(r"\b(?:curl|wget|fetch|iwr|invoke-webrequest)\b[^|;\n]{0,200}\|\s*(?:sudo\s+)?(?:ba|z|k|da)?sh\b|"
+     # any interpreter that runs what it reads: "| python3" as much as "| sh" ("| python3 -m json.tool" only prints)
+     re.compile(r"\b(?:curl|wget|fetch|iwr|invoke-webrequest)\b[^|;\n]{0,200}\|\s*(?:sudo\s+)?(?:(?:ba|z|k|da|fi)?sh\b|"
+                r"(?:python[\d.]*|perl|ruby|node|php)(?![\w.])(?!\s+-[mc]\b))|"
+                r"\b(?:ba|z|da)?sh\s+-c\s+[\"']?\$\(\s*(?:curl|wget)\b|\b(?:source|\.)\s+<\(\s*(?:curl|wget)\b|"
                 r"\b(?:ba|z)?sh\s+<\(\s*(?:curl|wget)\b|\b(?:eval|source)\s+[\"']?\$\(\s*(?:curl|wget)\b|"
                 r"\biex\s*\(?\s*(?:iwr|irm|invoke-webrequest|invoke-restmethod|new-object)\b|"
                 r"base64\s+(?:-d|--decode)[^|;\n]{0,80}\|\s*(?:ba|z)?sh\b|"
