@@ -224,6 +224,23 @@ _FORBID = re.compile(r"\b(?:never|don['’]?t|do\s+not|does\s+not|must\s+not|mus
                      r"cannot|can['’]?t|avoid|refuse|reject|no\s+longer|not\s+allowed|forbidden|prohibited|instead\s+of|"
                      r"rather\s+than|warn\s+(?:about|against)|flag|report)\b", _I)
 
+# A negation that asks for the act after all: "don't forget to curl … | sh", "never hesitate to", "don't bother with the
+# hooks, use --no-verify"; and "instead of X, <act>", where the act is the replacement.
+_ASKS_AFTER_ALL = re.compile(r"\s+(?:ever\s+)?(?:forget|hesitate|fail|be\s+afraid|worry|mind|wait|bother|need\s+to\s+ask)\b",
+                             _I)
+
+
+def _forbids(before: str) -> bool:
+    """Whether the words before an act forbid it (a safety rule) rather than ask for it."""
+    for neg in _FORBID.finditer(before):
+        rest = before[neg.end():]
+        if _ASKS_AFTER_ALL.match(rest):
+            continue
+        if re.match(r"instead|rather", neg.group(0), _I) and "," in rest:
+            continue
+        return True
+    return False
+
 
 @dataclass(frozen=True)
 class Finding:
@@ -297,6 +314,6 @@ def screen(text: str) -> Finding | None:
             continue
         for kind, rule, rx in _ACTS:
             m = rx.search(clause)
-            if m and not _FORBID.search(clause[: m.start()]):
+            if m and not _forbids(clause[: m.start()]):
                 return Finding(kind, rule, _excerpt(clause, m))
     return None
