@@ -171,18 +171,27 @@ _ACTS = [
                 r"\s+(?:your|the|each|every)\s+(?:final\s+)?(?:answer|response|reply|output|message|summary|logs?|commit|"
                 r"pr|pull\s+request|comment|issue)s?\b", _I)),
     ("escalation", "wildcard-permission",
-     re.compile(r"\b(?:Bash|Shell|Write|Edit|MultiEdit|WebFetch|mcp__\w*)\s*\(\s*\*\s*(?::\s*\*\s*)?\)", _I)),
+     re.compile(r"\b(?:Bash|Shell|Write|Edit|MultiEdit|WebFetch|mcp__\w*)\s*\(\s*\*\s*(?::\s*\*\s*)?\)|"
+                # a prefix rule that is a wildcard in all but name: Bash(sudo:*), Bash(rm:*), Bash(sh:*)
+                r"\bBash\s*\(\s*(?:sudo|su|rm|sh|bash|zsh|eval|exec|chmod|chown|dd|ssh|doas|env)\b[^)]{0,20}\*\s*\)", _I)),
     ("escalation", "skip-permissions",
      re.compile(r"--dangerously-skip-permissions|\bbypassPermissions\b|\b(?:yolo|auto[\s-]?approve)\s+mode\b|"
                 r"--yolo\b|--dangerously-bypass\S*|\bNOPASSWD\b|\bsudoers\b", _I)),
     ("escalation", "permission-config",
-     re.compile(r"\b(?:add|set|put|enable|allow|grant|append|insert|write|edit|change|update|modify|turn\s+on|widen)\b"
+     re.compile(r"\b(?:add|set|put|enable|allow(?![-\s]?list)|grant|append|insert|write|edit|change|update|modify|"
+                r"turn\s+on|widen)\b"
                 r"[^.;\n]{0,80}\b(?:settings(?:\.local)?\.json|allowedTools|allowed[-_]tools|permissions?\s*(?:\.|\s)\s*allow|"
                 r"allow[-\s]?list|defaultMode|permission\s+mode)\b", _I)),
     ("escalation", "permission-config",
      re.compile(r"\b(?:grant|give)\b[^.;\n]{0,40}\b(?:yourself|the\s+agent|itself)\b[^.;\n]{0,40}\b"
                 r"(?:permissions?|access|root|admin)\b|\b(?:disable|turn\s+off|remove|bypass)\s+(?:the\s+)?"
                 r"(?:sandbox|permission\s+(?:checks?|prompts?)|safety\s+checks?|approval\s+prompts?|guardrails?)\b", _I)),
+    # every request granted unseen, or every command run as root
+    ("escalation", "permission-config",
+     re.compile(r"\b(?:auto-?approve|approve|accept|allow|grant|say\s+yes\s+to)\s+(?:all|every|any)\s+(?:tool|command|"
+                r"shell|bash|permission|file|edit|write)(?:\s+(?:calls?|uses?|requests?|prompts?|commands?|access|"
+                r"writes?|edits?))?s?\b|\b(?:run|execute|start)\s+(?:every|each|all|any)\s*(?:thing|commands?|"
+                r"scripts?|steps?)?\s+(?:with|as|under|via|through)\s+(?:sudo|root|administrator)\b", _I)),
     ("escalation", "world-writable",
      re.compile(r"\bchmod\s+(?:-R\s+)?(?:0?777|a\+rwx)\s+(?:/|~|\$HOME)(?:\s|$)|\bchmod\s+-R\s+(?:0?777|a\+rwx)\b", _I)),
     ("escalation", "reef-guard",
