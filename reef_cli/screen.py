@@ -104,12 +104,13 @@ _OVERRIDE = [
     # Role hijack: a new identity or a new master for the agent. "developer mode" and "jailbreak" alone are not
     # one (Android's developer mode, a repository's jailbreak-detection tests).
     ("role", re.compile(
-        rf"\byou(?:{_SEP}are|'re|re){_SEP}now{_SEP}(?:an?|dan|free|unrestricted|unfiltered|uncensored|jailbroken|evil|"
-        rf"no{_SEP}longer|in{_SEP}(?:{_WORD}{_SEP})?mode)\b|"
+        rf"\byou(?:{_SEP}are|'re|re){_SEP}now{_SEP}(?:dan|free|unrestricted|unfiltered|uncensored|jailbroken|evil|"
+        rf"no{_SEP}longer|in{_SEP}(?:{_WORD}{_SEP})?mode|an?(?:{_SEP}{_WORD}){{0,2}}?{_SEP}(?:ai|assistant|model|chatbot|bot|"
+        rf"persona|character|llm|agent{_SEP}(?:with|without|that|who)))\b|"
         rf"\b(?:from{_SEP}now{_SEP}on|henceforth|from{_SEP}this{_SEP}point{_SEP}(?:on|forward)|starting{_SEP}now)"
         rf"(?:{_SEP}you(?:{_SEP}(?:are|will{_SEP}be|shall{_SEP}be|must{_SEP}act|act|play)|'re|re)|"
-        rf"{_SEP}(?:act|behave|pose){_SEP}as|{_SEP}pretend|{_SEP}role{_SEP}?play)\b|"
-        rf"\b(?:act|behave|respond|pose|role{_SEP}?play|pretend{_SEP}to{_SEP}be)(?:{_SEP}as)?{_SEP}(?:an?{_SEP}|the{_SEP})?"
+        rf"{_SEP}(?:act|behave|pose){_SEP}as|{_SEP}pretend|{_SEP}role(?:{_SEP})?play)\b|"
+        rf"\b(?:act|behave|respond|pose|role(?:{_SEP})?play|pretend{_SEP}to{_SEP}be)(?:{_SEP}as)?{_SEP}(?:an?{_SEP}|the{_SEP})?"
         rf"(?:dan|unrestricted|unfiltered|uncensored|jailbroken|evil|amoral|different{_SEP}(?:ai|assistant|model)|"
         rf"another{_SEP}(?:ai|assistant|model))\b|"
         rf"\bpretend{_SEP}(?:that{_SEP})?you{_SEP}(?:are|have|were){_SEP}(?:an?{_SEP})?(?:dan|unrestricted|unfiltered|"
@@ -131,7 +132,8 @@ _OVERRIDE = [
     ("role", re.compile(r"(?:^|(?<=[\s>\]})\"'`*#:]))(?:SYSTEM|ASSISTANT|DEVELOPER)(?:\s+(?:PROMPT|MESSAGE|OVERRIDE|NOTE|"
                         r"INSTRUCTIONS?))?\s*:|<\|(?:im_start|im_end|system|user|assistant|endoftext|eot_id|"
                         r"start_header_id)\|>|\[/?(?:INST|SYSTEM)\]|<</?SYS>>|</?(?:system|assistant)>|"
-                        r"(?:^|\n)#{1,6}\s*(?:system|new\s+instructions?)\b")),
+                        r"(?:^|\n)\s*(?:#{1,6}\s*)?(?i:system|assistant|developer)\s*:|(?:^|\n)#{1,6}\s*(?i:system|new\s+"
+                        r"instructions?)\b")),
     # reef's own markers: a lesson that closes the managed block (or forges a bullet's id) would let what follows
     # it pass for the human's text. Prose about the markers ("never edit between reef:begin and reef:end") passes.
     ("marker", re.compile(r"<!-\s*-?\s*reef\s*:|\breef\s*:\s*(?:begin|end)\s+[\w.-]+\s*-\s*-?\s*>", _I)),
@@ -142,7 +144,7 @@ _OVERRIDE = [
 _ACTS = [
     ("injection", "remote-exec",
      # any interpreter that runs what it reads: "| python3" as much as "| sh" ("| python3 -m json.tool" only prints)
-     re.compile(r"\b(?:curl|wget|fetch|iwr|invoke-webrequest)\b[^|;\n]{0,200}\|\s*(?:sudo\s+)?(?:(?:ba|z|k|da|fi)?sh\b|"
+     re.compile(r"\b(?:curl|wget|fetch|iwr|invoke-webrequest)\b[^|;\n]{0,200}\|\s*(?:(?:sudo|doas|env)(?:\s+-\S+)*\s+)?(?:(?:ba|z|k|da|fi)?sh\b|"
                 r"(?:python[\d.]*|perl|ruby|node|php)(?![\w.])(?!\s+-[mc]\b))|"
                 r"\b(?:ba|z|da)?sh\s+-c\s+[\"']?\$\(\s*(?:curl|wget)\b|\b(?:source|\.)\s+<\(\s*(?:curl|wget)\b|"
                 r"\b(?:ba|z)?sh\s+<\(\s*(?:curl|wget)\b|\b(?:eval|source)\s+[\"']?\$\(\s*(?:curl|wget)\b|"
@@ -151,8 +153,8 @@ _ACTS = [
                 r"\b(?:curl|wget)\b[^;\n]{0,200}&&\s*(?:ba|z)?sh\s+\S+\.sh\b", _I)),
     ("injection", "exfiltration",
      re.compile(r"\b(?:send|upload|post|exfiltrate|copy|forward|leak|transmit|email)\b[^.;\n]{0,60}"
-                r"\b(?:secrets?|tokens?|api[\s_-]?keys?|credentials?|passwords?|ssh\s+keys?|id_rsa|\.env\b|env(?:ironment)?\s+"
-                r"var(?:iable)?s?|\.aws|\.netrc|cookies?)\b[^;\n]{0,80}?\b(?:to|at)\s+(?:https?://|\S+@|\S+\.\w{2,})", _I)),
+                r"(?:\b(?:secrets?|tokens?|api[\s_-]?keys?|credentials?|passwords?|ssh\s+keys?|id_rsa|env(?:ironment)?\s+"
+                r"var(?:iable)?s?|cookies?)\b|(?<!\w)\.(?:env|aws|netrc)\b|~/\.ssh\b)[^;\n]{0,80}?\b(?:to|at)\s+(?:https?://|\S+@|\S+\.\w{2,})", _I)),
     ("injection", "exfiltration",
      re.compile(r"\b(?:curl|wget|nc|netcat)\b[^;\n]{0,120}(?:~/\.ssh|id_rsa|\.aws/credentials|\.netrc|/etc/shadow|"
                 r"\$\{?[A-Z_]*(?:TOKEN|SECRET|KEY|PASSWORD)\b)", _I)),
@@ -224,8 +226,10 @@ _ACTS = [
                 r"required\s+(?:status\s+)?(?:checks?|reviews?)|status\s+checks?|code\s+review)\b|"
                 r"\bmerge\b[^.;\n]{0,40}\bwithout\s+(?:a\s+|any\s+)?(?:review|approval|ci|checks)\b", _I)),
     ("escalation", "safety-bypass",
-     re.compile(r"\b(?:skip|disable|delete|remove|comment\s+out|xfail|mute|silence)\s+(?:(?:the|all|any|every|"
-                r"failing|broken|flaky|red|unit|integration|e2e)\s+){0,3}tests?\b[^.;\n]{0,40}?"
+     re.compile(r"(?:\b(?:skip|disable|delete|remove|comment\s+out|xfail|mute|silence)\s+(?:(?:the|all|any|every|"
+                r"failing|broken|flaky|red|unit|integration|e2e)\s+){0,3}tests?\b|\bmark\s+(?:(?:the|all|any|every|failing|"
+                r"broken|flaky|red)\s+){0,3}tests?\s+as\s+(?:skipped|skip|xfail|expected\s+(?:to\s+)?fail(?:ures?)?)\b)"
+                r"[^.;\n]{0,40}?"
                 r"(?:\bto\s+(?:make|get|keep)\b[^.;\n]{0,25}\b(?:pass|passing|green)\b|\bso\s+(?:that\s+)?(?:ci|the\s+"
                 r"(?:build|pipeline|gate|checks?))\b|\bbefore\s+(?:commit|push|merg)|\bwhen\s+(?:they\s+)?fail|"
                 r"\bif\s+(?:they\s+)?fail|\binstead\s+of\s+fixing)", _I)),
@@ -248,6 +252,11 @@ _FORBID = re.compile(r"\b(?:never|don['’]?t|do\s+not|does\s+not|must\s+not|mus
 # hooks, use --no-verify"; and "instead of X, <act>", where the act is the replacement.
 _ASKS_AFTER_ALL = re.compile(r"\s+(?:ever\s+)?(?:forget|hesitate|fail|be\s+afraid|worry|mind|wait|bother|need\s+to\s+ask)\b",
                              _I)
+
+
+# "git push --force is forbidden on main": the forbidding words after the act
+_FORBIDDEN_AFTER = re.compile(r"\b(?:is|are)\s+(?:forbidden|prohibited|banned|not\s+allowed|never\s+(?:ok|okay|allowed|"
+                              r"acceptable))\b", _I)
 
 
 def _forbids(before: str) -> bool:
@@ -334,6 +343,6 @@ def screen(text: str) -> Finding | None:
             continue
         for kind, rule, rx in _ACTS:
             m = rx.search(clause)
-            if m and not _forbids(clause[: m.start()]):
+            if m and not _forbids(clause[: m.start()]) and not _FORBIDDEN_AFTER.search(clause, m.start()):
                 return Finding(kind, rule, _excerpt(clause, m))
     return None
