@@ -18,6 +18,7 @@ The corpus in tests/data/screen_corpus.json holds both attacks and benign look-a
 from __future__ import annotations
 
 import re
+import unicodedata
 from dataclasses import dataclass
 
 _I = re.IGNORECASE
@@ -318,11 +319,12 @@ _NEWLINES = re.compile(r"\s*\n\s*")
 _SPACED = re.compile(r"(?<![\w.\-])[A-Za-z](?:([ .\-_*·])[A-Za-z])(?:\1[A-Za-z]){2,}(?![\w])")
 
 
+_ASCII_CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
+
+
 def _kept(ch: str) -> bool:
     """Drops what a reader does not see: format characters (zero-width, bidi, tag characters), combining marks (an
     accent on an "ignóre"), controls other than tab and newline."""
-    import unicodedata
-
     cat = unicodedata.category(ch)
     return not (cat in ("Cf", "Mn", "Me") or (cat == "Cc" and ch not in "\t\n"))
 
@@ -331,11 +333,12 @@ def normalise(text: str) -> str:
     """What a reader (or a model) sees: compatibility forms folded (fullwidth ｃｕｒｌ is curl), look-alike letters of
     other scripts folded to Latin, invisible characters, accents and ANSI colour codes that could split a keyword out
     of a pattern's sight removed, runs of white space made one, and spaced-out words ("I g n o r e") joined."""
-    import unicodedata
-
-    text = unicodedata.normalize("NFKD", _ANSI.sub("", unicodedata.normalize("NFKC", text)))
-    text = "".join(ch for ch in text if _kept(ch)).translate(_CONFUSABLES)
-    text = _NEWLINES.sub("\n", _SPACES.sub(" ", unicodedata.normalize("NFC", text))).strip()
+    if text.isascii():  # most lessons: nothing to fold
+        text = _ASCII_CONTROLS.sub("", _ANSI.sub("", text))
+    else:
+        text = unicodedata.normalize("NFKD", _ANSI.sub("", unicodedata.normalize("NFKC", text)))
+        text = unicodedata.normalize("NFC", "".join(ch for ch in text if _kept(ch)).translate(_CONFUSABLES))
+    text = _NEWLINES.sub("\n", _SPACES.sub(" ", text)).strip()
     return _SPACED.sub(lambda m: re.sub(r"[ .\-_*·]", "", m.group(0)), text)
 
 

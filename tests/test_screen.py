@@ -10,6 +10,9 @@ import pytest
 from reef_cli.screen import normalise, screen
 
 CORPUS = json.loads((Path(__file__).parent / "data" / "screen_corpus.json").read_text())
+# Attacks in disguise (look-alike letters, invisible characters, reworded, role hijacks, markers, safety bypasses)
+# labelled [text, kind, family], and engineering lessons that share their words; bench/screen_bench.py scores it.
+DISGUISED = json.loads((Path(__file__).parent / "data" / "screen_disguised.json").read_text())
 
 
 @pytest.mark.parametrize("text,kind", CORPUS["attacks"])
@@ -279,3 +282,14 @@ def test_attacks_of_a_second_batch_written_after_the_rules_are_caught(text):
 ])
 def test_lessons_near_the_second_batch_pass(text):
     assert screen(text) is None
+
+
+def test_the_disguised_set_is_all_caught_with_no_false_positive():
+    """The labelled set's promise in one place: every attack caught with its kind (recall 1.0), no lesson refused."""
+    missed = [(t, family) for t, kind, family in DISGUISED["hostile"] if getattr(screen(t), "kind", None) != kind]
+    refused = [(t, screen(t).rule) for t in DISGUISED["benign"] if screen(t) is not None]
+    assert missed == [] and refused == []
+    families = {family for _, _, family in DISGUISED["hostile"]}
+    assert families == {"override", "role", "marker", "remote-exec", "permissions", "bypass", "exfiltration",
+                        "destructive"}
+    assert len(DISGUISED["hostile"]) >= 40 and len(DISGUISED["benign"]) >= 60
