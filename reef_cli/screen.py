@@ -56,6 +56,7 @@ _NP = (rf"(?:(?:all|any|every|each|the|your|my|of|these|those){_SEP}){{0,3}}"
        rf"(?:{_REF}(?:{_SEP}{_FILL}){{0,2}}{_SEP}{_OBJ}\b{_NOT_THEIRS}|"
        rf"(?:all|any|your|my){_SEP}{_OBJ}\b{_NOT_THEIRS}{_SCOPED}|"
        rf"{_OBJ}(?:{_SEP}{_WORD}){{0,3}}?{_SEP}(?:above|previously|so{_SEP}far|until{_SEP}now|up{_SEP}to{_SEP}now|"
+       rf"came{_SEP}(?:before|earlier)|before{_SEP}(?:this|these|now)|"
        rf"(?:you|i)(?:{_SEP}(?:were|have{_SEP}been|was|got|received))?{_SEP}(?:given|told))\b|"
        rf"(?:everything|anything|whatever)(?:{_SEP}{_WORD}){{0,3}}?{_SEP}(?:above|previously|so{_SEP}far|"
        rf"until{_SEP}now|earlier|(?:told|given|said|taught|written)\b(?!{_SEP}(?:in|by|about)\b))|"
@@ -66,6 +67,12 @@ _VOIDED = _ws("are void|is void|are null|are cancelled|are canceled|are revoked|
               "must be ignored|can be ignored|ignore them|disregard them|forget them|override them")
 _NEGATED = re.compile(rf"\b(?:never|not|don'?t|dont)(?:{_SEP}(?:ever|to))?{_SEP}$", _I)
 _OVERRIDE_FAMILY = [
+    # something else put above the agent's instructions
+    re.compile(rf"\b(?:takes?|has|have|gets?|given){_SEP}(?:priority|precedence){_SEP}over{_SEP}(?:claude{_SEP}md|"
+               rf"agents{_SEP}md|your{_SEP}(?:{_WORD}{_SEP})?{_OBJ}|the{_SEP}system|everything|all{_SEP}{_OBJ}|it)\b|"
+               rf"\bwhatever{_SEP}(?:claude{_SEP}md|agents{_SEP}md|your{_SEP}{_OBJ}|the{_SEP}system{_SEP}prompt){_SEP}"
+               rf"(?:says?|said)\b|\b(?:as|are|is){_SEP}your{_SEP}(?:highest|top|first|primary|real|only|true|new)"
+               rf"(?:{_SEP}priority)?{_SEP}{_OBJ}\b", _I),
     # a comma in the gap only around an aside ("Disregard, for this repository only, any prior directives"), so
     # "Ignore whitespace-only diffs, previous instructions say pnpm" is two thoughts, not one
     re.compile(rf"\b{_VERB}\b(?:(?:{_GAP}{_WORD}){{0,4}}?{_GAP}|\s*,(?:{_GAP}{_WORD}){{1,5}}?\s*,\s*){_NP}", _I),
@@ -111,6 +118,7 @@ _OVERRIDE = [
     # Role hijack: a new identity or a new master for the agent. "developer mode" and "jailbreak" alone are not
     # one (Android's developer mode, a repository's jailbreak-detection tests).
     ("role", re.compile(
+        rf"\byou(?:{_SEP}are|'re|re){_SEP}(?:now{_SEP})?(?-i:DAN)\b|"
         rf"\byou(?:{_SEP}are|'re|re){_SEP}now{_SEP}(?:dan|free|unrestricted|unfiltered|uncensored|jailbroken|evil|"
         rf"no{_SEP}longer|in{_SEP}(?:{_WORD}{_SEP})?mode|an?(?:{_SEP}{_WORD}){{0,2}}?{_SEP}(?:ai|assistant|model|chatbot|bot|"
         rf"persona|character|llm|agent{_SEP}(?:with|without|that|who)))\b|"
@@ -139,8 +147,10 @@ _OVERRIDE = [
     ("role", re.compile(r"(?:^|(?<=[\s>\]})\"'`*#:]))(?:SYSTEM|ASSISTANT|DEVELOPER)(?:\s+(?:PROMPT|MESSAGE|OVERRIDE|NOTE|"
                         r"INSTRUCTIONS?))?\s*:|<\|(?:im_start|im_end|system|user|assistant|endoftext|eot_id|"
                         r"start_header_id)\|>|\[/?(?:INST|SYSTEM)\]|<</?SYS>>|</?(?:system|assistant)>|"
-                        r"(?:^|\n)\s*(?:#{1,6}\s*)?(?i:system|assistant|developer)\s*:|(?:^|\n)#{1,6}\s*(?i:system|new\s+"
-                        r"instructions?)\b")),
+                        r"(?:^|\n)\s*(?:#{1,6}\s*)?(?i:system|assistant|developer)\s*:\s*(?i:you|your|i|i'm|i'll|"
+                        r"understood|sure|ok|okay|yes|new|from\s+now|ignore|disregard|obey|always|never|the\s+user|"
+                        r"comply|follow)\b|"
+                        r"(?:^|\n)#{1,6}\s*(?i:system|new\s+instructions?)\b")),
     # reef's own markers: a lesson that closes the managed block (or forges a bullet's id) would let what follows
     # it pass for the human's text. Prose about the markers ("never edit between reef:begin and reef:end") passes.
     ("marker", re.compile(r"<!-\s*-?\s*reef\s*:|\breef\s*:\s*(?:begin|end)\s+[\w.-]+\s*-\s*-?\s*>", _I)),
@@ -151,7 +161,8 @@ _OVERRIDE = [
 _ACTS = [
     ("injection", "remote-exec",
      # any interpreter that runs what it reads: "| python3" as much as "| sh" ("| python3 -m json.tool" only prints)
-     re.compile(r"\b(?:curl|wget|fetch|iwr|invoke-webrequest)\b[^|;\n]{0,200}\|\s*(?:(?:sudo|doas|env)(?:\s+-\S+)*\s+)?(?:(?:ba|z|k|da|fi)?sh\b|"
+     re.compile(r"\b(?:curl|wget|fetch|iwr|invoke-webrequest)\b[^|;\n]{0,200}(?:\|\s*(?:tee|cat|dd)\b[^|;\n]{0,100})*"
+                r"\|\s*(?:(?:sudo|doas|env)(?:\s+-\S+)*\s+)?(?:(?:ba|z|k|da|fi)?sh\b|"
                 r"(?:python[\d.]*|perl|ruby|node|php)(?![\w.])(?!\s+-[mc]\b))|"
                 r"\b(?:ba|z|da)?sh\s+-c\s+[\"']?\$\(\s*(?:curl|wget)\b|\b(?:source|\.)\s+<\(\s*(?:curl|wget)\b|"
                 r"\b(?:ba|z)?sh\s+<\(\s*(?:curl|wget)\b|\b(?:eval|source)\s+[\"']?\$\(\s*(?:curl|wget)\b|"
@@ -250,6 +261,8 @@ _ACTS = [
                 r"\bif\s+(?:they\s+)?fail|\binstead\s+of\s+fixing)", _I)),
     ("escalation", "safety-bypass",
      re.compile(r"\bforce[\s-]?push(?:es|ed|ing)?\b[^.;\n]{0,30}\b(?:main|master|trunk)\b|"
+                r"\bpush(?:es|ed|ing)?\b[^.;\n]{0,40}\b(?:main|master|trunk)\b[^.;\n]{0,30}(?:--force\b|\s-f\b)|"
+                r"\bpush(?:es|ed|ing)?\s+(?:--force|-f)\b[^.;\n]{0,30}\b(?:main|master|trunk)\b|"
                 r"\bgit\s+push\b(?=[^;\n|&]{0,80}?(?:--force\b|\s-f\b|\s\+\w))(?=[^;\n|&]{0,80}?\b(?:main|master|trunk)\b)"
                 r"[^;\n|&]{0,80}(?:\bmain|\bmaster|\btrunk|--force|\s-f)\b", _I)),
     ("escalation", "destructive",
