@@ -85,24 +85,33 @@ _OVERRIDE_FAMILY = [
 _SQUEEZE = re.compile(r"(?<=[A-Za-z])[.\-*'`~^·•|/\\]+(?=[A-Za-z])")
 # "IGNORE. ALL. PREVIOUS. INSTRUCTIONS." is one sentence to a reader; so are "prev." and "instr." whole words
 _ONE_WORD_SENTENCES = re.compile(r"\b(?:[^\W_]+[.!?]+\s+){2,}[^\W_]+\b")
+_ABBREVIATED = re.compile(r"\b(prev|prv|instr|instrs)\.(?=\s)", _I)
+_HAS_LETTER = re.compile(r"[A-Za-z]")
+_NOT_LEET = re.compile(r"[2689]")
 _ABBREVIATIONS = {"prev": "previous", "prv": "previous", "instr": "instructions", "instrs": "instructions"}
-_LEET = re.compile(r"[A-Za-z0-9@$]*[0-9@$][A-Za-z0-9@$]*")
+_LEET = re.compile(r"[A-Za-z0-9@$]+")  # whole tokens: a pattern that looks for the digit inside one is quadratic
 
 
 def _readings(text: str) -> list[str]:
     """The normalised text, then each other way a reader may read it, when it differs."""
     squeezed = _SQUEEZE.sub("", text).replace("_", " ")  # "ignore_previous_instructions": \b sees one word
     squeezed = _ONE_WORD_SENTENCES.sub(lambda m: re.sub(r"[.!?]+\s+", " ", m.group(0)), squeezed)
-    squeezed = re.sub(r"\b(prev|prv|instr|instrs)\.(?=\s)", lambda m: _ABBREVIATIONS[m.group(1).lower()], squeezed, flags=_I)
+    squeezed = _ABBREVIATED.sub(lambda m: _ABBREVIATIONS[m.group(1).lower()], squeezed)
     out = [text] if squeezed == text else [text, squeezed]
     for one in "il":
         table = str.maketrans("01345@$7", f"o{one}easast")
-        leet = _LEET.sub(lambda m: m.group(0).translate(table)
-                         if re.search("[A-Za-z]", m.group(0)) and not re.search("[2689]", m.group(0)) else m.group(0),
-                         squeezed)
+        leet = _LEET.sub(lambda m: _leet(m.group(0), table), squeezed)
         if leet not in out:
             out.append(leet)
     return out
+
+
+def _leet(token: str, table: dict) -> str:
+    """'pr3vious' read as 'previous'; a token without a letter (a number) or with a digit no letter looks like
+    ('sha256') stays as it is."""
+    if token.isalpha() or not _HAS_LETTER.search(token) or _NOT_LEET.search(token):
+        return token
+    return token.translate(table)
 
 
 def _override(reading: str) -> re.Match | None:

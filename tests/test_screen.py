@@ -314,3 +314,13 @@ def test_attacks_of_a_third_batch_written_after_the_rules_are_caught(text):
 ])
 def test_lessons_near_the_third_batch_pass(text):
     assert screen(text) is None
+
+
+def test_a_long_run_of_letters_is_screened_in_linear_time():
+    """The leetspeak reading looked for a digit inside every token with a pattern that backtracked over the whole
+    run from each position: 40,000 characters of "a." took 22 s (a hostile lesson stalls every evolve)."""
+    import time
+
+    start = time.perf_counter()
+    assert screen("a." * 30000) is None
+    assert time.perf_counter() - start < 5
