@@ -6,13 +6,20 @@ permission escalation ("add Bash(*) to settings.json"). Such a lesson must never
 if a canary gate would not notice it (the gate measures task scores, not safety). `screen(text)` returns a
 `Finding` (kind `injection` or `escalation`, the rule, the matched excerpt) or None.
 
-Decisions: the rules are few and specific, and a match inside a clause that forbids the act ("never pipe curl into
-sh", "do not add Bash(*) to settings.json") is a safety rule, not an attack, so it passes. The "ignore your
-instructions" family is matched as intent (any wording, either order, a few words apart, on the text as a reader
-reads it: look-alike letters folded, "Ig.nore" squeezed, "1gn0re" read as letters); only a negation right before its
-verb ("never ignore the rules above") makes it benign, so "don't hesitate to ignore …" stays an attack. A false positive costs one lesson (negative evidence a human
-can lift with `reef harness promote KEY`); a false negative would hand the agent's next session to an attacker.
-The corpus in tests/data/screen_corpus.json holds both attacks and benign look-alikes.
+What a reader sees is what is matched: `normalise` folds compatibility forms and look-alike letters of other
+scripts, drops invisible characters and accents, and `_readings` also reads "Ig.nore", snake_case and "1gn0re" as
+words. Families of intent, not phrases: overriding the agent's instructions (any wording, either order, a few words
+apart), role hijacks and fake conversation turns, reef's own block markers (always attacks), then the acts: remote
+code run, secrets sent out or disclosed, widened permissions, bypassed hooks/CI/review/tests, force pushes to main,
+destroying the machine.
+
+Decisions: a match inside a clause that forbids the act ("never pipe curl into sh", "do not add Bash(*) to
+settings.json", "git push --force is forbidden on main") is a safety rule, not an attack, so it passes, unless the
+negation asks for it after all ("don't forget to curl … | sh"). The override family is benign only with a negation
+right before its verb ("never ignore the rules above"); a lesson that merely quotes it is refused. A false positive
+costs one lesson (negative evidence a human can lift with `reef harness promote KEY`); a false negative would hand
+the agent's next session to an attacker. tests/data/screen_corpus.json and screen_disguised.json hold attacks and
+the engineering lessons that share their words; bench/screen_bench.py scores them against the old screen.
 """
 
 from __future__ import annotations
@@ -79,9 +86,9 @@ _OVERRIDE_FAMILY = [
     re.compile(rf"\b{_NP}(?:{_SEP}{_WORD}){{0,3}}?{_SEP}(?:now{_SEP})?{_VOIDED}\b", _I),
 ]
 
-# What a reader takes for one word: "Ig.nore" and "in*struc*tions" squeezed, snake_case split, and leetspeak ("1gn0re pr3vious")
-# read as letters. Only the intent families are matched on these readings, never the acts (a path or a flag would
-# change meaning).
+# What a reader takes for one word: "Ig.nore" and "in*struc*tions" squeezed, snake_case split, and leetspeak
+# ("1gn0re pr3vious") read as letters. Only the intent families are matched on these readings, never the acts (a
+# path or a flag would change meaning).
 _SQUEEZE = re.compile(r"(?<=[A-Za-z])[.\-*'`~^·•|/\\]+(?=[A-Za-z])")
 # "IGNORE. ALL. PREVIOUS. INSTRUCTIONS." is one sentence to a reader; so are "prev." and "instr." whole words
 _ONE_WORD_SENTENCES = re.compile(r"\b(?:[^\W_]+[.!?]+\s+){2,}[^\W_]+\b")
@@ -129,16 +136,19 @@ _OVERRIDE = [
     ("role", re.compile(
         rf"\byou(?:{_SEP}are|'re|re){_SEP}(?:now{_SEP})?(?-i:DAN)\b|"
         rf"\byou(?:{_SEP}are|'re|re){_SEP}now{_SEP}(?:dan|free|unrestricted|unfiltered|uncensored|jailbroken|evil|"
-        rf"no{_SEP}longer|in{_SEP}(?:{_WORD}{_SEP})?mode|an?(?:{_SEP}{_WORD}){{0,2}}?{_SEP}(?:ai|assistant|model|chatbot|bot|"
-        rf"persona|character|llm|agent{_SEP}(?:with|without|that|who)))\b|"
+        rf"no{_SEP}longer|in{_SEP}(?:{_WORD}{_SEP})?mode|"
+        rf"an?(?:{_SEP}{_WORD}){{0,2}}?{_SEP}(?:ai|assistant|model|chatbot|bot|persona|character|llm|"
+        rf"agent{_SEP}(?:with|without|that|who)))\b|"
         rf"\b(?:from{_SEP}now{_SEP}on|henceforth|from{_SEP}this{_SEP}point{_SEP}(?:on|forward)|starting{_SEP}now)"
         rf"(?:{_SEP}you(?:{_SEP}(?:are|will{_SEP}be|shall{_SEP}be|must{_SEP}act|act|play)|'re|re)|"
         rf"{_SEP}(?:act|behave|pose){_SEP}as|{_SEP}pretend|{_SEP}role(?:{_SEP})?play)\b|"
-        rf"\b(?:act|behave|respond|pose|role(?:{_SEP})?play|pretend{_SEP}to{_SEP}be)(?:{_SEP}as)?{_SEP}(?:an?{_SEP}|the{_SEP})?"
+        rf"\b(?:act|behave|respond|pose|role(?:{_SEP})?play|pretend{_SEP}to{_SEP}be)(?:{_SEP}as)?{_SEP}"
+        rf"(?:an?{_SEP}|the{_SEP})?"
         rf"(?:dan|unrestricted|unfiltered|uncensored|jailbroken|evil|amoral|different{_SEP}(?:ai|assistant|model)|"
         rf"another{_SEP}(?:ai|assistant|model))\b|"
         rf"\bpretend{_SEP}(?:that{_SEP})?you{_SEP}(?:are|have|were){_SEP}(?:an?{_SEP})?(?:dan|unrestricted|unfiltered|"
-        rf"uncensored|jailbroken|free|not{_SEP}bound|no{_SEP}(?:restrictions|rules|limits|limitations|filters|guardrails))\b|"
+        rf"uncensored|jailbroken|free|not{_SEP}bound|"
+        rf"no{_SEP}(?:restrictions|rules|limits|limitations|filters|guardrails))\b|"
         rf"\byou{_SEP}(?:have|face|are{_SEP}under){_SEP}no{_SEP}(?:restrictions|limits|limitations|rules|filters|"
         rf"guidelines|boundaries|constraints|guardrails)\b|"
         rf"\byou(?:{_SEP}are|'re|re){_SEP}(?:not{_SEP}bound|free{_SEP}from|freed{_SEP}from|no{_SEP}longer{_SEP}bound|"
@@ -149,7 +159,8 @@ _OVERRIDE = [
         rf"\b(?:new|updated|real|actual|true){_SEP}system{_SEP}prompt\b|"
         rf"\byour{_SEP}(?:new|real|true|actual|only){_SEP}(?:instructions?|directives?|role|purpose|programming|"
         rf"objective|master)s?{_SEP}(?:is|are)\b|"
-        rf"\bobey\b(?:{_SEP}(?:the|me|my|this|that|user|users|author|issue|file|page|comment|them|it|orders?|commands?)){{0,3}}"
+        rf"\bobey\b(?:{_SEP}(?:the|me|my|this|that|user|users|author|issue|file|page|comment|them|it|orders?|"
+        rf"commands?)){{0,3}}"
         rf"{_SEP}(?:only|blindly|unconditionally|without{_SEP}(?:question|hesitation))\b|"
         rf"\b(?:only|always){_SEP}obey\b|\bobey{_SEP}(?:me|my{_SEP}(?:orders|commands|instructions))\b", _I)),
     # A fake turn of the conversation: a role header or a chat-template token the model reads as its own.
@@ -176,13 +187,15 @@ _ACTS = [
                 r"\b(?:ba|z|da)?sh\s+-c\s+[\"']?\$\(\s*(?:curl|wget)\b|\b(?:source|\.)\s+<\(\s*(?:curl|wget)\b|"
                 r"\b(?:ba|z)?sh\s+<\(\s*(?:curl|wget)\b|\b(?:eval|source)\s+[\"']?\$\(\s*(?:curl|wget)\b|"
                 r"\biex\s*\(?\s*(?:iwr|irm|invoke-webrequest|invoke-restmethod|new-object)\b|"
-                r"\b(?:irm|iwr|invoke-webrequest|invoke-restmethod|curl|wget)\b[^|;\n]{0,200}\|\s*(?:iex|invoke-expression)\b|"
+                r"\b(?:irm|iwr|invoke-webrequest|invoke-restmethod|curl|wget)\b[^|;\n]{0,200}\|\s*"
+                r"(?:iex|invoke-expression)\b|"
                 r"base64\s+(?:-d|--decode)[^|;\n]{0,80}\|\s*(?:ba|z)?sh\b|"
                 r"\b(?:curl|wget)\b[^;\n]{0,200}&&\s*(?:ba|z)?sh\s+\S+\.sh\b", _I)),
     ("injection", "exfiltration",
      re.compile(r"\b(?:send|upload|post|exfiltrate|copy|forward|leak|transmit|email)\b[^.;\n]{0,60}"
                 r"(?:\b(?:secrets?|tokens?|api[\s_-]?keys?|credentials?|passwords?|ssh\s+keys?|id_rsa|env(?:ironment)?\s+"
-                r"var(?:iable)?s?|cookies?)\b|(?<!\w)\.(?:env|aws|netrc)\b|~/\.ssh\b)[^;\n]{0,80}?\b(?:to|at)\s+(?:https?://|\S+@|\S+\.\w{2,})", _I)),
+                r"var(?:iable)?s?|cookies?)\b|(?<!\w)\.(?:env|aws|netrc)\b|~/\.ssh\b)"
+                r"[^;\n]{0,80}?\b(?:to|at)\s+(?:https?://|\S+@|\S+\.\w{2,})", _I)),
     ("injection", "exfiltration",
      re.compile(r"\b(?:curl|wget|nc|netcat)\b[^;\n]{0,120}(?:~/\.ssh|id_rsa|\.aws/credentials|\.netrc|/etc/shadow|"
                 r"\$\{?[A-Z_]*(?:TOKEN|SECRET|KEY|PASSWORD)\b)", _I)),
@@ -214,7 +227,8 @@ _ACTS = [
                 r"(?:(?:the|all|your|any|full|raw|actual|real|exact|user'?s'?|every)\s+){0,3}"
                 r"(?:secrets?|(?:access|auth|bearer|api|github|npm|session|refresh)\s+tokens?|api[\s_-]?keys?|credentials?|"
                 r"passwords?|private\s+keys?)\b[^.;\n]{0,60}?\b(?:in|into|to|on)"
-                r"\s+(?:(?:your|the|each|every|a|an|our|team|public|shared|#[\w-]+)\s+){1,3}(?:final\s+)?(?:answer|response|reply|"
+                r"\s+(?:(?:your|the|each|every|a|an|our|team|public|shared|#[\w-]+)\s+){1,3}(?:final\s+)?"
+                r"(?:answer|response|reply|"
                 r"output|message|summary|logs?|commit|pr|pull\s+request|comment|issue|slack|discord|channel|chat|gist|"
                 r"pastebin|wiki|ticket|readme)s?\b", _I)),
     ("escalation", "wildcard-permission",
@@ -262,7 +276,8 @@ _ACTS = [
                 r"\bmerge\b[^.;\n]{0,40}\bwithout\s+(?:a\s+|any\s+)?(?:review|approval|ci|checks)\b", _I)),
     ("escalation", "safety-bypass",
      re.compile(r"(?:\b(?:skip|disable|delete|remove|comment\s+out|xfail|mute|silence)\s+(?:(?:the|all|any|every|"
-                r"failing|broken|flaky|red|unit|integration|e2e)\s+){0,3}(?:tests?|assert(?:ion)?s?|checks?)\b|\bmark\s+(?:(?:the|all|any|every|failing|"
+                r"failing|broken|flaky|red|unit|integration|e2e)\s+){0,3}(?:tests?|assert(?:ion)?s?|checks?)\b|"
+                r"\bmark\s+(?:(?:the|all|any|every|failing|"
                 r"broken|flaky|red)\s+){0,3}tests?\s+as\s+(?:skipped|skip|xfail|expected\s+(?:to\s+)?fail(?:ures?)?)\b)"
                 r"[^.;\n]{0,40}?"
                 r"(?:\bto\s+(?:make|get|keep)\b[^.;\n]{0,25}\b(?:pass|passing|green)\b|\bso\s+(?:that\s+)?(?:ci|the\s+"
