@@ -608,3 +608,29 @@ def test_an_error_message_is_printed_with_its_control_characters_escaped(reef, t
         raise RuntimeError("\x9b2J\u202e")
     assert guarded(crash) == 1
     assert capsys.readouterr().err.startswith("reef: unexpected error: RuntimeError: \\x9b2J\\u202e (traceback in ")
+
+
+_TYPER_PATH = ("import signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+               "from reef_cli.cli.main import run; sys.exit(run(sys.argv[1:]))")
+
+
+def test_ctrl_c_in_a_typer_command_says_so_and_exits_130(tmp_path):
+    """typer (>= 0.20) turns a KeyboardInterrupt into a bare exit 130: a Ctrl-C in any command without a RunGuard
+    of its own ended with nothing said. `reef report` reads its --feedback-json FIFO (`<(jq ...)`) through the typer
+    app here (the console script's fast path for it is typer-free); the test's open of the FIFO for writing returns
+    once reef has opened it, so the SIGINT arrives while reef waits on it. The handler is set explicitly: a Ctrl-C
+    ignored by whatever started the test run would be ignored by the child too."""
+    import signal
+    import subprocess
+    import sys
+
+    root = reef_init(tmp_path / "p")
+    fifo = tmp_path / "feedback.json"
+    os.mkfifo(fifo)
+    proc = subprocess.Popen([sys.executable, "-c", _TYPER_PATH, "-C", str(root), "report", "--score", "1",
+                             "--feedback-json", str(fifo)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    with open(fifo, "w"):
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    assert (proc.returncode, out, err) == (130, "", "reef: interrupted\n")
+    assert records(root, "report") == []
