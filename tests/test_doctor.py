@@ -294,3 +294,29 @@ def test_a_transcript_left_unread_is_a_warning_naming_it(reef, project, tmp_path
     bad.unlink()  # gone: nothing left to learn from it, and the next ingest forgets it
     assert reef("-C", str(project), "ingest", "--agent", "claude").code == 0
     assert by_name(diagnose(project, environ=env_with()), "state:ingest").status == OK
+
+
+@pytest.mark.parametrize("kind", ["fifo", "huge"])
+def test_an_install_record_doctor_cannot_read_as_state_is_a_finding_not_a_hang(reef, project, tmp_path, kind):
+    """doctor read .reef/installs/*.json with a plain open(): a FIFO there hung `reef doctor` for good, and a huge
+    file was read whole. Now either is one failing row naming the file; the other checks still run."""
+    from conftest import planted_fifo
+    from reef_cli.doctor import check_state, check_wrappers
+    from reef_cli.install import RECORD_LIMIT
+
+    install(reef, project, tmp_path / "bin", tmp_path / "root")
+    record = next((project / ".reef" / "installs").glob("claude-*.json"))
+    if kind == "huge":
+        os.truncate(record, RECORD_LIMIT + 1)
+        rows = check_wrappers(project / ".reef", env_with([tmp_path / "bin"]))
+        checks, _, _ = check_state(project, None, env_with())
+        what = f"{record} is larger than {RECORD_LIMIT} bytes, more than reef ever writes there"
+    else:
+        record.unlink()
+        with planted_fifo(record):
+            rows = check_wrappers(project / ".reef", env_with([tmp_path / "bin"]))
+            checks, _, _ = check_state(project, None, env_with())
+        what = f"{record} {WHAT['fifo']}"
+    assert [(c.name, c.status, c.message) for c in rows] == [("wrapper", FAIL, what)]
+    assert rows[0].fix.startswith(f"move {record} away")
+    assert not [c for c in checks if c.name.startswith("install")]  # neither "intact" nor "none installed"

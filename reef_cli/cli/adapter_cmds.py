@@ -60,15 +60,16 @@ def _write_out(dest: Path, result, rel) -> tuple[tuple[str, ...], tuple[str, ...
     import os
 
     from ..errors import ConflictError
-    from ..install import COMPILED_MANIFEST, sync_tree
+    from ..durable import read_state
+    from ..install import COMPILED_MANIFEST, RECORD_LIMIT, sync_tree
     from ..gitstore import Entry
     from ..releases import canonical
 
     previous: set[str] = set()
     if os.path.isdir(dest) and not os.path.islink(dest) and any(os.scandir(dest)):
-        try:
-            previous = set(json.loads((dest / COMPILED_MANIFEST).read_text())["files"])
-        except (FileNotFoundError, ValueError, KeyError, TypeError):
+        try:  # read as state: a FIFO there would hang the compile, a huge file be read whole (both: exit 4)
+            previous = set(json.loads(read_state(dest / COMPILED_MANIFEST, RECORD_LIMIT) or b"null")["files"])
+        except (ValueError, KeyError, TypeError):
             raise ConflictError(f"{dest} is not empty and was not written by 'reef harness compile'; "
                                 "choose an empty or new directory") from None
     manifest = {"agent": result.agent, "layout": result.layout, "release_id": rel.release_id if rel else None,
