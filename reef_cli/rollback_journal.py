@@ -29,6 +29,13 @@ class Pending:
                 f"files; run 'reef rollback {self.target.step}' to finish it (publishing the working tree now would "
                 f"undo the rollback)")
 
+    def to_json(self) -> dict:
+        """As `reef status --json` shows it: the releases involved, the sentence, and the command that finishes it."""
+        return {"rolled_back_from": {"release_id": self.base.release_id, "step": self.base.step},
+                "target": {"release_id": self.target.release_id, "step": self.target.step},
+                "published_as": {"release_id": self.head.release_id, "step": self.head.step},
+                "message": f"a {self.sentence()}", "fix": f"reef rollback {self.target.step}"}
+
 
 def begin(store, base, target) -> None:
     from .durable import STATE_FILE_MODE, write_atomic
