@@ -191,6 +191,8 @@ def install_records(state: Path) -> list[tuple[Path, dict | None, str | None]]:
         return []
     out: list[tuple[Path, dict | None, str | None]] = []
     for p in sorted(base.glob("*.json")):
+        if p.name.endswith(".sessions.json"):
+            continue  # a wrapper's last session per shell (cli/wrapper.py, Binding.last_path), not a record
         try:
             raw = read_state(p, RECORD_LIMIT)
         except MisplacedState as exc:

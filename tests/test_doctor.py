@@ -320,3 +320,15 @@ def test_an_install_record_doctor_cannot_read_as_state_is_a_finding_not_a_hang(r
     assert [(c.name, c.status, c.message) for c in rows] == [("wrapper", FAIL, what)]
     assert rows[0].fix.startswith(f"move {record} away")
     assert not [c for c in checks if c.name.startswith("install")]  # neither "intact" nor "none installed"
+
+
+def test_a_wrappers_sessions_file_is_not_a_corrupt_install_record(reef, project, tmp_path):
+    """Every wrapper session leaves .reef/installs/<record>.sessions.json (this shell's last receipts) beside the
+    install record; doctor read it as a record and failed: "corrupt install record", after any reef-claude run."""
+    from reef_cli.doctor import check_wrappers
+
+    install(reef, project, tmp_path / "bin", tmp_path / "root")
+    record = next((project / ".reef" / "installs").glob("claude-*.json"))
+    record.with_name(record.stem + ".sessions.json").write_text('{"sessions": {}}\n')
+    rows = check_wrappers(project / ".reef", env_with([tmp_path / "bin"]))
+    assert [(c.name, c.status) for c in rows] == [("wrapper:claude", OK)]
