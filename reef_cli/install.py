@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Callable
 
 from .adapters import Adapter, data_dir
-from .durable import SMALL_STATE_LIMIT, read_state
+from .durable import SMALL_STATE_LIMIT, STATE_FILE_MODE, make_dirs, read_state
 from .errors import ConflictError, InvalidInput, ReefError
 from .gitstore import MODE_EXEC, Entry
 from .project import Project, write_atomic
@@ -401,8 +401,8 @@ def install(
                                            bin_dir or default_bin_dir(environ)))
     record = _record(store, adapter, release, root, files, now(), wrapper)
     path = record_path(store.project, adapter.name, agent_dir)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_atomic(path, canonical(record.to_json()) + b"\n")
+    make_dirs(path.parent)  # .reef/installs: state, owner-only like the rest of .reef (doctor warned on it)
+    write_atomic(path, canonical(record.to_json()) + b"\n", STATE_FILE_MODE)
     remember_installation(record, environ)
     return InstallResult(record, False, tuple(synced.written), tuple(synced.removed), tuple(synced.links),
                          compiled.warnings)
@@ -464,8 +464,8 @@ def remember_installation(record: InstallRecord, environ: dict | None = None) ->
                       "root": record.root, "agent_dir": record.agent_dir, "wrapper": record.wrapper}) + b"\n"
     if _holds(path, data):
         return
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_atomic(path, data)
+    make_dirs(path.parent)  # names this user's projects: theirs alone
+    write_atomic(path, data, STATE_FILE_MODE)
 
 
 def installations(adapter: str, environ: dict | None = None) -> list[dict]:
@@ -577,8 +577,8 @@ def shell_script(store, adapter: Adapter, *, release: Release | None = None, roo
                            sums.encode()))
         lines.append("then fail \"installed files do not match their sha256\"; fi")
     rec_path = record_path(store.project, adapter.name, agent_dir)
-    lines.append(f"mkdir -p {q(str(rec_path.parent))}")
-    lines.extend(_emit(f"cat > {q(str(rec_path))}.tmp", canonical(record.to_json()) + b"\n"))
+    lines.append(f"(umask 077; mkdir -p {q(str(rec_path.parent))})")  # state: owner-only, as `install` writes it
+    lines.extend(_emit(f"(umask 077; cat > {q(str(rec_path))}.tmp)", canonical(record.to_json()) + b"\n"))
     lines.append(f"mv -f {q(str(rec_path))}.tmp {q(str(rec_path))}")
     lines.append(f"mkdir -p {q(str(bin_path.parent))}")
     lines.append(f"rm -f {q(str(bin_path))}.tmp")
