@@ -455,8 +455,16 @@ def check_interrupted(store) -> list[Check]:
 def check_ingest(store) -> list[Check]:
     """Transcripts the hook or a wrapper could not ingest, whole or in part (reef_cli/ingest/failures.py): a warning,
     since what could be read was learned from and reef still works; the hook's own output reaches no one."""
+    from .durable import refuse_misplaced
     from .ingest import failures
 
+    try:  # load() reads nothing of a file of the wrong kind (a notice never fails a command): doctor names it
+        refuse_misplaced(store.dir / failures.NAME)
+    except Exception as exc:
+        row = _misplaced("state:ingest", exc)
+        if row is None:
+            raise
+        return [row]
     found = failures.load(store.dir)
     if not found:
         return [Check("state:ingest", OK, "no transcript left unread by the last ingests")]

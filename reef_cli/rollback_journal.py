@@ -52,10 +52,13 @@ def done(store) -> None:
 
 
 def pending(store) -> Pending | None:
-    """The interrupted rollback whose working-tree write is still owed, or None (a stale journal is dropped)."""
-    try:
-        raw = (store.dir / NAME).read_bytes()
-    except FileNotFoundError:
+    """The interrupted rollback whose working-tree write is still owed, or None (a stale journal is dropped). Read
+    as state is (`durable.read_state`): a FIFO, a symlink or a huge file there is its one line, exit 4, where a plain
+    read hung `reef status` and `reef doctor` on a FIFO."""
+    from .durable import SMALL_STATE_LIMIT, read_state
+
+    raw = read_state(store.dir / NAME, SMALL_STATE_LIMIT)
+    if raw is None:
         return None
     try:
         j = json.loads(raw)

@@ -332,3 +332,28 @@ def test_a_wrappers_sessions_file_is_not_a_corrupt_install_record(reef, project,
     record.with_name(record.stem + ".sessions.json").write_text('{"sessions": {}}\n')
     rows = check_wrappers(project / ".reef", env_with([tmp_path / "bin"]))
     assert [(c.name, c.status) for c in rows] == [("wrapper:claude", OK)]
+
+
+@pytest.mark.parametrize("name,row", [("rollback.json", "state:interrupted"),
+                                      ("evolve/journal.json", "state:interrupted"),
+                                      ("ingest-failed.json", "state:ingest")])
+def test_a_fifo_at_what_status_reads_is_named_never_waited_on(reef, project, name, row):
+    """`reef status` and `reef doctor` read the rollback journal, the evolve journal and ingest-failed.json with a
+    plain open(): a FIFO at any hung both for good. Status now stops with the one line for it (exit 4) where the
+    file decides what it shows (the journals) and leaves out a notice it cannot read (ingest failures); doctor has
+    a failing row naming it either way."""
+    from conftest import planted_fifo
+    from reef_cli.doctor import check_state
+
+    path = project / LEDGER.parent / name
+    path.parent.mkdir(exist_ok=True)
+    with planted_fifo(path):
+        st = reef("-C", str(project), "status")
+        checks, _, _ = check_state(project, None, env_with())
+    if row == "state:ingest":
+        assert st.code == 0 and "ingest:" not in st.out
+    else:
+        assert (st.code, st.err) == (4, f"reef: error: {path} {WHAT['fifo']}; move it away (nothing was changed "
+                                        "by this command)\n")
+    found = [c for c in checks if c.status == FAIL]
+    assert [c.name for c in found] == [row] and str(path) in found[0].message and WHAT["fifo"] in found[0].message
