@@ -151,6 +151,7 @@ def planted_fifo(path: Path, after: float = 5.0):
     """A FIFO at `path`, for tests that reef never waits on one. Should reef open it for reading anyway (the bug), a
     writer opens and closes it after `after` seconds, so the reader gets EOF instead of hanging the suite, and the
     test fails here, on leaving the block, saying reef waited."""
+    import stat
     import threading
 
     os.mkfifo(path)
@@ -160,10 +161,12 @@ def planted_fifo(path: Path, after: float = 5.0):
     def release() -> None:
         while not done.wait(after):  # each open that waits is released, however many there are
             try:
-                os.close(os.open(path, os.O_WRONLY | os.O_NONBLOCK))  # succeeds only while a reader waits
-                waited.append(True)
+                fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK)  # on a FIFO, succeeds only while a reader waits
             except OSError:
-                pass
+                continue
+            if stat.S_ISFIFO(os.fstat(fd).st_mode):  # not the regular file reef may have replaced it with
+                waited.append(True)
+            os.close(fd)
 
     thread = threading.Thread(target=release, daemon=True)
     thread.start()

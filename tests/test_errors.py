@@ -634,3 +634,22 @@ def test_ctrl_c_in_a_typer_command_says_so_and_exits_130(tmp_path):
         out, err = proc.communicate(timeout=60)
     assert (proc.returncode, out, err) == (130, "", "reef: interrupted\n")
     assert records(root, "report") == []
+
+
+def test_a_fifo_at_the_pending_receipts_is_not_waited_on_by_run_or_report(tmp_path):
+    """`reef run` (after the command) and `reef report` read this shell's pending receipts with a plain open(): a
+    FIFO there hung both for good. It is convenience state: read as nothing, and the next write replaces it."""
+    from conftest import planted_fifo
+
+    root = reef_init(tmp_path / "p")
+    pending = root / ".reef/scenarios/default/pending"
+    pending.mkdir(exist_ok=True)
+    env = {"REEF_SESSION": "fifo"}
+    with planted_fifo(pending / "s-fifo.json"):
+        rep = run_reef("report", "--score", "1", cwd=root, env=env)
+        run = run_reef("run", "--", "true", cwd=root, env=env)
+    assert (rep.returncode, rep.stderr) == (4, "reef: error: no receipt to report on: this shell has no unreported "
+                                               "run; pass --receipt ID\n")
+    assert run.returncode == 0 and "reef: receipt " in run.stderr
+    assert json.loads((pending / "s-fifo.json").read_text())["receipts"] == [run.stderr.split("receipt ")[1].split()[0]]
+

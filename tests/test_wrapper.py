@@ -345,3 +345,17 @@ def test_install_records_and_the_wrappers_session_file_are_owner_only(setup):
     modes = {p.name.split(".", 1)[-1]: oct(p.stat().st_mode & 0o777) for p in [installs, *installs.iterdir()]}
     assert modes == {"installs": "0o700", "json": "0o600", "sessions.json": "0o600",
                      "lock": "0o600", "sessions.json.lock": "0o600"}
+
+
+def test_a_fifo_at_the_wrappers_session_file_is_not_waited_on(setup):
+    """`reef-claude` (after the agent) and `reef-claude report` read .reef/installs/<record>.sessions.json with a
+    plain open(): a FIFO there hung them for good. Read as nothing now; the next session's write replaces it."""
+    from conftest import planted_fifo
+
+    record = next((setup["project"] / ".reef" / "installs").glob("claude-*.json"))
+    with planted_fifo(record.with_name(record.stem + ".sessions.json")) as path:
+        rep = wrap(setup, "report", "--score", "1")
+        run = wrap(setup, "-p", "x")
+    assert rep.returncode == 4 and "no reef-claude session to report on in this shell" in rep.stderr
+    assert run.returncode == 0, run.stderr
+    assert path.is_file() and wrap(setup, "report", "--score", "1").returncode == 0

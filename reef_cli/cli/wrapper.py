@@ -367,10 +367,15 @@ def _remember(binding: Binding, receipt: str) -> None:
 
 
 def _read_sessions(path: Path) -> dict:
+    """This project's last wrapper session per shell; none when absent, torn or not a small regular file (read as
+    state: a FIFO there hung every `reef-<agent>` run and report). Convenience state: the next write replaces it."""
+    from ..durable import SMALL_STATE_LIMIT, read_state
+    from ..errors import ReefError
+
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(read_state(path, SMALL_STATE_LIMIT) or b"{}")
         return dict(data.get("sessions") or {})
-    except (FileNotFoundError, ValueError, AttributeError):
+    except (ValueError, AttributeError, TypeError, ReefError):
         return {}
 
 
