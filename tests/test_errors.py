@@ -653,3 +653,13 @@ def test_a_fifo_at_the_pending_receipts_is_not_waited_on_by_run_or_report(tmp_pa
     assert run.returncode == 0 and "reef: receipt " in run.stderr
     assert json.loads((pending / "s-fifo.json").read_text())["receipts"] == [run.stderr.split("receipt ")[1].split()[0]]
 
+
+def test_read_nofollow_refuses_a_fifo_without_waiting_on_it(tmp_path):
+    """What evolve and rollback read of the user's working tree before replacing it: a FIFO there blocked the open."""
+    from conftest import planted_fifo
+    from reef_cli.durable import read_nofollow
+    from reef_cli.errors import InvalidInput
+
+    with planted_fifo(tmp_path / "CLAUDE.md") as path:
+        with pytest.raises(InvalidInput, match="is not a regular file; reef will not replace it"):
+            read_nofollow(path)
