@@ -270,4 +270,5 @@ def test_a_fifo_at_the_compile_manifest_is_refused_not_waited_on(reef, project, 
     manifest.unlink()
     with planted_fifo(manifest):
         r = reef("-C", str(project), "harness", "compile", "--agent", "claude", "--out", str(out))
-    assert (r.code, r.err) == (4, f"reef: error: {manifest} {FIFO_LINE} (nothing was changed by this command)\n")
+    assert (r.code, r.err) == (3, f"reef: error: {out} is not empty and was not written by 'reef harness compile'; "
+                                  "choose an empty or new directory\n")  # compile_out: a manifest it cannot read

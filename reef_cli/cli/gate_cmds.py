@@ -171,6 +171,10 @@ def eval_cmd(
         head_files = base_files if baseline is None else store.files_of(store.require_head())
         if refusal := gate_refusal(find(files, changed(head_files, files))):
             raise PolicyError(refusal)
+    from ..stick_links import refuse_stick_links
+
+    refuse_stick_links(files, (store.config_of(base),), root=None if candidate else store.project.root,
+                       done="nothing was run")
     for v in frozen_changes(store.project.root, store.config_of(base), base_files, files):
         note(f"warning: the {label} changes {v.path} ({v.reason}); the gate judges with release {base.step}'s tasks, "
              "evaluators and settings")
