@@ -24,6 +24,8 @@ from pathlib import Path
 from typing import Iterable
 from urllib.parse import urlsplit
 
+from .durable import read_state
+
 OK, WARN, FAIL = "ok", "warn", "fail"
 MIN_PYTHON = (3, 11)
 VERSION_TIMEOUT = 20.0  # node CLIs take seconds to print a version on a busy machine
@@ -176,16 +178,37 @@ def is_bound_wrapper(path: str) -> bool:
     return head.startswith(b"#!/bin/sh") and b"\nREEF_PROJECT=" in head
 
 
-def install_records(state: Path) -> list[tuple[Path, dict | None]]:
+def install_records(state: Path) -> list[tuple[Path, dict | None, str | None]]:
+    """(path, record, why) for each install record under .reef/installs: the parsed JSON (None when it does not
+    parse), and `why` when the file could not be read as state is read (`durable.read_state`: a FIFO, a symlink, a
+    directory or a file larger than any record), the line naming it. A FIFO there used to hang doctor for good."""
+    from .durable import misplaced_oserror
+    from .errors import MisplacedState, ReefError
+    from .install import RECORD_LIMIT
+
     base = state / "installs"
     if not base.is_dir():
         return []
-    out = []
+    out: list[tuple[Path, dict | None, str | None]] = []
     for p in sorted(base.glob("*.json")):
+        if p.name.endswith(".sessions.json"):
+            continue  # a wrapper's last session per shell (cli/wrapper.py, Binding.last_path), not a record
         try:
-            out.append((p, json.loads(p.read_text())))
-        except (OSError, ValueError):
-            out.append((p, None))
+            raw = read_state(p, RECORD_LIMIT)
+        except MisplacedState as exc:
+            out.append((p, None, exc.what))
+            continue
+        except ReefError:
+            out.append((p, None, f"{p} is larger than {RECORD_LIMIT} bytes, more than reef ever writes there"))
+            continue
+        except OSError as exc:
+            found = misplaced_oserror(exc)
+            out.append((p, None, found.what if found is not None else f"{p} cannot be read: {exc.strerror or exc}"))
+            continue
+        try:
+            out.append((p, json.loads(raw) if raw is not None else None, None))
+        except ValueError:
+            out.append((p, None, None))
     return out
 
 
@@ -195,7 +218,11 @@ def check_wrappers(state: Path | None, environ: dict) -> list[Check]:
     if state is None:
         return []
     out = []
-    for path, rec in install_records(state):
+    for path, rec, why in install_records(state):
+        if why is not None:
+            out.append(Check("wrapper", FAIL, why, f"move {path} away, then re-run 'reef harness install --adapter "
+                                                   "AGENT' for the agent it was for"))
+            continue
         if rec is None or not isinstance(rec, dict) or "adapter" not in rec:
             out.append(Check("wrapper", FAIL, f"{path}: corrupt install record",
                              "re-run 'reef harness install --adapter AGENT' for the agent it was for"))
@@ -428,8 +455,16 @@ def check_interrupted(store) -> list[Check]:
 def check_ingest(store) -> list[Check]:
     """Transcripts the hook or a wrapper could not ingest, whole or in part (reef_cli/ingest/failures.py): a warning,
     since what could be read was learned from and reef still works; the hook's own output reaches no one."""
+    from .durable import refuse_misplaced
     from .ingest import failures
 
+    try:  # load() reads nothing of a file of the wrong kind (a notice never fails a command): doctor names it
+        refuse_misplaced(store.dir / failures.NAME)
+    except Exception as exc:
+        row = _misplaced("state:ingest", exc)
+        if row is None:
+            raise
+        return [row]
     found = failures.load(store.dir)
     if not found:
         return [Check("state:ingest", OK, "no transcript left unread by the last ingests")]
@@ -443,21 +478,25 @@ def check_installs(state: Path) -> list[Check]:
     from .install import InstallRecord, verify
 
     out = []
-    for path, rec in install_records(state):
+    found = install_records(state)
+    for path, rec, _why in found:
         try:
             record = InstallRecord.from_json(rec)  # type: ignore[arg-type]
         except (KeyError, TypeError, ValueError):
             continue  # reported by check_wrappers
         name = f"install:{record.adapter}"
         redo = f"reef harness install --adapter {record.adapter}"
-        problems = verify(record)
+        try:
+            problems = verify(record)
+        except OSError as exc:  # an agent directory we may not read: a finding, never a crash
+            problems = [f"{exc.filename or record.agent_dir} ({exc.strerror or exc})"]
         if problems:
             out.append(Check(name, FAIL, f"installed harness in {record.agent_dir} changed: {_few(problems)}",
                              f"{redo} (move in-place edits into the project first: they would be overwritten)"))
         else:
             out.append(Check(name, OK, f"installed harness intact: release {record.release_id}, "
                                        f"{len(record.files)} file(s) in {record.agent_dir}"))
-    if not out:
+    if not found:  # records there but unreadable are check_wrappers' rows, never "none installed"
         out.append(Check("install", OK, "no harness installed for any agent (reef harness install --adapter AGENT)"))
     return out
 

@@ -134,8 +134,8 @@ def read_nofollow(path: Path) -> bytes | None:
 
     from .errors import InvalidInput
 
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    try:  # O_NONBLOCK: a FIFO there would block the open until someone writes to it
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError:
         return None
     except OSError as exc:
@@ -145,6 +145,7 @@ def read_nofollow(path: Path) -> bytes | None:
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise InvalidInput(f"{path} is not a regular file; reef will not replace it")
+        os.set_blocking(fd, True)
         chunks = []
         while chunk := os.read(fd, 1 << 20):
             chunks.append(chunk)

@@ -28,6 +28,8 @@ from pathlib import Path
 MARK = "-m reef_cli.hook"
 EVENTS = ("SessionEnd", "Stop")
 INPUT_MAX = 1 << 20
+LINE_MAX = 1000  # characters of one failure as the log and ingest-failed.json keep it
+LOG_MAX = 256 * 1024  # bytes of ingest-hook.log before it is rotated to ingest-hook.log.1 (one old log kept)
 
 
 def command(python: str | None = None) -> str:
@@ -159,20 +161,42 @@ def ingest_now(data: bytes, environ: dict) -> int:
     try:
         return ingest(store, sources=[source], environ=environ).turns  # a file it cannot read: ingest records it
     except Exception as exc:  # noqa: BLE001 - recorded for the user (`reef status`), never surfaced to the agent
+        why = safe_text(f"{type(exc).__name__}: {exc}")
         try:
             from .ingest import note_failure
 
-            note_failure(store, Path(transcript), f"not ingested: {type(exc).__name__}: {exc}")
+            note_failure(store, Path(transcript), f"not ingested: {why}")
         except Exception:  # noqa: BLE001 - the log below still has it
             pass
         try:
-            from .durable import append_durable
-
-            append_durable(store.dir / "ingest-hook.log",  # state: owner-only (0600)
-                           f"{event.get('hook_event_name')} {sid}: {type(exc).__name__}: {exc}\n".encode())
-        except OSError:
+            log_failure(store.dir / "ingest-hook.log", safe_text(f"{event.get('hook_event_name')} {sid}: {why}"))
+        except Exception:  # noqa: BLE001 - a misplaced log (MisplacedState) must not fail the hook either
             pass
         return 0
+
+
+def safe_text(text: str) -> str:
+    """An exception's text as the hook stores it: redacted (a path, a URL with credentials or a transcript's token
+    can be in it; reef never stores a secret), on one line (a newline in a session id or a path cannot forge a log
+    line) and at most about LINE_MAX characters (cut after redacting, so a secret across the cut is still caught)."""
+    from .printable import printable
+    from .redact import excerpt
+
+    cut, more = excerpt(text, LINE_MAX)
+    return printable(cut) + (" [...]" if more else "")
+
+
+def log_failure(path: Path, line: str) -> None:
+    """Append one line to the hook's log (state: owner-only, never through a symlink); past LOG_MAX bytes the log
+    is first rotated to PATH.1, so a hook failing after every session cannot fill the disk."""
+    from .durable import append_durable
+
+    try:
+        if os.lstat(path).st_size > LOG_MAX:
+            os.replace(path, path.with_name(path.name + ".1"))
+    except FileNotFoundError:
+        pass
+    append_durable(path, (line + "\n").encode())
 
 
 def main(argv: list[str] | None = None) -> int:

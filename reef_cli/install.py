@@ -13,6 +13,7 @@ inside the agent directory, only for paths the previous install record lists.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -25,7 +26,8 @@ from pathlib import Path
 from typing import Callable
 
 from .adapters import Adapter, data_dir
-from .errors import ConflictError, InvalidInput
+from .durable import SMALL_STATE_LIMIT, STATE_FILE_MODE, make_dirs, read_state
+from .errors import ConflictError, InvalidInput, ReefError
 from .gitstore import MODE_EXEC, Entry
 from .project import Project, write_atomic
 from .releases import Release, canonical
@@ -33,6 +35,9 @@ from .releases import Release, canonical
 RECORD_VERSION = 1
 MARKER = ".reef-install.json"  # in the agent directory: which project/scenario owns it
 COMPILED_MANIFEST = ".reef-compiled.json"  # in a `reef harness compile --out` directory
+RECORD_LIMIT = 16 << 20
+"""The most bytes read of an install record (or a compile manifest): a line per installed file, so a harness of
+100,000 files fits; a file planted there cannot make every wrapper start read gigabytes (InvalidInput, exit 4)."""
 
 
 def sha256(data: bytes) -> str:
@@ -109,10 +114,11 @@ def record_path(project: Project, adapter: str, agent_dir: Path) -> Path:
 
 def load_record(project: Project, adapter: Adapter, root: Path) -> InstallRecord | None:
     path = record_path(project, adapter.name, Path(root) / adapter.config_dir)
-    try:
-        return InstallRecord.from_json(json.loads(path.read_text()))
-    except FileNotFoundError:
+    raw = read_state(path, RECORD_LIMIT)  # a FIFO, a symlink or a huge file there: its one line, exit 4
+    if raw is None:
         return None
+    try:
+        return InstallRecord.from_json(json.loads(raw))
     except (ValueError, KeyError, TypeError):
         raise InvalidInput(f"{path}: corrupt install record; re-run 'reef harness install --adapter {adapter.name}'") from None
 
@@ -143,15 +149,68 @@ def drift(base: Path, digests: dict[str, str]) -> list[tuple[str, str]]:
             problems.append((rel, "replaced by a symlink"))
         elif not stat.S_ISREG(st.st_mode):
             problems.append((rel, "not a regular file"))
-        elif sha256(read_nofollow(path)) != digest:
-            problems.append((rel, "modified"))
+        else:
+            try:
+                found = _digest(path)
+            except FileNotFoundError:
+                problems.append((rel, "missing"))
+                continue
+            if found is None:
+                problems.append((rel, "not a regular file"))  # swapped for a FIFO since the lstat
+            elif found != digest:
+                problems.append((rel, "modified"))
     return problems
 
 
 def read_nofollow(path: Path) -> bytes:
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    """A file reef wrote, whole: never through a symlink (ELOOP), never waiting on a FIFO or reading a device
+    (OSError ENXIO naming it, which the CLI boundary gives as the one line for state of the wrong kind)."""
+    fd = _open_regular(path)
+    if fd is None:
+        raise OSError(errno.ENXIO, "not a regular file", str(path))
     with os.fdopen(fd, "rb") as f:
         return f.read()
+
+
+def _open_regular(path: Path) -> int | None:
+    """A read-only fd on `path` when it is a regular file (never through a symlink, never waiting on a FIFO put there
+    since it was looked at), else None; a missing file is the caller's FileNotFoundError."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENXIO):
+            return None
+        raise
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        return None
+    os.set_blocking(fd, True)
+    return fd
+
+
+def _digest(path: Path) -> str | None:
+    """sha256 of a regular file's bytes, read in blocks (an installed file grown huge is hashed, not held), or None
+    for anything else at `path`."""
+    fd = _open_regular(path)
+    if fd is None:
+        return None
+    h = hashlib.sha256()
+    with os.fdopen(fd, "rb") as f:
+        while block := f.read(1 << 20):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _holds(path: Path, data: bytes) -> bool:
+    """Whether `path` is a regular file holding exactly `data`; reads at most one byte more than `data`."""
+    try:
+        fd = _open_regular(path)
+    except OSError:
+        return False
+    if fd is None:
+        return False
+    with os.fdopen(fd, "rb") as f:
+        return f.read(len(data) + 1) == data
 
 
 def _link_component(base: Path, rel: str) -> str | None:
@@ -232,11 +291,8 @@ def sync_tree(dest: Path, files: dict[str, Entry], previous: set[str] | frozense
                 raise ConflictError(f"{path} is a directory where reef installs a file; move it away")
             if stat.S_ISLNK(st.st_mode):
                 result.links.append(rel)
-            elif stat.S_ISREG(st.st_mode) and stat.S_IMODE(st.st_mode) == mode:
-                fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-                with os.fdopen(fd, "rb") as f:
-                    if f.read() == entry.data:
-                        continue
+            elif stat.S_ISREG(st.st_mode) and stat.S_IMODE(st.st_mode) == mode and _holds(path, entry.data):
+                continue
         _write_replace(path, entry.data, mode)
         result.written.append(rel)
     return result
@@ -261,22 +317,20 @@ def foreign_files(dest: Path, files: dict[str, Entry], previous: set[str] | froz
             path = dest / rel
             if rel in previous or not os.path.lexists(path):
                 continue
-            if os.path.islink(path) or not os.path.isfile(path):
+            if not _holds(path, entry.data):  # a link, a directory, a FIFO, or other bytes
                 out.append(str(path))
-                continue
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-            with os.fdopen(fd, "rb") as f:
-                if f.read() != entry.data:
-                    out.append(str(path))
     return out
 
 
 def _is_reef_wrapper(path: Path, adapter: Adapter) -> bool:
     try:
-        with open(path, "rb") as f:
-            head = f.read(200)
+        fd = _open_regular(path)  # a FIFO named reef-<agent> would have hung the install here
     except OSError:
         return False
+    if fd is None:
+        return False
+    with os.fdopen(fd, "rb") as f:
+        head = f.read(200)
     return head.startswith(f"#!/bin/sh\n# reef-{adapter.name}: ".encode())
 
 
@@ -363,8 +417,8 @@ def install(
                                            bin_dir or default_bin_dir(environ)))
     record = _record(store, adapter, release, root, files, now(), wrapper)
     path = record_path(store.project, adapter.name, agent_dir)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_atomic(path, canonical(record.to_json()) + b"\n")
+    make_dirs(path.parent)  # .reef/installs: state, owner-only like the rest of .reef (doctor warned on it)
+    write_atomic(path, canonical(record.to_json()) + b"\n", STATE_FILE_MODE)
     remember_installation(record, environ)
     return InstallResult(record, False, tuple(synced.written), tuple(synced.removed), tuple(synced.links),
                          compiled.warnings)
@@ -386,13 +440,16 @@ def _marker(store, adapter: Adapter) -> bytes:
 
 
 def _claim(agent_dir: Path, store, adapter: Adapter) -> None:
-    """One agent directory belongs to one project and scenario; a second one would silently fight the first."""
+    """One agent directory belongs to one project and scenario; a second one would silently fight the first. The
+    marker is read as reef's state is (`read_state`): a FIFO, a symlink or a huge file there is its one line, exit 4."""
+    if not agent_dir.is_dir():
+        return  # nothing there yet (a file in its place: sync_tree names it)
     try:
-        owner = json.loads((agent_dir / MARKER).read_text())
-    except (FileNotFoundError, NotADirectoryError):
-        return
+        owner = json.loads(read_state(agent_dir / MARKER, SMALL_STATE_LIMIT) or b"null")
     except ValueError:
         return  # a torn marker is ours to rewrite
+    if not isinstance(owner, dict):
+        return
     if owner.get("project") != str(store.project.root) or owner.get("scenario") != store.scenario:
         raise ConflictError(
             f"{agent_dir} holds the {adapter.name} harness of project {owner.get('project')} (scenario "
@@ -403,7 +460,7 @@ def _claim(agent_dir: Path, store, adapter: Adapter) -> None:
 def _write_marker(agent_dir: Path, store, adapter: Adapter) -> None:
     data = _marker(store, adapter)
     path = agent_dir / MARKER
-    if os.path.islink(path) or not path.is_file() or path.read_bytes() != data:
+    if os.path.islink(path) or not _holds(path, data):
         _write_replace(path, data, 0o644)
 
 
@@ -421,13 +478,10 @@ def remember_installation(record: InstallRecord, environ: dict | None = None) ->
     path = installations_dir(environ) / f"{record.adapter}-{tag}.json"
     data = canonical({"adapter": record.adapter, "project": record.project, "scenario": record.scenario,
                       "root": record.root, "agent_dir": record.agent_dir, "wrapper": record.wrapper}) + b"\n"
-    try:
-        if path.read_bytes() == data:
-            return
-    except OSError:
-        pass
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_atomic(path, data)
+    if _holds(path, data):
+        return
+    make_dirs(path.parent)  # names this user's projects: theirs alone
+    write_atomic(path, data, STATE_FILE_MODE)
 
 
 def installations(adapter: str, environ: dict | None = None) -> list[dict]:
@@ -441,10 +495,12 @@ def installations(adapter: str, environ: dict | None = None) -> list[dict]:
     for name in names:
         if not (name.startswith(f"{adapter}-") and name.endswith(".json")):
             continue
-        try:
-            d = json.loads((installations_dir(environ) / name).read_text())
-            owner = json.loads((Path(d["agent_dir"]) / MARKER).read_text())
-        except (OSError, ValueError, KeyError, TypeError):
+        try:  # read as state (never a FIFO, a link or a huge file): a wrapper start must not hang on a planted one
+            d = json.loads(read_state(installations_dir(environ) / name, SMALL_STATE_LIMIT) or b"null")
+            owner = json.loads(read_state(Path(d["agent_dir"]) / MARKER, SMALL_STATE_LIMIT) or b"null")
+        except (OSError, ValueError, KeyError, TypeError, ReefError):
+            continue
+        if not isinstance(owner, dict):
             continue
         if d.get("adapter") != adapter or owner.get("project") != d.get("project") or \
                 owner.get("scenario") != d.get("scenario") or \
@@ -478,7 +534,7 @@ def write_wrapper_script(adapter: Adapter, project: Project, scenario: str, root
     data = wrapper_text(adapter, project, scenario, root).encode()
     if os.path.isdir(path) and not os.path.islink(path):
         raise ConflictError(f"{path} is a directory; cannot install the reef-{adapter.name} wrapper there")
-    if not (path.is_file() and not path.is_symlink() and path.read_bytes() == data and os.access(path, os.X_OK)):
+    if not (not path.is_symlink() and _holds(path, data) and os.access(path, os.X_OK)):
         _write_replace(path, data, 0o755)
     return path
 
@@ -487,9 +543,9 @@ def _wrapper_ok(record, adapter, store, root, bin_dir, write_wrapper, environ) -
     if not write_wrapper:
         return True
     path = wrapper_path(adapter, bin_dir, environ)
-    if record.wrapper != str(path) or path.is_symlink() or not path.is_file():
+    if record.wrapper != str(path) or path.is_symlink():
         return False
-    return path.read_bytes() == wrapper_text(adapter, store.project, store.scenario, root).encode()
+    return _holds(path, wrapper_text(adapter, store.project, store.scenario, root).encode())
 
 
 # -- the printed installer -------------------------------------------------------------------------------------------
@@ -537,8 +593,8 @@ def shell_script(store, adapter: Adapter, *, release: Release | None = None, roo
                            sums.encode()))
         lines.append("then fail \"installed files do not match their sha256\"; fi")
     rec_path = record_path(store.project, adapter.name, agent_dir)
-    lines.append(f"mkdir -p {q(str(rec_path.parent))}")
-    lines.extend(_emit(f"cat > {q(str(rec_path))}.tmp", canonical(record.to_json()) + b"\n"))
+    lines.append(f"(umask 077; mkdir -p {q(str(rec_path.parent))})")  # state: owner-only, as `install` writes it
+    lines.extend(_emit(f"(umask 077; cat > {q(str(rec_path))}.tmp)", canonical(record.to_json()) + b"\n"))
     lines.append(f"mv -f {q(str(rec_path))}.tmp {q(str(rec_path))}")
     lines.append(f"mkdir -p {q(str(bin_path.parent))}")
     lines.append(f"rm -f {q(str(bin_path))}.tmp")

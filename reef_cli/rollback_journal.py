@@ -29,6 +29,13 @@ class Pending:
                 f"files; run 'reef rollback {self.target.step}' to finish it (publishing the working tree now would "
                 f"undo the rollback)")
 
+    def to_json(self) -> dict:
+        """As `reef status --json` shows it: the releases involved, the sentence, and the command that finishes it."""
+        return {"rolled_back_from": {"release_id": self.base.release_id, "step": self.base.step},
+                "target": {"release_id": self.target.release_id, "step": self.target.step},
+                "published_as": {"release_id": self.head.release_id, "step": self.head.step},
+                "message": f"a {self.sentence()}", "fix": f"reef rollback {self.target.step}"}
+
 
 def begin(store, base, target) -> None:
     from .durable import STATE_FILE_MODE, write_atomic
@@ -45,10 +52,13 @@ def done(store) -> None:
 
 
 def pending(store) -> Pending | None:
-    """The interrupted rollback whose working-tree write is still owed, or None (a stale journal is dropped)."""
-    try:
-        raw = (store.dir / NAME).read_bytes()
-    except FileNotFoundError:
+    """The interrupted rollback whose working-tree write is still owed, or None (a stale journal is dropped). Read
+    as state is (`durable.read_state`): a FIFO, a symlink or a huge file there is its one line, exit 4, where a plain
+    read hung `reef status` and `reef doctor` on a FIFO."""
+    from .durable import SMALL_STATE_LIMIT, read_state
+
+    raw = read_state(store.dir / NAME, SMALL_STATE_LIMIT)
+    if raw is None:
         return None
     try:
         j = json.loads(raw)

@@ -62,10 +62,16 @@ class PendingReceipts:
         os.replace(tmp, self.path)
 
     def _read(self) -> list[str]:
+        """The receipts, or none when the file is absent, torn or not a small regular file: read as state is
+        (`read_state`), so a FIFO there is not waited on (it hung `reef run` after the command and every `reef
+        report`); convenience state, so what cannot be read is empty and the next write replaces it."""
+        from .durable import SMALL_STATE_LIMIT, read_state
+        from .errors import ReefError
+
         try:
-            data = json.loads(self.path.read_text())
+            data = json.loads(read_state(self.path, SMALL_STATE_LIMIT) or b"{}")
             return [str(r) for r in data.get("receipts", [])]
-        except (FileNotFoundError, ValueError):
+        except (ValueError, AttributeError, TypeError, ReefError):
             return []
 
     def check(self) -> None:

@@ -3,6 +3,7 @@ any open() under the real home (outside the Python installation itself) into an 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -143,3 +144,35 @@ def fixed(text: str, want: str | None) -> None:
     assert out == (text if want is None else want)
     assert count == 0 if want is None else count >= 1
     assert redact(out) == (out, 0)
+
+
+@contextlib.contextmanager
+def planted_fifo(path: Path, after: float = 5.0):
+    """A FIFO at `path`, for tests that reef never waits on one. Should reef open it for reading anyway (the bug), a
+    writer opens and closes it after `after` seconds, so the reader gets EOF instead of hanging the suite, and the
+    test fails here, on leaving the block, saying reef waited."""
+    import stat
+    import threading
+
+    os.mkfifo(path)
+    done = threading.Event()
+    waited: list[bool] = []
+
+    def release() -> None:
+        while not done.wait(after):  # each open that waits is released, however many there are
+            try:
+                fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK)  # on a FIFO, succeeds only while a reader waits
+            except OSError:
+                continue
+            if stat.S_ISFIFO(os.fstat(fd).st_mode):  # not the regular file reef may have replaced it with
+                waited.append(True)
+            os.close(fd)
+
+    thread = threading.Thread(target=release, daemon=True)
+    thread.start()
+    try:
+        yield path
+    finally:
+        done.set()
+        thread.join()
+    assert not waited, f"reef waited on the FIFO at {path}"

@@ -294,3 +294,66 @@ def test_a_transcript_left_unread_is_a_warning_naming_it(reef, project, tmp_path
     bad.unlink()  # gone: nothing left to learn from it, and the next ingest forgets it
     assert reef("-C", str(project), "ingest", "--agent", "claude").code == 0
     assert by_name(diagnose(project, environ=env_with()), "state:ingest").status == OK
+
+
+@pytest.mark.parametrize("kind", ["fifo", "huge"])
+def test_an_install_record_doctor_cannot_read_as_state_is_a_finding_not_a_hang(reef, project, tmp_path, kind):
+    """doctor read .reef/installs/*.json with a plain open(): a FIFO there hung `reef doctor` for good, and a huge
+    file was read whole. Now either is one failing row naming the file; the other checks still run."""
+    from conftest import planted_fifo
+    from reef_cli.doctor import check_state, check_wrappers
+    from reef_cli.install import RECORD_LIMIT
+
+    install(reef, project, tmp_path / "bin", tmp_path / "root")
+    record = next((project / ".reef" / "installs").glob("claude-*.json"))
+    if kind == "huge":
+        os.truncate(record, RECORD_LIMIT + 1)
+        rows = check_wrappers(project / ".reef", env_with([tmp_path / "bin"]))
+        checks, _, _ = check_state(project, None, env_with())
+        what = f"{record} is larger than {RECORD_LIMIT} bytes, more than reef ever writes there"
+    else:
+        record.unlink()
+        with planted_fifo(record):
+            rows = check_wrappers(project / ".reef", env_with([tmp_path / "bin"]))
+            checks, _, _ = check_state(project, None, env_with())
+        what = f"{record} {WHAT['fifo']}"
+    assert [(c.name, c.status, c.message) for c in rows] == [("wrapper", FAIL, what)]
+    assert rows[0].fix.startswith(f"move {record} away")
+    assert not [c for c in checks if c.name.startswith("install")]  # neither "intact" nor "none installed"
+
+
+def test_a_wrappers_sessions_file_is_not_a_corrupt_install_record(reef, project, tmp_path):
+    """Every wrapper session leaves .reef/installs/<record>.sessions.json (this shell's last receipts) beside the
+    install record; doctor read it as a record and failed: "corrupt install record", after any reef-claude run."""
+    from reef_cli.doctor import check_wrappers
+
+    install(reef, project, tmp_path / "bin", tmp_path / "root")
+    record = next((project / ".reef" / "installs").glob("claude-*.json"))
+    record.with_name(record.stem + ".sessions.json").write_text('{"sessions": {}}\n')
+    rows = check_wrappers(project / ".reef", env_with([tmp_path / "bin"]))
+    assert [(c.name, c.status) for c in rows] == [("wrapper:claude", OK)]
+
+
+@pytest.mark.parametrize("name,row", [("rollback.json", "state:interrupted"),
+                                      ("evolve/journal.json", "state:interrupted"),
+                                      ("ingest-failed.json", "state:ingest")])
+def test_a_fifo_at_what_status_reads_is_named_never_waited_on(reef, project, name, row):
+    """`reef status` and `reef doctor` read the rollback journal, the evolve journal and ingest-failed.json with a
+    plain open(): a FIFO at any hung both for good. Status now stops with the one line for it (exit 4) where the
+    file decides what it shows (the journals) and leaves out a notice it cannot read (ingest failures); doctor has
+    a failing row naming it either way."""
+    from conftest import planted_fifo
+    from reef_cli.doctor import check_state
+
+    path = project / LEDGER.parent / name
+    path.parent.mkdir(exist_ok=True)
+    with planted_fifo(path):
+        st = reef("-C", str(project), "status")
+        checks, _, _ = check_state(project, None, env_with())
+    if row == "state:ingest":
+        assert st.code == 0 and "ingest:" not in st.out
+    else:
+        assert (st.code, st.err) == (4, f"reef: error: {path} {WHAT['fifo']}; move it away (nothing was changed "
+                                        "by this command)\n")
+    found = [c for c in checks if c.status == FAIL]
+    assert [c.name for c in found] == [row] and str(path) in found[0].message and WHAT["fifo"] in found[0].message

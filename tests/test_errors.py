@@ -608,3 +608,58 @@ def test_an_error_message_is_printed_with_its_control_characters_escaped(reef, t
         raise RuntimeError("\x9b2J\u202e")
     assert guarded(crash) == 1
     assert capsys.readouterr().err.startswith("reef: unexpected error: RuntimeError: \\x9b2J\\u202e (traceback in ")
+
+
+_TYPER_PATH = ("import signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+               "from reef_cli.cli.main import run; sys.exit(run(sys.argv[1:]))")
+
+
+def test_ctrl_c_in_a_typer_command_says_so_and_exits_130(tmp_path):
+    """typer (>= 0.20) turns a KeyboardInterrupt into a bare exit 130: a Ctrl-C in any command without a RunGuard
+    of its own ended with nothing said. `reef report` reads its --feedback-json FIFO (`<(jq ...)`) through the typer
+    app here (the console script's fast path for it is typer-free); the test's open of the FIFO for writing returns
+    once reef has opened it, so the SIGINT arrives while reef waits on it. The handler is set explicitly: a Ctrl-C
+    ignored by whatever started the test run would be ignored by the child too."""
+    import signal
+    import subprocess
+    import sys
+
+    root = reef_init(tmp_path / "p")
+    fifo = tmp_path / "feedback.json"
+    os.mkfifo(fifo)
+    proc = subprocess.Popen([sys.executable, "-c", _TYPER_PATH, "-C", str(root), "report", "--score", "1",
+                             "--feedback-json", str(fifo)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    with open(fifo, "w"):
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    assert (proc.returncode, out, err) == (130, "", "reef: interrupted\n")
+    assert records(root, "report") == []
+
+
+def test_a_fifo_at_the_pending_receipts_is_not_waited_on_by_run_or_report(tmp_path):
+    """`reef run` (after the command) and `reef report` read this shell's pending receipts with a plain open(): a
+    FIFO there hung both for good. It is convenience state: read as nothing, and the next write replaces it."""
+    from conftest import planted_fifo
+
+    root = reef_init(tmp_path / "p")
+    pending = root / ".reef/scenarios/default/pending"
+    pending.mkdir(exist_ok=True)
+    env = {"REEF_SESSION": "fifo"}
+    with planted_fifo(pending / "s-fifo.json"):
+        rep = run_reef("report", "--score", "1", cwd=root, env=env)
+        run = run_reef("run", "--", "true", cwd=root, env=env)
+    assert (rep.returncode, rep.stderr) == (4, "reef: error: no receipt to report on: this shell has no unreported "
+                                               "run; pass --receipt ID\n")
+    assert run.returncode == 0 and "reef: receipt " in run.stderr
+    assert json.loads((pending / "s-fifo.json").read_text())["receipts"] == [run.stderr.split("receipt ")[1].split()[0]]
+
+
+def test_read_nofollow_refuses_a_fifo_without_waiting_on_it(tmp_path):
+    """What evolve and rollback read of the user's working tree before replacing it: a FIFO there blocked the open."""
+    from conftest import planted_fifo
+    from reef_cli.durable import read_nofollow
+    from reef_cli.errors import InvalidInput
+
+    with planted_fifo(tmp_path / "CLAUDE.md") as path:
+        with pytest.raises(InvalidInput, match="is not a regular file; reef will not replace it"):
+            read_nofollow(path)

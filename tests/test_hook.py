@@ -148,3 +148,42 @@ def test_an_ingest_the_hook_could_not_run_at_all_shows_in_status(reef, tmp_path)
     (entry,) = json.loads(reef("-C", str(root), "status", "--json").out)["ingest_failures"]
     assert entry["path"] == str(transcript) and entry["whole"] is True
     assert entry["why"] == f"not ingested: IsADirectoryError: [Errno 21] Is a directory: '{state}'"
+
+
+TOKEN = "ghp_aBcDeFgHiJkLmNoPqRsTuVwXyZ0123456789"  # a GitHub token's shape, in a directory name
+
+
+def test_what_the_hook_stores_of_an_error_is_redacted_one_line_and_bounded(reef, tmp_path):
+    """The hook wrote an exception's text to ingest-hook.log and ingest-failed.json as it was: a path, a URL with
+    credentials or a token from the transcript can be in it, and reef never stores a secret. Now both hold the
+    redacted text, on one line (the session id comes from the hook's input), cut to about LINE_MAX characters."""
+    from reef_cli.hook import LINE_MAX, ingest_now
+
+    deep = tmp_path / TOKEN / ("d" * 200) / ("e" * 200) / ("f" * 200) / ("g" * 200)
+    deep.mkdir(parents=True)
+    root, _ = init_project(reef, deep)
+    transcript = tmp_path / "t.jsonl"
+    shutil.copy(GOLDEN / "claude.jsonl", transcript)
+    state = root / ".reef" / "scenarios" / "default" / "ingest.json"
+    state.mkdir()  # an ingest that cannot run at all: its exception names this path, token and all
+    event = {"session_id": "s\nForged line", "transcript_path": str(transcript), "cwd": str(root),
+             "hook_event_name": "SessionEnd"}
+    assert ingest_now(json.dumps(event).encode(), dict(os.environ)) == 0
+    log = (root / ".reef" / "scenarios" / "default" / "ingest-hook.log").read_text()
+    why = json.loads((root / ".reef" / "scenarios" / "default" / "ingest-failed.json").read_text())
+    (entry,) = why["files"].values()
+    for text in (log, entry["why"]):
+        assert TOKEN not in text and "[REDACTED:github_token]" in text
+        assert text.rstrip("\n").count("\n") == 0 and len(text) <= LINE_MAX + 20
+    assert log.startswith("SessionEnd s\\x0aForged line: IsADirectoryError: [Errno 21] Is a directory: ")
+    assert log.endswith(" [...]\n")
+
+
+def test_the_hook_log_is_rotated_not_grown_without_end(tmp_path):
+    """A hook failing after every session appended forever; past LOG_MAX the log moves to .1 (one old log kept)."""
+    from reef_cli.hook import LOG_MAX, log_failure
+
+    log = tmp_path / "ingest-hook.log"
+    log.write_bytes(b"x" * (LOG_MAX + 1))
+    log_failure(log, "SessionEnd s: boom")
+    assert log.read_text() == "SessionEnd s: boom\n" and (tmp_path / "ingest-hook.log.1").stat().st_size == LOG_MAX + 1

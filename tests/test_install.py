@@ -214,3 +214,61 @@ def test_install_passes_on_compile_warnings(reef, project, tmp_path):
     assert r.code == 0, r.err
     assert "reef: warning: AGENTS.md is not compiled for claude: Claude Code reads CLAUDE.md instead" in r.err
     assert "- a note" in (tmp_path / "root" / "claude" / "CLAUDE.md").read_text()
+
+
+FIFO_LINE = "is not a regular file (a FIFO, a socket or a device) where reef expects one; move it away"
+
+
+def test_a_fifo_at_the_install_record_or_marker_is_refused_not_waited_on(reef, project, tmp_path):
+    """`reef harness install` read its install record and the agent directory's marker with a plain open(): a FIFO
+    at either hung it for good (and every wrapper start with it). Now each is the one line for state of the wrong
+    kind, naming the file, exit 4; nothing is installed."""
+    from conftest import planted_fifo
+
+    dest, bins = tmp_path / "root", tmp_path / "bin"
+    rec = Path(install_json(reef, project, dest, bins)["record"]["agent_dir"])
+    record = next((project / ".reef" / "installs").glob("claude-*.json"))
+    for path in (record, rec / ".reef-install.json"):
+        saved = path.read_bytes()
+        path.unlink()
+        with planted_fifo(path):
+            r = install(reef, project, "--dest", str(dest), "--bin-dir", str(bins))
+        assert (r.code, r.err) == (4, f"reef: error: {path} {FIFO_LINE} (nothing was changed by this command)\n")
+        path.unlink()
+        path.write_bytes(saved)
+
+
+def test_a_huge_install_record_is_refused_not_read_whole(reef, project, tmp_path):
+    from reef_cli.install import RECORD_LIMIT
+
+    dest, bins = tmp_path / "root", tmp_path / "bin"
+    install_json(reef, project, dest, bins)
+    record = next((project / ".reef" / "installs").glob("claude-*.json"))
+    os.truncate(record, RECORD_LIMIT + 1)  # sparse: no disk spent
+    r = install(reef, project, "--dest", str(dest), "--bin-dir", str(bins))
+    assert (r.code, r.err) == (4, f"reef: error: {record} is larger than {RECORD_LIMIT} bytes, more than reef ever "
+                                  "writes there; move it away (nothing was changed by this command)\n")
+
+
+def test_a_fifo_where_the_wrapper_goes_is_not_reefs_and_not_waited_on(reef, project, tmp_path):
+    """The wrapper's first bytes were read with open() to see whether it is reef's: a FIFO there hung the install."""
+    from conftest import planted_fifo
+
+    dest, bins = tmp_path / "root", tmp_path / "bin"
+    bins.mkdir()
+    with planted_fifo(bins / "reef-claude"):
+        r = install(reef, project, "--dest", str(dest), "--bin-dir", str(bins))
+    assert r.code == 3 and r.err.startswith(f"reef: error: {bins / 'reef-claude'} exists and is not reef's;")
+
+
+def test_a_fifo_at_the_compile_manifest_is_refused_not_waited_on(reef, project, tmp_path):
+    from conftest import planted_fifo
+
+    out = tmp_path / "out"
+    assert reef("-C", str(project), "harness", "compile", "--agent", "claude", "--out", str(out)).code == 0
+    manifest = out / ".reef-compiled.json"
+    manifest.unlink()
+    with planted_fifo(manifest):
+        r = reef("-C", str(project), "harness", "compile", "--agent", "claude", "--out", str(out))
+    assert (r.code, r.err) == (3, f"reef: error: {out} is not empty and was not written by 'reef harness compile'; "
+                                  "choose an empty or new directory\n")  # compile_out: a manifest it cannot read

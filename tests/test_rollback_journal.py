@@ -86,3 +86,25 @@ def test_doctor_names_an_evolve_killed_while_writing_the_working_tree(reef, tmp_
              if c["name"] == "state:interrupted"]
     assert row == {"name": "state:interrupted", "status": "ok", "message": "no evolve or rollback was left half-done",
                    "fix": ""}
+
+
+def test_status_json_and_table_show_a_pending_rollback_even_over_a_clean_tree(reef, tmp_path):
+    """`reef status --json` said nothing of an interrupted rollback (doctor failed on it, publish refused over it),
+    and the table named it only while the tree differed from the head: with the old files moved away by hand it
+    read "harness clean" while the journal still stood. Both forms now name it, with the command that finishes it."""
+    one, local = killed_rollback(reef, tmp_path)
+    st = json.loads(reef("-C", str(tmp_path), "status", "--json").out)
+    rb = st["head"]
+    pend = st["rollback_pending"]
+    assert pend["target"] == {"release_id": one["release_id"], "step": 1}
+    assert pend["published_as"] == {"release_id": rb["release_id"], "step": 3}
+    assert pend["rolled_back_from"]["step"] == 2 and pend["fix"] == "reef rollback 1"
+    assert pend["message"].startswith("a rollback to step 1 (published as step 3")
+    assert st["evolve_interrupted"] is None
+    local.unlink()  # the tree now matches the head by hand; the journal is still there
+    out = reef("-C", str(tmp_path), "status").out
+    assert f"\n{pend['message'][0].upper()}{pend['message'][1:]}\nharness clean" in out
+    assert json.loads(reef("-C", str(tmp_path), "status", "--json").out)["rollback_pending"] == pend
+    assert reef("-C", str(tmp_path), "rollback", "1").code == 0
+    st = json.loads(reef("-C", str(tmp_path), "status", "--json").out)
+    assert st["rollback_pending"] is None and st["clean"] is True

@@ -330,3 +330,32 @@ def test_an_ingest_that_fails_whole_is_one_line_not_a_traceback(setup):
     r = wrap(setup, "-p", "hi", "--exit", "5")
     assert r.returncode == 5 and "Traceback" not in r.stderr
     assert f"reef: could not ingest this session's transcript: [Errno 21] Is a directory: '{state}'\n" in r.stderr
+
+
+def test_install_records_and_the_wrappers_session_file_are_owner_only(setup):
+    """.reef/installs was made with the umask's 0755 and its records and the wrapper's sessions file written 0644:
+    `reef doctor` then warned about reef's own files (the sessions file lists this user's receipts). Now 0700 and
+    0600, as all of .reef, whatever the umask."""
+    old = os.umask(0o022)
+    try:
+        assert wrap(setup, "-p", "x").returncode == 0
+    finally:
+        os.umask(old)
+    installs = setup["project"] / ".reef" / "installs"
+    modes = {p.name.split(".", 1)[-1]: oct(p.stat().st_mode & 0o777) for p in [installs, *installs.iterdir()]}
+    assert modes == {"installs": "0o700", "json": "0o600", "sessions.json": "0o600",
+                     "lock": "0o600", "sessions.json.lock": "0o600"}
+
+
+def test_a_fifo_at_the_wrappers_session_file_is_not_waited_on(setup):
+    """`reef-claude` (after the agent) and `reef-claude report` read .reef/installs/<record>.sessions.json with a
+    plain open(): a FIFO there hung them for good. Read as nothing now; the next session's write replaces it."""
+    from conftest import planted_fifo
+
+    record = next((setup["project"] / ".reef" / "installs").glob("claude-*.json"))
+    with planted_fifo(record.with_name(record.stem + ".sessions.json")) as path:
+        rep = wrap(setup, "report", "--score", "1")
+        run = wrap(setup, "-p", "x")
+    assert rep.returncode == 4 and "no reef-claude session to report on in this shell" in rep.stderr
+    assert run.returncode == 0, run.stderr
+    assert path.is_file() and wrap(setup, "report", "--score", "1").returncode == 0

@@ -136,6 +136,24 @@ def _optional_value(argv: list[str], option: str, command: str) -> list[str]:
     return argv
 
 
+class _Interrupted(BaseException):
+    """A Ctrl-C carried past typer, which (>= 0.20) turns a KeyboardInterrupt into a bare exit 130 with nothing said;
+    main.run hands it back to boundary.guarded as the KeyboardInterrupt it was, for its one line."""
+
+
+def _carry_interrupts(click_cmd) -> None:
+    """Make a Ctrl-C inside any command leave typer as _Interrupted (not caught there as KeyboardInterrupt is)."""
+    invoke = click_cmd.invoke
+
+    def carried(ctx):
+        try:
+            return invoke(ctx)
+        except KeyboardInterrupt as exc:
+            raise _Interrupted() from exc
+
+    click_cmd.invoke = carried
+
+
 def run(argv: list[str] | None = None) -> int:
     """Run the CLI and return its exit code (tests call this in-process)."""
     from typer import main as typer_main
@@ -143,6 +161,7 @@ def run(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     argv = _optional_value(argv, "--branch", "evolve")
     click_cmd = typer_main.get_command(build_app(argv))
+    _carry_interrupts(click_cmd)
     if os.environ.get("_REEF_COMPLETE"):  # a shell asks for completions: only then load that machinery
         from .completion_cmds import prepare
 
@@ -157,6 +176,8 @@ def run(argv: list[str] | None = None) -> int:
             return int(rv) if isinstance(rv, int) else 0
         except (getattr(click_exc, "Exit", typer.Exit), typer.Exit) as exc:
             return int(exc.exit_code)
+        except _Interrupted:
+            raise KeyboardInterrupt from None  # guarded says so: `reef: interrupted`, exit 130
         except (getattr(click_exc, "Abort", typer.Abort), typer.Abort):
             sys.stderr.write("reef: interrupted\n")
             return int(ExitCode.INTERRUPTED)

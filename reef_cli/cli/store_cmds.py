@@ -66,27 +66,31 @@ def status(ctx: typer.Context, as_json: bool = JSON) -> None:
             print(f"weight gate: {gate}")
         return
     head, changes = store.status()
+    from ..evolve import in_flight  # evolve's hook: an interrupted evolve is finished, not published over
     from ..ingest import failures  # what the hook and the wrappers could not ingest: their output reaches no one
+    from ..rollback_journal import pending
 
     failed = failures.load(store.dir)
+    interrupted = in_flight(store)
+    rolling = pending(store)  # owed whether or not the tree differs: doctor fails on it, publish refuses over it
     if as_json:
         emit_json({"project": str(store.project.root), "scenario": store.scenario, "recipe": info.recipe,
                    "head": head.to_json(), "ledger_path": str(store.ledger_path), "clean": not changes,
-                   "changes": [c.to_json() for c in changes], "ingest_failures": [f.to_json() for f in failed]})
+                   "changes": [c.to_json() for c in changes], "ingest_failures": [f.to_json() for f in failed],
+                   "evolve_interrupted": interrupted,
+                   "rollback_pending": rolling.to_json() if rolling is not None else None})
         return
     print(f"scenario {store.scenario} (recipe {info.recipe}) at step {head.step}: {head.release_id} [{head.operation}]")
     if failed:
         print(f"ingest: {failures.summary(failed)}; 'reef status --json' lists them")
+    if interrupted:
+        print(interrupted)
+    if rolling:
+        print(f"A {rolling.sentence()}")
     if not changes:
         print("harness clean: working tree matches the head release")
         return
-    from ..evolve import in_flight  # evolve's hook: an interrupted evolve is finished, not published over
-    from ..rollback_journal import pending
-
-    if interrupted := in_flight(store):
-        print(interrupted)
-    if rolling := pending(store):
-        print(f"A {rolling.sentence()}")
+    if rolling:
         print("Not yet written by the rollback (or edited since):")
     else:
         print("Unpublished changes (publish with: reef publish -m MESSAGE):")

@@ -113,12 +113,13 @@ class Binding:
 
 def prepare(binding: Binding, store):
     """Verify the install root, bring it to the head release, and return its record and the head as read here."""
+    from ..durable import make_dirs
     from ..install import install, load_record, record_path, verify
     from ..sessions import flocked
 
     adapter = binding.adapter
     lock_path = record_path(binding.project, adapter.name, binding.agent_dir).with_suffix(".lock")
-    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    make_dirs(lock_path.parent)  # .reef/installs: state, owner-only
     with flocked(lock_path):
         record = load_record(binding.project, adapter, binding.root)
         head = store.require_head()
@@ -353,6 +354,7 @@ def _shell(binding: Binding) -> str:
 
 
 def _remember(binding: Binding, receipt: str) -> None:
+    from ..durable import STATE_FILE_MODE
     from ..project import write_atomic
     from ..sessions import flocked
 
@@ -361,19 +363,25 @@ def _remember(binding: Binding, receipt: str) -> None:
         sessions = _read_sessions(path)
         sessions[_shell(binding)] = {"receipts": [receipt], "at": time.time()}
         keep = dict(sorted(sessions.items(), key=lambda kv: kv[1].get("at", 0))[-LAST_KEEP:])
-        write_atomic(path, json.dumps({"sessions": keep}, sort_keys=True).encode() + b"\n")
+        write_atomic(path, json.dumps({"sessions": keep}, sort_keys=True).encode() + b"\n", STATE_FILE_MODE)
 
 
 def _read_sessions(path: Path) -> dict:
+    """This project's last wrapper session per shell; none when absent, torn or not a small regular file (read as
+    state: a FIFO there hung every `reef-<agent>` run and report). Convenience state: the next write replaces it."""
+    from ..durable import SMALL_STATE_LIMIT, read_state
+    from ..errors import ReefError
+
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(read_state(path, SMALL_STATE_LIMIT) or b"{}")
         return dict(data.get("sessions") or {})
-    except (FileNotFoundError, ValueError, AttributeError):
+    except (ValueError, AttributeError, TypeError, ReefError):
         return {}
 
 
 def _forget_locked(binding: Binding, receipts: list[str]) -> None:
     """Drop this shell's last session once reported; the caller holds the sessions file's lock."""
+    from ..durable import STATE_FILE_MODE
     from ..project import write_atomic
 
     path = binding.last_path()
@@ -381,7 +389,7 @@ def _forget_locked(binding: Binding, receipts: list[str]) -> None:
     mine = sessions.get(_shell(binding))
     if mine and set(mine.get("receipts", [])) <= set(receipts):
         del sessions[_shell(binding)]
-        write_atomic(path, json.dumps({"sessions": sessions}, sort_keys=True).encode() + b"\n")
+        write_atomic(path, json.dumps({"sessions": sessions}, sort_keys=True).encode() + b"\n", STATE_FILE_MODE)
 
 
 def report(adapter_name: str, args: list[str], *, environ: dict | None = None, cwd: Path | None = None) -> int:

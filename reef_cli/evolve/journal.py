@@ -82,9 +82,14 @@ class JournalFile:
         self.path = directory / JOURNAL
 
     def load(self) -> EvolveJournal | None:
+        """The journal, or None when there is none (or it is torn). Read as state (`durable.read_state`): a FIFO or a
+        symlink there is its one line, exit 4; a plain read hung `reef status` (and evolve) on a FIFO."""
+        from ..durable import read_state
+
         try:
-            return EvolveJournal.from_json(json.loads(self.path.read_text()))
-        except (FileNotFoundError, ValueError, KeyError, TypeError):
+            raw = read_state(self.path)
+            return None if raw is None else EvolveJournal.from_json(json.loads(raw))
+        except (ValueError, KeyError, TypeError):
             return None  # a torn or foreign journal was never the commit point of anything: start over
 
     def save(self, journal: EvolveJournal) -> EvolveJournal:

@@ -19,6 +19,7 @@ from pathlib import Path
 
 NAME = "ingest-failed.json"
 KEEP = 100
+LIMIT = 4 << 20  # bytes read of the file: KEEP entries of a path and a short reason fit many times over
 
 
 @dataclass(frozen=True)
@@ -36,10 +37,10 @@ class Failure:
 def load(scenario_dir: Path) -> list[Failure]:
     """The recorded failures, newest first; none when the file is absent or unreadable (this is a notice, never a
     reason for a command to fail)."""
-    from ..durable import read_nofollow
+    from ..durable import read_state
 
-    try:
-        data = json.loads(read_nofollow(scenario_dir / NAME) or b"{}")
+    try:  # read_state: never waiting on a FIFO (read_nofollow's open did, hanging `reef status`), never read whole
+        data = json.loads(read_state(scenario_dir / NAME, LIMIT) or b"{}")
         out = [Failure(str(p), str(e["why"]), bool(e.get("whole")), str(e["since"]), str(e["at"]))
                for p, e in dict(data.get("files") or {}).items()]
     except Exception:  # noqa: BLE001 - damaged or misplaced: doctor's state checks name such files
