@@ -209,3 +209,18 @@ def test_feedback_text_that_looks_like_json_is_not_served_from_the_structured_ca
 
     assert [x[3] for x in feedback_lessons({"do": "use tabs for indentation"})] == ["do"]
     assert feedback_lessons('{"do": "use tabs for indentation"}') == ()  # a description, not a directive
+
+
+def test_a_private_memory_file_keeps_its_mode_when_reflect_rewrites_it(reef, tmp_path):
+    """A patterns.json the user keeps private (0600) came back 0644 after a reflect: the rewrite went out with a
+    fixed mode. Every atomic rewrite of a user's file keeps the file's own bits (durable.kept_mode)."""
+    import stat
+
+    root, ledger = init_project(reef, tmp_path)
+    feedback(ledger, "Always run the tests before finishing.")
+    reflect(reef, root)
+    path = root / "reef/memory/patterns.json"
+    path.chmod(0o600)
+    feedback(ledger, "Never force-push to main.")
+    assert reflect(reef, root)["written"] is True
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600 and "dont:force+main+push" in memory(root)

@@ -58,3 +58,33 @@ def test_every_state_path_is_owner_only_whatever_the_umask(reef, tmp_path, monke
     assert (state / "page/default/index.html").is_file()
     assert shared(state) == [], "\n".join(shared(state))
     assert stat.S_IMODE((root / "CLAUDE.md").stat().st_mode) == 0o644  # the user's own files stay ordinary
+
+
+def test_an_atomic_rewrite_keeps_the_files_mode_and_a_new_file_follows_the_umask(tmp_path):
+    """The one rule for every atomic rewrite of a user's file (memory, harness files, config, hook settings): a
+    file there keeps its bits (even against the umask), a new one gets 0644 under the umask; reef's own state,
+    written with an explicit mode, gets that mode whatever it had."""
+    from reef_cli.durable import STATE_FILE_MODE, write_atomic
+
+    def mode(p):
+        return stat.S_IMODE(p.stat().st_mode)
+
+    old = os.umask(0o022)
+    try:
+        private, shared_rw, script = tmp_path / "private.json", tmp_path / "group.yaml", tmp_path / "hook.sh"
+        for path, bits in ((private, 0o600), (shared_rw, 0o664), (script, 0o750)):
+            path.write_bytes(b"old\n")
+            path.chmod(bits)
+            write_atomic(path, b"new\n")
+            assert path.read_bytes() == b"new\n" and mode(path) == bits, path
+        write_atomic(script, b"text\n", executable=False)
+        assert mode(script) == 0o640
+        os.umask(0o077)
+        write_atomic(tmp_path / "fresh.json", b"{}\n")
+        assert mode(tmp_path / "fresh.json") == 0o600
+        shared_rw.chmod(0o644)
+        write_atomic(shared_rw, b"state\n", STATE_FILE_MODE)
+        assert mode(shared_rw) == 0o600
+    finally:
+        os.umask(old)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fresh.json", "group.yaml", "hook.sh", "private.json"]

@@ -16,7 +16,7 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..durable import fsync_dir, read_nofollow, write_all
+from ..durable import fsync_dir, kept_mode, read_nofollow, write_all
 from ..errors import ConflictError, InvalidInput, ReefError
 from ..gitstore import Entry
 from .common import fault
@@ -58,19 +58,6 @@ def expected_bytes(root: Path, paths) -> dict[str, str | None]:
 def _temp(target: Path) -> Path:
     """The staged copy of `target`, beside it (so the replace is a rename); one fixed name, so a resume finds it."""
     return target.with_name(f".{target.name}.reef-tmp")
-
-
-def _mode_for(target: Path, executable: bool) -> int:
-    """The permission bits the new text goes out with: a file that exists keeps its own (a CLAUDE.md the user keeps
-    private, 0600, must not come back world-readable), with execute bits only where the release says so; a new
-    file gets the usual 0644 / 0755."""
-    try:
-        bits = stat.S_IMODE(os.lstat(target).st_mode)
-    except OSError:
-        return 0o755 if executable else 0o644
-    if executable:
-        return bits | ((bits & 0o444) >> 2)  # x wherever r is
-    return bits & ~0o111
 
 
 def _read_only(path: Path) -> bool:
@@ -127,11 +114,17 @@ def write_tree(root: Path, base: dict, files: dict, expected: dict, *, before_wr
             try:
                 target.parent.mkdir(parents=True, exist_ok=True)
                 tmp = _temp(target)
-                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+                # the rule every rewrite of a user's file follows (durable.kept_mode): an existing file keeps its
+                # bits, x only where the release says; a new one gets 0644 / 0755 under the umask
+                executable = new.mode == MODE_EXEC
+                keep = kept_mode(target, executable)
+                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW,
+                             0o755 if executable else 0o644)
                 temps[rel] = tmp
                 try:
                     write_all(fd, new.data)
-                    os.fchmod(fd, _mode_for(target, new.mode == MODE_EXEC))
+                    if keep is not None:
+                        os.fchmod(fd, keep)
                     os.fsync(fd)
                 finally:
                     os.close(fd)
