@@ -39,6 +39,9 @@ Decisions (where the issue is silent):
   `earned >= needed`. Memory is a fold over the ledger in seq order, so the counter is exact and replayable.
 * **Budget.** At most `DEFAULT_MAX_PATTERNS` (500) patterns; beyond it the lowest-value unsuppressed patterns go
   (order in `value`). Patterns not seen for `expiry_days` are dropped by the Curator (`expire`).
+* **Fields reef does not know** (a user's note on a pattern, a newer reef's key, at the top or on a pattern) are
+  kept as they were through every rewrite (reflect, curate, expire, merge): reef never loses a user's edit. They
+  never override a field reef writes; a pattern reef drops (expired, evicted) takes its own with it.
 """
 
 from __future__ import annotations
@@ -165,6 +168,7 @@ class Pattern:
     negatives: int = 0
     sources: list[str] = field(default_factory=list)  # distinct runs/sessions counted (the SOURCES_CAP latest)
     terms: frozenset[str] = frozenset()
+    extra: dict = field(default_factory=dict)  # keys this reef does not know, written back as they were read
 
     def __post_init__(self) -> None:
         from .redact import redact_text
@@ -182,6 +186,7 @@ class Pattern:
 
     def to_json(self) -> dict:
         return {
+            **self.extra,
             "key": self.key,
             "id": self.id,
             "text": self.text,
@@ -218,6 +223,7 @@ class Pattern:
                 suppressed=dict(d["suppressed"]) if d.get("suppressed") else None,
                 negatives=int(d.get("negatives", 0)),
                 sources=[str(x) for x in d.get("sources") or []],
+                extra={k: v for k, v in d.items() if k not in PATTERN_FIELDS},
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise InvalidInput(f"{source}: a pattern entry is malformed ({type(exc).__name__}: {exc})") from None
@@ -225,6 +231,11 @@ class Pattern:
             raise InvalidInput(f"{source}: pattern {p.key!r} has polarity {p.polarity!r}; expected do or dont")
         p.terms = _terms_or_key(p.text, p.key)
         return p
+
+
+PATTERN_FIELDS = frozenset({"key", "id", "text", "polarity", "count", "observe_only", "first_seen", "last_seen",
+                            "evidence", "origins", "surface_hint", "utility", "suppressed", "negatives", "sources"})
+"""The keys a pattern entry has that this reef reads and writes; any other is the user's (Pattern.extra)."""
 
 
 @dataclass(frozen=True)
@@ -243,12 +254,16 @@ class Observation:
     units: tuple[str, ...] = ()  # the runs/sessions this observation is about (reflect.evidence_units)
 
 
+MEMORY_FIELDS = frozenset({"version", "through_seq", "through_hash", "patterns"})
+
+
 class PatternMemory:
     def __init__(self, patterns: dict[str, Pattern] | None = None, through_seq: int = 0,
-                 through_hash: str | None = None):
+                 through_hash: str | None = None, extra: dict | None = None):
         self.patterns: dict[str, Pattern] = {}
         self.through_seq = through_seq
         self.through_hash = through_hash
+        self.extra: dict = dict(extra or {})  # top-level keys this reef does not know, written back as they were
         self._by_terms: dict[tuple[str, frozenset], str] = {}
         self._by_term: dict[tuple[str, str], set[str]] = {}
         self._ids: dict[str, str] = {}
@@ -275,7 +290,8 @@ class PatternMemory:
             from .memory_shape import check
 
             check(doc, source)
-        mem = cls(through_seq=int(doc.get("through_seq") or 0), through_hash=doc.get("through_hash"))
+        mem = cls(through_seq=int(doc.get("through_seq") or 0), through_hash=doc.get("through_hash"),
+                  extra={k: v for k, v in doc.items() if k not in MEMORY_FIELDS})
         for d in doc.get("patterns", []):
             if not isinstance(d, dict):
                 raise InvalidInput(f"{source}: a pattern entry must be an object")
@@ -284,6 +300,7 @@ class PatternMemory:
 
     def dumps(self) -> bytes:
         doc = {
+            **self.extra,
             "version": MEMORY_VERSION,
             "through_seq": self.through_seq,
             "through_hash": self.through_hash,

@@ -224,3 +224,54 @@ def test_a_private_memory_file_keeps_its_mode_when_reflect_rewrites_it(reef, tmp
     feedback(ledger, "Never force-push to main.")
     assert reflect(reef, root)["written"] is True
     assert stat.S_IMODE(path.stat().st_mode) == 0o600 and "dont:force+main+push" in memory(root)
+
+
+def test_fields_reef_does_not_know_survive_reflect_evolve_and_expiry(reef, tmp_path, monkeypatch):
+    """A user's (or a newer reef's) extra keys in patterns.json vanished on the next reflect: PatternMemory read
+    only its own fields and wrote only those. They now round-trip unchanged through reflect, the Curator's rewrite
+    in evolve, and expiry (which drops a pattern with its own keys, not the file's)."""
+    from datetime import datetime, timedelta, timezone
+
+    from test_evolve import LINT, LINT_KEY, evolve
+
+    from reef_cli.patterns import PATTERN_FIELDS, Pattern
+
+    assert PATTERN_FIELDS == set(Pattern(key="k", id="i", text="t", polarity="do").to_json())
+    root, ledger = init_project(reef, tmp_path)
+    feedback(ledger, LINT, 4)
+    feedback(ledger, "Always use tabs for indentation.")
+    reflect(reef, root)
+    path = root / "reef/memory/patterns.json"
+    doc = json.loads(path.read_text())
+    doc["x_owner"] = {"team": "infra", "reviewed": [1, 2]}
+    for p in doc["patterns"]:
+        p["note"] = f"mine: {p['key']}"
+    path.write_text(json.dumps(doc))
+    feedback(ledger, LINT)
+    assert reflect(reef, root)["written"] is True
+    doc = json.loads(path.read_text())
+    assert doc["x_owner"] == {"team": "infra", "reviewed": [1, 2]}
+    assert {p["key"]: p["note"] for p in doc["patterns"]} == {p["key"]: f"mine: {p['key']}" for p in doc["patterns"]}
+    assert memory(root)[LINT_KEY]["count"] == 5
+    assert evolve(reef, root)["status"] == "published"
+    assert memory(root)[LINT_KEY]["note"] == f"mine: {LINT_KEY}"
+    assert json.loads(path.read_text())["x_owner"]["team"] == "infra"
+    later = datetime.now(timezone.utc) + timedelta(days=91)
+    monkeypatch.setenv("REEF_NOW", later.isoformat())
+    assert evolve(reef, root)["expired"]
+    doc = json.loads(path.read_text())
+    assert doc["patterns"] == [] and doc["x_owner"] == {"team": "infra", "reviewed": [1, 2]}
+
+
+def test_a_merge_of_two_memories_keeps_the_fields_reef_does_not_know():
+    """`reef merge` rebuilt memory from the remote's: a top-level key only our copy had was dropped."""
+    from reef_cli.gitstore import Entry
+    from reef_cli.merge import _merge_memory
+
+    def doc(extra, count, note):
+        pat = {"key": "do:run+test", "id": "abc123", "text": "Run the tests.", "polarity": "do", "count": count,
+               "note": note}
+        return Entry((json.dumps({"version": 1, "through_seq": 1, "patterns": [pat], **extra}) + "\n").encode())
+
+    merged = json.loads(_merge_memory(None, doc({"ours": 1}, 5, "ours"), doc({"theirs": 2}, 3, "theirs")))
+    assert merged["ours"] == 1 and merged["theirs"] == 2 and merged["patterns"][0]["note"] == "ours"
