@@ -165,14 +165,16 @@ def last_lines(handle, limit: int, block: int = 64 * 1024) -> list[tuple[int, by
 
 def read_nofollow(path: Path) -> bytes | None:
     """A user's file as reef is about to compare or replace it: its bytes, or None when absent. Never read through a
-    symlink, never a directory or device (InvalidInput naming the path); other OS errors are the caller's."""
+    symlink, never a directory or device (InvalidInput naming the path); other OS errors are the caller's. Opened
+    non-blocking: a FIFO there (a user's `mkfifo`, or a hostile one) had the open wait for a writer, and reflect,
+    evolve and checkout hung on it for ever; now it is refused like a device."""
     import errno
     import stat
 
     from .errors import InvalidInput
 
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError:
         return None
     except OSError as exc:

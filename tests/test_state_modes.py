@@ -88,3 +88,31 @@ def test_an_atomic_rewrite_keeps_the_files_mode_and_a_new_file_follows_the_umask
     finally:
         os.umask(old)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["fresh.json", "group.yaml", "hook.sh", "private.json"]
+
+
+def test_a_fifo_where_a_users_file_is_read_is_refused_not_waited_on(tmp_path):
+    """A FIFO at patterns.json (or CLAUDE.md) hung `reef harness reflect`, evolve and checkout for ever: read_nofollow
+    opened it blocking, waiting for a writer that never came. Now it is refused as not a regular file."""
+    import threading
+
+    from reef_cli.durable import read_nofollow
+    from reef_cli.errors import InvalidInput
+
+    fifo = tmp_path / "patterns.json"
+    os.mkfifo(fifo)
+    outcome = []
+
+    def read():
+        try:
+            outcome.append(read_nofollow(fifo))
+        except InvalidInput as exc:
+            outcome.append(str(exc))
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    reader.join(10)
+    waited = reader.is_alive()
+    if waited:  # the bug: unblock the reader so the test ends
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        reader.join(10)
+    assert not waited and outcome == [f"{fifo} is not a regular file; reef will not replace it"]
