@@ -275,3 +275,35 @@ def test_a_merge_of_two_memories_keeps_the_fields_reef_does_not_know():
 
     merged = json.loads(_merge_memory(None, doc({"ours": 1}, 5, "ours"), doc({"theirs": 2}, 3, "theirs")))
     assert merged["ours"] == 1 and merged["theirs"] == 2 and merged["patterns"][0]["note"] == "ours"
+
+
+@pytest.mark.parametrize("kind", ["symlink", "fifo", "directory"])
+def test_a_memory_file_that_is_not_a_regular_file_is_refused_before_anything_changes(reef, tmp_path, kind):
+    """patterns.json as a symlink to a file in the harness (or a FIFO, a directory): reflect folded into the head
+    release's copy instead and then replaced the symlink (the FIFO) with a regular file, so the user's memory in
+    the linked file was passed over and their link was gone. evolve refuses it; now reflect does too, up front."""
+    import os
+    import stat
+
+    root, ledger = init_project(reef, tmp_path)
+    feedback(ledger, "Always run the tests before finishing.")
+    reflect(reef, root)
+    path = root / "reef/memory/patterns.json"
+    kept = root / "reef/memory/real.json"
+    path.rename(kept)
+    if kind == "symlink":
+        path.symlink_to("real.json")
+    elif kind == "fifo":
+        os.mkfifo(path)
+    else:
+        path.mkdir()
+    feedback(ledger, "Never force-push to main.")
+    before = ledger.path.read_bytes()
+    err = reflect(reef, root, code=4)["err"]
+    what = "is a symlink; reef never writes through symlinks" if kind == "symlink" else \
+        "is not a regular file; reef will not replace it"
+    assert err == (f"reef: error: {path} {what}; nothing was reflected — put the pattern memory back as a regular "
+                   "file (or move it away) and run 'reef harness reflect' again\n")
+    mode = os.lstat(path).st_mode
+    assert {"symlink": stat.S_ISLNK, "fifo": stat.S_ISFIFO, "directory": stat.S_ISDIR}[kind](mode)
+    assert ledger.path.read_bytes() == before
