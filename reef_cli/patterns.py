@@ -58,6 +58,10 @@ EVIDENCE_CAP = 10
 SOURCES_CAP = 64
 KEY_TERMS = 8
 DEFAULT_MAX_PATTERNS = 500
+MEMORY_LIMIT = 64 << 20
+"""The most bytes reef reads as pattern memory. A full memory (500 patterns, each with its 64 sources and 10
+evidence ids) is about 2 MB; a file far past that (a log pasted over it, a hostile one) would otherwise be read and
+parsed whole by every reflect and evolve, gigabytes of it."""
 
 STOPWORDS = frozenset(
     """a an the and or but if then than so to of in on at by for with from into onto about as is are was were be been
@@ -148,6 +152,12 @@ def dont_text(text: str) -> str:
     if not text or _NEGATION.search(text):
         return sentence(text)
     return sentence("Do not " + text[0].lower() + text[1:])
+
+
+def too_large(source, size: int) -> InvalidInput:
+    return InvalidInput(f"{source}: pattern memory is {size} bytes, more than reef reads as memory ({MEMORY_LIMIT} "
+                        "bytes; a full one is about 2 MB); move it away or restore it with 'reef checkout' (nothing "
+                        "was changed)")
 
 
 @dataclass
@@ -278,6 +288,8 @@ class PatternMemory:
         (memory_shape.check). `validate=False` only for bytes this process just dumped (`copy`)."""
         if data is None:
             return cls()
+        if len(data) > MEMORY_LIMIT:
+            raise too_large(source, len(data))
         try:
             doc = json.loads(data)
         except (ValueError, UnicodeDecodeError, RecursionError) as exc:

@@ -307,3 +307,25 @@ def test_a_memory_file_that_is_not_a_regular_file_is_refused_before_anything_cha
     mode = os.lstat(path).st_mode
     assert {"symlink": stat.S_ISLNK, "fifo": stat.S_ISFIFO, "directory": stat.S_ISDIR}[kind](mode)
     assert ledger.path.read_bytes() == before
+
+
+def test_a_memory_file_past_the_limit_is_refused_before_it_is_read(reef, tmp_path, monkeypatch):
+    """A patterns.json of hundreds of megabytes (a log pasted over it) was read whole, hashed and parsed by every
+    reflect (200 MB: 430 MB resident, 9 s). Past MEMORY_LIMIT it is refused up front, naming the file; the limit is
+    lowered here so the test writes kilobytes."""
+    from reef_cli import patterns
+
+    root, ledger = init_project(reef, tmp_path)
+    feedback(ledger, "Always run the tests before finishing.")
+    path = root / "reef/memory/patterns.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = b'{"version": 1, "patterns": []' + b" " * 5000 + b"}\n"
+    path.write_bytes(data)
+    monkeypatch.setattr(patterns, "MEMORY_LIMIT", 4096, raising=False)
+    before = ledger.path.read_bytes()
+    err = reflect(reef, root, code=4)["err"]
+    assert err == (f"reef: error: {path}: pattern memory is {len(data)} bytes, more than reef reads as memory (4096 "
+                   "bytes; a full one is about 2 MB); move it away or restore it with 'reef checkout' (nothing was "
+                   "changed)\n")
+    assert path.read_bytes() == data and ledger.path.read_bytes() == before
+    assert reef("-C", str(root), "harness", "evolve").code == 4

@@ -11,9 +11,9 @@ from ..patterns import PatternMemory
 from ..project import write_atomic
 from ..releases import canonical
 from . import admission as adm
-from .common import (Options, Outcome, dirty_conflict, evidence_of, evolve_dir, fault, load_memory, lock,
-                     memory_path, negative_payload, reason_of, record_rollback_negatives, reflect_into, reflect_records,
-                     sha, with_memory, write_negatives, zone_of)
+from .common import (Options, Outcome, check_memory_size, dirty_conflict, evidence_of, evolve_dir, fault, load_memory,
+                     lock, memory_path, negative_payload, reason_of, record_rollback_negatives, reflect_into,
+                     reflect_records, sha, with_memory, write_negatives, zone_of)
 from .journal import EvolveJournal, JournalFile
 from .proposals import write_proposal
 from .publish import publish_gated
@@ -45,6 +45,7 @@ def run_reflect(store, opts: Options) -> ReflectOutcome:
         path = memory_path(config)
         target = store.project.root / path
         check_write(store.project.root, config.zone_map(), path)  # the zone guard names a symlink out of the harness
+        check_memory_size(target)  # before the compare-and-swap read below hashes all of it
         seen = _file_state(target)  # read before load_memory: an edit in between is a (safe) conflict, not a loss
         if seen is not None and seen.startswith(_REFUSED):
             # a symlink, a FIFO, a directory: load_memory would fold into the head release's copy and the write
