@@ -181,9 +181,15 @@ class Pattern:
     extra: dict = field(default_factory=dict)  # keys this reef does not know, written back as they were read
 
     def __post_init__(self) -> None:
-        from .redact import redact_text
+        from .redact import redact_obj, redact_text
 
         self.text = redact_text(self.text)  # a memory written before a redaction fix publishes no secret either
+        # the memory is published with every release: a secret in a suppression's reason (a human's `-m`) or in a
+        # field reef does not know (a user's note) is redacted like the text, never carried into a release
+        if self.suppressed:
+            self.suppressed = redact_obj(self.suppressed)[0]
+        if self.extra:
+            self.extra = redact_obj(self.extra)[0]
 
     @property
     def eligible(self) -> bool:
@@ -273,7 +279,11 @@ class PatternMemory:
         self.patterns: dict[str, Pattern] = {}
         self.through_seq = through_seq
         self.through_hash = through_hash
-        self.extra: dict = dict(extra or {})  # top-level keys this reef does not know, written back as they were
+        self.extra: dict = {}  # top-level keys this reef does not know, written back as they were (secrets redacted)
+        if extra:
+            from .redact import redact_obj
+
+            self.extra = redact_obj(dict(extra))[0]
         self._by_terms: dict[tuple[str, frozenset], str] = {}
         self._by_term: dict[tuple[str, str], set[str]] = {}
         self._ids: dict[str, str] = {}
@@ -459,8 +469,10 @@ class PatternMemory:
             self._index(p)
         if reset:  # a human demoted it: its past observations no longer count toward any tier
             p.count, p.observe_only, p.evidence, p.origins, p.utility = 0, 0, [], {}, None
+        from .redact import redact_text
+
         p.suppressed = {"record_id": record_id, "origin": origin, "since_seq": since_seq, "needed": max(1, needed),
-                        "earned": 0, "reason": reason}
+                        "earned": 0, "reason": redact_text(reason)}  # a ledger written before the reason was redacted
         p.negatives += 1
         return p
 

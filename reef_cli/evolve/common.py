@@ -204,8 +204,12 @@ def lock(directory: Path):
 
 
 def negative_payload(key: str, text: str, polarity: str, origin: str, reason: str, needed: int, **extra) -> dict:
-    return {"key": key, "text": text, "polarity": polarity, "origin": origin, "reason": reason, "needed": needed,
-            **{k: v for k, v in extra.items() if v is not None}}
+    """A `negative` record's payload. The reason is often a human's `-m` (demote, reject) and is folded into pattern
+    memory, which every release publishes: it is redacted here, before the ledger or memory holds it."""
+    from ..redact import redact_text
+
+    return {"key": key, "text": redact_text(text), "polarity": polarity, "origin": origin,
+            "reason": redact_text(reason), "needed": needed, **{k: v for k, v in extra.items() if v is not None}}
 
 
 def write_negatives(store, ledger, items: list[tuple[str, dict]]) -> list[dict]:
