@@ -116,3 +116,22 @@ def test_a_fifo_where_a_users_file_is_read_is_refused_not_waited_on(tmp_path):
         os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
         reader.join(10)
     assert not waited and outcome == [f"{fifo} is not a regular file; reef will not replace it"]
+
+
+def test_an_atomic_rewrite_never_writes_through_a_symlink_at_its_temp_name(tmp_path):
+    """The temp file beside the target had a predictable name (pid) and was opened O_CREAT|O_TRUNC without
+    O_NOFOLLOW: a symlink planted there had the new bytes written into its target (here a victim file under
+    tmp_path, never a system file). Now the temp is this thread's own, created O_EXCL|O_NOFOLLOW."""
+    import threading
+
+    from reef_cli.durable import write_atomic
+
+    victim = tmp_path / "victim.txt"
+    victim.write_bytes(b"victim\n")
+    target = tmp_path / "proj" / "patterns.json"
+    target.parent.mkdir()
+    target.write_bytes(b"old\n")
+    for name in (f".{target.name}.{os.getpid()}.tmp", f".{target.name}.{os.getpid()}.{threading.get_native_id()}.tmp"):
+        (target.parent / name).symlink_to(victim)
+    write_atomic(target, b"new\n")
+    assert victim.read_bytes() == b"victim\n" and target.read_bytes() == b"new\n" and not target.is_symlink()
