@@ -329,3 +329,28 @@ def test_a_memory_file_past_the_limit_is_refused_before_it_is_read(reef, tmp_pat
                    "changed)\n")
     assert path.read_bytes() == data and ledger.path.read_bytes() == before
     assert reef("-C", str(root), "harness", "evolve").code == 4
+
+
+def test_a_read_only_memory_file_is_refused_like_evolve_refuses_it(reef, tmp_path):
+    """evolve refuses a file the user made read-only (their "do not touch"); reflect replaced a 0444 patterns.json
+    all the same (a rename needs only the directory's write bit). Now it refuses up front, and --dry-run, which
+    writes nothing, still runs."""
+    import stat
+
+    root, ledger = init_project(reef, tmp_path)
+    feedback(ledger, "Always run the tests before finishing.")
+    reflect(reef, root)
+    path = root / "reef/memory/patterns.json"
+    path.chmod(0o444)
+    data = path.read_bytes()
+    feedback(ledger, "Never force-push to main.")
+    before = ledger.path.read_bytes()
+    assert reflect(reef, root, "--dry-run")["observations"] == 1
+    err = reflect(reef, root, code=4)["err"]
+    assert err == (f"reef: error: {path} is read-only; reef does not write through a file a user made read-only — "
+                   "make it writable (chmod u+w reef/memory/patterns.json) and run 'reef harness reflect' again "
+                   "(nothing was reflected)\n")
+    assert path.read_bytes() == data and stat.S_IMODE(path.stat().st_mode) == 0o444
+    assert ledger.path.read_bytes() == before
+    path.chmod(0o644)
+    assert reflect(reef, root)["written"] is True

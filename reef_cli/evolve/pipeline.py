@@ -17,7 +17,7 @@ from .common import (Options, Outcome, check_memory_size, dirty_conflict, eviden
 from .journal import EvolveJournal, JournalFile
 from .proposals import write_proposal
 from .publish import publish_gated
-from .worktree import expected_bytes
+from .worktree import expected_bytes, made_read_only
 
 # --------------------------------------------------------------------------------------------- reflect
 
@@ -52,6 +52,10 @@ def run_reflect(store, opts: Options) -> ReflectOutcome:
             # replace what is there (evolve refuses it the same way, before anything is paid for or recorded)
             raise InvalidInput(f"{seen[len(_REFUSED):]}; nothing was reflected — put the pattern memory back as a "
                                f"regular file (or move it away) and run 'reef harness reflect' again")
+        if seen is not None and not opts.dry_run and made_read_only(target):
+            raise InvalidInput(f"{target} is read-only; reef does not write through a file a user made read-only — "
+                               f"make it writable (chmod u+w {path}) and run 'reef harness reflect' again (nothing "
+                               f"was reflected)")
         negatives = [] if opts.dry_run else record_rollback_negatives(store, ledger, config)
         files = store.files_of(head)
         memory = load_memory(store, config, files)

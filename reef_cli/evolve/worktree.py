@@ -60,7 +60,7 @@ def _temp(target: Path) -> Path:
     return target.with_name(f".{target.name}.reef-tmp")
 
 
-def _read_only(path: Path) -> bool:
+def made_read_only(path: Path) -> bool:
     """The user made it read-only: no write permission for its owner (root ignores modes, so ask the bits)."""
     return not (os.lstat(path).st_mode & stat.S_IWUSR) or not os.access(path, os.W_OK)
 
@@ -100,7 +100,7 @@ def write_tree(root: Path, base: dict, files: dict, expected: dict, *, before_wr
         want = expected.get(rel, _digest(base[rel].data) if rel in base else None)
         if _digest(cur) != want:
             raise _edited(rel)
-        if cur is not None and _read_only(root / rel):
+        if cur is not None and made_read_only(root / rel):
             raise InvalidInput(f"{root / rel} is read-only; reef does not write through a file a user made "
                                f"read-only — make it writable (chmod u+w {rel}) and run 'reef harness evolve' "
                                f"again (nothing was written or published)")
