@@ -129,6 +129,8 @@ def _merge_memory(b, o, t) -> bytes:
     for key, p in ours.patterns.items():
         other = theirs.patterns.get(key)
         if other is None or (p.count, p.last_seen or "") > (other.count, other.last_seen or ""):
+            if other is not None:  # the remote's own keys on it (a teammate's note) stay, ours win a clash
+                p.extra = {**other.extra, **p.extra}
             merged._index(p)
     return merged.dumps()
 

@@ -268,13 +268,14 @@ def test_a_merge_of_two_memories_keeps_the_fields_reef_does_not_know():
     from reef_cli.gitstore import Entry
     from reef_cli.merge import _merge_memory
 
-    def doc(extra, count, note):
+    def doc(extra, count, note, **more):
         pat = {"key": "do:run+test", "id": "abc123", "text": "Run the tests.", "polarity": "do", "count": count,
-               "note": note}
+               "note": note, **more}
         return Entry((json.dumps({"version": 1, "through_seq": 1, "patterns": [pat], **extra}) + "\n").encode())
 
-    merged = json.loads(_merge_memory(None, doc({"ours": 1}, 5, "ours"), doc({"theirs": 2}, 3, "theirs")))
-    assert merged["ours"] == 1 and merged["theirs"] == 2 and merged["patterns"][0]["note"] == "ours"
+    merged = json.loads(_merge_memory(None, doc({"ours": 1}, 5, "ours"), doc({"theirs": 2}, 3, "theirs", seen=1)))
+    assert merged["ours"] == 1 and merged["theirs"] == 2
+    assert merged["patterns"][0]["note"] == "ours" and merged["patterns"][0]["seen"] == 1
 
 
 @pytest.mark.parametrize("kind", ["symlink", "fifo", "directory"])
