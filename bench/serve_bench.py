@@ -169,6 +169,21 @@ def cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def idle_line(asked: bool) -> str:
+    """How this machine's idle CPUs wait, which sets what every wake-up costs (bench/RESULTS.md, session 11)."""
+    from reef_cli.serve import cpu_latency
+
+    base = Path("/sys/devices/system/cpu/cpuidle")
+    driver = (base / "current_driver").read_text().strip() if (base / "current_driver").exists() else "unknown"
+    poll = Path("/sys/module/haltpoll/parameters/guest_halt_poll_ns")
+    halt = f", guest_halt_poll_ns={poll.read_text().strip()}" if poll.exists() else ""
+    limit = cpu_latency.current()
+    held = ("CPU latency limit 0 us: idle CPUs poll" if limit == 0 else
+            f"CPU latency limit {'none' if limit in (None, 2000000000) else f'{limit} us'}: idle CPUs may sleep")
+    note = " (--low-latency: NOT in effect, see the gateway's log)" if asked and limit != 0 else ""
+    return f"cpuidle {driver}{halt}; {held}{note}"
+
+
 def pct(xs: list[float], q: float) -> float:
     xs = sorted(xs)
     return xs[min(len(xs) - 1, int(round(q * (len(xs) - 1))))]
@@ -206,6 +221,8 @@ def main(argv: list[str] | None = None) -> int:
                     "/dev/shm shows the gateway's cost without the disk's syncs)")
     ap.add_argument("--realtime", action="store_true", help="latency phase under SCHED_FIFO for every process "
                     "measured, baseline included (root; for a machine shared with other work)")
+    ap.add_argument("--low-latency", action="store_true", help="start reef's gateway(s) with --low-latency (idle "
+                    "CPUs kept polling while they run; the direct call shares the machine, so it gets the same)")
     ap.add_argument("--compare-asyncio", action="store_true", help="also measure a gateway on asyncio's loop")
     ap.add_argument("--floor", action="store_true", help="also measure bare pass-through proxies that record "
                     "nothing, one per HTTP stack (bench/serve_floor.py)")
@@ -230,7 +247,8 @@ def main(argv: list[str] | None = None) -> int:
         reef = str(Path(sys.executable).parent / "reef")
         subprocess.run([reef, "init"], cwd=project, check=True, capture_output=True)
         gw_port = free_port()
-        gw = subprocess.Popen([reef, "serve", "--upstream", upstream, "--port", str(gw_port)], cwd=project,
+        low = ["--low-latency"] if args.low_latency else []
+        gw = subprocess.Popen([reef, "serve", "--upstream", upstream, "--port", str(gw_port), *low], cwd=project,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         procs.append(gw)
         through = f"http://127.0.0.1:{gw_port}"
@@ -242,7 +260,7 @@ def main(argv: list[str] | None = None) -> int:
             subprocess.run([reef, "init"], cwd=project2, check=True, capture_output=True)
             port2 = free_port()
             gws["reef-asyncio"] = subprocess.Popen([reef, "serve", "--upstream", upstream, "--port", str(port2),
-                                                    "--loop", "asyncio"], cwd=project2, stdout=subprocess.DEVNULL,
+                                                    "--loop", "asyncio", *low], cwd=project2, stdout=subprocess.DEVNULL,
                                                    stderr=subprocess.DEVNULL)
             procs.append(gws["reef-asyncio"])
             wait_http(f"http://127.0.0.1:{port2}/healthz")
@@ -288,7 +306,8 @@ def main(argv: list[str] | None = None) -> int:
             except PermissionError:
                 args.realtime = False
                 print("--realtime: not permitted (needs root); measuring at normal priority")
-        print(f"machine: {os.cpu_count()} CPUs, load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+        print(f"machine: {os.cpu_count()} CPUs, load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}; "
+              f"{idle_line(args.low_latency)}")
         appends = append_latency(project / ".reef" / "scenarios" / "default" / "bench-append.jsonl", args.requests)
         print(f"one durable ledger append alone, same disk (ms): p50 {pct(appends, .5):.3f}  p99 {pct(appends, .99):.3f}")
         print(f"latency, {args.requests} sequential calls per target (ms):")

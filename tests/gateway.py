@@ -26,7 +26,7 @@ class Gateway:
         self.proc = subprocess.Popen([REEF, "-C", str(project), "serve", "--upstream", upstream, "--port", "0", *args],
                                      stdout=subprocess.PIPE, stderr=self._log, text=True,
                                      env={**os.environ, **(env or {})})
-        line = self.proc.stdout.readline()
+        line = self.banner = self.proc.stdout.readline()
         if line.startswith("{") and '"listening"' in line:  # --json
             self.url = json.loads(line)["url"]
         elif "serving " in line:

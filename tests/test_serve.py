@@ -1354,3 +1354,40 @@ def test_a_stream_that_breaks_before_any_of_it_left_is_a_502_answer(tmp_path, up
         else:
             assert "x-reef-agent-record-id" not in {k.lower() for k in headers}
     verify(project)
+
+
+def test_low_latency_holds_the_cpus_awake_while_serving_and_no_longer(tmp_path, upstream):
+    """--low-latency asks the kernel that no CPU sleep deeper than polling (bench/RESULTS.md, session 11: on an idle
+    VM the wake-ups were most of reef's added latency); the request is the open device file, so it ends with the
+    gateway. Where the machine cannot grant it the gateway still serves and says why."""
+    from reef_cli.serve import cpu_latency
+
+    project = init_project(tmp_path / "proj")
+    grantable = os.access(cpu_latency.DEVICE, os.W_OK)
+    with Gateway(project, upstream.url, "--low-latency") as gw:
+        status = json.loads(http(gw.url + "/reef/status")[2])
+        assert http(gw.url + "/v1/chat/completions", {"model": "m", "messages": []})[0] == 200
+        if grantable:
+            assert status["low_latency"] == {"held": True, "us": 0}
+            assert cpu_latency.current() == 0
+        else:
+            assert status["low_latency"]["held"] is False and cpu_latency.DEVICE in status["low_latency"]["why"]
+        assert gw.stop() == 0
+    if grantable:
+        assert "idle CPUs kept polling (--low-latency)" in gw.banner
+        assert cpu_latency.current() != 0  # released with the gateway (no other holder in this suite)
+    else:
+        assert "--low-latency not in effect" in gw.log()
+
+
+def test_low_latency_asks_nothing_of_a_file_that_is_not_the_device(tmp_path):
+    """A regular file where the device should be (a container's bind mount, a test) gets nothing written into it."""
+    from reef_cli.serve import cpu_latency
+
+    fake = tmp_path / "cpu_dma_latency"
+    fake.write_bytes(b"keep")
+    held = cpu_latency.hold(str(fake))
+    assert not held.held and "is not a character device" in held.why and fake.read_bytes() == b"keep"
+    missing = cpu_latency.hold(str(tmp_path / "absent"))
+    assert not missing.held and "does not exist" in missing.why
+    assert cpu_latency.current(str(fake)) is None

@@ -56,6 +56,7 @@ class ServeConfig:
     max_body: int = 32 * 1024 * 1024
     drain_timeout: float = 10.0
     loop: str = "auto"  # auto (uvloop where installed) | uvloop | asyncio
+    low_latency: bool = False  # hold the CPUs' wake-up latency at 0 while serving (cpu_latency.py)
 
 
 class Gateway(StreamRelay, ReefRoutes):
@@ -101,6 +102,7 @@ class Gateway(StreamRelay, ReefRoutes):
         self.targets: dict = {}
         self.started = time.time()
         self.url = ""
+        self.cpu_hold = None  # cpu_latency.Hold under --low-latency, while running
         # path -> (methods, handler); GET routes answer HEAD too, as aiohttp's router did
         self.routes: dict = {path: (("GET", "HEAD") if api == "openai.models" else ("POST",), self._model_route)
                              for path, api in ROUTE_API.items()}
@@ -415,15 +417,30 @@ class Gateway(StreamRelay, ReefRoutes):
         except OSError as exc:
             self.client.close()
             raise ReefError(f"cannot listen on {self.config.host}:{self.config.port}: {exc.strerror}") from None
+        if self.config.low_latency:
+            from . import cpu_latency
+
+            self.cpu_hold = cpu_latency.hold()
+            if not self.cpu_hold.held:
+                self._note(f"--low-latency not in effect: {self.cpu_hold.why}; serving without it")
+        try:
+            return await self._serve(server, host, port, stop, loop, on_ready)
+        finally:
+            if self.cpu_hold is not None:
+                self.cpu_hold.release()
+
+    async def _serve(self, server, host, port, stop: asyncio.Event, loop, on_ready) -> int:
         shown_host = f"[{host}]" if ":" in host else host
         self.url = f"http://{shown_host}:{port}"
         release = self.recorder.scenario(None).release()
         if self.config.json_logs:
             self.out.write(json.dumps({"event": "listening", "url": self.url, "upstream": self.upstream.shown(),
-                                       "scenario": self.config.scenario, "release_id": release.release_id}) + "\n")
+                                       "scenario": self.config.scenario, "release_id": release.release_id,
+                                       "low_latency": self._low_latency()}) + "\n")
         else:
+            held = ", idle CPUs kept polling (--low-latency)" if self._low_latency() else ""
             self.out.write(f"reef: serving {self.url} -> {self.upstream.shown()} (scenario {self.config.scenario}, "
-                           f"release {release.release_id}); SIGTERM or Ctrl-C stops it\n")
+                           f"release {release.release_id}{held}); SIGTERM or Ctrl-C stops it\n")
         self.out.flush()
         if on_ready is not None:
             on_ready(self.url)
@@ -441,6 +458,9 @@ class Gateway(StreamRelay, ReefRoutes):
         self.client.close()
         await loop.run_in_executor(None, self.executor.shutdown, True)
         return self._verify()
+
+    def _low_latency(self) -> bool:
+        return self.cpu_hold is not None and self.cpu_hold.held
 
     def _verify(self) -> int:
         code = 0

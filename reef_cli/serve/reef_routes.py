@@ -70,7 +70,8 @@ class ReefRoutes:
             "in_flight": max(0, len(self.in_flight) - 1), "recorded": self.recorder.recorded,
             "failed": self.recorder.failed, "uptime_s": round(time.time() - self.started, 3),
             "appends": {"inline": self.recorder.committer.inline, "batches": self.recorder.committer.batches},
-            "loop": _loop_name()})
+            "loop": _loop_name(),
+            "low_latency": self.cpu_hold.status() if self.cpu_hold is not None else {"held": False, "why": "not asked"}})
 
     async def _healthz(self, _request: Request) -> Response:
         failed = self._failed_ledgers()
