@@ -137,7 +137,7 @@ agent: %s
 def make_project(root: Path) -> None:
     """Release 1: the minimal template, a one-line human instruction, the suite and its checker."""
     from reef_cli.bootstrap import init_project, template_files
-    from reef_cli.store import write_files
+    from reef_cli.harness_files import write_files
 
     write_files(root, template_files("minimal"))
     agents = root / "AGENTS.md"
@@ -240,7 +240,7 @@ def by_kind(per_task: dict[str, float]) -> dict[str, str]:
 
 def paired_interval(base: dict[str, float], final: dict[str, float], config) -> tuple[float, float, float]:
     """The gate's statistic on final vs release 1: mean paired difference per held-out prompt, seeded bootstrap."""
-    from reef_cli.gate import bootstrap_interval
+    from reef_cli.gate_policies import bootstrap_interval
 
     diffs = [final[t] - base[t] for t in sorted(base)]
     lo, hi = bootstrap_interval(diffs, config.confidence, config.resamples, config.seed)
@@ -266,7 +266,7 @@ def attribution(store, config) -> list[dict]:
     bootstrap gives it (admission asks utility > 0 and, where the pairs went both ways, the gate's sign-flip test:
     reef_cli/evolve/admission.py; see RESULTS.md for why that matters here)."""
     from reef_cli.evolve.common import evolve_dir
-    from reef_cli.gate import bootstrap_interval
+    from reef_cli.gate_policies import bootstrap_interval
 
     out = []
     for journal in sorted(evolve_dir(store).glob("*/gate/journal.jsonl"), key=lambda p: p.stat().st_mtime):

@@ -18,12 +18,12 @@ with C a standard Cauchy draw (shared by the pair with probability rho) and m th
 true effects are the exact means of the clipped scores.
 
 Policies:
-* paired     - reef_cli.gate policy 'paired' (the default before issue 16): screen, one pass, repeats, early stop,
+* paired     - reef_cli.gate_policies 'paired' (the default before issue 16): screen, one pass, repeats, early stop,
                bootstrap lower bound > 0, tolerance, sentinels. Budget: the full paired tally's 2*T*k.
-* sequential - reef_cli.gate policy 'sequential' (the default): group-sequential sign-flip test with alpha spending, futility
-               looks, two extra passes on the discordant tasks, one drop e-process over all tasks with probes, and
-               before publishing a non-inferiority check on the tasks the current harness passes reliably (up to 6k
-               pairs per task; no total budget, the table shows the most any candidate spent). It is given the
+* sequential - reef_cli.gate_policies 'sequential' (the default): group-sequential sign-flip test with alpha spending,
+               futility looks, two extra passes on the discordant tasks, one drop e-process over all tasks with
+               probes, and before publishing a non-inferiority check on the tasks the current harness passes reliably
+               (up to 6k pairs per task; no total budget, the table shows the most any candidate spent). It is given the
                current harness's history (`--history`, default 3 earlier scores per task: what its last gate run
                left in the ledger), drawn with luck of its own, and orders its passes by it.
 * tally      - reef 0.1.3's rule (shipped as policy 'tally'): all 2*T*k episodes, wins - losses > 0.
@@ -49,7 +49,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from reef_cli.gate import CANDIDATE, CURRENT, PUBLISH, GateSettings, TaskSpec, evaluate, full_tally_cost  # noqa: E402
+from reef_cli.gate_policies import (  # noqa: E402
+    CANDIDATE, CURRENT, PUBLISH, GateSettings, TaskSpec, evaluate, full_tally_cost,
+)
 
 CLASSES = ("null", "harmful", "breaks", "helpful")
 SHOULD_ACCEPT = {"helpful"}

@@ -2,7 +2,11 @@
 against a minimal click app with one option, in the same run. Target: <= 2x. Also the first `reef run` after
 `reef init` in a fresh project (min(runs, 5) projects), which must not pay for materialising the release.
 
-    .venv/bin/python bench/startup_bench.py [--runs 20]
+    .venv/bin/python bench/startup_bench.py [--runs 20] [--instructions]
+
+--instructions also counts each command's user-space instructions once under valgrind's callgrind (PYTHONHASHSEED=0):
+slow (~10 s a command) but the same from run to run whatever the load, where wall time on a shared machine moves
+by +-15% or more.
 """
 
 from __future__ import annotations
@@ -10,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -38,6 +43,14 @@ def timed(argv: list[str], cwd: Path, env: dict, runs: int) -> list[float]:
     return out
 
 
+def instructions(argv: list[str], cwd: Path, env: dict) -> float:
+    """User-space instructions (millions) of one run of argv under callgrind."""
+    r = subprocess.run(["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", *argv], cwd=cwd,
+                       env={**env, "PYTHONHASHSEED": "0"}, check=True, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.PIPE, text=True)
+    return next(int(line.split()[-1]) for line in r.stderr.splitlines() if "Collected" in line) / 1e6
+
+
 def first_runs(reef: str, base: Path, env: dict, n: int) -> list[float]:
     out = []
     for i in range(n):
@@ -51,6 +64,7 @@ def first_runs(reef: str, base: Path, env: dict, n: int) -> list[float]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=20)
+    ap.add_argument("--instructions", action="store_true", help="also count instructions under callgrind")
     args = ap.parse_args()
     bin_dir = Path(sys.executable).parent
     reef = str(bin_dir / "reef")
@@ -77,11 +91,21 @@ def main() -> None:
             "reef --help": timed([reef, "--help"], proj, env, args.runs),
             "first run after init": first_runs(reef, Path(d), env, min(args.runs, 5)),
         }
+        counted = {}
+        if args.instructions:
+            if shutil.which("valgrind") is None:
+                raise SystemExit("--instructions needs valgrind (apt-get install valgrind)")
+            counted = {name: instructions(argv, proj, env) for name, argv in (
+                ("minimal click app", [sys.executable, str(click_app), "--score", "1"]),
+                ("reef run -- true", [sys.executable, reef, "run", "--", "true"]),
+                ("reef report", [sys.executable, reef, "report", "--score", "1", "--receipt", receipt]))}
     base_ms = statistics.median(rows["minimal click app"]) * 1e3
     print(f"{'command':24}{'median ms':>10}{'ratio':>8}")
     for name, ts in rows.items():
         ms = statistics.median(ts) * 1e3
         print(f"{name:24}{ms:10.1f}{ms / base_ms:7.2f}x")
+    for name, n in counted.items():
+        print(f"{name:24}{n:9.1f}M instructions {n / counted['minimal click app']:6.2f}x")
     print("target: reef run / reef report <= 2.00x the minimal click app")
 
 

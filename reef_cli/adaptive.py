@@ -1,4 +1,5 @@
-"""The `sequential` gate policy's engine: which episodes to run next, and when to stop (reef_cli.gate calls it).
+"""The `sequential` gate policy's engine: which episodes to run next, and when to stop (reef_cli.gate_policies calls
+it).
 
 Pure like the rest of the gate's engine: it asks the gate's episode book for scores in batches. The statistics it
 runs are in reef_cli.sequential; why they control the false-accept rate is told there and in bench/RESULTS.md.
@@ -32,7 +33,7 @@ from __future__ import annotations
 import math
 from typing import Any, Mapping, Sequence
 
-# reef_cli.gate's names, repeated so this module does not import the gate that imports it (tests pin them equal)
+# reef_cli.gate_policies's names, repeated so this module does not import the engine that imports it (tests pin them equal)
 CANDIDATE, CURRENT, PUBLISH, REJECT = "candidate", "current", "publish", "reject"
 SENTINEL_PASS = 0.5
 

@@ -11,7 +11,8 @@ from .config import CONFIG_NAME, DEFAULT_RECIPE, load_config, parse_config
 from .errors import ConflictError, InvalidInput, NotFound
 from .gitstore import Entry, mode_of
 from .project import PROJECT_FILE, Project, check_scenario_name, shipped
-from .store import HarnessStore, PublishResult, collect_files, write_files
+from .harness_files import collect_files, write_files
+from .store import HarnessStore, PublishResult
 
 TEMPLATES_DIR = shipped("harness_templates")
 

@@ -36,7 +36,7 @@ def conflicts(dest: Path, files: Mapping, *, published: Mapping | None = None) -
     """What writing `files` into `dest` would destroy, in path order; raises InvalidInput for what --force cannot
     allow (a symlink on the way, an unsafe path). `published` maps paths to the bytes safe to replace."""
     from .gitstore import MODE_LINK
-    from .store import non_directory_parent, unreplaceable
+    from .harness_files import non_directory_parent, unreplaceable
 
     published = published or {}
     out: list[Conflict] = []
@@ -76,7 +76,7 @@ def checkout(dest: Path, files: Mapping, *, project_root: Path | None = None, he
     harness may (admission.py: inside .git or .reef, outside its own include globs, a link leaving the harness) is
     refused before anything is written: a release may have been forged and pulled before pull checked it."""
     from .admission import check_files, own_bound
-    from .store import write_files
+    from .harness_files import write_files
 
     check_files(dict(files), label, own_bound(dict(files), label), done=f"nothing was written to {dest}")
 

@@ -128,7 +128,7 @@ def bullet_changes(base_files: Mapping, cand_files: Mapping, config, utility: Ma
     an added bullet, since the change that adds it brings its pattern; the base's for a removed one). The text is
     redacted: it goes to the CI job page and the terminal, and either tree may hold a secret published or judged
     with --allow-secret."""
-    from .gate import new_bullets
+    from .harness_diff import new_bullets
     from .redact import redact_text
 
     mem_base, mem_cand = _memory(base_files, config), _memory(cand_files, config)
@@ -259,10 +259,15 @@ def run_ci(store, baseline, base_files: Mapping, base_label: str, *, workers: in
     report = CiReport(base_label=base_label)
     # Frozen means "never changed automatically": a human's own rules are judged like any change; only the
     # measuring stick is refused (edits.py), or with --suite-change judged on the new suite by both sides.
-    violations, suite_base, report.suite_change = ci_policy(base_files, files, config, suite_change=suite_change)
+    violations, suite_base, report.suite_change = ci_policy(base_files, files, config, suite_change=suite_change,
+                                                            root=store.project.root)
     if suite_base is not None:
         baseline = suite_base
-    if violations:
+    if violations and violations[0].change == "link":  # a link into the stick: its own sentence, whatever changed
+        report.status, report.violations = "blocked", violations
+        more = f" (and {len(violations) - 1} more)" if len(violations) > 1 else ""
+        report.reason = f"{violations[0].reason}{more}; nothing was run"
+    elif violations:
         report.status, report.violations = "blocked", violations
         report.reason = (f"the change touches the measuring stick ({len(violations)} change(s), first: "
                          f"{violations[0].path}: {violations[0].reason})")

@@ -58,6 +58,9 @@ def compile_harness(files: dict[str, Entry], adapter: Adapter, *, layout: str = 
     """Compile a canonical harness (a release's files) for one agent; raises InvalidInput listing every problem."""
     if layout not in LAYOUTS:
         raise InvalidInput(f"--layout {layout}: expected one of {', '.join(LAYOUTS)}")
+    from .stick_links import refuse_stick_links
+
+    refuse_stick_links(files, (_config(_resolve_links(files)),), done="nothing was compiled")
     files = _resolve_links(files)
     config = _config(files)
     lay = adapter.layout

@@ -65,7 +65,7 @@ def _yaml_list(items) -> str:
 
 def _configure(root: Path, agent: tuple[str, ...], suite: dict[str, str]) -> None:
     from .bootstrap import template_files
-    from .store import write_files
+    from .harness_files import write_files
 
     files = template_files("claude")
     write_files(root, files)
@@ -107,7 +107,7 @@ def _session(store, task, agent: tuple[str, ...], environ: dict, round_no: int) 
     from .episodes import agent_argv, parse_score, run_command
     from .reports import report
     from .runs import run_recorded
-    from .store import write_files
+    from .harness_files import write_files
     from .gitstore import Entry
 
     work = Path(tempfile.mkdtemp(prefix="reef-demo-session-"))

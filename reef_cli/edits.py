@@ -5,6 +5,8 @@ CLAUDE.md outside reef's block, a rule file or a skill is a harness change like 
 against the head). Only a change to what does the judging — the canary tasks, the evaluators, and the `gate` and
 `zones` sections of harness.yaml — cannot be vouched for by the gate it changes; `reef ci` refuses it (exit 4)
 unless `--suite-change` asks for both sides to be evaluated on the new suite (`suite_baseline`).
+
+A link into the stick (stick_links.py) is refused by ci whatever `--suite-change` says.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from dataclasses import dataclass
 from typing import Mapping
 
 from .config import CONFIG_NAME
+from .stick_links import stick_links
 
 STICK_SECTIONS = ("gate", "zones")
 
@@ -108,17 +111,21 @@ def _with_sections(base_yaml: bytes, cand_yaml: bytes) -> bytes:
     return buf.getvalue().encode("utf-8")
 
 
-def ci_policy(base_files: Mapping, files: Mapping, base_config, *, suite_change: bool):
+def ci_policy(base_files: Mapping, files: Mapping, base_config, *, suite_change: bool, root=None):
     """What `reef ci` does with a change: (violations that block it, the baseline files to judge it against —
     None for the usual baseline —, the measuring-stick changes). Without `suite_change` any stick change blocks
-    (exit 4); with it, both sides are judged on the new suite."""
+    (exit 4); with it, both sides are judged on the new suite. A link into the stick (`stick_links`; `root`: the
+    checkout the files were read from) blocks either way: no suite makes reading its own tasks fair."""
     from .config import parse_config
-    from .gate import Violation
+    from .harness_diff import Violation
 
     cand_config = base_config
     if CONFIG_NAME in files and files.get(CONFIG_NAME) != base_files.get(CONFIG_NAME):
         cand_config = parse_config(files[CONFIG_NAME].data, source=f"{CONFIG_NAME} (the change)", validate=False)
     stick = stick_changes(base_files, files, base_config, cand_config)
+    links = stick_links(files, (base_config, cand_config), root=root)
+    if links:
+        return [Violation(s.path, "link", "measuring stick", s.sentence()) for s in links], None, stick
     if not stick:
         return [], None, []
     if not suite_change:
@@ -126,3 +133,4 @@ def ci_policy(base_files: Mapping, files: Mapping, base_config, *, suite_change:
                           f"{s.what}: the gate cannot vouch for a change to its own tasks; pass --suite-change to "
                           "judge both sides on the new suite") for s in stick], None, stick
     return [], suite_baseline(base_files, files, base_config, cand_config), stick
+

@@ -28,7 +28,7 @@ from .durable import STATE_FILE_MODE, append_durable, make_dirs, write_atomic
 from .errors import InvalidInput
 from .redact import WINDOW, content_fields, redact
 from .releases import canonical
-from .store import rmtree, write_files
+from .harness_files import rmtree, write_files
 from .tasks import Task
 
 SCORE_PREFIX = "score:"
@@ -348,7 +348,7 @@ class EpisodeRunner:
             rmtree(ep_dir)
 
     def _run_in(self, ep_dir: Path, req: EpisodeRequest) -> EpisodeResult:
-        from .store import write_files
+        from .harness_files import write_files
         from .gitstore import Entry
 
         task = req.task

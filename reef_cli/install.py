@@ -120,29 +120,38 @@ def load_record(project: Project, adapter: Adapter, root: Path) -> InstallRecord
 # -- checking --------------------------------------------------------------------------------------------------------
 def verify(record: InstallRecord) -> list[str]:
     """Installed files that are no longer what reef wrote: 'PATH (modified|missing|replaced by a symlink|...)'."""
-    base = Path(record.agent_dir)
+    return [f"{Path(record.agent_dir) / rel} ({why})" for rel, why in drift(Path(record.agent_dir), record.files)]
+
+
+def drift(base: Path, digests: dict[str, str]) -> list[tuple[str, str]]:
+    """(path, why) for each file reef wrote under `base` (`digests`: path -> sha256 of the bytes written) that is no
+    longer those bytes: modified, missing, replaced by a symlink, under one, or not a regular file. What `install`,
+    the wrappers and `compile --out` check before they trust or overwrite a file reef wrote (a user's edit)."""
     problems = []
-    for rel, digest in sorted(record.files.items()):
+    for rel, digest in sorted(digests.items()):
         path = base / rel
         bad = _link_component(base, rel)
         if bad:
-            problems.append(f"{path} (under a symlink: {bad})")
+            problems.append((rel, f"under a symlink: {bad}"))
             continue
         try:
             st = os.lstat(path)
-        except FileNotFoundError:
-            problems.append(f"{path} (missing)")
+        except (FileNotFoundError, NotADirectoryError):
+            problems.append((rel, "missing"))
             continue
         if stat.S_ISLNK(st.st_mode):
-            problems.append(f"{path} (replaced by a symlink)")
+            problems.append((rel, "replaced by a symlink"))
         elif not stat.S_ISREG(st.st_mode):
-            problems.append(f"{path} (not a regular file)")
-        else:
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-            with os.fdopen(fd, "rb") as f:
-                if sha256(f.read()) != digest:
-                    problems.append(f"{path} (modified)")
+            problems.append((rel, "not a regular file"))
+        elif sha256(read_nofollow(path)) != digest:
+            problems.append((rel, "modified"))
     return problems
+
+
+def read_nofollow(path: Path) -> bytes:
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    with os.fdopen(fd, "rb") as f:
+        return f.read()
 
 
 def _link_component(base: Path, rel: str) -> str | None:

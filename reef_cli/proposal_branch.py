@@ -180,7 +180,7 @@ def files_at(store, ref: str) -> tuple[dict, str, list[dict]]:
     """The harness files of the project at the user's Git `ref`, its commit id, and the proposals (trailers) in
     its history that no release of this scenario links to yet."""
     from .config import CONFIG_NAME, parse_config
-    from .store import SKIP_DIRS
+    from .harness_files import SKIP_DIRS
 
     repo, prefix = user_repo(store.project.root)
     try:

@@ -293,7 +293,7 @@ def _follow(store, old_files) -> str:
     head = store.require_head()
     new_files = store.files_of(head)
     root = store.project.root
-    from .store import collect_files
+    from .harness_files import collect_files
 
     include = tuple(new_files) + tuple(old_files or ())
     now = collect_files(root, tuple(sorted(set(include))))

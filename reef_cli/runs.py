@@ -248,7 +248,7 @@ def run_recorded(
     if not argv:
         raise InvalidInput("no command given: use 'reef run -- CMD ARGS...'")
     release = release or store.require_head()
-    tree, config = store.materialised_config(release)
+    tree, observe_rules, store_content_default = store.run_settings(release)
     if harness_dir is None:
         harness_dir = tree
     base_env = dict(os.environ if env is None else env)
@@ -278,7 +278,7 @@ def run_recorded(
     if env_for_receipt is not None:
         child_env.update(env_for_receipt(record_id))
     model = model_of(argv, base_env)
-    observe_only = observe_only or matches_observe_only(config.observe_only, model=model, adapter=adapter, argv=argv)
+    observe_only = observe_only or matches_observe_only(observe_rules, model=model, adapter=adapter, argv=argv)
     interactive = sys.stdin.isatty() and sys.stdout.isatty()
     if capture is None:
         capture = not interactive
@@ -326,7 +326,7 @@ def run_recorded(
         }
         if base_env.get("REEF_TASK_ID"):  # run as a gate episode: the held-out check must see that it ran this task
             payload["task_id"] = base_env["REEF_TASK_ID"]
-        keep_text = config.store_content if store_content is None else store_content
+        keep_text = store_content_default if store_content is None else store_content
         if capture:
             payload["stdout"] = tees[0].fields(keep_text)
             payload["stderr"] = tees[1].fields(keep_text)

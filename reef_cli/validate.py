@@ -47,6 +47,9 @@ def check_release(files: Mapping[str, Any], config) -> None:
     except InvalidInput as exc:
         raise InvalidInput(f"{exc}; nothing was published") from None
     _check_memory(files, config)
+    from .stick_links import refuse_stick_links
+
+    refuse_stick_links(files, (config,), done="nothing was published")  # a link handing the agent its exam
 
 
 def _learned(config, path: str) -> bool:

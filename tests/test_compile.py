@@ -17,6 +17,7 @@ from reef_cli.adapters import load, names
 from reef_cli.compile import compile_harness
 from reef_cli.errors import InvalidInput, NotFound
 from reef_cli.gitstore import MODE_EXEC, MODE_LINK, Entry
+from reef_cli.install import sha256
 from reef_cli.store import collect_files, write_files
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -235,7 +236,7 @@ def test_cli_compile_writes_the_golden_tree_and_prunes_on_rerun(reef, project, t
     data = json.loads(r.out)
     assert data["release"]["step"] == 1 and data["agent"] == "opencode" and data["removed"] == []
     got = collect_files(out, ("**",))
-    assert json.loads(got.pop(".reef-compiled.json").data)["files"] == sorted(got)
+    assert json.loads(got.pop(".reef-compiled.json").data)["files"] == {p: sha256(e.data) for p, e in got.items()}
     assert got == collect_files(GOLDEN / "opencode" / "project", ("**",))
     # a skill removed from the harness disappears from DIR on the next compile; nothing else is touched
     (out / "mine.txt").write_text("keep me")
@@ -271,6 +272,18 @@ def test_cli_compile_lists_files_with_sources(reef, project):
     assert "Claude Code (claude, config layout) from release" in r.out
     assert "rules/safety.md  <- .claude/rules/safety.md" in r.out
     assert "CLAUDE.md  <- CLAUDE.md, CLAUDE.local.md" in r.out
+
+
+def test_cli_compile_listing_escapes_a_path_with_a_newline_or_escape(reef, project):
+    # a name is anyone's text: one listed file is one line, and its ESC never repaints the terminal
+    (project / ".claude" / "commands").mkdir(exist_ok=True)
+    (project / ".claude" / "commands" / "a\nb.md").write_text("hi\n")
+    (project / ".claude" / "commands" / "c\x1b[2J.md").write_text("hi\n")
+    r = reef("-C", str(project), "harness", "compile", "--agent", "claude", "--worktree")
+    assert r.code == 0, r.err
+    assert "     3  .claude/commands/a\\x0ab.md  <- .claude/commands/a\\x0ab.md\n" in r.out
+    assert "     3  .claude/commands/c\\x1b[2J.md  <- .claude/commands/c\\x1b[2J.md\n" in r.out
+    assert "\x1b" not in r.out
 
 
 REAL = Path(os.environ.get("REEF_SHARED", Path(__file__).resolve().parent.parent.parent / "shared")) / "data" / "real-harnesses"

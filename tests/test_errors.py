@@ -251,7 +251,7 @@ def test_a_corrupt_git_object_is_one_line(project):
         if obj.is_file() and "pack" not in obj.parts:
             obj.chmod(0o644)
             obj.write_bytes(b"garbage")
-    from reef_cli.store import rmtree
+    from reef_cli.harness_files import rmtree
 
     rmtree(project / ".reef" / "trees")  # `reef init` left the release materialised; make `reef run` read the store
     for args in (("status",), ("show", "1"), ("run", "--", "true")):

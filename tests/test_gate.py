@@ -18,10 +18,12 @@ import pytest
 from conftest import example_suite_project, reef_exe, set_block
 from reef_cli.episodes import EpisodeRequest, EpisodeRunner, Journal, parse_score, run_command
 from reef_cli.errors import InvalidInput, PolicyError
-from reef_cli.gate import (
-    CANDIDATE, CURRENT, PUBLISH, REJECT, GateSettings, TaskSpec, Verdict, _pair_reqs, _Paired, _Book, ablations,
-    bootstrap_interval, estimate, evaluate, new_bullets, screen_tasks,
+from reef_cli.gate import Verdict
+from reef_cli.gate_policies import (
+    CANDIDATE, CURRENT, PUBLISH, REJECT, GateSettings, TaskSpec, _pair_reqs, _Paired, _Book, bootstrap_interval,
+    estimate, evaluate, screen_tasks,
 )
+from reef_cli.harness_diff import ablations, new_bullets
 from reef_cli.gitstore import Entry
 from reef_cli.tasks import parse_task_file
 
@@ -199,7 +201,7 @@ def test_new_bullets_use_the_reef_id_so_the_reflector_can_credit_them():
 
 def test_frozen_changes_allow_edits_inside_the_managed_block_only(tmp_path):
     from reef_cli.config import parse_config
-    from reef_cli.gate import frozen_changes
+    from reef_cli.harness_diff import frozen_changes
 
     config = parse_config("version: 1\ninclude: ['**']\nzones: {managed: [CLAUDE.md], learned: [notes.md], "
                           "evolvable: [skills/**]}\n")
@@ -229,7 +231,7 @@ def test_frozen_changes_compare_bytes_that_are_not_utf8_exactly(tmp_path):
     """Two different invalid byte sequences once both decoded to U+FFFD, so a candidate that swapped the human's
     Latin-1 "café" for "cafè" outside the block passed as "outside unchanged"."""
     from reef_cli.config import parse_config
-    from reef_cli.gate import frozen_changes
+    from reef_cli.harness_diff import frozen_changes
 
     config = parse_config("version: 1\ninclude: ['**']\nzones: {managed: [CLAUDE.md]}\n")
     block = b"<!-- reef:begin learned -->\n<!-- reef:end learned -->\n"
@@ -630,7 +632,7 @@ def test_an_eval_killed_mid_run_resumes_without_rerunning_finished_episodes(reef
     runs = log.read_text().splitlines()
     for e in entries:
         if e["key"] in done_before:  # one agent run per finished episode, even across the kill and the resume
-            assert runs.count(f"{trees / e['content_id']} 0:{e['task_id']}:{e['repeat']}") == 1, e["key"]
+            assert runs.count(f"{trees / (e['content_id'] + '.agent')} 0:{e['task_id']}:{e['repeat']}") == 1, e["key"]
     assert len(runs) <= 20 + 2  # the only reruns are episodes in flight at the kill (at most one per worker)
 
 

@@ -18,6 +18,9 @@ MODULES = sorted(
     if p.name != "__main__.py"
 )
 HEAVY = ("pygit2", "jsonschema", "rich", "ruamel.yaml", "typer", "click", "filelock")
+# Loaded only where they are used, not by `reef run` / `reef report` (each costs every agent session's start-up)
+NOT_HOT = ("reef_cli.ledger.verify", "reef_cli.ledger.since", "reef_cli.ledger.anchors", "reef_cli.ledger.export",
+           "reef_cli.chain_integrity", "difflib", "reef_cli.config")
 
 
 # A fresh `python -c` that imports nothing, then forks one child per module: each child starts with exactly the
@@ -102,3 +105,18 @@ def test_hot_commands_stay_lean(tmp_path):
         names = _imported(args, tmp_path, env)
         heavy = sorted(n for n in names if n in HEAVY or n.startswith(tuple(h + "." for h in HEAVY)))
         assert heavy == [], f"reef {' '.join(args)} imported {heavy}"
+        lazy = sorted(n for n in names if n in NOT_HOT)
+        assert lazy == [], f"reef {' '.join(args)} imported {lazy}"
+
+
+def test_the_redactor_compiles_no_pattern_on_import():
+    """`reef run` redacts its small payload on every call: a pattern is compiled when a text first reaches it (the
+    redactor's catalogue has ~100; compiling them all cost ~10 ms of every run's start-up)."""
+    code = ("import re, sys, importlib, pkgutil, reef_cli.redact as r\n"
+            "mods = [r] + [importlib.import_module('reef_cli.redact.' + m.name)\n"
+            "              for m in pkgutil.iter_modules(r.__path__)]\n"
+            "print(sorted(f'{m.__name__}.{k}' for m in mods for k, v in vars(m).items() if isinstance(v, re.Pattern)))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "[]"

@@ -405,3 +405,88 @@ def test_a_loss_found_by_a_long_running_writer_is_refused_too(tmp_path: Path) ->
         with pytest.raises(DamagedState, match="but the file is gone"):
             ledger.append("interaction", {}, release_id=None, content_id=None)
         assert not path.exists()
+
+
+# --- the `.sync` page emptied under a running writer -----------------------------------------------------------------
+
+EMPTIED = textwrap.dedent("""
+    import os, sys
+    from reef_cli.ledger import Ledger, group_commit
+    path, n, how = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+    sync = path + ".sync"
+    if how == "removed":  # look for a new page at every append, not at most every 100 ms
+        group_commit._AVERAGE_FRESH_NS = group_commit._FOLLOW_EVERY_NS = 0
+    with Ledger(path, "default") as ledger:
+        for i in range(n):
+            if i == n // 2:
+                group_commit.COORDINATE_ABOVE_NS = 0  # the rest led, as on a disk whose syncs take milliseconds
+            if i and how == "removed":
+                os.unlink(sync) if i % 2 else os.replace(open(path + ".new", "w").name, sync)
+            elif i:
+                if i % 3 == 0:
+                    os.truncate(sync, 0)
+                elif i % 3 == 1:
+                    open(sync, "w").close()  # what `: > ledger.jsonl.sync` does
+                else:
+                    os.truncate(sync, 10)  # the leader's fields cut short, the mark gone
+            if how == "cut" and i == n - 1:
+                data = open(path, "rb").read()
+                os.truncate(path, data.rstrip(b"\\n").rfind(b"\\n") + 1)  # the last acknowledged record cut too
+            print(ledger.append("interaction", {"i": i}, release_id="r", content_id="c").record_id, flush=True)
+""")
+
+
+def test_a_writer_whose_sync_page_is_emptied_between_appends_goes_on(project: Path) -> None:
+    """`: > ledger.jsonl.sync` (or any truncation) while a writer had the page mapped made its next load or store
+    SIGBUS, which killed it outright (a gateway with requests in flight). The page is read and written with
+    pread/pwrite now: the writer finishes every append, fast and led, the chain verifies, and its next
+    acknowledgement writes the mark back (it knew the file it appended to, so nothing is noted)."""
+    from reef_cli.ledger import acked
+
+    path = project / LEDGER
+    proc = subprocess.run([sys.executable, "-c", EMPTIED, str(path), "8", "keep"], capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 0, (proc.returncode, proc.stderr)
+    acknowledged = proc.stdout.split()
+    assert len(acknowledged) == 8 and proc.stderr == ""
+    records = list(Ledger(path, "default").iter_records())
+    assert [r.record_id for r in records[-8:]] == acknowledged and len(records) == 12
+    r = run_reef("ledger", "verify", cwd=project)
+    assert (r.returncode, r.stderr) == (0, ""), r.stderr
+    assert r.stdout.startswith("ledger intact: 12 record(s) verified")
+    mark = acked.read(path.with_name("ledger.jsonl.sync"))
+    assert (mark.ino, mark.end, mark.seq, mark.hash) == (path.stat().st_ino, path.stat().st_size, 12,
+                                                         records[-1].hash[:16])
+
+
+def test_a_writer_whose_sync_page_is_removed_or_replaced_goes_on_marking_the_file_at_the_path(project: Path) -> None:
+    """`rm ledger.jsonl.sync` (or another file renamed over it) under a running writer: a led sync failed ("cannot
+    sync ...: No such file or directory") and the writer refused every append after it; unled, its marks went on
+    into the removed file, so the path held none while it ran. Now it creates the leader's file again and follows
+    the page to the file at the path (checked at most every 100 ms; every append here)."""
+    from reef_cli.ledger import acked
+
+    path = project / LEDGER
+    proc = subprocess.run([sys.executable, "-c", EMPTIED, str(path), "8", "removed"], capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 0, (proc.returncode, proc.stderr)
+    assert len(proc.stdout.split()) == 8 and proc.stderr == ""
+    r = run_reef("ledger", "verify", cwd=project)
+    assert (r.returncode, r.stderr) == (0, "") and r.stdout.startswith("ledger intact: 12 record(s) verified")
+    assert acked.read(path.with_name("ledger.jsonl.sync")).seq == 12
+
+
+def test_a_record_cut_while_the_sync_page_was_emptied_is_noted_not_buried(project: Path) -> None:
+    """The page emptied and the last acknowledged record cut under a running writer: nothing can tell the cut now,
+    so the writer, finding the file changed and the mark gone, notes it in `.repairs` as a new writer over an
+    unmarked file does, and verify warns from then on (it used to die of SIGBUS; appending on silently would have
+    buried the cut under a new mark)."""
+    path = project / LEDGER
+    proc = subprocess.run([sys.executable, "-c", EMPTIED, str(path), "3", "cut"], capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 0, (proc.returncode, proc.stderr)
+    assert "its 5 record(s) had no acknowledged mark (ledger.jsonl.sync missing, empty or from an older reef)" in \
+        proc.stderr
+    r = run_reef("ledger", "verify", cwd=project)
+    assert r.returncode == 0 and r.stdout.startswith("ledger intact: 6 record(s) verified"), r.stdout + r.stderr
+    assert "reef: warning: no acknowledged mark was kept for seq 1..5 (a writer started one at " in r.stderr

@@ -279,3 +279,15 @@ def test_content_fields_takes_bytes_and_odd_text() -> None:
 ])
 def test_mysql_style_password_flags(text: str, want: str | None) -> None:
     assert redact(text)[0] == (text if want is None else want)
+
+
+def test_the_assignment_rule_is_skipped_only_where_its_key_word_cannot_be():
+    """_scan skips `_ASSIGNMENT` (so a short text never compiles it) unless the text holds one of the words its key
+    must hold: every word of the pattern's own alternation has to be covered by the skip check's list."""
+    import re as _re
+
+    from reef_cli.redact import scan, shapes
+
+    words = _re.search(r"\(\?i:([a-z|]+)\)\)", shapes._ASSIGNMENT.pattern).group(1).split("|")
+    assert words and all(any(short in word for short in scan._SECRET_KEY_WORDS) for word in words)
+    assert redact("export MY_PAT=ghx9Lk2mQ7vRt4Wz8Yp1")[0] == "export MY_PAT=[REDACTED:secret]"

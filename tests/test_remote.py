@@ -371,14 +371,14 @@ def test_pull_keeps_an_edit_saved_after_it_read_the_working_tree(reef, shared, m
     """rv-attack: pull read the tree, then wrote the pulled files over it unguarded: an edit saved in between was
     lost. Now each write is staged, re-checked against what pull read, and renamed; an edit saved since is kept and
     named like any other kept edit."""
-    import reef_cli.store as store_mod
+    import reef_cli.harness_files as files_mod
 
     tmp, bare, a = shared
     b = push_and_clone(reef, tmp, bare, a)
     add_bullet(a, "f7f7f7", "Name things for what they are.")
     ok(reef("-C", str(a), "publish", "-m", "names"))
     ok(reef("-C", str(a), "push"))
-    real = store_mod.collect_files
+    real = files_mod.collect_files
 
     def read_then_the_user_saves(root, paths):
         found = real(root, paths)
@@ -386,7 +386,7 @@ def test_pull_keeps_an_edit_saved_after_it_read_the_working_tree(reef, shared, m
             (b / "CLAUDE.md").write_text((b / "CLAUDE.md").read_text() + "\nSaved meanwhile.\n")
         return found
 
-    monkeypatch.setattr(store_mod, "collect_files", read_then_the_user_saves)
+    monkeypatch.setattr(files_mod, "collect_files", read_then_the_user_saves)
     r = ok(reef("-C", str(b), "pull"))
     assert "kept your edits to CLAUDE.md" in r.err
     assert "Saved meanwhile." in (b / "CLAUDE.md").read_text()

@@ -368,3 +368,24 @@ def test_a_double_ctrl_c_keeps_the_record(project, tmp_path):
     # the receipt is this shell's to report on, as for any run
     r = run_reef("report", "--score", "1", cwd=project, env=session_env())
     assert r.returncode == 0, r.stderr
+
+
+def test_run_settings_read_from_the_cache_match_the_config(project, reef):
+    """`reef run` reads observe_only and store_content from the config cache without building the config: the same
+    values `materialised_config` gives, with the cache and when it is missing (then rebuilt)."""
+    from reef_cli.project import Project
+    from reef_cli.store import HarnessStore
+
+    cfg = project / "harness.yaml"
+    cfg.write_text(cfg.read_text() + "\nobserve_only:\n  - {model: '*haiku*', adapter: pi}\nledger:\n  store_content: true\n")
+    assert reef("publish", "-m", "observe cheap models, keep content", cwd=project).code == 0
+    store = HarnessStore(Project(project), "default")
+    head = store.require_head()
+    tree, config = store.materialised_config(head)
+    expected = (tree, ({"model": "*haiku*", "adapter": "pi"},), True)
+    assert (tree, config.observe_only, config.store_content) == expected
+    assert store.run_settings(head) == expected
+    cache = tree.with_name(f"{head.content_id}.config.json")
+    cache.unlink()
+    assert store.run_settings(head) == expected
+    assert cache.is_file()

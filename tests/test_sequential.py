@@ -14,7 +14,8 @@ import pytest
 
 from reef_cli.adaptive import explain
 from reef_cli.errors import InvalidInput
-from reef_cli.gate import CANDIDATE, CURRENT, PUBLISH, REJECT, GateSettings, TaskSpec, Verdict, estimate, evaluate
+from reef_cli.gate import Verdict
+from reef_cli.gate_policies import CANDIDATE, CURRENT, PUBLISH, REJECT, GateSettings, TaskSpec, estimate, evaluate
 from reef_cli.sequential import SHARE, DropWealth, drop_bet, group_sequential, spent
 
 BENCH = Path(__file__).resolve().parent.parent / "bench"
@@ -24,7 +25,7 @@ BENCH = Path(__file__).resolve().parent.parent / "bench"
 
 def test_the_engine_uses_the_gates_names():
     import reef_cli.adaptive as adaptive
-    import reef_cli.gate as gate
+    import reef_cli.gate_policies as gate
 
     for name in ("CANDIDATE", "CURRENT", "PUBLISH", "REJECT", "SENTINEL_PASS"):
         assert getattr(adaptive, name) == getattr(gate, name)
@@ -223,7 +224,7 @@ def test_history_puts_the_tasks_the_current_harness_fails_first():
 def test_the_current_harnesss_history_says_which_tasks_are_reliable():
     """Two unlucky failures of the current harness today do not hide a task it always passed before."""
     from reef_cli.adaptive import Sequential
-    from reef_cli.gate import _Book
+    from reef_cli.gate_policies import _Book
 
     book = _Book(SEQ, scripted({"t0": [1.0]}, {"t0": [0.0]}))
     book.run([("t0", CANDIDATE, 0), ("t0", CURRENT, 0), ("t0", CANDIDATE, 1), ("t0", CURRENT, 1)])
@@ -242,7 +243,7 @@ def test_the_current_harnesss_history_says_which_tasks_are_reliable():
 ])
 def test_before_publishing_a_reliable_task_must_show_the_candidate_holds_it(cand, cur, at_risk):
     from reef_cli.adaptive import Sequential
-    from reef_cli.gate import _Book
+    from reef_cli.gate_policies import _Book
 
     book = _Book(SEQ, scripted({"t0": cand}, {"t0": cur}))
     book.run([q for r in range(len(cand)) for q in (("t0", CANDIDATE, r), ("t0", CURRENT, r))])

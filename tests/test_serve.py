@@ -560,6 +560,23 @@ def test_a_ledger_cut_while_serving_gets_503_and_serve_refuses_to_start_on_it(tm
     assert "accept-loss" in started.stderr and len(started.stderr.strip().splitlines()) == 1
 
 
+def test_emptying_the_sync_page_while_serving_neither_kills_the_gateway_nor_loses_a_record(served):
+    """`: > ledger.jsonl.sync` while the gateway had the page mapped: the next request's append died of SIGBUS, the
+    gateway with it (no drain, no record, no answer). Now the call is answered with a durable receipt and the
+    acknowledged mark is written back."""
+    from reef_cli.ledger import acked
+
+    sync = served.project / ".reef" / "scenarios" / "default" / "ledger.jsonl.sync"
+    for _ in range(2):  # the page in use before it is emptied, then once more after it was written back
+        assert oai(served).chat.completions.create(model="m", messages=[{"role": "user", "content": "x"}])
+        sync.write_bytes(b"")
+        raw = oai(served).chat.completions.with_raw_response.create(model="m", messages=[{"role": "user",
+                                                                                            "content": "y"}])
+        assert raw.parse().choices[0].message.content == "DONE" and served.proc.poll() is None
+        record = ledger_of(served.project).get(raw.headers["x-reef-agent-record-id"])
+        assert acked.read(sync).seq == record.seq
+
+
 def test_200_concurrent_streams_exact_records(tmp_path, upstream):
     aiohttp = pytest.importorskip("aiohttp")
     project = init_project(tmp_path / "proj")

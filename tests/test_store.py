@@ -432,7 +432,7 @@ def test_stat_cache_never_hides_a_change(tmp_path):
     """The working-tree stat cache reuses only old, unchanged files: a same-size rewrite is always seen."""
     import os as _os
 
-    from reef_cli.store import collect_files
+    from reef_cli.harness_files import collect_files
 
     fresh, old = tmp_path / "a.md", tmp_path / "b.md"
     fresh.write_text("one\n")
@@ -467,7 +467,7 @@ def test_directory_cache_sees_added_removed_and_retyped_entries(tmp_path):
     changes that mtime, and an entry whose type changed behind a forged mtime makes its directory be listed again."""
     import os as _os
 
-    from reef_cli.store import collect_files
+    from reef_cli.harness_files import collect_files
 
     sub = tmp_path / "a" / "b"
     sub.mkdir(parents=True)
@@ -530,7 +530,7 @@ def test_a_users_file_is_replaced_by_rename_and_an_edit_saved_after_the_check_is
     compared with what the check saw, and renamed over it."""
     from reef_cli.errors import ConflictError
     from reef_cli.gitstore import Entry
-    from reef_cli.store import write_files
+    from reef_cli.harness_files import write_files
 
     dest = tmp_path / "co"
     dest.mkdir()
@@ -571,7 +571,7 @@ def test_a_directory_where_the_staged_copy_goes_is_named_not_a_crash(tmp_path):
     """rv-attack: a directory named like reef's staged copy (`.CLAUDE.md.reef-tmp`) is refused with exit 4."""
     from reef_cli.errors import InvalidInput
     from reef_cli.gitstore import Entry
-    from reef_cli.store import write_files
+    from reef_cli.harness_files import write_files
 
     dest = tmp_path / "co"
     (dest / ".CLAUDE.md.reef-tmp").mkdir(parents=True)

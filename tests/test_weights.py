@@ -755,7 +755,7 @@ def test_a_checkpoint_follows_symlinks_inside_it_and_refuses_others(tmp_path):
     import os
 
     from reef_cli.errors import InvalidInput
-    from reef_cli.weights.train import checkpoint_manifest
+    from reef_cli.weights.state import checkpoint_manifest
 
     ckpt = tmp_path / "ckpt"
     (ckpt / "shards").mkdir(parents=True)

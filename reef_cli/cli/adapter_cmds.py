@@ -22,6 +22,8 @@ def compile_cmd(
     release: Optional[str] = typer.Option(None, "--release", help="Release to compile (default: the head)."),
     worktree: bool = typer.Option(False, "--worktree", help="Compile the working tree instead of a release."),
     layout: str = typer.Option("project", "--layout", help="project (CLAUDE.md, .claude/...) or config (the agent's config dir)."),
+    force: bool = typer.Option(False, "--force", help="With --out: overwrite or remove files in DIR that differ from "
+                               "what reef last wrote there (your edits), after copying them to .reef/backups/."),
     as_json: bool = typer.Option(False, "--json", help="Print machine-readable JSON."),
 ) -> None:
     """Compile the harness for one agent, honouring its file precedence, size caps and frontmatter rules."""
@@ -37,45 +39,31 @@ def compile_cmd(
     rel = None if worktree else _release(store, release)
     files = store.worktree_files() if worktree else store.files_of(rel)
     result = compile_harness(files, adapter, layout=layout)
-    written = removed = ()
+    written = removed = kept = ()
+    backup = None
     if out is not None:
-        written, removed = _write_out(out if out.is_absolute() else env.cwd / out, result, rel)
+        from ..compile_out import write_out
+
+        res = write_out(out if out.is_absolute() else env.cwd / out, result, rel.release_id if rel else None,
+                        force=force, backup_root=store.project.state / "backups")
+        written, removed, backup, kept = res.written, res.removed, res.backup, res.kept
     if as_json:
         emit_json({**result.to_json(), "release": rel.to_json() if rel else None, "out": str(out) if out else None,
-                   "written": list(written), "removed": list(removed)})
+                   "written": list(written), "removed": list(removed),
+                   "backup": str(backup) if backup else None, "backed_up": list(kept)})
         return
     for w in result.warnings:
         note(f"warning: {w}")
+    from ..printable import printable  # harness paths are anyone's names: a newline or ESC in one is shown escaped
+
     what = "the working tree" if rel is None else f"release {rel.release_id} (step {rel.step})"
     print(f"{adapter.title} ({adapter.name}, {layout} layout) from {what}:")
     for path, entry in result.files.items():
-        print(f"  {len(entry.data):8d}  {path}  <- {', '.join(result.sources.get(path, ()))}")
+        print(printable(f"  {len(entry.data):8d}  {path}  <- {', '.join(result.sources.get(path, ()))}"))
     if out is not None:
-        print(f"wrote {len(written)} file(s), removed {len(removed)} stale file(s) in {out}")
-
-
-def _write_out(dest: Path, result, rel) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """Write a compiled tree; a non-empty DIR must be an earlier compile output (its manifest lists what to prune)."""
-    import json
-    import os
-
-    from ..errors import ConflictError
-    from ..install import COMPILED_MANIFEST, sync_tree
-    from ..gitstore import Entry
-    from ..releases import canonical
-
-    previous: set[str] = set()
-    if os.path.isdir(dest) and not os.path.islink(dest) and any(os.scandir(dest)):
-        try:
-            previous = set(json.loads((dest / COMPILED_MANIFEST).read_text())["files"])
-        except (FileNotFoundError, ValueError, KeyError, TypeError):
-            raise ConflictError(f"{dest} is not empty and was not written by 'reef harness compile'; "
-                                "choose an empty or new directory") from None
-    manifest = {"agent": result.agent, "layout": result.layout, "release_id": rel.release_id if rel else None,
-                "files": sorted(result.files)}
-    files = {**result.files, COMPILED_MANIFEST: Entry(canonical(manifest) + b"\n")}
-    synced = sync_tree(dest, files, previous | {COMPILED_MANIFEST})
-    return tuple(p for p in synced.written if p != COMPILED_MANIFEST), tuple(synced.removed)
+        print(printable(f"wrote {len(written)} file(s), removed {len(removed)} stale file(s) in {out}"))
+    if backup is not None:
+        print(printable(f"kept a backup of {len(kept)} file(s) you had changed in {out}: {backup}"))
 
 
 def install_cmd(

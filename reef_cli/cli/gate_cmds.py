@@ -88,7 +88,7 @@ def _progress(enabled: bool):
 def _check_policy(policy: str | None) -> None:
     """An unknown --policy is an error before anything runs, even when there is nothing to evaluate."""
     if policy is not None:
-        from ..gate import GateSettings
+        from ..gate_policies import GateSettings
 
         GateSettings(policy=policy)
 
@@ -145,7 +145,8 @@ def eval_cmd(
     """Run the canary gate on a candidate harness without publishing: exit 0 if it would publish, 1 if not, 4 if the
     working tree holds what publish refuses as a secret (nothing runs; --allow-secret judges it anyway)."""
     from ..errors import NotFound, UsageError
-    from ..gate import ablations, frozen_changes, gate_candidate
+    from ..gate import gate_candidate
+    from ..harness_diff import ablations, frozen_changes
 
     env: Env = ctx.obj
     _executor(executor, ray_address, env)  # a bad --executor fails before any work
@@ -171,6 +172,10 @@ def eval_cmd(
         head_files = base_files if baseline is None else store.files_of(store.require_head())
         if refusal := gate_refusal(find(files, changed(head_files, files))):
             raise PolicyError(refusal)
+    from ..stick_links import refuse_stick_links
+
+    refuse_stick_links(files, (store.config_of(base),), root=None if candidate else store.project.root,
+                       done="nothing was run")
     for v in frozen_changes(store.project.root, store.config_of(base), base_files, files):
         note(f"warning: the {label} changes {v.path} ({v.reason}); the gate judges with release {base.step}'s tasks, "
              "evaluators and settings")

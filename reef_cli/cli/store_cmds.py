@@ -50,7 +50,7 @@ def status(ctx: typer.Context, as_json: bool = JSON) -> None:
     info = store.info()
     weights = store.head()
     if weights is not None and weights.runtime_load_id:  # a weights scenario: its working tree is not its content
-        from ..weights.train import weights_status
+        from ..weights.state import weights_status
 
         lock, gate = weights_status(store, env.environ)
         if as_json:

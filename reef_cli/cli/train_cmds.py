@@ -48,12 +48,13 @@ def train(
 ) -> None:
     """Train the serving model on recorded traffic and hot-swap it into SGLang as a new weight release (on a
     skillclaw scenario: evolve its skill pool through the gate)."""
-    from ..weights.train import TrainOptions, check_options, open_scenario, train as run_train, unlock as clear_lock
+    from ..weights.state import open_scenario, unlock as clear_lock
+    from ..weights.train import TrainOptions, check_options, train as run_train
 
     check_options(engine_url=engine, timeout_s=timeout)  # before a scenario is created or a trainer launched
     env: Env = ctx.obj
     if init:
-        from ..weights.train import init_base
+        from ..weights.state import init_base
 
         store, bound, rel = init_base(env.project(), env.scenario(), recipe, engine, environ=env.environ)
         if as_json:
@@ -76,7 +77,7 @@ def train(
                   else f"scenario '{store.scenario}' has no weight lock")
         return
     if rollback is not None:
-        from ..weights.train import rollback_weights
+        from ..weights.transfer import rollback_weights
 
         rel = rollback_weights(store, rollback, engine, environ=env.environ)
         if as_json:

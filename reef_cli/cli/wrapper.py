@@ -290,7 +290,7 @@ def run_episode(adapter_name: str, harness_dir: Path, args: list[str], *, enviro
     from ..adapters import find_binary, install_hint, load
     from ..compile import compile_harness
     from ..install import MARKER
-    from ..store import collect_files, write_files
+    from ..harness_files import collect_files, write_files
 
     adapter = load(adapter_name)
     binary = find_binary(adapter, environ)

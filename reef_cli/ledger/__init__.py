@@ -21,7 +21,7 @@ Why it is built this way:
     overlapping ones into shared journal commits. Waking sleepers costs more CPU than such a sync, so user-space
     coordination only slowed this case down (measured: 1.0x the raw rate with 8 writers against ~1.5x).
   - slow syncs (a disk or cloud volume taking milliseconds to flush): one writer leads a sync for everyone
-    (`group_commit.SyncLeader`: a mapped durable-up-to page and generation locks). ext4 alone splits such writers
+    (`group_commit.SyncLeader`: a shared durable-up-to page and generation locks). ext4 alone splits such writers
     into two groups that take turns, about half per commit; a leader with a short commit delay gathers nearly all
     of them (8 writers: 3.1x -> ~4.9x the raw rate).
   Only a durable size published after a real sync is trusted; cutting a torn line takes back any size beyond it,
@@ -44,21 +44,34 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from ..durable import open_state, refuse_misplaced
 from ..errors import ReefError, StoreError
 from . import acked as _acked
-from . import anchors as _anchors
-from . import since as _since
-from .anchors import Anchor, anchors_of
 from .compaction import REMOVED_LIST_LIMIT, Compaction
-from .export import to_langfuse_score
 from .index import IdIndex
 from .reading import Reader
 from .repairs import read_repairs
 from .record import ZERO_HASH, NewRecord, Record, canonical_json, new_record_id
-from .verify import VerifyResult, _Verifier
 from .writer import Writer
+
+if TYPE_CHECKING:
+    from . import since as _since
+    from .anchors import Anchor
+    from .verify import VerifyResult
+
+# `anchors`, `since`, `verify` and `export` load on first use: `reef run` and `reef report` append and check the
+# acknowledged mark, and need none of them (tests/test_imports.py pins it).
+_LAZY = {"Anchor": "anchors", "anchors_of": "anchors", "VerifyResult": "verify", "to_langfuse_score": "export"}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 SINCE_ABOVE_BYTES = 64 * 2**20
 """Over this size `verify_since` checks only what was appended since its start (under it, ~1 s, the whole chain)."""
@@ -82,6 +95,9 @@ class Ledger(Writer, Reader, IdIndex, Compaction):
         "corrupt" (not a record), "edited", "deleted", "inserted", "reordered" or "foreign" (another scenario).
         With release `anchors`, an intact chain must also reach each of them ("short": records cut off the end,
         or the file gone). Torn tails cut off earlier come back in `repairs`."""
+        from . import anchors as _anchors
+        from .verify import _Verifier
+
         result = _Verifier(self.path, self.scenario).run()
         repairs = read_repairs(self.path)
         anchors = list(anchors)
@@ -106,6 +122,8 @@ class Ledger(Writer, Reader, IdIndex, Compaction):
 
     def position(self) -> _since.Position | None:
         """Where the chain ends now, for a later `verify_since`."""
+        from . import since as _since
+
         return _since.position(self.path)
 
     def verify_since(self, start: _since.Position | None, last: Record | None = None) -> VerifyResult:
@@ -114,6 +132,9 @@ class Ledger(Writer, Reader, IdIndex, Compaction):
         plain appends (a replaced or shorter file, a compaction, a broken or torn line, acknowledged records cut
         off) gets the full verify, which names it. `last`, the newest record this process appended, must still be
         in the file either way: a ledger replaced by an older copy, or deleted, verifies as a chain but lost it."""
+        from . import since as _since
+        from .verify import VerifyResult
+
         if start is not None:
             try:
                 big = os.stat(self.path).st_size > SINCE_ABOVE_BYTES
@@ -178,6 +199,8 @@ class Ledger(Writer, Reader, IdIndex, Compaction):
             if loss is None and not thorough and end is not None and _acked.moved(mark, fd, st.st_ino, st.st_size, end):
                 # bytes before the mark's record changed length: walk the chain (only now) to tell a break from a
                 # reformat; a `thorough` caller (verify, repair) walks it anyway and names the break itself
+                from .verify import _Verifier
+
                 result = _Verifier(self.path, self.scenario).run()
                 if not result.ok:
                     return mark, _acked.edited(self.path, mark, result.message)
@@ -210,15 +233,21 @@ class Ledger(Writer, Reader, IdIndex, Compaction):
 
     def anchor(self) -> dict:
         """{"seq", "hash"} of the last record, for a release to keep as its anchor (`Release.ledger_anchor`)."""
+        from . import anchors as _anchors
+
         return _anchors.head_anchor(self)
 
     def check_anchors(self, anchors: Iterable[Anchor]) -> None:
         """Raise DamagedState (exit 4, one line naming this ledger and the anchor) when the ledger falls short of
         the highest or the newest release anchor: the cheap check reflect and evolve make before reading."""
+        from . import anchors as _anchors
+
         _anchors.check(self, list(anchors))
 
     def accept_loss(self, anchors: Iterable[Anchor], found: list | None = None) -> Record | None:
         """Record, in the chain, that the records behind every anchor this ledger falls short of are lost (an
         `anchor_loss` record naming each anchor and why); those anchors are not held against it again. Returns
         the record, or None when the ledger holds every anchor."""
+        from . import anchors as _anchors
+
         return _anchors.accept_loss(self, list(anchors), found)

@@ -4,14 +4,22 @@ A torn last line is of two kinds that look the same on disk. One is a crashed wr
 never acknowledged, and cutting it off loses nothing. The other is an acknowledged record cut afterwards (a
 `truncate`, a bad restore, a filesystem fault): cutting that off deletes a durable record. Only the writer knew
 which bytes it acknowledged, so after each sync it notes `(inode, end, seq, hash)` of what it acknowledged in the
-mapped `<ledger>.sync` page, beside the group-commit leader's fields (`group_commit.SyncPage`). A store into a
-mapped page is no system call, so the append's fast path gains none; the page is in the page cache, shared by
-every process, and outlives a writer killed with SIGKILL.
+`<ledger>.sync` page, beside the group-commit leader's fields (`group_commit.SyncPage`): one pwrite of 40 bytes
+into the page cache, shared by every process, which outlives a writer killed with SIGKILL. (It was a store into a
+shared mapping, no system call at all, until emptying the file was found to kill every writer mapping it with
+SIGBUS: `group_commit.SyncPage`.)
 
 The mark is never synced. It is written only after the sync it describes, so whatever of it reaches the disk never
 claims more than was durable: after a power cut it may be older (less is known, and a cut beyond it looks like a
 crash's torn line, as before), never ahead. Writers store it without a lock: two stores racing may leave the lower
-end or a torn copy, which the check word turns into "nothing known"; both only lose evidence, never invent it.
+end, and a read racing a store may copy a torn one, which the check word turns into "nothing known"; both only lose
+evidence, never invent it.
+
+A page emptied (or cut short) under a running writer holds no mark until that writer's next acknowledgement writes
+it back. Its own appends are what the mark would vouch for, so writing it back over a file that has not changed
+since the writer last looked loses nothing; a writer that finds the file changed and the mark gone (`MarkPage.gone`)
+notes it in `<ledger>.repairs` as a writer starting over an unmarked file does, since a cut end meanwhile could not
+be detected.
 
 The mark speaks for whatever file sits at the ledger's path, whatever its inode: it is this machine's durable
 statement of what reef acknowledged to callers (the receipts it handed out). A ledger there whose records end before
@@ -47,7 +55,7 @@ OFFSET = 2048
 """Where the mark lives in the 4 KiB `<ledger>.sync` page (the leader's fields start at 0)."""
 _LAYOUT = struct.Struct("<QQQQQ")  # inode, end, seq, the hash's first 8 bytes, check word
 _MAGIC = 0x7265_6566_6163_6B64  # "reefackd"
-_pack_into = _LAYOUT.pack_into
+_pack, _pwrite = _LAYOUT.pack, os.pwrite
 
 
 @dataclass(frozen=True)
@@ -92,20 +100,32 @@ def read(sync_path: str | os.PathLike[str]) -> Mark | None:
 
 
 class MarkPage:
-    """The mark in a writer's mapping of `<ledger>.sync`."""
+    """The mark in a writer's `<ledger>.sync` (`page`: a `group_commit.SyncPage`, whose descriptor it uses)."""
 
-    def __init__(self, mapping) -> None:
-        self.map = mapping
+    def __init__(self, page) -> None:
+        self.page = page  # keeps the descriptor open
+        self.fd = page.fd
 
     def read(self) -> Mark | None:
-        return unpack(self.map[OFFSET : OFFSET + _LAYOUT.size])
+        return unpack(os.pread(self.fd, _LAYOUT.size, OFFSET))
+
+    def gone(self) -> bool:
+        """Is there no mark at all: the page emptied or cut short, or the mark forgotten (inode 0)? A torn copy (a
+        read racing a store) is not gone: it is read again until whole, a few times at most."""
+        for _ in range(3):
+            data = os.pread(self.fd, _LAYOUT.size, OFFSET)
+            if len(data) < _LAYOUT.size or not _LAYOUT.unpack(data)[0]:
+                return True
+            if unpack(data) is not None:
+                return False
+        return False
 
     def note(self, ino: int, end: int, seq: int, digest: str) -> None:
-        """Set the mark to what was acknowledged just now: one store of five words into the page, no system call
-        and no read first (measured: reading to keep the mark monotonic cost more than the append's own Python).
-        A writer racing another may leave the lower of the two ends; the next append raises it again."""
+        """Set the mark to what was acknowledged just now: one pwrite of five words, no read first (measured: reading
+        to keep the mark monotonic cost more than the append's own Python). A writer racing another may leave the
+        lower of the two ends; the next append raises it again. Written back after the page was emptied."""
         prefix = int(digest[:16], 16)
-        _pack_into(self.map, OFFSET, ino, end, seq, prefix, _MAGIC ^ ino ^ end ^ seq ^ prefix)
+        _pwrite(self.fd, _pack(ino, end, seq, prefix, _MAGIC ^ ino ^ end ^ seq ^ prefix), OFFSET)
 
     reset = note
     """Set the mark outright (a new file, a compaction's copy, a recorded loss), under the writer lock."""

@@ -6,19 +6,18 @@ sync takes milliseconds (a disk or cloud volume flushing its cache), ext4 alone 
 groups that take turns, about half of them per commit; a leader gathers nearly all of them. This module is that
 leader; `Ledger` decides when to use it (`COORDINATE_ABOVE_NS`).
 
-Shared state, next to the ledger: `<ledger>.sync` is a mapped page (`SyncPage`) saying how far the file is
-durable and which sync is in flight, and flock on that file is the leader lock; `<ledger>.sync.0` and `.sync.1`
-are generation locks. A leader holds its generation's lock exclusively while it syncs and its waiters queue on it
-shared, so they all wake together when it is done; the next leader takes the other generation's lock, so it can
-never take the lock the waiters are queued on before they have it (flock hands nothing over). Only a durable size
-published after a real sync is trusted; the locks only decide who sleeps.
+Shared state, next to the ledger: `<ledger>.sync` is a page (`SyncPage`, read and written with pread/pwrite)
+saying how far the file is durable and which sync is in flight, and flock on that file is the leader lock;
+`<ledger>.sync.0` and `.sync.1` are generation locks. A leader holds its generation's lock exclusively while it
+syncs and its waiters queue on it shared, so they all wake together when it is done; the next leader takes the
+other generation's lock, so it can never take the lock the waiters are queued on before they have it (flock hands
+nothing over). Only a durable size published after a real sync is trusted; the locks only decide who sleeps.
 """
 
 from __future__ import annotations
 
 import fcntl
 import functools
-import mmap
 import operator
 import os
 import struct
@@ -32,6 +31,10 @@ COORDINATE_ABOVE_NS = 1_000_000
 """Syncs slower than this on average are led; faster ones are left to each writer and the kernel."""
 MAX_COMMIT_DELAY_NS = 1_000_000
 _LEADER_RETRY_S = 20e-6
+_AVERAGE_FRESH_NS = 1_000_000
+"""How old the leaders' average a writer decides by may be (`SyncLeader.shared_average`)."""
+_FOLLOW_EVERY_NS = 100_000_000
+"""How often a writer checks that its page is still the file at the path (`SyncLeader.follow`)."""
 
 def clamped(took_ns: int) -> int:
     """A sync's duration as the moving averages take it: at most twice `COORDINATE_ABOVE_NS`. One stalled sync
@@ -46,28 +49,57 @@ sync times in ns, bytes the last sync covered)."""
 
 
 class SyncPage:
-    """The mapped page in `<ledger>.sync`. Only a leader (holding the flock on the file) stores to it, all fields
-    in one copy; a reader takes one copy too, and a torn one fails the check word and reads as None ("nothing
-    known")."""
+    """The page in `<ledger>.sync`, read and written with pread/pwrite on a descriptor of its own. Only a leader
+    (holding the flock on the file) writes the leader's fields, all in one pwrite; a reader takes one copy too, and a
+    torn one fails the check word and reads as None ("nothing known"), as does a page cut short.
+
+    It was a shared mapping, and a user's `: > ledger.jsonl.sync` (emptying it: the mapped page then lies past the
+    end of the file) turned the next load or store through it into SIGBUS, which killed the writer outright: a
+    gateway with requests in flight, a `reef run` after its agent's session. A size check before each access could
+    not prevent that: the file can shrink between the fstat and the access, and nothing stops a user shrinking it.
+    pread past the end returns fewer bytes and pwrite extends the file, so no size the file is given can hurt a
+    writer: the leader's next publication and the next acknowledged mark (`acked.MarkPage`) write their words back.
+    The cost is one system call where a load or store was (bench/RESULTS.md); the page is still never synced, so a
+    pwrite is a copy into the page cache."""
 
     SIZE = 4096
     _LAYOUT = struct.Struct("<QQQQQQQ")
     _MAGIC = 0x7265_6566_7379_6E63  # "reefsync" (the page an earlier version kept here had another layout)
 
     def __init__(self, fd: int):
+        """Use the file open at `fd` (the caller keeps and closes its own descriptor: this takes a duplicate, as the
+        mapping did)."""
+        self._grow(fd)
+        self.fd = os.dup(fd)
+
+    def adopt(self, fd: int) -> None:
+        """Use the file open at `fd` from now on, under the same descriptor number (so whoever holds `self.fd`,
+        `acked.MarkPage` say, follows; dup2 swaps it in one step, a pread racing it reads one file or the other)."""
+        self._grow(fd)
+        os.dup2(fd, self.fd, inheritable=False)
+
+    def _grow(self, fd: int) -> None:
         if os.fstat(fd).st_size < self.SIZE:
-            os.ftruncate(fd, self.SIZE)  # growing only; a concurrent grower does the same
-        self.map = mmap.mmap(fd, self.SIZE)
+            os.ftruncate(fd, self.SIZE)  # the 4 KiB page a reef that maps it expects; growing only
+
+    def __del__(self) -> None:
+        try:
+            os.close(self.fd)
+        except (AttributeError, OSError, TypeError):  # never opened, or interpreter shutdown
+            pass
 
     def read(self) -> State | None:
-        *fields, check = self._LAYOUT.unpack(self.map[: self._LAYOUT.size])
+        data = os.pread(self.fd, self._LAYOUT.size, 0)
+        if len(data) < self._LAYOUT.size:
+            return None  # cut short: nothing known
+        *fields, check = self._LAYOUT.unpack(data)
         if check != functools.reduce(operator.xor, fields, self._MAGIC):
             return None
         return tuple(fields)  # type: ignore[return-value]
 
     def write(self, ino: int, synced: int, gen: int, syncing: int, average: int, batch: int) -> None:
         fields = (ino, synced, gen, syncing, average, batch)
-        self.map[: self._LAYOUT.size] = self._LAYOUT.pack(*fields, functools.reduce(operator.xor, fields, self._MAGIC))
+        os.pwrite(self.fd, self._LAYOUT.pack(*fields, functools.reduce(operator.xor, fields, self._MAGIC)), 0)
 
 
 class SyncLeader:
@@ -77,25 +109,60 @@ class SyncLeader:
     def __init__(self, path: str):
         self.path = path  # "<ledger>.sync"
         self._page: SyncPage | None = None
-        self._mapping = threading.Lock()
+        self._opening = threading.Lock()
+        self._average = self._average_at = 0  # the leaders' average as last read, and when (see shared_average)
+        self._followed_at = 0
 
     def page(self) -> SyncPage:
-        """The page, mapped on first use."""
-        with self._mapping:
+        """The page, opened on first use."""
+        with self._opening:
             if self._page is None:
                 fd = open_state(self.path, os.O_RDWR | os.O_CREAT, 0o600)
                 try:
                     self._page = SyncPage(fd)
                 finally:
-                    os.close(fd)  # the mapping stays valid
+                    os.close(fd)  # the page keeps its own descriptor
             return self._page
 
     def shared_average(self) -> int:
-        """The moving average of sync times that leaders keep in the page; 0 when nothing is known here."""
-        if self._page is None:
+        """The moving average of sync times that leaders keep in the page; 0 when nothing is known here. Read at
+        most once per `_AVERAGE_FRESH_NS` (a read is a system call, and every append asks): on a disk whose syncs
+        are slow that is still every append; on a fast one, a writer joins leaders that began meanwhile at most
+        that much later (both ways of syncing are durable: this only chooses who syncs)."""
+        page = self._page
+        if page is None:
             return 0
-        state = self._page.read()
-        return state[4] if state is not None else 0
+        now = time.monotonic_ns()
+        if now - self._average_at >= _AVERAGE_FRESH_NS:
+            if now - self._followed_at >= _FOLLOW_EVERY_NS:
+                self._followed_at = now
+                self.follow()
+            state = page.read()
+            self._average, self._average_at = (state[4] if state is not None else 0), now
+        return self._average
+
+    def follow(self) -> None:
+        """Once the page's file is no longer at the path (`rm ledger.jsonl.sync`, or another file renamed over it),
+        use the one there now, created if need be. Otherwise this writer's acknowledged marks went on into the
+        removed file, which nothing else reads, while `verify` and other writers read the path: no mark, or an
+        older one, for as long as the writer ran. One fstat, at most every `_FOLLOW_EVERY_NS`. The page is
+        evidence: a file that cannot be opened there (`open_state` refuses a planted directory or symlink) leaves
+        the page as it was, and the writer goes on."""
+        from ..errors import ReefError
+
+        page = self._page
+        try:
+            if page is None or os.fstat(page.fd).st_nlink:
+                return
+            fd = open_state(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        except (OSError, ReefError):
+            return
+        try:
+            page.adopt(fd)
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
 
     def make_durable(self, fd: int, ino: int, end: int, own: int, sync: Callable[[int], None],
                      note: Callable[[int], None]) -> None:
@@ -112,7 +179,9 @@ class SyncLeader:
                 self._wait_for(current[2])
                 waited = current[2]  # still "in flight" after its lock came free: its leader died; lead instead
                 continue
-            lead = open_state(self.path, os.O_RDWR)
+            # created if removed meanwhile: without it, `rm ledger.jsonl.sync` failed the sync ("cannot sync ...: No
+            # such file or directory") and the writer refused every append after it
+            lead = open_state(self.path, os.O_RDWR | os.O_CREAT, 0o600)
             try:
                 try:
                     fcntl.flock(lead, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -53,7 +53,7 @@ class Writer:
         self.index_path = self.path.with_name(self.path.name + ".idx")
         self.sync_path = self.path.with_name(self.path.name + ".sync")
         self._leader = SyncLeader(str(self.sync_path))
-        self._marks: acked.MarkPage | None = None  # the acknowledged mark, mapped on first open (see `acked`)
+        self._marks: acked.MarkPage | None = None  # the acknowledged mark, from the first open (see `acked`)
         self._accepting: acked.Mark | None = None  # a loss being recorded (`set_aside_cut`): not refused for it
         self._mutex = threading.Lock()
         self._pid: int | None = None
@@ -128,7 +128,7 @@ class Writer:
         created = False
         try:
             if self._marks is None:
-                self._marks = acked.MarkPage(self._leader.page().map)
+                self._marks = acked.MarkPage(self._leader.page())
             if not os.path.lexists(self.path):
                 mark = self._marks.read()
                 if mark is not None and mark.seq and mark != self._accepting:
@@ -158,8 +158,8 @@ class Writer:
     def _sync_outside(self, fd: int, ino: int, end: int, own: int, seq: int, digest: str,
                       then: Callable[[], object] | None = None) -> None:
         """Make the ledger (inode `ino`, descriptor `fd`) durable up to offset `end` (`own` bytes of it ours; the
-        record ending there is `seq`, `digest`) and note it as acknowledged (`acked`: a store into a mapped page),
-        without holding the mutex, so threads sharing this instance sync at the same time as processes do. The
+        record ending there is `seq`, `digest`) and note it as acknowledged (`acked`: a pwrite into the `.sync`
+        page), without holding the mutex, so threads sharing this instance sync at the same time as processes do. The
         caller counted itself in `_syncing` under the mutex; while that is non-zero, replaced descriptors are kept
         open (`_retire`). Fast syncs are issued here and shared by the kernel; slow ones are led. `then` runs
         as soon as the sync returns (see `append`)."""
@@ -331,13 +331,18 @@ class Writer:
         with `last` (seq, hash; read when not given). The mark speaks for any file at the path, of any inode. On a
         first look at a file (or one of another inode than the mark's) a file past the mark's record is checked
         for that record too; catching up with other writers' appends is not, so it costs nothing there."""
-        mark = self._marks.read() if self._marks is not None else None
-        if mark is None and records_end and self._size < 0 and self._unmarked != self._ino:
-            # a first look at records no mark speaks for: this writer's append starts one; said, and kept in
-            # `<ledger>.repairs`, so a removed or emptied `.sync` is not erased by it (`acked.unmarked`)
-            self._unmarked = self._ino
-            self.repairs.append(note_unmarked(self.path, records_end, self._seq_before(records_end)))
-        if mark is None or mark == self._accepting:
+        marks = self._marks
+        mark = marks.read() if marks is not None else None
+        if mark is None:
+            if records_end and self._unmarked != self._ino and (self._size < 0 or (marks is not None and marks.gone())):
+                # a first look at records no mark speaks for, or a file changed since this writer looked with the
+                # page emptied meanwhile: this writer's append starts a mark; said, and kept in `<ledger>.repairs`,
+                # so a removed or emptied `.sync` is not erased by it (`acked.unmarked`)
+                self._unmarked = self._ino
+                self.repairs.append(note_unmarked(self.path, records_end, self._seq_before(records_end)))
+            return None
+        self._unmarked = 0  # marked again: a later removal is said again
+        if mark == self._accepting:
             return None
         return acked.judge(mark, self._fd, self._ino, size, records_end, last,
                            thorough=self._size < 0 or self._ino != mark.ino)
@@ -382,7 +387,7 @@ class Writer:
             fcntl.flock(self._lock_fd, fcntl.LOCK_EX)
             try:
                 if self._marks is None:
-                    self._marks = acked.MarkPage(self._leader.page().map)
+                    self._marks = acked.MarkPage(self._leader.page())
                 self._accepting = self._marks.read()  # a gone file is created for the record, its mark kept
                 gone = not os.path.lexists(self.path)
                 try:

@@ -21,19 +21,18 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import re
 from typing import Any
 
 from ..errors import InvalidInput
 from .keys import _is_auth_switch, _is_literal_secret, _secret_kind, is_secret_key
 from .readings import _CONTINUATION, _HIDDEN, _MARK_RE, _redact_colours, _redact_hidden, _replaced
-from .shapes import _mark
+from .shapes import _Lazy, _mark
 
 
 EXCERPT_CHARS = 200
 WINDOW = 4096  # how far past the excerpt a secret that starts inside it may run and still be found whole
 
-_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+_LONE_SURROGATE = _Lazy("[\ud800-\udfff]")
 
 
 def redact(text: str) -> tuple[str, int]:
@@ -47,6 +46,8 @@ def redact(text: str) -> tuple[str, int]:
     continued over lines (`mysql -h db \\` + newline + `-pX`) lose its line breaks, read as the one line it is."""
     if not isinstance(text, str):
         raise InvalidInput(f"redact takes text, not {type(text).__name__}")
+    if not text:
+        return text, 0  # an empty output (`reef run -- true`): no rule to compile, nothing to read
     hidden = 0
     if (not text.isascii() or "\\u" in text) and _HIDDEN.search(text):  # isascii: a quick no for most texts
         text, hidden = _redact_hidden(text)

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import re
 
+from .shapes import _Lazy
 
-_WORD = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+")
+_WORD = _Lazy(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+")
 _SECRET_WORDS = {
     "token", "secret", "password", "passwd", "passphrase", "apikey", "credential", "credentials", "privatekey",
     "secretkey", "accesskey", "authtoken",
@@ -25,13 +26,13 @@ _NOT_SECRET_KEY_QUALIFIERS = {
     "registry", "translation", "i18n", "config", "legend", "hot", "short", "index", "tree", "dedup", "join", "order",
     "search", "s3", "bucket", "react", "list", "dedupe", "entry", "sorting",
 }
-_PLACEHOLDER = re.compile(
+_PLACEHOLDER = _Lazy(
     r"\$\{?[A-Za-z_][A-Za-z0-9_]*\}?|\$\{\{.*\}\}|\{\{.*\}\}|\{[A-Za-z_][A-Za-z0-9_.]*\}|<[^<>]*>|%\([^)]*\)s|"
     r"\*+|x{3,}|X{3,}|\.\.\.|…|-+",
     re.DOTALL,
 )
-_CODE_REF = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)+")
-_PATH = re.compile(r"(?:~|\.{1,2})?/[^\s]*")
+_CODE_REF = _Lazy(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)+")
+_PATH = _Lazy(r"(?:~|\.{1,2})?/[^\s]*")
 _NOT_SECRET_VALUES = {"none", "null", "nil", "true", "false", "undefined", "yes", "no", "on", "off", "required",
                       "optional", "str", "string", "bytes", "int", "bool"}
 

@@ -110,7 +110,7 @@ def _replaced(before: str, after: str) -> Iterator[tuple[int, int, str]]:
 
 
 # A backslash ending a line continues a shell command on the next: a flag and its value can sit on two lines.
-_CONTINUATION = re.compile(r"[ \t]*\\\r?\n[ \t]*")
+_CONTINUATION = _Lazy(r"[ \t]*\\\r?\n[ \t]*")
 
 
 def _redact_colours(text: str) -> tuple[str, int]:

@@ -8,7 +8,7 @@ from .keys import (
     _CODE_REF, _PLACEHOLDER, _is_auth_switch, _is_literal_secret, _looks_random, _secret_kind, is_secret_key
 )
 from .shapes import (
-    _ASSIGNMENT, _ASSIGNMENT_LINE, _BLOCK_INDICATOR, _CONNINFO, _IDENTIFIER, _KEY_BODY, _KEY_MATERIAL, _Lazy,
+    _ASSIGNMENT_LINE, _BLOCK_INDICATOR, _CONNINFO, _IDENTIFIER, _KEY_BODY, _KEY_MATERIAL, _Lazy,
     _MAPPING_LINE, _NEXT_INDENT, _NUMBERS, _WRAPPED_PIECE
 )
 
@@ -262,7 +262,7 @@ def _sas_signature(match: re.Match[str]) -> Hit:
 _DOCKER_AUTH_KEYS = {"auth", "_auth"}
 _RANDOM_WORD = _Lazy(r"[A-Za-z0-9+/=_]{16,}")
 _TRAILING_OPERATORS = _Lazy(r"[;&|]+$")
-_BASE64ISH = re.compile(r"[A-Za-z0-9+/_-]{12,}={0,2}")
+_BASE64ISH = _Lazy(r"[A-Za-z0-9+/_-]{12,}={0,2}")
 
 
 def _wrapped_value(match: re.Match[str]) -> Hit:
@@ -294,7 +294,8 @@ _RANDOMISH = _Lazy(r"[0-9A-Z+/=]")
 
 
 def _assignment(match: re.Match[str]) -> Hit:
-    if match.re is _ASSIGNMENT and (match.group("wrapped") is not None or match.group("wrapbare") is not None):
+    # _ASSIGNMENT's match, not _ASSIGNMENT_LINE's, told by its groups (both compile on first use, behind a proxy)
+    if "wrapped" in match.re.groupindex and (match.group("wrapped") is not None or match.group("wrapbare") is not None):
         hit = _wrapped_value(match)
         if hit is not None:
             return hit

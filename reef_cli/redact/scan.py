@@ -99,7 +99,10 @@ def _scan(text: str, found: list[tuple[str, str]], in_context: list[tuple[str, s
                 found.append((blob, kind))
         return "".join(out) + source[done:] if out else source
 
-    text = sub(_PRIVATE_KEY, _private_key, text)
+    # A rule whose pattern cannot match without some substring is skipped where the text lacks it: most texts reef
+    # redacts are short (a run's paths, record keys) and a skipped pattern is never compiled (`shapes._Lazy`).
+    if "PRIVATE KEY" in text:
+        text = sub(_PRIVATE_KEY, _private_key, text)
     if "://" in text:
         text = sub(_URL_PASSWORD, _url_password, text)
     lines = "\n" in text
@@ -109,18 +112,22 @@ def _scan(text: str, found: list[tuple[str, str]], in_context: list[tuple[str, s
             if lines:  # before the one-line match, which would take a wrapped token's first line alone
                 text = unwrap(_token_re(shape), present, kind, text)
             text = sub(_token_re(shape), lambda m, kind=kind: ("", m.group(0), kind, ""), text)
-    if "igest" in text or "IGEST" in text:
+    if ("igest" in text or "IGEST" in text) and _may_name_authorization(text):
         text = sub(_DIGEST, _digest, text)
-    text = sub(_AUTH_HEADER, _auth_header, text)
-    text = sub(_BEARER, _bearer, text)
+    if _may_name_authorization(text):
+        text = sub(_AUTH_HEADER, _auth_header, text)
+    if not text.isascii() or "bearer" in text.lower():  # ignoring case, which only ASCII text lowers exactly
+        text = sub(_BEARER, _bearer, text)
     if "asic" in text or '"auth"' in text:
         text = sub(_BARE_BASIC, _bare_basic, text, _line_matches(_BARE_BASIC, text, ("Basic", "basic", '"auth"')))
     if ";" in text and ("assword" in text or "ASSWORD" in text or "wd" in text or "WD" in text):
         text = sub(_CONN_PASSWORD, _conn_password, text,
                    _line_matches(_CONN_PASSWORD, text, ("assword", "ASSWORD", "wd", "WD", "Wd"), also=";"))
-    text = sub(_ASSIGNMENT, _assignment, text)
+    if (":" in text or "=" in text) and _names_a_secret(text):
+        text = sub(_ASSIGNMENT, _assignment, text)
     if "-" in text:
-        text = sub(_FLAG, _flag, text)
+        if " " in text or "\t" in text:
+            text = sub(_FLAG, _flag, text)
         if "-p" in text or "redis-cli" in text:  # `-p` also covers redis-cli's `--pass`
             text = sub(_SHORT_P, _short_p, text, _line_matches(_SHORT_P, text, ("-p", "-a")))
         if "-u" in text:
@@ -173,6 +180,22 @@ def _scan(text: str, found: list[tuple[str, str]], in_context: list[tuple[str, s
             text = sub(_B64_BLOCK, _b64_secret, text)
         text = base64_runs(text)
     return text, count
+
+
+# The words _ASSIGNMENT's key must hold, ignoring case ("pass" covers "passphrase"). Its key is ASCII, so the word is
+# too, and lower() keeps an ASCII word whole wherever it stands: a text without one in its lowered form has no match.
+_SECRET_KEY_WORDS = ("key", "token", "secret", "credential", "pwd", "pass", "auth", "pat")
+
+
+def _may_name_authorization(text: str) -> bool:
+    """`authorization` and a `:` or `=`, as _AUTH_HEADER and _DIGEST need them: ignoring case, which lower() does
+    exactly only for ASCII text (`ı` matches `i` there), so any other text may hold it."""
+    return (":" in text or "=" in text) and (not text.isascii() or "authorization" in text.lower())
+
+
+def _names_a_secret(text: str) -> bool:
+    lowered = text.lower()
+    return any(word in lowered for word in _SECRET_KEY_WORDS)
 
 
 def _rclone_matches(text: str) -> Iterator[re.Match[str]]:

@@ -21,6 +21,11 @@ class _Lazy:
         self._args = (pattern, flags)
         self._compiled: re.Pattern[str] | None = None
 
+    @property
+    def pattern(self) -> str:
+        """The source, without compiling: a pattern built from another's reads it at import."""
+        return self._args[0]
+
     def __getattr__(self, name: str) -> Any:
         if self._compiled is None:
             self._compiled = re.compile(*self._args)
@@ -93,19 +98,19 @@ def _token_re(shape: str) -> re.Pattern[str]:
     return pattern
 
 
-_PRIVATE_KEY = re.compile(
+_PRIVATE_KEY = _Lazy(
     r"-----BEGIN ((?:[A-Z0-9]+ )*)PRIVATE KEY((?: BLOCK)?)-----"  # group 2 always takes part, so \2 can match
     r"(?P<body>.*?-----END \1PRIVATE KEY\2-----|(?:\\n|\s)*[A-Za-z0-9+/=][A-Za-z0-9+/=\s\\]*)",
     re.DOTALL,
 )
-_KEY_MATERIAL = re.compile(r"[A-Za-z0-9+/=]{40,}")  # a PEM body line; code that only names the header has none
-_KEY_BODY = re.compile(r"[A-Za-z0-9+/=]{8,}")  # base64 between a BEGIN and its END
+_KEY_MATERIAL = _Lazy(r"[A-Za-z0-9+/=]{40,}")  # a PEM body line; code that only names the header has none
+_KEY_BODY = _Lazy(r"[A-Za-z0-9+/=]{8,}")  # base64 between a BEGIN and its END
 # The password runs to the last "@" before the host, so one that holds "@" itself (`u:p@ss@host`) goes whole.
-_URL_PASSWORD = re.compile(
+_URL_PASSWORD = _Lazy(
     r"(?P<head>\b[A-Za-z][A-Za-z0-9+.-]{1,20}://[^\s/:@'\"<>\[\]]*:)(?P<secret>[^\s/'\"<>]+)"
     r"(?=@[^\s/@'\"<>]+(?:[/?#:\s'\"<>]|$))"
 )
-_AUTH_HEADER = re.compile(
+_AUTH_HEADER = _Lazy(
     r"(?P<head>\bauthorization[\"']?\s*[:=]\s*[\"']?(?:(?P<scheme>bearer|basic|token|bot|digest)\s+)?)"
     r"(?P<secret>[^\s\"',;]+)",
     re.IGNORECASE,
@@ -138,7 +143,7 @@ _CONN_PASSWORD = _Lazy(
     r"(?=[ \t]*;[ \t]*[A-Za-z][A-Za-z0-9 _]*=)",
     re.MULTILINE,
 )
-_BEARER = re.compile(r"(?P<head>\bbearer\s+)(?P<secret>[A-Za-z0-9._~+/=-]{16,})", re.IGNORECASE)
+_BEARER = _Lazy(r"(?P<head>\bbearer\s+)(?P<secret>[A-Za-z0-9._~+/=-]{16,})", re.IGNORECASE)
 # The rest of an unquoted value: it ends at a space or a quote, and a backslash run just before a quote is that
 # quote's escape, not the value's (`echo \"API_KEY=x\"` in a JSON string: the value is `x`, and the `\` stays
 # with its quote, so the JSON around it is still valid after the value is replaced); so is a JSON-escaped line
@@ -147,7 +152,7 @@ _BEARER = re.compile(r"(?P<head>\bbearer\s+)(?P<secret>[A-Za-z0-9._~+/=-]{16,})"
 # backslash-newline escaped (3 at depth 1, 6 at depth 2): the value runs on over it, as it does unescaped.
 _WORD_REST = r"""[^\s"'\\]*(?:(?:\\++(?![nrt"'])|\\{3}(?=[nrt])|\\{5,}+(?=[nrt]))[^\s"'\\]*)*"""  # the loop unrolled
 _QUOTED = r"""(?:"(?:[^"\\\n]|\\.)*"|'[^'\n]*')"""
-_ASSIGNMENT = re.compile(
+_ASSIGNMENT = _Lazy(
     r"""
     (?P<head>
       (?<![A-Za-z0-9_.$-])
@@ -177,7 +182,7 @@ _ASSIGNMENT_LINE = _Lazy(
     re.VERBOSE,
 )
 # `--password X`, `--api-key 'X'`: a flag that names a secret, its value after a space (`=` is an assignment above).
-_FLAG = re.compile(
+_FLAG = _Lazy(
     r"(?P<head>(?<![\w-])--?(?P<key>[A-Za-z][A-Za-z0-9_-]*)[ \t]+)"
     r"(?P<secret>\"[^\"\n]*\"|'[^'\n]*'|[^\s\"'\\<>|&;()`-]" + _WORD_REST + ")"
 )
@@ -211,7 +216,7 @@ _MAPPING_LINE = _Lazy(r"[\"']?[A-Za-z0-9_.$-]+[\"']?[ \t]*:(?:[ \t]|$)|-(?:[ \t]
 # separator (`mysql ...; cp -pr a b`), and the name is a command's, not a path's last part (`-I/usr/include/mysql
 # -pthread`). A value never starts with a shell operator (`mysql -uroot -p < dump.sql` prompts) or a backslash (the
 # `\"` of a JSON-escaped quote: the decoded reading finds what is inside).
-_SHORT_P = re.compile(
+_SHORT_P = _Lazy(
     r"(?P<head>(?:(?P<mysql>(?<![^\s;&|(`'\"])(?:(?:[\w.~][\w.~-]*)?/)*(?:mysql[a-z]*|mariadb(?:-[a-z]+)*)\b(?!-)"
     r"[^\n;&|]*?[ \t]-p)"
     r"|(?P<sshpass>\bsshpass(?:[ \t]+-[a-oq-z]\S*)*[ \t]+-p[ \t]*)"
@@ -319,7 +324,7 @@ _CONTROL = _Lazy(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 
 # SQL that sets a password: `IDENTIFIED BY 'x'`, `WITH [ENCRYPTED] PASSWORD 'x'`, `ALTER ROLE app PASSWORD 'x'`,
 # `PASSWORD('x')`, `SET PASSWORD [FOR u] = 'x'`. The value is a quoted literal, so it is data whatever it looks like.
-_SQL_PASSWORD = re.compile(
+_SQL_PASSWORD = _Lazy(
     r"(?P<head>(?:\b(?i:user|role|grant)\b[^\n;]{0,200}?\b(?i:identified)[ \t]+(?:(?i:with)[ \t]+\w+[ \t]+)?(?i:by)"
     r"|\b(?:(?i:with)[ \t]+(?:(?i:encrypted)[ \t]+)?(?i:password)|PASSWORD)"
     r"|\b(?i:set)[ \t]+(?i:password)(?:[ \t]+(?i:for)[ \t]+\S+)?[ \t]*=)[ \t]*(?:(?i:password)[ \t]*)?\(?[ \t]*)"
@@ -327,17 +332,17 @@ _SQL_PASSWORD = re.compile(
 )
 # libpq's key=value conninfo (`psql "host=db user=app password=x"`, `psycopg2.connect("dbname=app password=x")`):
 # beside another conninfo key separated by a space (not a comma: `connect(host=host, password=password)` is code).
-_CONNINFO = re.compile(r"(?<![\w.-])(?:host|hostaddr|dbname|user|port|sslmode)=[^\s,()'\"=]+(?=[ \t]+\w+=|[ \t]*['\"])")
-_CURL_USER = re.compile(r"(?P<head>(?<![\w-])(?:-u|--user)[ \t]+['\"]?[^\s:'\"]+:)(?P<secret>[^\s'\"]+)")
+_CONNINFO = _Lazy(r"(?<![\w.-])(?:host|hostaddr|dbname|user|port|sslmode)=[^\s,()'\"=]+(?=[ \t]+\w+=|[ \t]*['\"])")
+_CURL_USER = _Lazy(r"(?P<head>(?<![\w-])(?:-u|--user)[ \t]+['\"]?[^\s:'\"]+:)(?P<secret>[^\s'\"]+)")
 # netrc: `machine H login U password P`, on one line or several.
-_NETRC = re.compile(
+_NETRC = _Lazy(
     r"(?P<head>\b(?:machine[ \t]+\S+|default)(?:\s+(?:login|account|port)[ \t]+\S+)*\s+password[ \t]+)(?P<secret>\S+)"
 )
 # `Cookie:` / `Set-Cookie:` headers, and curl's `-b` / `--cookie`: a cookie named for a session or a credential is
 # one, however short (`sid=Xk3J9a`, `PHPSESSID=a1b2c3d4e5`: a test server's or an old framework's session id).
-_COOKIE_LINE = re.compile(r"(?P<head>\b(?:set-)?cookie[\"']?[ \t]*[:=][ \t]*)(?P<value>[^\n]+)", re.IGNORECASE)
+_COOKIE_LINE = _Lazy(r"(?P<head>\b(?:set-)?cookie[\"']?[ \t]*[:=][ \t]*)(?P<value>[^\n]+)", re.IGNORECASE)
 _CURL_COOKIE = _Lazy(r"(?P<head>(?<![\w-])(?:-b|--cookie)[ \t]+)(?P<value>[^\n]+)")
-_COOKIE = re.compile(r"(?P<head>(?<![A-Za-z0-9_.-])[A-Za-z0-9_.-]*(?:sess|sid|auth|token|jwt|remember)[A-Za-z0-9_.-]*=)"
+_COOKIE = _Lazy(r"(?P<head>(?<![A-Za-z0-9_.-])[A-Za-z0-9_.-]*(?:sess|sid|auth|token|jwt|remember)[A-Za-z0-9_.-]*=)"
                      r"(?P<secret>[^\s;,\"']{6,})", re.IGNORECASE)
 # The same session cookies outside a header (a URL's `;jsessionid=` or `?sid=`, a log's `session=...`): only the
 # names a session id goes by, and only a value with letters and digits that ends where a value ends (not a call).
@@ -356,10 +361,10 @@ _SET_COOKIE_CALL = _Lazy(r"(?P<head>\b(?:set_cookie|setCookie|add_cookie|set)\([
                          r"[\"'](?P<name>[\w.-]*(?i:sess|sid|auth|token|jwt|remember)[\w.-]*)[\"'][ \t]*,[ \t]*"
                          r"(?:[\"']?value[\"']?[ \t]*[:=][ \t]*)?(?P<q>[\"']))(?P<secret>[^\"'\s]{6,})(?=(?P=q))")
 _IDENTIFIER = _Lazy(r"[A-Za-z_]+[0-9]*|[0-9]+[A-Za-z]{1,3}|0[xX][0-9A-Fa-f]+")  # session2, 3600ms, 0x1f
-_SAS_SIGNATURE = re.compile(r"(?P<head>[?&]sig=)(?P<secret>[A-Za-z0-9%+/=_-]{16,})")
-_ANSI = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[@-Z\\-_])")
-_URL_ESCAPE = re.compile(r"%[0-9A-Fa-f]{2}")
-_JSON_ESCAPE = re.compile(r"\\(?:[\"\\/bfnrt]|u[0-9a-fA-F]{4})")
+_SAS_SIGNATURE = _Lazy(r"(?P<head>[?&]sig=)(?P<secret>[A-Za-z0-9%+/=_-]{16,})")
+_ANSI = _Lazy(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[@-Z\\-_])")
+_URL_ESCAPE = _Lazy(r"%[0-9A-Fa-f]{2}")
+_JSON_ESCAPE = _Lazy(r"\\(?:[\"\\/bfnrt]|u[0-9a-fA-F]{4})")
 _JSON_CHARS = {"b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t"}
 _ECHO_MIN = 8  # a found secret this long, and not one word, is removed wherever else it appears, in any encoding
-_NUMBERS = re.compile(r"[0-9.:/-]+")
+_NUMBERS = _Lazy(r"[0-9.:/-]+")

@@ -64,7 +64,7 @@ class CanarySuite:
     files: dict
     config: object
     tasks: tuple
-    settings: object  # reef_cli.gate.GateSettings
+    settings: object  # reef_cli.gate_policies.GateSettings
     digest: str
 
     def key(self) -> dict:
@@ -112,7 +112,7 @@ def find_suite(project, weights_scenario: str, name: str | None) -> CanarySuite 
     """The canary suite of harness scenario `name` (an error when it has none), else of the project's default
     scenario (None when it has none: that project simply has no weight gate)."""
     from ..config import CONFIG_NAME, parse_config
-    from ..gate import GateSettings
+    from ..gate_policies import GateSettings
     from ..store import HarnessStore
     from ..tasks import load_suite
 
@@ -213,20 +213,25 @@ def measure(store, suite: CanarySuite, *, engine_url: str, release, run_dir: Pat
     """Run every canary task `repeats` times against the weights the engine serves now (those of `release`, the
     head), through a gateway; returns the verdict to store, and records it (with the held-out record ids)."""
     from ..episodes import materialise_readonly, rmtree
+    from ..stick_links import agent_view
 
     version = release.runtime_load_id
     tag = f"{run_id[-8:].lower()}-{release.step}"
     session = f"{GATE_SESSION_PREFIX}{tag}"
     out = run_dir / "gate" / f"step-{release.step}"
     out.mkdir(parents=True, exist_ok=True)
-    harness = materialise_readonly(out / "harness", suite.files)
+    harness = materialise_readonly(out / "harness", suite.files)  # the tasks and checks are read from here
+    # the agent is given the harness without them (stick_links.agent_view): it must not read its own exam
+    view = materialise_readonly(out / "harness.agent", agent_view(suite.files, (suite.config,)))
     k = suite.settings.repeats
     emit({"event": "gate", "weight_version": version, "episodes": k * len(suite.tasks)})
     try:
-        got, reqs, gw = _episodes(store, suite, engine_url, harness, out, session, version, environ, emit, warnings)
+        got, reqs, gw = _episodes(store, suite, engine_url, (harness, view), out, session, version, environ, emit,
+                                  warnings)
     finally:  # read-only copies left in .reef/ would make a plain `rm -rf` of a run directory fail
-        rmtree(harness)
-        harness.with_name(harness.name + ".complete").unlink(missing_ok=True)
+        for tree in (harness, view):
+            rmtree(tree)
+            tree.with_name(tree.name + ".complete").unlink(missing_ok=True)
     episodes = {f"{q.task.id}#{q.repeat}": got[q.key].score for q in reqs}
     from ..redact import redact
 
@@ -253,13 +258,15 @@ def measure(store, suite: CanarySuite, *, engine_url: str, release, run_dir: Pat
     return verdict
 
 
-def _episodes(store, suite: CanarySuite, engine_url: str, harness: Path, out: Path, session: str, version, environ: dict,
-              emit, warnings: list[str]):
-    """Every canary task x repeat on the weights served now, the agent's model calls through a gateway."""
+def _episodes(store, suite: CanarySuite, engine_url: str, trees: tuple[Path, Path], out: Path, session: str, version,
+              environ: dict, emit, warnings: list[str]):
+    """Every canary task x repeat on the weights served now, the agent's model calls through a gateway; `trees`:
+    (the whole harness, for the tasks' checks; the agent's view of it)."""
     from ..episodes import EpisodeRequest, EpisodeRunner, Journal
     from ..executors import ExecutorSpec
     from .gateway import Gateway
 
+    harness, view = trees
     k = suite.settings.repeats
     with Gateway(store.project, store.scenario, engine_url, out / "serve.log", environ, warnings) as gw:
         base = f"{gw.url}/session/{session}/v1"
@@ -270,7 +277,7 @@ def _episodes(store, suite: CanarySuite, engine_url: str, harness: Path, out: Pa
                                store_content=suite.config.store_content,
                                executor=ExecutorSpec.of(environ=environ, config=suite.config.gate))
         side = f"weights:{version}"
-        reqs = [EpisodeRequest(t, side, r, harness, suite.release.content_id) for r in range(k) for t in suite.tasks]
+        reqs = [EpisodeRequest(t, side, r, view, suite.release.content_id) for r in range(k) for t in suite.tasks]
         got = runner.run_many(reqs, journal=Journal(out / "journal.jsonl"),
                               on_result=lambda res, _resumed: emit({"event": "episode", "task_id": res.task_id,
                                                                      "score": res.score}))
@@ -284,7 +291,7 @@ def _mean(xs: list[float]) -> float:
 # -- deciding --------------------------------------------------------------------------------------------------------
 def judge(suite: CanarySuite, new: dict, old: dict | None) -> dict:
     """Keep or roll back `new` against `old` (see the module docstring); `old` None keeps (nothing to lose to)."""
-    from ..gate import SENTINEL_PASS, bootstrap_interval
+    from ..gate_policies import SENTINEL_PASS, bootstrap_interval
 
     s = suite.settings
     out = {"kind": "canary", "score": new["score"], "baseline": old["score"] if old else None,
