@@ -60,17 +60,54 @@ def private_umask():
                 os.umask(_umask_saved)
 
 
-def write_atomic(path: Path, data: bytes, mode: int = 0o644) -> None:
-    """Temp file, fsync, rename, fsync the directory: readers see the old or the new file, never half of one.
-    `mode` is the new file's (STATE_FILE_MODE for reef's state); a umask can only narrow it."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+def kept_mode(path, executable: bool | None = None) -> int | None:
+    """The permission bits a rewrite of `path` goes out with: the regular file there keeps its own (a patterns.json
+    or CLAUDE.md the user keeps private, 0600, must not come back world-readable; a group-writable one stays so),
+    with execute bits added where read bits are (`executable` True) or taken away (False); setuid, setgid and sticky
+    are not carried over. None when no regular file is there (absent, a symlink, a FIFO): a new file, whose mode is
+    the caller's default under the umask. Every rewrite of a file reef does not own asks here."""
+    import stat
+
     try:
-        write_all(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
+        st = os.lstat(path)
+    except OSError:
+        return None
+    if not stat.S_ISREG(st.st_mode):
+        return None
+    bits = st.st_mode & 0o777
+    if executable is True:
+        return bits | ((bits & 0o444) >> 2)  # x wherever r is
+    if executable is False:
+        return bits & ~0o111
+    return bits
+
+
+def write_atomic(path: Path, data: bytes, mode: int | None = None, *, executable: bool | None = None) -> None:
+    """Temp file, fsync, rename, fsync the directory: readers see the old or the new file, never half of one.
+
+    `mode` given (STATE_FILE_MODE for reef's state): the file gets it, whatever it had; a umask can only narrow it.
+    `mode` None (a user's file: memory, harness files, config, a page or script they asked for): a file already
+    there keeps its permission bits (`kept_mode`, with `executable` as there), a new one gets 0644 (0755 when
+    `executable`) under the umask. The temp file is this thread's own and is never opened through a symlink."""
+    keep = kept_mode(path, executable) if mode is None else None
+    create = mode if mode is not None else (0o755 if executable else 0o644)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_native_id()}.tmp")
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(tmp)  # a killed writer's leftover: its mode is not this file's
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, create)
+    try:
+        try:
+            write_all(fd, data)
+            if keep is not None:
+                os.fchmod(fd, keep)  # exactly the old bits: the umask must not narrow them either
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
     fsync_dir(path.parent)
 
 
@@ -128,7 +165,9 @@ def last_lines(handle, limit: int, block: int = 64 * 1024) -> list[tuple[int, by
 
 def read_nofollow(path: Path) -> bytes | None:
     """A user's file as reef is about to compare or replace it: its bytes, or None when absent. Never read through a
-    symlink, never a directory or device (InvalidInput naming the path); other OS errors are the caller's."""
+    symlink, never a directory or device (InvalidInput naming the path); other OS errors are the caller's. Opened
+    non-blocking: a FIFO there (a user's `mkfifo`, or a hostile one) had the open wait for a writer, and reflect,
+    evolve and checkout hung on it for ever; now it is refused like a device."""
     import errno
     import stat
 

@@ -16,7 +16,7 @@ import stat
 import time
 from pathlib import Path
 
-from .durable import make_dirs, read_nofollow, write_all
+from .durable import kept_mode, make_dirs, read_nofollow, write_all
 from .errors import ConflictError, InvalidInput, StoreError
 from .gitstore import MODE_EXEC, MODE_LINK, Entry, mode_of
 
@@ -239,8 +239,12 @@ def _replace_user_file(target: Path, rel: str, entry: Entry, expected: dict[str,
     if os.path.exists(target) and not os.access(target, os.W_OK):  # a file made read-only is not replaced either
         raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(target))
     tmp = target.with_name(f".{target.name}.reef-tmp")
+    executable = entry.mode == MODE_EXEC
+    keep = kept_mode(target, executable)  # a private 0600 CLAUDE.md stays private (the one rule, durable.kept_mode)
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+        if os.path.isfile(tmp) and not os.path.islink(tmp):
+            os.unlink(tmp)  # a killed checkout's leftover: a new file's mode comes from the umask, not from it
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o755 if executable else 0o644)
     except OSError as exc:
         if exc.errno == errno.ELOOP:
             raise InvalidInput(f"{tmp} is a symlink; reef never writes through symlinks") from None
@@ -251,7 +255,8 @@ def _replace_user_file(target: Path, rel: str, entry: Entry, expected: dict[str,
     try:
         try:
             write_all(fd, entry.data)
-            os.fchmod(fd, 0o755 if entry.mode == MODE_EXEC else 0o644)
+            if keep is not None:
+                os.fchmod(fd, keep)
             os.fsync(fd)
         finally:
             os.close(fd)

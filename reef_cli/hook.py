@@ -71,20 +71,13 @@ def _read_settings(target: Path) -> bytes | None:
 
 
 def _write_if_unchanged(target: Path, original: bytes | None, data: bytes) -> bool:
-    """Replace `target` with `data` unless it no longer holds `original`; keeps the file's mode."""
-    import stat
-
+    """Replace `target` with `data` unless it no longer holds `original`; keeps the file's mode (write_atomic)."""
     from .durable import write_atomic
 
     target.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        mode = stat.S_IMODE(os.stat(target).st_mode)
-    except FileNotFoundError:
-        mode = 0o644
     if _read_settings(target) != original:
         return False
-    write_atomic(target, data, mode)
-    os.chmod(target, mode)  # the umask may have narrowed it; the user's mode is the one to keep
+    write_atomic(target, data)
     return True
 
 

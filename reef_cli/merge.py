@@ -125,9 +125,12 @@ def _merge_memory(b, o, t) -> bytes:
     theirs = PatternMemory.loads(t.data, "memory (remote)")
     merged = PatternMemory.loads(t.data, "memory (remote)")
     merged.through_seq, merged.through_hash = ours.through_seq, ours.through_hash
+    merged.extra = {**ours.extra, **theirs.extra}  # a key only ours has (a user's note) is not lost either
     for key, p in ours.patterns.items():
         other = theirs.patterns.get(key)
         if other is None or (p.count, p.last_seen or "") > (other.count, other.last_seen or ""):
+            if other is not None:  # the remote's own keys on it (a teammate's note) stay, ours win a clash
+                p.extra = {**other.extra, **p.extra}
             merged._index(p)
     return merged.dumps()
 

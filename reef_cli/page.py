@@ -315,7 +315,7 @@ def write_page(store, out: Path | None = None, now: str | None = None) -> Path:
     if path.is_dir():
         raise InvalidInput(f"{path} is a directory; the page is written to that name, move it or choose another --out")
     # Under .reef the page is reef's state, the owner's alone like the ledger it shows; a --out elsewhere is the
-    # user's place (0644 as before, narrowed by their umask).
+    # user's place (0644 narrowed by their umask; a page already there keeps its mode).
     private = directory.is_relative_to(os.path.abspath(store.project.state))
     if not private:
         _check_replaceable(path)
@@ -324,7 +324,7 @@ def write_page(store, out: Path | None = None, now: str | None = None) -> Path:
             make_dirs(directory)
         else:
             directory.mkdir(parents=True, exist_ok=True)
-        write_atomic(path, seal(render(collect(store, now)).encode("utf-8")), STATE_FILE_MODE if private else 0o644)
+        write_atomic(path, seal(render(collect(store, now)).encode("utf-8")), STATE_FILE_MODE if private else None)
     except (FileExistsError, NotADirectoryError) as e:
         raise InvalidInput(f"cannot write the page into {directory}: a parent of it is a file ({e.strerror})") from e
     except OSError as e:

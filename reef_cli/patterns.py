@@ -39,6 +39,9 @@ Decisions (where the issue is silent):
   `earned >= needed`. Memory is a fold over the ledger in seq order, so the counter is exact and replayable.
 * **Budget.** At most `DEFAULT_MAX_PATTERNS` (500) patterns; beyond it the lowest-value unsuppressed patterns go
   (order in `value`). Patterns not seen for `expiry_days` are dropped by the Curator (`expire`).
+* **Fields reef does not know** (a user's note on a pattern, a newer reef's key, at the top or on a pattern) are
+  kept as they were through every rewrite (reflect, curate, expire, merge): reef never loses a user's edit. They
+  never override a field reef writes; a pattern reef drops (expired, evicted) takes its own with it.
 """
 
 from __future__ import annotations
@@ -55,6 +58,10 @@ EVIDENCE_CAP = 10
 SOURCES_CAP = 64
 KEY_TERMS = 8
 DEFAULT_MAX_PATTERNS = 500
+MEMORY_LIMIT = 64 << 20
+"""The most bytes reef reads as pattern memory. A full memory (500 patterns, each with its 64 sources and 10
+evidence ids) is about 2 MB; a file far past that (a log pasted over it, a hostile one) would otherwise be read and
+parsed whole by every reflect and evolve, gigabytes of it."""
 
 STOPWORDS = frozenset(
     """a an the and or but if then than so to of in on at by for with from into onto about as is are was were be been
@@ -147,6 +154,12 @@ def dont_text(text: str) -> str:
     return sentence("Do not " + text[0].lower() + text[1:])
 
 
+def too_large(source, size: int) -> InvalidInput:
+    return InvalidInput(f"{source}: pattern memory is {size} bytes, more than reef reads as memory ({MEMORY_LIMIT} "
+                        "bytes; a full one is about 2 MB); move it away or restore it with 'reef checkout' (nothing "
+                        "was changed)")
+
+
 @dataclass
 class Pattern:
     key: str
@@ -165,11 +178,18 @@ class Pattern:
     negatives: int = 0
     sources: list[str] = field(default_factory=list)  # distinct runs/sessions counted (the SOURCES_CAP latest)
     terms: frozenset[str] = frozenset()
+    extra: dict = field(default_factory=dict)  # keys this reef does not know, written back as they were read
 
     def __post_init__(self) -> None:
-        from .redact import redact_text
+        from .redact import redact_obj, redact_text
 
         self.text = redact_text(self.text)  # a memory written before a redaction fix publishes no secret either
+        # the memory is published with every release: a secret in a suppression's reason (a human's `-m`) or in a
+        # field reef does not know (a user's note) is redacted like the text, never carried into a release
+        if self.suppressed:
+            self.suppressed = redact_obj(self.suppressed)[0]
+        if self.extra:
+            self.extra = redact_obj(self.extra)[0]
 
     @property
     def eligible(self) -> bool:
@@ -182,6 +202,7 @@ class Pattern:
 
     def to_json(self) -> dict:
         return {
+            **self.extra,
             "key": self.key,
             "id": self.id,
             "text": self.text,
@@ -218,6 +239,7 @@ class Pattern:
                 suppressed=dict(d["suppressed"]) if d.get("suppressed") else None,
                 negatives=int(d.get("negatives", 0)),
                 sources=[str(x) for x in d.get("sources") or []],
+                extra={k: v for k, v in d.items() if k not in PATTERN_FIELDS},
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise InvalidInput(f"{source}: a pattern entry is malformed ({type(exc).__name__}: {exc})") from None
@@ -225,6 +247,11 @@ class Pattern:
             raise InvalidInput(f"{source}: pattern {p.key!r} has polarity {p.polarity!r}; expected do or dont")
         p.terms = _terms_or_key(p.text, p.key)
         return p
+
+
+PATTERN_FIELDS = frozenset({"key", "id", "text", "polarity", "count", "observe_only", "first_seen", "last_seen",
+                            "evidence", "origins", "surface_hint", "utility", "suppressed", "negatives", "sources"})
+"""The keys a pattern entry has that this reef reads and writes; any other is the user's (Pattern.extra)."""
 
 
 @dataclass(frozen=True)
@@ -243,12 +270,20 @@ class Observation:
     units: tuple[str, ...] = ()  # the runs/sessions this observation is about (reflect.evidence_units)
 
 
+MEMORY_FIELDS = frozenset({"version", "through_seq", "through_hash", "patterns"})
+
+
 class PatternMemory:
     def __init__(self, patterns: dict[str, Pattern] | None = None, through_seq: int = 0,
-                 through_hash: str | None = None):
+                 through_hash: str | None = None, extra: dict | None = None):
         self.patterns: dict[str, Pattern] = {}
         self.through_seq = through_seq
         self.through_hash = through_hash
+        self.extra: dict = {}  # top-level keys this reef does not know, written back as they were (secrets redacted)
+        if extra:
+            from .redact import redact_obj
+
+            self.extra = redact_obj(dict(extra))[0]
         self._by_terms: dict[tuple[str, frozenset], str] = {}
         self._by_term: dict[tuple[str, str], set[str]] = {}
         self._ids: dict[str, str] = {}
@@ -263,6 +298,8 @@ class PatternMemory:
         (memory_shape.check). `validate=False` only for bytes this process just dumped (`copy`)."""
         if data is None:
             return cls()
+        if len(data) > MEMORY_LIMIT:
+            raise too_large(source, len(data))
         try:
             doc = json.loads(data)
         except (ValueError, UnicodeDecodeError, RecursionError) as exc:
@@ -275,7 +312,8 @@ class PatternMemory:
             from .memory_shape import check
 
             check(doc, source)
-        mem = cls(through_seq=int(doc.get("through_seq") or 0), through_hash=doc.get("through_hash"))
+        mem = cls(through_seq=int(doc.get("through_seq") or 0), through_hash=doc.get("through_hash"),
+                  extra={k: v for k, v in doc.items() if k not in MEMORY_FIELDS})
         for d in doc.get("patterns", []):
             if not isinstance(d, dict):
                 raise InvalidInput(f"{source}: a pattern entry must be an object")
@@ -284,6 +322,7 @@ class PatternMemory:
 
     def dumps(self) -> bytes:
         doc = {
+            **self.extra,
             "version": MEMORY_VERSION,
             "through_seq": self.through_seq,
             "through_hash": self.through_hash,
@@ -430,8 +469,10 @@ class PatternMemory:
             self._index(p)
         if reset:  # a human demoted it: its past observations no longer count toward any tier
             p.count, p.observe_only, p.evidence, p.origins, p.utility = 0, 0, [], {}, None
+        from .redact import redact_text
+
         p.suppressed = {"record_id": record_id, "origin": origin, "since_seq": since_seq, "needed": max(1, needed),
-                        "earned": 0, "reason": reason}
+                        "earned": 0, "reason": redact_text(reason)}  # a ledger written before the reason was redacted
         p.negatives += 1
         return p
 

@@ -98,3 +98,27 @@ def test_zone_commands_show_paths_as_text_and_refuse_control_characters(reef, tm
         assert r.err == (f"reef: error: {shown}: path contains control character U+{code}, which no zone may name; "
                          "nothing published\n")
     assert (root / "harness.yaml").read_bytes() == config
+
+
+def test_an_edit_to_harness_yaml_saved_during_a_zone_change_is_kept(reef, tmp_path, monkeypatch):
+    """'reef harness freeze' checked harness.yaml once, published, then wrote the new zones over the working-tree
+    file: an edit saved while the release was being published was lost. The file is compared again right before
+    it is replaced (exit 3, the edit kept, the release named)."""
+    from reef_cli.store import HarnessStore
+
+    root, _ = init_project(reef, tmp_path)
+    cfg = root / "harness.yaml"
+    publish = HarnessStore.publish
+
+    def publish_then_edit(self, *args, **kwargs):
+        res = publish(self, *args, **kwargs)
+        cfg.write_text(cfg.read_text() + "# my edit, saved meanwhile\n")
+        return res
+
+    monkeypatch.setattr(HarnessStore, "publish", publish_then_edit)
+    r = reef("-C", str(root), "harness", "freeze", "reef/notes.md")
+    assert r.code == 3, r.err
+    assert r.err.startswith("reef: error: reef/notes.md is now frozen in release rel_") and r.err.endswith(
+        f"but {cfg} changed while reef was publishing it; your edit is kept and the file was not rewritten — bring "
+        "the release's zones into it ('reef diff') before you publish it\n")
+    assert cfg.read_text().endswith("# my edit, saved meanwhile\n") and "reef/notes.md" not in cfg.read_text()

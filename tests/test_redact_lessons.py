@@ -126,3 +126,28 @@ def test_a_memory_written_before_the_fix_publishes_no_secret() -> None:
     memory = PatternMemory.loads(json.dumps(doc), "patterns.json")
     assert leaked(secret, memory.dumps().decode()) is None
     assert "[REDACTED:password]" in memory.patterns["do:database+log+mysql"].text
+
+
+def test_a_secret_in_a_demote_reason_or_a_users_memory_field_is_never_stored(reef, tmp_path):
+    """`reef harness demote KEY -m "...token..."` put the token into the ledger's negative record and, folded, into
+    patterns.json's suppression reason, which the demote published at once; a secret in a field of patterns.json
+    reef does not know (kept since fields round-trip) would reach the next automated release the same way."""
+    from test_evolve import feedback, init_project
+
+    root, ledger = init_project(reef, tmp_path)
+    feedback(ledger, "Always run the tests before finishing.")
+    assert reef("-C", str(root), "harness", "reflect").code == 0
+    path = root / "reef/memory/patterns.json"
+    doc = json.loads(path.read_text())
+    doc["x_note"] = f"deploy with {V['ghp']}"
+    doc["patterns"][0]["note"] = {"token": V["ghp"]}
+    path.write_text(json.dumps(doc))
+    r = reef("-C", str(root), "harness", "demote", "do:before+finish+run+test", "-m", f"wrong, see {V['ghp']}")
+    assert r.code == 0, r.err
+    assert reef("-C", str(root), "harness", "reflect").code == 0
+    out = tmp_path / "release"
+    assert reef("-C", str(root), "checkout", "HEAD", str(out)).code == 0
+    for where in (ledger.path, path, out / "reef/memory/patterns.json"):
+        assert V["ghp"] not in where.read_text(), where
+    doc = json.loads(path.read_text())
+    assert doc["x_note"].startswith("deploy with [REDACTED") and doc["patterns"][0]["suppressed"]["reason"]

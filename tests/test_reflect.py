@@ -209,3 +209,149 @@ def test_feedback_text_that_looks_like_json_is_not_served_from_the_structured_ca
 
     assert [x[3] for x in feedback_lessons({"do": "use tabs for indentation"})] == ["do"]
     assert feedback_lessons('{"do": "use tabs for indentation"}') == ()  # a description, not a directive
+
+
+def test_a_private_memory_file_keeps_its_mode_when_reflect_rewrites_it(reef, tmp_path):
+    """A patterns.json the user keeps private (0600) came back 0644 after a reflect: the rewrite went out with a
+    fixed mode. Every atomic rewrite of a user's file keeps the file's own bits (durable.kept_mode)."""
+    import stat
+
+    root, ledger = init_project(reef, tmp_path)
+    feedback(ledger, "Always run the tests before finishing.")
+    reflect(reef, root)
+    path = root / "reef/memory/patterns.json"
+    path.chmod(0o600)
+    feedback(ledger, "Never force-push to main.")
+    assert reflect(reef, root)["written"] is True
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600 and "dont:force+main+push" in memory(root)
+
+
+def test_fields_reef_does_not_know_survive_reflect_evolve_and_expiry(reef, tmp_path, monkeypatch):
+    """A user's (or a newer reef's) extra keys in patterns.json vanished on the next reflect: PatternMemory read
+    only its own fields and wrote only those. They now round-trip unchanged through reflect, the Curator's rewrite
+    in evolve, and expiry (which drops a pattern with its own keys, not the file's)."""
+    from datetime import datetime, timedelta, timezone
+
+    from test_evolve import LINT, LINT_KEY, evolve
+
+    from reef_cli.patterns import PATTERN_FIELDS, Pattern
+
+    assert PATTERN_FIELDS == set(Pattern(key="k", id="i", text="t", polarity="do").to_json())
+    root, ledger = init_project(reef, tmp_path)
+    feedback(ledger, LINT, 4)
+    feedback(ledger, "Always use tabs for indentation.")
+    reflect(reef, root)
+    path = root / "reef/memory/patterns.json"
+    doc = json.loads(path.read_text())
+    doc["x_owner"] = {"team": "infra", "reviewed": [1, 2]}
+    for p in doc["patterns"]:
+        p["note"] = f"mine: {p['key']}"
+    path.write_text(json.dumps(doc))
+    feedback(ledger, LINT)
+    assert reflect(reef, root)["written"] is True
+    doc = json.loads(path.read_text())
+    assert doc["x_owner"] == {"team": "infra", "reviewed": [1, 2]}
+    assert {p["key"]: p["note"] for p in doc["patterns"]} == {p["key"]: f"mine: {p['key']}" for p in doc["patterns"]}
+    assert memory(root)[LINT_KEY]["count"] == 5
+    assert evolve(reef, root)["status"] == "published"
+    assert memory(root)[LINT_KEY]["note"] == f"mine: {LINT_KEY}"
+    assert json.loads(path.read_text())["x_owner"]["team"] == "infra"
+    later = datetime.now(timezone.utc) + timedelta(days=91)
+    monkeypatch.setenv("REEF_NOW", later.isoformat())
+    assert evolve(reef, root)["expired"]
+    doc = json.loads(path.read_text())
+    assert doc["patterns"] == [] and doc["x_owner"] == {"team": "infra", "reviewed": [1, 2]}
+
+
+def test_a_merge_of_two_memories_keeps_the_fields_reef_does_not_know():
+    """`reef merge` rebuilt memory from the remote's: a top-level key only our copy had was dropped."""
+    from reef_cli.gitstore import Entry
+    from reef_cli.merge import _merge_memory
+
+    def doc(extra, count, note, **more):
+        pat = {"key": "do:run+test", "id": "abc123", "text": "Run the tests.", "polarity": "do", "count": count,
+               "note": note, **more}
+        return Entry((json.dumps({"version": 1, "through_seq": 1, "patterns": [pat], **extra}) + "\n").encode())
+
+    merged = json.loads(_merge_memory(None, doc({"ours": 1}, 5, "ours"), doc({"theirs": 2}, 3, "theirs", seen=1)))
+    assert merged["ours"] == 1 and merged["theirs"] == 2
+    assert merged["patterns"][0]["note"] == "ours" and merged["patterns"][0]["seen"] == 1
+
+
+@pytest.mark.parametrize("kind", ["symlink", "fifo", "directory"])
+def test_a_memory_file_that_is_not_a_regular_file_is_refused_before_anything_changes(reef, tmp_path, kind):
+    """patterns.json as a symlink to a file in the harness (or a FIFO, a directory): reflect folded into the head
+    release's copy instead and then replaced the symlink (the FIFO) with a regular file, so the user's memory in
+    the linked file was passed over and their link was gone. evolve refuses it; now reflect does too, up front."""
+    import os
+    import stat
+
+    root, ledger = init_project(reef, tmp_path)
+    feedback(ledger, "Always run the tests before finishing.")
+    reflect(reef, root)
+    path = root / "reef/memory/patterns.json"
+    kept = root / "reef/memory/real.json"
+    path.rename(kept)
+    if kind == "symlink":
+        path.symlink_to("real.json")
+    elif kind == "fifo":
+        os.mkfifo(path)
+    else:
+        path.mkdir()
+    feedback(ledger, "Never force-push to main.")
+    before = ledger.path.read_bytes()
+    err = reflect(reef, root, code=4)["err"]
+    what = "is a symlink; reef never writes through symlinks" if kind == "symlink" else \
+        "is not a regular file; reef will not replace it"
+    assert err == (f"reef: error: {path} {what}; nothing was reflected — put the pattern memory back as a regular "
+                   "file (or move it away) and run 'reef harness reflect' again\n")
+    mode = os.lstat(path).st_mode
+    assert {"symlink": stat.S_ISLNK, "fifo": stat.S_ISFIFO, "directory": stat.S_ISDIR}[kind](mode)
+    assert ledger.path.read_bytes() == before
+
+
+def test_a_memory_file_past_the_limit_is_refused_before_it_is_read(reef, tmp_path, monkeypatch):
+    """A patterns.json of hundreds of megabytes (a log pasted over it) was read whole, hashed and parsed by every
+    reflect (200 MB: 430 MB resident, 9 s). Past MEMORY_LIMIT it is refused up front, naming the file; the limit is
+    lowered here so the test writes kilobytes."""
+    from reef_cli import patterns
+
+    root, ledger = init_project(reef, tmp_path)
+    feedback(ledger, "Always run the tests before finishing.")
+    path = root / "reef/memory/patterns.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = b'{"version": 1, "patterns": []' + b" " * 5000 + b"}\n"
+    path.write_bytes(data)
+    monkeypatch.setattr(patterns, "MEMORY_LIMIT", 4096, raising=False)
+    before = ledger.path.read_bytes()
+    err = reflect(reef, root, code=4)["err"]
+    assert err == (f"reef: error: {path}: pattern memory is {len(data)} bytes, more than reef reads as memory (4096 "
+                   "bytes; a full one is about 2 MB); move it away or restore it with 'reef checkout' (nothing was "
+                   "changed)\n")
+    assert path.read_bytes() == data and ledger.path.read_bytes() == before
+    assert reef("-C", str(root), "harness", "evolve").code == 4
+
+
+def test_a_read_only_memory_file_is_refused_like_evolve_refuses_it(reef, tmp_path):
+    """evolve refuses a file the user made read-only (their "do not touch"); reflect replaced a 0444 patterns.json
+    all the same (a rename needs only the directory's write bit). Now it refuses up front, and --dry-run, which
+    writes nothing, still runs."""
+    import stat
+
+    root, ledger = init_project(reef, tmp_path)
+    feedback(ledger, "Always run the tests before finishing.")
+    reflect(reef, root)
+    path = root / "reef/memory/patterns.json"
+    path.chmod(0o444)
+    data = path.read_bytes()
+    feedback(ledger, "Never force-push to main.")
+    before = ledger.path.read_bytes()
+    assert reflect(reef, root, "--dry-run")["observations"] == 1
+    err = reflect(reef, root, code=4)["err"]
+    assert err == (f"reef: error: {path} is read-only; reef does not write through a file a user made read-only — "
+                   "make it writable (chmod u+w reef/memory/patterns.json) and run 'reef harness reflect' again "
+                   "(nothing was reflected)\n")
+    assert path.read_bytes() == data and stat.S_IMODE(path.stat().st_mode) == 0o444
+    assert ledger.path.read_bytes() == before
+    path.chmod(0o644)
+    assert reflect(reef, root)["written"] is True

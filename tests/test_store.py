@@ -546,6 +546,27 @@ def test_a_users_file_is_replaced_by_rename_and_an_edit_saved_after_the_check_is
     assert os.stat(dest / "CLAUDE.md").st_ino != inode  # a rename, not a truncate in place
 
 
+def test_checkout_keeps_a_private_files_mode(tmp_path):
+    """A CLAUDE.md the user keeps private (0600) came back 0644 from `reef checkout`/rollback: the staged copy got a
+    fixed mode. An existing file keeps its bits (durable.kept_mode); x follows the release."""
+    import stat
+
+    from reef_cli.gitstore import MODE_EXEC, Entry
+    from reef_cli.store import write_files
+
+    dest = tmp_path / "co"
+    dest.mkdir()
+    (dest / "CLAUDE.md").write_bytes(b"mine\n")
+    (dest / "CLAUDE.md").chmod(0o600)
+    (dest / "run.sh").write_bytes(b"mine\n")
+    (dest / "run.sh").chmod(0o640)
+    write_files(dest, {"CLAUDE.md": Entry(b"release\n"), "run.sh": Entry(b"#!/bin/sh\n", MODE_EXEC)},
+                expected={"CLAUDE.md": b"mine\n", "run.sh": b"mine\n"})
+    assert (dest / "CLAUDE.md").read_bytes() == b"release\n"
+    assert stat.S_IMODE((dest / "CLAUDE.md").stat().st_mode) == 0o600
+    assert stat.S_IMODE((dest / "run.sh").stat().st_mode) == 0o750
+
+
 def test_a_directory_where_the_staged_copy_goes_is_named_not_a_crash(tmp_path):
     """rv-attack: a directory named like reef's staged copy (`.CLAUDE.md.reef-tmp`) is refused with exit 4."""
     from reef_cli.errors import InvalidInput

@@ -60,6 +60,7 @@ def _zone_path(root, path: str) -> str:
 
 def _zone_change(ctx: typer.Context, path: str, target: str, operation: str, as_json: bool) -> None:
     from ..config import CONFIG_NAME, edit_zones, parse_config
+    from ..durable import read_nofollow
     from ..errors import ConflictError, PolicyError
     from ..gitstore import Entry
     from ..printable import printable
@@ -70,7 +71,8 @@ def _zone_change(ctx: typer.Context, path: str, target: str, operation: str, as_
     head = store.require_head()
     files = store.files_of(head)
     worktree_cfg = store.project.root / CONFIG_NAME
-    if worktree_cfg.read_bytes() != files[CONFIG_NAME].data:
+    published = files[CONFIG_NAME].data
+    if read_nofollow(worktree_cfg) != published:
         raise ConflictError(f"{worktree_cfg} has unpublished edits; publish or revert them before changing zones")
     path = _zone_path(store.project.root, path)
     new_text = edit_zones(files[CONFIG_NAME].data.decode("utf-8"), path, target, source=str(worktree_cfg))
@@ -84,6 +86,11 @@ def _zone_change(ctx: typer.Context, path: str, target: str, operation: str, as_
     if res.created:
         from ..project import write_atomic
 
+        if read_nofollow(worktree_cfg) != published:  # the compare-and-swap: an edit saved during the publish is kept
+            raise ConflictError(
+                f"{printable(path)} is now {target} in release {res.release.release_id} (step {res.release.step}), "
+                f"but {worktree_cfg} changed while reef was publishing it; your edit is kept and the file was not "
+                f"rewritten — bring the release's zones into it ('reef diff') before you publish it")
         write_atomic(worktree_cfg, new_text.encode("utf-8"))
     if as_json:
         emit_json({"created": res.created, "release": res.release.to_json()})

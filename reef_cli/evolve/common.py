@@ -96,6 +96,18 @@ def memory_path(config) -> str:
     return config.surfaces["memory"]
 
 
+def check_memory_size(path: Path) -> None:
+    """Refuse a working-tree memory file past MEMORY_LIMIT before anything reads it whole (InvalidInput, exit 4)."""
+    from ..patterns import MEMORY_LIMIT, too_large
+
+    try:
+        size = os.lstat(path).st_size
+    except OSError:
+        return
+    if size > MEMORY_LIMIT:
+        raise too_large(path, size)
+
+
 def load_memory(store, config, base_files: dict) -> PatternMemory:
     """Pattern memory to fold into; refuses up front when harness.yaml points `surfaces.memory` at a path the zone
     guard does not let reef write (every later write of it would be refused, or worse, clobber a human's file)."""
@@ -105,6 +117,7 @@ def load_memory(store, config, base_files: dict) -> PatternMemory:
     check_write(store.project.root, config.zone_map(), path)
     wt = store.project.root / path
     if wt.is_file() and not wt.is_symlink():
+        check_memory_size(wt)
         return PatternMemory.loads(wt.read_bytes(), str(wt))
     entry = base_files.get(path)
     return PatternMemory.loads(entry.data if entry else None, f"{path} (head release)")
@@ -191,8 +204,12 @@ def lock(directory: Path):
 
 
 def negative_payload(key: str, text: str, polarity: str, origin: str, reason: str, needed: int, **extra) -> dict:
-    return {"key": key, "text": text, "polarity": polarity, "origin": origin, "reason": reason, "needed": needed,
-            **{k: v for k, v in extra.items() if v is not None}}
+    """A `negative` record's payload. The reason is often a human's `-m` (demote, reject) and is folded into pattern
+    memory, which every release publishes: it is redacted here, before the ledger or memory holds it."""
+    from ..redact import redact_text
+
+    return {"key": key, "text": redact_text(text), "polarity": polarity, "origin": origin,
+            "reason": redact_text(reason), "needed": needed, **{k: v for k, v in extra.items() if v is not None}}
 
 
 def write_negatives(store, ledger, items: list[tuple[str, dict]]) -> list[dict]:

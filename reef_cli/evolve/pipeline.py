@@ -11,13 +11,13 @@ from ..patterns import PatternMemory
 from ..project import write_atomic
 from ..releases import canonical
 from . import admission as adm
-from .common import (Options, Outcome, dirty_conflict, evidence_of, evolve_dir, fault, load_memory, lock,
-                     memory_path, negative_payload, reason_of, record_rollback_negatives, reflect_into, reflect_records,
-                     sha, with_memory, write_negatives, zone_of)
+from .common import (Options, Outcome, check_memory_size, dirty_conflict, evidence_of, evolve_dir, fault, load_memory,
+                     lock, memory_path, negative_payload, reason_of, record_rollback_negatives, reflect_into,
+                     reflect_records, sha, with_memory, write_negatives, zone_of)
 from .journal import EvolveJournal, JournalFile
 from .proposals import write_proposal
 from .publish import publish_gated
-from .worktree import expected_bytes
+from .worktree import expected_bytes, made_read_only
 
 # --------------------------------------------------------------------------------------------- reflect
 
@@ -42,11 +42,22 @@ def run_reflect(store, opts: Options) -> ReflectOutcome:
     config = store.config_of(head)
     ledger = store.checked_ledger()
     with ledger:
-        negatives = [] if opts.dry_run else record_rollback_negatives(store, ledger, config)
-        files = store.files_of(head)
         path = memory_path(config)
         target = store.project.root / path
+        check_write(store.project.root, config.zone_map(), path)  # the zone guard names a symlink out of the harness
+        check_memory_size(target)  # before the compare-and-swap read below hashes all of it
         seen = _file_state(target)  # read before load_memory: an edit in between is a (safe) conflict, not a loss
+        if seen is not None and seen.startswith(_REFUSED):
+            # a symlink, a FIFO, a directory: load_memory would fold into the head release's copy and the write
+            # replace what is there (evolve refuses it the same way, before anything is paid for or recorded)
+            raise InvalidInput(f"{seen[len(_REFUSED):]}; nothing was reflected — put the pattern memory back as a "
+                               f"regular file (or move it away) and run 'reef harness reflect' again")
+        if seen is not None and not opts.dry_run and made_read_only(target):
+            raise InvalidInput(f"{target} is read-only; reef does not write through a file a user made read-only — "
+                               f"make it writable (chmod u+w {path}) and run 'reef harness reflect' again (nothing "
+                               f"was reflected)")
+        negatives = [] if opts.dry_run else record_rollback_negatives(store, ledger, config)
+        files = store.files_of(head)
         memory = load_memory(store, config, files)
         before = memory.dumps()
         result = reflect_into(store, ledger, config, memory, opts, files)  # a model backend: seconds, or minutes
@@ -67,6 +78,9 @@ def run_reflect(store, opts: Options) -> ReflectOutcome:
     return ReflectOutcome(result, written, path, negatives)
 
 
+_REFUSED = "refused: "
+
+
 def _file_state(path) -> str | None:
     """What reflect compares before replacing the memory file: sha256 of its bytes, None when absent, or the line
     read_nofollow refuses it with (a symlink, a directory: load_memory reads the head release's copy then)."""
@@ -75,7 +89,7 @@ def _file_state(path) -> str | None:
     try:
         data = read_nofollow(path)
     except InvalidInput as exc:
-        return f"refused: {exc}"
+        return f"{_REFUSED}{exc}"
     except OSError as exc:
         return f"unreadable: {exc.strerror}"
     return None if data is None else sha(data)

@@ -16,7 +16,7 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..durable import fsync_dir, read_nofollow, write_all
+from ..durable import fsync_dir, kept_mode, read_nofollow, write_all
 from ..errors import ConflictError, InvalidInput, ReefError
 from ..gitstore import Entry
 from .common import fault
@@ -60,20 +60,7 @@ def _temp(target: Path) -> Path:
     return target.with_name(f".{target.name}.reef-tmp")
 
 
-def _mode_for(target: Path, executable: bool) -> int:
-    """The permission bits the new text goes out with: a file that exists keeps its own (a CLAUDE.md the user keeps
-    private, 0600, must not come back world-readable), with execute bits only where the release says so; a new
-    file gets the usual 0644 / 0755."""
-    try:
-        bits = stat.S_IMODE(os.lstat(target).st_mode)
-    except OSError:
-        return 0o755 if executable else 0o644
-    if executable:
-        return bits | ((bits & 0o444) >> 2)  # x wherever r is
-    return bits & ~0o111
-
-
-def _read_only(path: Path) -> bool:
+def made_read_only(path: Path) -> bool:
     """The user made it read-only: no write permission for its owner (root ignores modes, so ask the bits)."""
     return not (os.lstat(path).st_mode & stat.S_IWUSR) or not os.access(path, os.W_OK)
 
@@ -113,7 +100,7 @@ def write_tree(root: Path, base: dict, files: dict, expected: dict, *, before_wr
         want = expected.get(rel, _digest(base[rel].data) if rel in base else None)
         if _digest(cur) != want:
             raise _edited(rel)
-        if cur is not None and _read_only(root / rel):
+        if cur is not None and made_read_only(root / rel):
             raise InvalidInput(f"{root / rel} is read-only; reef does not write through a file a user made "
                                f"read-only — make it writable (chmod u+w {rel}) and run 'reef harness evolve' "
                                f"again (nothing was written or published)")
@@ -127,11 +114,17 @@ def write_tree(root: Path, base: dict, files: dict, expected: dict, *, before_wr
             try:
                 target.parent.mkdir(parents=True, exist_ok=True)
                 tmp = _temp(target)
-                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+                # the rule every rewrite of a user's file follows (durable.kept_mode): an existing file keeps its
+                # bits, x only where the release says; a new one gets 0644 / 0755 under the umask
+                executable = new.mode == MODE_EXEC
+                keep = kept_mode(target, executable)
+                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW,
+                             0o755 if executable else 0o644)
                 temps[rel] = tmp
                 try:
                     write_all(fd, new.data)
-                    os.fchmod(fd, _mode_for(target, new.mode == MODE_EXEC))
+                    if keep is not None:
+                        os.fchmod(fd, keep)
                     os.fsync(fd)
                 finally:
                     os.close(fd)
