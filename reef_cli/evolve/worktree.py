@@ -30,18 +30,12 @@ def _digest(data: bytes | None) -> str | None:
 
 def read_current(root: Path, rel: str) -> bytes | None:
     """The working tree's bytes at `rel` (None: absent); never follows a symlink."""
+    from ..harness_files import non_directory_parent
+
     path = root / rel
-    cur = root
-    for part in rel.split("/")[:-1]:
-        cur = cur / part
-        try:
-            st = os.lstat(cur)
-        except FileNotFoundError:
-            return None
-        if stat.S_ISLNK(st.st_mode):
-            raise InvalidInput(f"{cur} is a symlink; reef never writes through symlinks")
-        if not stat.S_ISDIR(st.st_mode):
-            raise InvalidInput(f"{cur} is not a directory; cannot write {rel} under it")
+    bad = non_directory_parent(root, rel)  # a symlink on the way: InvalidInput there; a missing one: read gives None
+    if bad is not None:
+        raise InvalidInput(f"{bad} is not a directory; cannot write {rel} under it")
     try:
         return read_nofollow(path)
     except InvalidInput:
