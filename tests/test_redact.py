@@ -291,3 +291,17 @@ def test_the_assignment_rule_is_skipped_only_where_its_key_word_cannot_be():
     words = _re.search(r"\(\?i:([a-z|]+)\)\)", shapes._ASSIGNMENT.pattern).group(1).split("|")
     assert words and all(any(short in word for short in scan._SECRET_KEY_WORDS) for word in words)
     assert redact("export MY_PAT=ghx9Lk2mQ7vRt4Wz8Yp1")[0] == "export MY_PAT=[REDACTED:secret]"
+
+
+@pytest.mark.parametrize("text, want", [
+    ('Authorization: DiGEST username="bob", realm="x", response="6629fae49393a05397450978507c4ef1"',
+     "Authorization: DiGEST [REDACTED:authorization]"),
+    ("Server=db;PaSsWoRd=hunter2secret;Database=x", "Server=db;PaSsWoRd=[REDACTED:password];Database=x"),
+    ("a\nServer=db;pWd=hunter2secret;Database=x\nb", "a\nServer=db;pWd=[REDACTED:password];Database=x\nb"),
+])
+def test_a_prefilter_finds_its_word_in_any_case(text, want):
+    """The rules ignore case but their prefilters did not: a mixed-case `DiGEST` kept the response hash and a
+    `PaSsWoRd=` in a connection string kept the password."""
+    from conftest import fixed
+
+    fixed(text, want)

@@ -112,7 +112,7 @@ def _scan(text: str, found: list[tuple[str, str]], in_context: list[tuple[str, s
             if lines:  # before the one-line match, which would take a wrapped token's first line alone
                 text = unwrap(_token_re(shape), present, kind, text)
             text = sub(_token_re(shape), lambda m, kind=kind: ("", m.group(0), kind, ""), text)
-    if ("igest" in text or "IGEST" in text) and _may_name_authorization(text):
+    if _may_name_authorization(text) and (not text.isascii() or "digest" in text.lower()):  # any case: DiGEST
         text = sub(_DIGEST, _digest, text)
     if _may_name_authorization(text):
         text = sub(_AUTH_HEADER, _auth_header, text)
@@ -120,9 +120,9 @@ def _scan(text: str, found: list[tuple[str, str]], in_context: list[tuple[str, s
         text = sub(_BEARER, _bearer, text)
     if "asic" in text or '"auth"' in text:
         text = sub(_BARE_BASIC, _bare_basic, text, _line_matches(_BARE_BASIC, text, ("Basic", "basic", '"auth"')))
-    if ";" in text and ("assword" in text or "ASSWORD" in text or "wd" in text or "WD" in text):
+    if ";" in text and (not text.isascii() or "password" in text.lower() or "pwd" in text.lower()):  # PaSsWoRd
         text = sub(_CONN_PASSWORD, _conn_password, text,
-                   _line_matches(_CONN_PASSWORD, text, ("assword", "ASSWORD", "wd", "WD", "Wd"), also=";"))
+                   _line_matches(_CONN_PASSWORD, text, ("password", "pwd"), also=";", fold=True))
     if (":" in text or "=" in text) and _names_a_secret(text):
         text = sub(_ASSIGNMENT, _assignment, text)
     if "-" in text:
@@ -244,21 +244,28 @@ def _b64_secret(match: re.Match[str]) -> Hit:
 
 
 def _line_matches(pattern: re.Pattern[str], text: str, needles: tuple[str, ...],
-                  also: str = "") -> Iterator[re.Match[str]]:
+                  also: str = "", fold: bool = False) -> Iterator[re.Match[str]]:
     """`pattern`'s matches, in order, searched only on the lines that hold one of `needles`: for a pattern that
     never crosses a line break and cannot match without a needle, the same matches as `pattern.finditer(text)`,
     without trying the pattern at every position of every other line (a lookbehind still sees the line before).
-    `also`: a string the pattern needs on the same line too."""
+    `also`: a string the pattern needs on the same line too. `fold`: lowercase needles found in any case (only
+    ASCII text lowers in place; any other text is searched whole)."""
+    hay = text
+    if fold:
+        if not text.isascii():
+            yield from pattern.finditer(text)
+            return
+        hay = text.lower()
     lines = set()
     for needle in needles:
-        at = text.find(needle)
+        at = hay.find(needle)
         while at >= 0:
             end = text.find("\n", at)
             end = len(text) if end < 0 else end
             start = text.rfind("\n", 0, at) + 1
-            if not also or text.find(also, start, end) >= 0:
+            if not also or hay.find(also, start, end) >= 0:
                 lines.add((start, end))
-            at = text.find(needle, end)
+            at = hay.find(needle, end)
     for start, end in sorted(lines):
         yield from pattern.finditer(text, start, end)
 
