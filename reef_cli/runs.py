@@ -145,21 +145,28 @@ class RunGuard:
     def exited(self) -> None:
         self.child_done = True
 
-    def _pass_on(self, signum: int) -> None:
+    def _pass_on(self, signum: int) -> bool:
+        """Whether the child got it. Not when its wait() had already reaped it (the moment before `exited()`):
+        Popen.send_signal then does nothing, silently, and the signal would be lost instead of held."""
+        if self.proc.returncode is not None:
+            return False
         try:
             self.proc.send_signal(signum)
         except ProcessLookupError:
-            pass
+            return False
+        return self.proc.returncode is None
 
     def _handle(self, signum, _frame) -> None:
-        alive = self.proc is not None and not self.child_done
+        alive = self.proc is not None and not self.child_done and self.proc.returncode is None
         if alive and signum in self.ignore:
             return
         if signum in STOPPING:
             self.received.append(signal.Signals(signum).name)
         if alive and signum in self.forward:
-            self._pass_on(signum)
-        elif signum in STOPPING:
+            if self._pass_on(signum):
+                return
+            alive = False  # reaped the moment before: nobody got it, so it is held (or quits) as with no child
+        if signum in STOPPING:
             if self.stop is None:
                 self.stop = signum
                 if self.proc is not None:  # before the child started it is passed on to the child, no note
