@@ -96,13 +96,7 @@ def write_atomic(path: Path, data: bytes, mode: int | None = None, *, executable
         os.unlink(tmp)  # a killed writer's leftover: its mode is not this file's
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, create)
     try:
-        try:
-            write_all(fd, data)
-            if keep is not None:
-                os.fchmod(fd, keep)  # exactly the old bits: the umask must not narrow them either
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        fill_and_close(fd, data, keep)  # exactly the old bits: the umask must not narrow them either
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
@@ -123,6 +117,18 @@ def append_durable(path: Path, line: bytes, mode: int = STATE_FILE_MODE) -> None
         os.close(fd)
     if new:
         fsync_dir(path.parent)
+
+
+def fill_and_close(fd: int, data: bytes, mode: int | None = None) -> None:
+    """Write all of `data` to a new file's `fd`, set `mode` exactly (when given: the umask must not narrow a kept
+    file's bits), fsync, close: the staging step before every rename that replaces a file."""
+    try:
+        write_all(fd, data)
+        if mode is not None:
+            os.fchmod(fd, mode)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def write_all(fd: int, data: bytes) -> int:

@@ -16,7 +16,7 @@ import stat
 import time
 from pathlib import Path
 
-from .durable import kept_mode, make_dirs, read_nofollow, write_all
+from .durable import fill_and_close, kept_mode, make_dirs, read_nofollow, write_all
 from .errors import ConflictError, InvalidInput, StoreError
 from .gitstore import MODE_EXEC, MODE_LINK, Entry, mode_of
 
@@ -253,13 +253,7 @@ def _replace_user_file(target: Path, rel: str, entry: Entry, expected: dict[str,
                                "move it away") from None
         raise
     try:
-        try:
-            write_all(fd, entry.data)
-            if keep is not None:
-                os.fchmod(fd, keep)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        fill_and_close(fd, entry.data, keep)
         if expected is not None and rel in expected and read_nofollow(target) != expected[rel]:
             raise ConflictError(f"{target} changed while reef was writing it; your edit is kept and the file was "
                                 "not replaced — run the command again to re-check it")

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Callable
 
 from .adapters import Adapter, data_dir
-from .durable import SMALL_STATE_LIMIT, STATE_FILE_MODE, make_dirs, read_state
+from .durable import SMALL_STATE_LIMIT, STATE_FILE_MODE, fill_and_close, make_dirs, read_state
 from .errors import ConflictError, InvalidInput, ReefError
 from .gitstore import MODE_EXEC, Entry
 from .project import Project, write_atomic
@@ -337,12 +337,7 @@ def _is_reef_wrapper(path: Path, adapter: Adapter) -> bool:
 def _write_replace(path: Path, data: bytes, mode: int) -> None:
     tmp = path.with_name(f".{path.name}.reef-{os.getpid()}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-    try:
-        os.write(fd, data)
-        os.fsync(fd)
-        os.fchmod(fd, mode)
-    finally:
-        os.close(fd)
+    fill_and_close(fd, data, mode)  # every byte: one os.write may stop short
     os.replace(tmp, path)  # rename replaces a symlink at `path` itself; it never follows it
 
 

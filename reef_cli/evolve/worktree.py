@@ -16,7 +16,7 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..durable import fsync_dir, kept_mode, read_nofollow, write_all
+from ..durable import fill_and_close, fsync_dir, kept_mode, read_nofollow
 from ..errors import ConflictError, InvalidInput, ReefError
 from ..gitstore import Entry
 from .common import fault
@@ -115,13 +115,7 @@ def write_tree(root: Path, base: dict, files: dict, expected: dict, *, before_wr
                 fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW,
                              0o755 if executable else 0o644)
                 temps[rel] = tmp
-                try:
-                    write_all(fd, new.data)
-                    if keep is not None:
-                        os.fchmod(fd, keep)
-                    os.fsync(fd)
-                finally:
-                    os.close(fd)
+                fill_and_close(fd, new.data, keep)
             except OSError as exc:
                 raise ReefError(f"cannot write {target}: {exc.strerror}; nothing was written or published") from None
         if before_write is not None:
